@@ -1,0 +1,78 @@
+# infergate — the two commands a newcomer needs are `make demo` and `make test`.
+# Heavy pieces (Go-built control plane, engine venvs, fixture model) are cached
+# by version under $(INFERGATE_CACHE), so a warm machine is fast.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+INFERGATE_CACHE ?= $(HOME)/.cache/infergate
+export INFERGATE_CACHE
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# Hashing the dependency declaration re-installs only when it changes.
+VENV_STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+
+.PHONY: help setup venv control-plane test test-unit test-cluster lint fmt crds crds-check \
+        cluster-up cluster-down demo bench clean
+
+help:
+	@echo "make demo    bring up the local cluster and show infergate at work"
+	@echo "make test    lint, unit, cluster integration and end-to-end tests"
+	@echo "other: setup lint crds crds-check cluster-up cluster-down bench clean"
+
+$(VENV_STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+venv: $(VENV_STAMP)
+
+control-plane:
+	hack/build-control-plane.sh all
+
+setup: venv control-plane
+
+lint: venv
+	$(BIN)/ruff check operator tests
+	$(BIN)/ruff format --check operator tests
+	$(BIN)/mypy
+
+fmt: venv
+	$(BIN)/ruff format operator tests
+	$(BIN)/ruff check --fix operator tests
+
+crds: venv
+	$(BIN)/infergate crds --out crds
+
+crds-check: venv
+	$(BIN)/infergate crds --check crds
+
+test-unit: venv
+	$(BIN)/pytest tests/unit
+
+test-cluster: setup cluster-up
+	$(BIN)/pytest tests/cluster tests/integration
+
+test: setup lint crds-check
+	$(BIN)/pytest tests
+
+cluster-up: setup
+	$(BIN)/infergate localcluster up
+
+cluster-down: venv
+	$(BIN)/infergate localcluster down
+
+demo: setup cluster-up
+	$(BIN)/infergate localcluster show
+
+bench: venv
+	@echo "no benchmarks yet"
+
+clean: cluster-down
+	rm -rf $(VENV) .cluster

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the local cluster's binaries from Go modules, once per version:
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
+# etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok). Binaries land in
+# $INFERGATE_CACHE/bin/<component>-<version>/ and are reused when present.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+CACHE=${INFERGATE_CACHE:-$HOME/.cache/infergate}
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+log() { printf '[build-control-plane] %s\n' "$*" >&2; }
+
+k8s_bin="$CACHE/bin/kubernetes-$K8S_VERSION"
+etcd_bin="$CACHE/bin/etcd-$ETCD_VERSION"
+kwok_bin="$CACHE/bin/kwok-$KWOK_VERSION"
+
+build_kubernetes() {
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=0
+  for b in "${want[@]}"; do [ -x "$k8s_bin/$b" ] || missing=1; done
+  [ "$missing" = 0 ] && { log "kubernetes $K8S_VERSION cached"; return; }
+  local staging=${K8S_VERSION/v1./v0.}
+  local mod="$CACHE/src/kubernetes-$K8S_VERSION"
+  mkdir -p "$mod" "$k8s_bin.tmp"
+  log "building kubernetes $K8S_VERSION (staging $staging) in $mod"
+  (
+    cd "$mod"
+    local gomod
+    gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | jq -r .GoMod)
+    {
+      echo "module infergate.local/kubernetes-build"
+      echo
+      echo "go $(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')"
+      echo
+      echo "require k8s.io/kubernetes $K8S_VERSION"
+      echo
+      # Every staging module that k8s.io/kubernetes replaces with ./staging/...
+      # is taken at its published tag instead.
+      grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" \
+        | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+    } > go.mod
+    cat > tools.go <<GO
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+    go mod tidy -e >/dev/null 2>&1 || true
+    local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+    local ld=""
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ld+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+      ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    done
+    for b in "${want[@]}"; do
+      log "go build $b"
+      go build -trimpath -ldflags "-s -w $ld" -o "$k8s_bin.tmp/$b" "k8s.io/kubernetes/cmd/$b"
+    done
+  )
+  rm -rf "$k8s_bin"; mv "$k8s_bin.tmp" "$k8s_bin"
+}
+
+build_etcd() {
+  [ -x "$etcd_bin/etcd" ] && { log "etcd $ETCD_VERSION cached"; return; }
+  local mod="$CACHE/src/etcd-$ETCD_VERSION"
+  mkdir -p "$mod" "$etcd_bin.tmp"
+  log "building etcd $ETCD_VERSION"
+  (
+    cd "$mod"
+    cat > go.mod <<MOD
+module infergate.local/etcd-build
+
+go $(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+MOD
+    printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' > tools.go
+    go mod tidy -e >/dev/null 2>&1 || true
+    go build -trimpath -ldflags "-s -w" -o "$etcd_bin.tmp/etcd" go.etcd.io/etcd/server/v3
+  )
+  rm -rf "$etcd_bin"; mv "$etcd_bin.tmp" "$etcd_bin"
+}
+
+build_kwok() {
+  [ -x "$kwok_bin/kwok" ] && [ -d "$kwok_bin/stage" ] && { log "kwok $KWOK_VERSION cached"; return; }
+  mkdir -p "$kwok_bin.tmp"
+  log "building kwok $KWOK_VERSION"
+  GOBIN="$kwok_bin.tmp" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  local dir
+  dir=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | jq -r .Dir)
+  cp -r "$dir/kustomize/stage" "$kwok_bin.tmp/stage"
+  chmod -R u+w "$kwok_bin.tmp/stage"
+  rm -rf "$kwok_bin"; mv "$kwok_bin.tmp" "$kwok_bin"
+}
+
+what=${1:-all}
+case "$what" in
+  all) build_etcd; build_kwok; build_kubernetes ;;
+  kubernetes) build_kubernetes ;;
+  etcd) build_etcd ;;
+  kwok) build_kwok ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|kwok]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,1 @@
+"""Subcommands of the `infergate` CLI, one module per area (see `infergate.cli`)."""
