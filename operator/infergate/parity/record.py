@@ -1,0 +1,191 @@
+"""What one side of a parity check produced for a suite, in memory.
+
+A `ParityRecord` on disk (see `infergate.recordio`) is a `RecordMeta` plus one
+`PromptRecord` per prompt. Dense things are numpy arrays:
+
+- token ids are int64 vectors;
+- top-k logprobs are two [steps, k] arrays (ids and logprobs), each row sorted by
+  logprob, best first; rows with fewer than k candidates are padded with id -1 and
+  logprob -inf;
+- hidden states are float32 [tokens, hidden]: row i is the last-layer hidden state at
+  sequence position i (position 0 is the first prompt token).
+
+Teacher forcing: the candidate scored on the baseline's tokens. At step t the candidate
+sees the prompt plus the baseline's outputs before t, and reports its logprob of the
+baseline's token at t and its own top-k. That gives both distributions over the same
+context at every step, so KL over top-k plus a tail bucket is defined after a fork too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+PAD_TOKEN_ID = -1
+"""Token id that pads a top-k row holding fewer than k candidates."""
+
+
+class RecordMeta(BaseModel):
+    """Who produced a record, with what numerics, on which suite."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    engine: str = Field(description="Engine kind, e.g. vllm, mindformers, transformers.")
+    engine_version: str = Field(description="Engine version string as the engine reports it.")
+    dtype: str = Field(description="Compute dtype: float32, float16 or bfloat16.")
+    config_hash: str = Field(description="Revision hash of the engine configuration.")
+    model: str = Field(description="Served model name.")
+    suite: str = Field(description="Name of the prompt suite both sides ran.")
+    effective_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The engine's effective numeric configuration (JSON values), for hygiene.",
+    )
+    created: datetime = Field(
+        default_factory=lambda: datetime.now(UTC), description="When the record was made (UTC)."
+    )
+
+    @field_validator("created")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError(f"created: {value.isoformat()} has no time zone; give UTC")
+        return value
+
+
+def _int_vector(name: str, value: Any) -> NDArray[np.int64]:
+    array = np.asarray(value, dtype=np.int64)
+    if array.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence of token ids, got shape {array.shape}")
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class TopLogprobs:
+    """Top-k candidates at each generated step: ids and logprobs, each [steps, k]."""
+
+    token_ids: NDArray[np.int64]
+    logprobs: NDArray[np.float64]
+
+    def __post_init__(self) -> None:
+        ids = np.asarray(self.token_ids, dtype=np.int64)
+        logprobs = np.asarray(self.logprobs, dtype=np.float64)
+        if ids.ndim == 1 and ids.size == 0:
+            ids = ids.reshape(0, 0)
+        if logprobs.ndim == 1 and logprobs.size == 0:
+            logprobs = logprobs.reshape(0, 0)
+        if ids.ndim != 2 or ids.shape != logprobs.shape:
+            raise ValueError(
+                f"top_logprobs: token_ids {ids.shape} and logprobs {logprobs.shape} must both "
+                "be [steps, k]"
+            )
+        object.__setattr__(self, "token_ids", ids)
+        object.__setattr__(self, "logprobs", logprobs)
+
+    @property
+    def steps(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    @property
+    def k(self) -> int:
+        return int(self.token_ids.shape[1])
+
+    @classmethod
+    def empty(cls, steps: int = 0) -> TopLogprobs:
+        """No logprobs recorded (k = 0) for `steps` steps."""
+        return cls(np.zeros((steps, 0), np.int64), np.zeros((steps, 0), np.float64))
+
+    @classmethod
+    def from_pairs(
+        cls, steps: Sequence[Sequence[tuple[int, float]]], k: int | None = None
+    ) -> TopLogprobs:
+        """From per-step lists of (token_id, logprob), as engines return them in JSON."""
+        width = k if k is not None else max((len(step) for step in steps), default=0)
+        ids = np.full((len(steps), width), PAD_TOKEN_ID, np.int64)
+        logprobs = np.full((len(steps), width), -math.inf, np.float64)
+        for row, step in enumerate(steps):
+            ranked = sorted(step, key=lambda pair: pair[1], reverse=True)[:width]
+            for col, (token_id, logprob) in enumerate(ranked):
+                ids[row, col] = token_id
+                logprobs[row, col] = logprob
+        return cls(ids, logprobs)
+
+    def to_pairs(self) -> list[list[tuple[int, float]]]:
+        """Per-step lists of (token_id, logprob), padding left out."""
+        return [
+            [(int(i), float(lp)) for i, lp in zip(ids, lps, strict=True) if i != PAD_TOKEN_ID]
+            for ids, lps in zip(self.token_ids, self.logprobs, strict=True)
+        ]
+
+
+@dataclass(frozen=True, eq=False)
+class TeacherForced:
+    """This side scored on the other side's tokens, step by step.
+
+    `token_ids[t]` is the other side's token at step t, `target_logprobs[t]` this side's
+    logprob of it given the other side's tokens before t, `top` this side's own top-k there.
+    """
+
+    token_ids: NDArray[np.int64]
+    target_logprobs: NDArray[np.float64]
+    top: TopLogprobs
+
+    def __post_init__(self) -> None:
+        ids = _int_vector("teacher_forced.token_ids", self.token_ids)
+        target = np.asarray(self.target_logprobs, dtype=np.float64)
+        if target.shape != ids.shape or self.top.steps != ids.shape[0]:
+            raise ValueError(
+                f"teacher_forced: token_ids {ids.shape}, target_logprobs {target.shape} and "
+                f"top ({self.top.steps} steps) must cover the same steps"
+            )
+        object.__setattr__(self, "token_ids", ids)
+        object.__setattr__(self, "target_logprobs", target)
+
+
+@dataclass(frozen=True, eq=False)
+class PromptRecord:
+    """What one side produced for one prompt of the suite."""
+
+    prompt_id: str
+    prompt_token_ids: NDArray[np.int64]
+    output_token_ids: NDArray[np.int64]
+    top_logprobs: TopLogprobs = field(default_factory=TopLogprobs.empty)
+    teacher_forced: TeacherForced | None = None
+    hidden_states: NDArray[np.float32] | None = None
+    output_text: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.prompt_id:
+            raise ValueError("prompt_id: must be a non-empty string")
+        prompt = _int_vector("prompt_token_ids", self.prompt_token_ids)
+        output = _int_vector("output_token_ids", self.output_token_ids)
+        object.__setattr__(self, "prompt_token_ids", prompt)
+        object.__setattr__(self, "output_token_ids", output)
+        top = self.top_logprobs
+        if top.k == 0 and top.steps != output.shape[0]:
+            top = TopLogprobs.empty(output.shape[0])
+            object.__setattr__(self, "top_logprobs", top)
+        if top.steps != output.shape[0]:
+            raise ValueError(
+                f"prompt {self.prompt_id!r}: top_logprobs has {top.steps} steps, output_token_ids "
+                f"has {output.shape[0]} tokens; they must be equal"
+            )
+        if self.hidden_states is not None:
+            hidden = np.asarray(self.hidden_states)
+            if hidden.ndim != 2 or not np.issubdtype(hidden.dtype, np.floating):
+                raise ValueError(
+                    f"prompt {self.prompt_id!r}: hidden_states must be a floating [tokens, "
+                    f"hidden] array, got {hidden.dtype} of shape {hidden.shape}"
+                )
+            object.__setattr__(self, "hidden_states", hidden.astype(np.float32, copy=False))
+        object.__setattr__(self, "tags", dict(self.tags))

@@ -1,0 +1,196 @@
+"""The threshold keys a user writes in a ParityCheck, and the names of the tolerance profiles.
+
+This module imports pydantic only: the ParityCheck CRD schema is generated from these
+models, so the API package can import them without pulling in numpy. Field names are
+snake_case in Python and camelCase on the wire (`minTokenMatchRate`); every field is
+optional, and a field left out takes its value from the profile (see `profiles.py`).
+Setting a field explicitly to null switches that check off even when the profile has it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class ProfileName(StrEnum):
+    """A tolerance profile: default thresholds for one kind of change (PARITY.md table)."""
+
+    BF16_KERNEL = "bf16-kernel"
+    """Same dtype (bfloat16), new kernel or engine version."""
+    DTYPE_CHANGE = "dtype-change"
+    """A change of compute dtype, e.g. float16 against bfloat16."""
+    FP32_CROSS_FRAMEWORK = "fp32-cross-framework"
+    """Both sides float32, different frameworks (e.g. PyTorch against MindSpore)."""
+    GPU_TO_ASCEND_BF16 = "gpu-to-ascend-bf16"
+    """vLLM on NVIDIA GPU against MindFormers on Ascend, both bfloat16."""
+    STRICT = "strict"
+    """Bit-exact: replays with batch invariance, where the A/A floor is exactly zero."""
+
+
+_MODEL_CONFIG = ConfigDict(
+    alias_generator=to_camel,
+    populate_by_name=True,
+    extra="forbid",
+    frozen=True,
+)
+
+
+class Thresholds(BaseModel):
+    """Pass/fail limits of a parity check; a check fails only past its limit."""
+
+    model_config = _MODEL_CONFIG
+
+    min_token_match_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Lowest share of prompts whose greedy outputs are identical (0..1).",
+    )
+    min_token_agreement: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Lowest share of output tokens that agree before each prompt's first divergence (0..1)."
+        ),
+    )
+    min_first_divergence_p10: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Lowest 10th percentile of the first-divergence position, in output tokens. "
+            "Also the bound under which a long prompt's divergence counts as early."
+        ),
+    )
+    min_legitimate_divergence_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Lowest share of diverging prompts whose fork is legitimate: each side's token in "
+            "the other's top-k and the baseline logprob gap under maxDivergenceLogprobGap (0..1)."
+        ),
+    )
+    max_divergence_logprob_gap: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest baseline logprob gap (nats) between the two tokens at a fork for the fork "
+            "to count as legitimate (tau). Used by minLegitimateDivergenceRate."
+        ),
+    )
+    max_mean_kl: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest mean KL divergence (nats) of the candidate from the baseline over top-k "
+            "tokens plus a tail bucket, teacher-forced on the baseline's tokens."
+        ),
+    )
+    min_same_top_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Lowest share of steps where both sides rank the same token first (0..1).",
+    )
+    max_hidden_max_abs_err: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Largest absolute error of any last-layer hidden-state element in the suite.",
+    )
+    max_hidden_mean_abs_err: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Largest suite mean of the per-token mean absolute hidden-state error.",
+    )
+    max_hidden_rel_l2_p99: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest 99th percentile over tokens of the hidden-state relative L2 error "
+            "||candidate - baseline|| / ||baseline||."
+        ),
+    )
+    min_hidden_cosine_p1: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=1.0,
+        description="Lowest 1st percentile over tokens of the hidden-state cosine similarity.",
+    )
+    max_long_seq_divergence_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Largest share of long prompts (longPromptTokens and up) that diverge early or "
+            "whose own hidden-state or KL metrics fail (0..1)."
+        ),
+    )
+    max_long_to_short_kl_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Largest ratio of mean KL in the 8K+ position bucket to the 0-1K bucket.",
+    )
+    max_long_same_top_drop: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Largest drop of the same-top rate from the 0-1K position bucket to the 8K+ "
+            "bucket (0..1; 0.005 is half a point)."
+        ),
+    )
+    long_prompt_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Prompt length, in tokens, from which a prompt counts as long (default 8192).",
+    )
+
+
+class RegressionTolerance(BaseModel):
+    """How much worse than the last passing check a new check may be.
+
+    A metric regresses only when the confidence bound says the worsening exceeds the
+    allowed amount: for rates, the Newcombe interval of the difference of two Wilson
+    intervals; for means, a normal bound from the per-prompt standard errors.
+    """
+
+    model_config = _MODEL_CONFIG
+
+    confidence: float = Field(
+        default=0.95,
+        gt=0.5,
+        lt=1.0,
+        description="Two-sided confidence level of the bounds (0.5..1, exclusive).",
+    )
+    max_token_match_rate_drop: float | None = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Allowed drop of the prompt-level token match rate (0..1).",
+    )
+    max_token_agreement_drop: float | None = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Allowed drop of the token-level agreement (0..1).",
+    )
+    max_same_top_rate_drop: float | None = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Allowed drop of the same-top-token rate (0..1).",
+    )
+    max_mean_kl_increase: float | None = Field(
+        default=0.0,
+        ge=0.0,
+        description="Allowed increase of the mean KL divergence (nats).",
+    )
+    max_hidden_rel_l2_increase: float | None = Field(
+        default=0.0,
+        ge=0.0,
+        description="Allowed increase of the suite mean hidden-state relative L2 error.",
+    )
