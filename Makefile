@@ -76,3 +76,6 @@ bench: venv
 
 clean: cluster-down
 	rm -rf $(VENV) .cluster
+
+# Area fragments: engines, parity benchmarks, ... (each owns its targets).
+include $(wildcard mk/*.mk)

@@ -1,0 +1,88 @@
+"""`infergate localcluster up|down|status|show`: the local test cluster."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from typing import Any
+
+from infergate.localcluster import controlplane
+from infergate.localcluster.executor.container import kill_leftovers
+from infergate.localcluster.layout import ClusterLayout
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "localcluster",
+        help="the local Kubernetes cluster (real control plane, simulated accelerator nodes)",
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    up = verbs.add_parser("up", help="start the cluster (idempotent)")
+    up.set_defaults(handler=_up)
+    down = verbs.add_parser("down", help="stop exactly the processes `up` started")
+    down.add_argument("--purge", action="store_true", help="also delete etcd data and pod dirs")
+    down.set_defaults(handler=_down)
+    status = verbs.add_parser("status", help="exit 0 when the cluster is up")
+    status.set_defaults(handler=_status)
+    show = verbs.add_parser("show", help="print the cluster's version and nodes")
+    show.set_defaults(handler=_show)
+
+
+def _up(args: argparse.Namespace) -> int:
+    try:
+        controlplane.up(ClusterLayout.default())
+    except controlplane.ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    layout = ClusterLayout.default()
+    stopped = controlplane.down(layout)
+    leftovers = 0
+    if layout.pods.exists():
+        for pod_dir in layout.pods.iterdir():
+            leftovers += kill_leftovers(pod_dir)
+    if args.purge:
+        controlplane.down(layout, purge=True)
+    print(
+        f"stopped: {', '.join(stopped) or 'nothing was running'}"
+        + (f"; {leftovers} leftover pod processes killed" if leftovers else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    up = controlplane.is_up(ClusterLayout.default())
+    print("up" if up else "down")
+    return 0 if up else 1
+
+
+def _show(args: argparse.Namespace) -> int:
+    layout = ClusterLayout.default()
+    kubectl = [str(layout.bin / "kubectl"), f"--kubeconfig={layout.kubeconfig}"]
+    commands = [
+        ["version"],
+        [
+            "get",
+            "nodes",
+            "-o",
+            (
+                "custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,"
+                "GPU:.status.allocatable.nvidia\\.com/gpu,NPU:.status.allocatable.huawei\\.com/Ascend910,"
+                "PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product,"
+                "ACCELERATOR:.metadata.labels.accelerator,"
+                "EXECUTOR:.metadata.labels.infergate\\.io/local-executor"
+            ),
+        ],
+    ]
+    for command in commands:
+        print(f"$ kubectl {' '.join(command)}", flush=True)
+        result = subprocess.run([*kubectl, *command], check=False)
+        if result.returncode != 0:
+            return result.returncode
+    print(f"\nexport KUBECONFIG={layout.kubeconfig} PATH={layout.bin}:$PATH")
+    return 0

@@ -1,0 +1,3 @@
+from infergate.localcluster.executor.agent import main
+
+main()

@@ -1,0 +1,253 @@
+"""The executor's main loop: register its nodes, heartbeat, run their pods."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from infergate.localcluster import nodes
+from infergate.localcluster.executor import images
+from infergate.localcluster.executor.container import kill_leftovers, now_rfc3339
+from infergate.localcluster.executor.pod import PodRunner, Site
+from infergate.localcluster.layout import EXECUTOR_POD_CIDR, cache_dir
+from infergate.localcluster.rest import RestClient
+
+JSON = dict[str, Any]
+log = logging.getLogger("infergate.executor")
+
+_HEARTBEAT = 10.0
+_POLL = 0.5
+
+
+class ExecutorApi:
+    """The API calls of the executor (a node agent of the local cluster)."""
+
+    def __init__(self, client: RestClient) -> None:
+        self.client = client
+
+    def configmap(self, namespace: str, name: str) -> JSON | None:
+        return self.client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+
+    def secret(self, namespace: str, name: str) -> JSON | None:
+        return self.client.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+
+    def service_account_token(
+        self, pod: JSON, audience: str | None, expiration_seconds: int
+    ) -> str:
+        meta = pod["metadata"]
+        account = pod["spec"].get("serviceAccountName") or "default"
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [audience] if audience else [],
+                "expirationSeconds": expiration_seconds,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
+            },
+        }
+        path = f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token"
+        token: str = self.client.create(path, body)["status"]["token"]
+        return token
+
+    def patch_pod_status(self, pod: JSON, status: JSON) -> None:
+        meta = pod["metadata"]
+        self.client.merge_patch(
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+            {"metadata": {"uid": meta["uid"]}, "status": status},
+        )
+
+    def delete_pod_now(self, pod: JSON) -> None:
+        meta = pod["metadata"]
+        self.client.delete(
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+        )
+
+
+class IpAllocator:
+    """Loopback pod IPs, handed out in turn so a just-freed address rests a while."""
+
+    def __init__(self, cidr: str) -> None:
+        network = ipaddress.ip_network(cidr)
+        self._hosts = [str(ip) for ip in network.hosts()][1:]
+        self._next = 0
+        self._used: set[str] = set()
+
+    def reserve(self, ip: str) -> None:
+        self._used.add(ip)
+
+    def release(self, ip: str) -> None:
+        self._used.discard(ip)
+
+    def allocate(self) -> str:
+        for _ in range(len(self._hosts)):
+            ip = self._hosts[self._next]
+            self._next = (self._next + 1) % len(self._hosts)
+            if ip not in self._used:
+                self._used.add(ip)
+                return ip
+        raise RuntimeError(f"no free pod IP left in {EXECUTOR_POD_CIDR}")
+
+
+class Executor:
+    def __init__(self, client: RestClient, cluster_dir: Path) -> None:
+        self.client = client
+        self.api = ExecutorApi(client)
+        self.cluster_dir = cluster_dir
+        server = urlparse(client.server)
+        self.images_file = cluster_dir / "executor.yaml"
+        images.write_default(self.images_file)
+        self.site = Site(
+            pods_root=cluster_dir / "pods",
+            logs_root=cluster_dir / "logs" / "pods",
+            pvc_root=cache_dir() / "pvc",
+            api_host=server.hostname or "127.0.0.1",
+            api_port=server.port or 443,
+            images=[],
+        )
+        self.node_names = [n.name for n in nodes.executor_nodes()]
+        self.runners: dict[str, PodRunner] = {}
+        self.ips = IpAllocator(EXECUTOR_POD_CIDR)
+        self.stopping = threading.Event()
+
+    # -- nodes ----------------------------------------------------------------
+
+    def register_nodes(self) -> None:
+        for shape in nodes.executor_nodes():
+            body = nodes.node_object(shape)
+            body["status"]["conditions"] = self._node_conditions()
+            body["status"]["addresses"] = [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": shape.name},
+            ]
+            if self.client.get(f"/api/v1/nodes/{shape.name}") is None:
+                self.client.create("/api/v1/nodes", body)
+            self.client.merge_patch(
+                f"/api/v1/nodes/{shape.name}/status", {"status": body["status"]}
+            )
+
+    @staticmethod
+    def _node_conditions() -> list[JSON]:
+        now = now_rfc3339()
+        healthy = [
+            ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            ("PIDPressure", "False", "KubeletHasSufficientPID"),
+            ("Ready", "True", "KubeletReady"),
+        ]
+        return [
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": "local executor",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for kind, status, reason in healthy
+        ]
+
+    def heartbeat(self) -> None:
+        while not self.stopping.wait(_HEARTBEAT):
+            try:
+                self._renew_leases()
+                for name in self.node_names:
+                    self.client.merge_patch(
+                        f"/api/v1/nodes/{name}/status",
+                        {"status": {"conditions": self._node_conditions()}},
+                    )
+            except Exception:
+                log.exception("heartbeat failed")
+
+    def _renew_leases(self) -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        for name in self.node_names:
+            path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+            spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}
+            if self.client.get(path) is None:
+                self.client.create(
+                    "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                    {"metadata": {"name": name}, "spec": spec},
+                )
+            else:
+                self.client.merge_patch(path, {"spec": spec})
+
+    # -- pods -----------------------------------------------------------------
+
+    def _pods(self) -> list[JSON]:
+        pods: list[JSON] = []
+        for name in self.node_names:
+            pods += self.client.list("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")
+        return pods
+
+    def sync(self) -> None:
+        pods = self._pods()
+        seen = set()
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            seen.add(uid)
+            runner = self.runners.get(uid)
+            if pod["metadata"].get("deletionTimestamp"):
+                grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+                if runner is None:
+                    self.api.delete_pod_now(pod)
+                    kill_leftovers(self.site.pods_root / uid)
+                elif not runner.stop_requested:
+                    runner.request_stop(grace, delete=True)
+                continue
+            if runner is None and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                ip = (pod.get("status") or {}).get("podIP") or self.ips.allocate()
+                self.ips.reserve(ip)
+                site = dataclasses.replace(self.site, images=images.load(self.images_file))
+                runner = PodRunner(pod, ip, self.api, site)
+                self.runners[uid] = runner
+                runner.start()
+        for uid, runner in list(self.runners.items()):
+            if uid not in seen:
+                if not runner.stop_requested:
+                    runner.request_stop(0, delete=False)
+                if not runner.is_alive():
+                    self.ips.release(runner.pod_ip)
+                    del self.runners[uid]
+
+    def run(self) -> None:
+        self.register_nodes()
+        threading.Thread(target=self.heartbeat, name="heartbeat", daemon=True).start()
+        while not self.stopping.is_set():
+            try:
+                self.sync()
+            except Exception:
+                log.exception("sync failed")
+            self.stopping.wait(_POLL)
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        for runner in self.runners.values():
+            runner.request_stop(5.0, delete=False)
+        for runner in self.runners.values():
+            runner.join(timeout=20)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="local executor of the infergate test cluster")
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--cluster-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    executor = Executor(RestClient(args.kubeconfig), args.cluster_dir)
+    signal.signal(signal.SIGTERM, lambda *_: executor.stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: executor.stopping.set())
+    executor.run()

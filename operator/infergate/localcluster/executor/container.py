@@ -1,0 +1,214 @@
+"""One container process: start, watch, probe, stop."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infergate.localcluster.executor import probes
+from infergate.localcluster.executor.volumes import Mount, ensure_mount_point
+
+JSON = dict[str, Any]
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])  # field 22 of stat: start time in clock ticks
+
+
+@dataclass
+class _ProbeState:
+    successes: int = 0
+    failures: int = 0
+    next_at: float = 0.0
+
+
+@dataclass
+class ContainerProcess:
+    """A container of a pod, across its restarts."""
+
+    spec: JSON
+    pod_dir: Path
+    log_path: Path
+    restart_count: int = 0
+    popen: subprocess.Popen[bytes] | None = None
+    started_at: str | None = None
+    started_mono: float = 0.0
+    ready: bool = False
+    started: bool = False
+    terminated: JSON | None = None
+    last_state: JSON = field(default_factory=dict)
+    waiting: JSON | None = None
+    next_restart_at: float = 0.0
+    probe_state: dict[str, _ProbeState] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    def start(self, argv: list[str], env: dict[str, str], mounts: list[Mount]) -> None:
+        for mount in mounts:
+            ensure_mount_point(mount)
+        spec_file = self.pod_dir / f"{self.name}.launch.json"
+        spec_file.write_text(
+            json.dumps(
+                {
+                    "argv": argv,
+                    "env": env,
+                    "cwd": self.spec.get("workingDir"),
+                    "mounts": [m.as_json() for m in mounts],
+                }
+            )
+        )
+        spec_file.chmod(0o600)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        launcher = [sys.executable, "-m", "infergate.localcluster.executor.launch", str(spec_file)]
+        if mounts:
+            launcher = ["unshare", "--mount", "--propagation", "private", "--", *launcher]
+        with self.log_path.open("ab") as log:
+            log.write(f"--- {now_rfc3339()} start {argv}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(
+                launcher,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                start_new_session=True,
+            )
+        (self.pod_dir / f"{self.name}.pid").write_text(
+            json.dumps({"pid": self.popen.pid, "start": _start_ticks(self.popen.pid)})
+        )
+        self.env = env
+        self.started_at = now_rfc3339()
+        self.started_mono = time.monotonic()
+        self.terminated = None
+        self.waiting = None
+        self.ready = False
+        self.started = "startupProbe" not in self.spec
+        self.probe_state = {}
+
+    def poll(self) -> int | None:
+        """The exit code once the process has ended (128+n for signal n)."""
+        if self.popen is None:
+            return None
+        code = self.popen.poll()
+        if code is None:
+            return None
+        return 128 - code if code < 0 else code
+
+    def record_exit(self, code: int) -> None:
+        self.terminated = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": self.started_at,
+            "finishedAt": now_rfc3339(),
+        }
+        self.ready = False
+        self.popen = None
+
+    def stop(self, grace_seconds: float) -> None:
+        if self.popen is None:
+            return
+        _signal_group(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(timeout=10)
+        code = self.popen.returncode
+        self.record_exit(128 - code if code < 0 else code)
+
+    def run_probes(self, pod_ip: str) -> bool:
+        """Run the probes that are due; False when liveness (or startup) says restart."""
+        now = time.monotonic()
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+            probe = self.spec.get(kind)
+            if kind != "startupProbe" and not self.started:
+                continue
+            if kind == "startupProbe" and (probe is None or self.started):
+                continue
+            if probe is None:
+                if kind == "readinessProbe":
+                    self.ready = True
+                continue
+            state = self.probe_state.setdefault(kind, _ProbeState())
+            if state.next_at == 0.0:
+                state.next_at = self.started_mono + float(probe.get("initialDelaySeconds", 0))
+            if now < state.next_at:
+                continue
+            state.next_at = now + float(probe.get("periodSeconds", 10))
+            if probes.check(probe, self.spec, pod_ip, self.env):
+                state.successes, state.failures = state.successes + 1, 0
+            else:
+                state.successes, state.failures = 0, state.failures + 1
+            success_threshold = int(probe.get("successThreshold", 1))
+            failure_threshold = int(probe.get("failureThreshold", 3))
+            if kind == "readinessProbe":
+                if state.successes >= success_threshold:
+                    self.ready = True
+                elif state.failures >= failure_threshold:
+                    self.ready = False
+            elif kind == "startupProbe" and state.successes >= 1:
+                self.started = True
+            elif state.failures >= failure_threshold:
+                return False
+        return True
+
+    def status(self, image: str) -> JSON:
+        if self.popen is not None:
+            state: JSON = {"running": {"startedAt": self.started_at}}
+        elif self.terminated is not None:
+            state = {"terminated": self.terminated}
+        else:
+            state = {"waiting": self.waiting or {"reason": "ContainerCreating"}}
+        status: JSON = {
+            "name": self.name,
+            "image": image,
+            "imageID": image,
+            "ready": self.ready and self.popen is not None,
+            "started": self.started and self.popen is not None,
+            "restartCount": self.restart_count,
+            "state": state,
+            "lastState": self.last_state,
+        }
+        if self.popen is not None:
+            status["containerID"] = f"local://{self.popen.pid}"
+        return status
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def kill_leftovers(pod_dir: Path) -> int:
+    """Kill container processes recorded under a pod dir whose executor is gone."""
+    killed = 0
+    for pid_file in pod_dir.glob("*.pid"):
+        try:
+            record = json.loads(pid_file.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = int(record["pid"])
+        if record.get("start") is not None and _start_ticks(pid) == record["start"]:
+            _signal_group(pid, signal.SIGKILL)
+            killed += 1
+        pid_file.unlink(missing_ok=True)
+    return killed

@@ -1,0 +1,308 @@
+"""A pod on the local executor: its containers, its status, its end."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from infergate.localcluster.executor.container import ContainerProcess, now_rfc3339
+from infergate.localcluster.executor.podspec import (
+    ImageEnvironment,
+    Lookup,
+    PodSpecError,
+    container_argv,
+    container_env,
+    image_environment,
+    process_path,
+)
+from infergate.localcluster.executor.volumes import (
+    VolumeSources,
+    container_mounts,
+    materialise,
+    remove_pod_dir,
+)
+
+JSON = dict[str, Any]
+log = logging.getLogger("infergate.executor")
+
+_TICK = 0.5
+_MAX_BACKOFF = 30.0
+_MAX_GRACE = 15.0
+
+
+class PodApi(VolumeSources, Protocol):
+    """What a pod runner needs of the API server."""
+
+    def patch_pod_status(self, pod: JSON, status: JSON) -> None: ...
+
+    def delete_pod_now(self, pod: JSON) -> None: ...
+
+
+@dataclass(frozen=True)
+class Site:
+    """What the executor knows of this machine and cluster."""
+
+    pods_root: Path
+    logs_root: Path
+    pvc_root: Path
+    api_host: str
+    api_port: int
+    images: list[ImageEnvironment]
+
+
+class PodRunner(threading.Thread):
+    def __init__(self, pod: JSON, pod_ip: str, api: PodApi, site: Site) -> None:
+        meta = pod["metadata"]
+        super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
+        self.pod = pod
+        self.pod_ip = pod_ip
+        self.api = api
+        self.site = site
+        self.uid: str = meta["uid"]
+        self.pod_dir = site.pods_root / self.uid
+        self._stop_requested = threading.Event()
+        self._grace = 0.0
+        self._delete_after_stop = False
+        self._containers: list[ContainerProcess] = []
+        self._inits: list[ContainerProcess] = []
+        self._phase = "Pending"
+        self._last_status: JSON | None = None
+        self._transitions: dict[str, tuple[str, str]] = {}
+        self._pod_message: str | None = None
+        self._start_time = now_rfc3339()
+
+    # -- requests from the agent -------------------------------------------------
+
+    def request_stop(self, grace_seconds: float, delete: bool) -> None:
+        self._grace = min(grace_seconds, _MAX_GRACE)
+        self._delete_after_stop = delete
+        self._stop_requested.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
+    @property
+    def finished(self) -> bool:
+        return self._phase in ("Succeeded", "Failed")
+
+    # -- the pod's life -----------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._live()
+        except Exception:
+            log.exception("pod %s: executor error", self.pod_ref)
+        finally:
+            for container in self._inits + self._containers:
+                container.stop(self._grace)
+            if self._delete_after_stop:
+                try:
+                    self.api.delete_pod_now(self.pod)
+                except Exception:
+                    log.exception("pod %s: final delete failed", self.pod_ref)
+                remove_pod_dir(self.pod_dir)
+
+    @property
+    def pod_ref(self) -> str:
+        return f"{self.pod['metadata']['namespace']}/{self.pod['metadata']['name']}"
+
+    def _make(self, spec: JSON) -> ContainerProcess:
+        ns, name = self.pod["metadata"]["namespace"], self.pod["metadata"]["name"]
+        return ContainerProcess(
+            spec=spec,
+            pod_dir=self.pod_dir,
+            log_path=self.site.logs_root / f"{ns}_{name}_{spec['name']}.log",
+        )
+
+    def _live(self) -> None:
+        self.pod_dir.mkdir(parents=True, exist_ok=True)
+        self.pod.setdefault("status", {})["podIP"] = self.pod_ip
+        self._inits = [self._make(c) for c in self.pod["spec"].get("initContainers") or []]
+        self._containers = [self._make(c) for c in self.pod["spec"]["containers"]]
+        self._report()
+        volume_paths = self._prepare()
+        if volume_paths is None:
+            return
+        restart_policy = self.pod["spec"].get("restartPolicy", "Always")
+        for init in self._inits:
+            while not self._stop_requested.is_set():
+                code = self._run_to_end(init, volume_paths)
+                if code == 0:
+                    break
+                if restart_policy == "Never":
+                    self._phase = "Failed"
+                    self._report()
+                    return
+                init.last_state = {"terminated": init.terminated}
+                init.restart_count += 1
+                self._stop_requested.wait(min(2.0**init.restart_count, _MAX_BACKOFF))
+        for container in self._containers:
+            self._start(container, volume_paths)
+        self._phase = "Running"
+        while not self._stop_requested.is_set():
+            self._tick(restart_policy, volume_paths)
+            self._report()
+            if self.finished:
+                return
+            self._stop_requested.wait(_TICK)
+
+    def _prepare(self) -> dict[str, Path | None] | None:
+        """Materialise volumes, retrying while a referenced object is missing."""
+        while not self._stop_requested.is_set():
+            try:
+                return materialise(self.pod, self.pod_dir, self.api, self.site.pvc_root)
+            except PodSpecError as exc:
+                for container in self._inits + self._containers:
+                    container.waiting = {
+                        "reason": "CreateContainerConfigError",
+                        "message": str(exc),
+                    }
+                self._report()
+                self._stop_requested.wait(3.0)
+        return None
+
+    def _lookup(self) -> Lookup:
+        ns = self.pod["metadata"]["namespace"]
+        lookup = Lookup()
+        for container in self.pod["spec"]["containers"] + (
+            self.pod["spec"].get("initContainers") or []
+        ):
+            for var in container.get("env") or []:
+                source = var.get("valueFrom") or {}
+                if "configMapKeyRef" in source:
+                    name = source["configMapKeyRef"]["name"]
+                    lookup.configmaps[name] = self.api.configmap(ns, name) or {}
+                if "secretKeyRef" in source:
+                    name = source["secretKeyRef"]["name"]
+                    lookup.secrets[name] = self.api.secret(ns, name) or {}
+            for source in container.get("envFrom") or []:
+                if "configMapRef" in source:
+                    name = source["configMapRef"]["name"]
+                    lookup.configmaps[name] = self.api.configmap(ns, name) or {}
+                if "secretRef" in source:
+                    name = source["secretRef"]["name"]
+                    lookup.secrets[name] = self.api.secret(ns, name) or {}
+        return lookup
+
+    def _start(self, container: ContainerProcess, volume_paths: dict[str, Path | None]) -> None:
+        try:
+            image = container.spec.get("image", "")
+            image_env = image_environment(image, self.site.images)
+            base = {
+                "PATH": process_path(image_env, os.environ.get("PATH", "/usr/bin:/bin")),
+                "HOME": "/root",
+                "HOSTNAME": self.pod["metadata"]["name"],
+                "LANG": "C.UTF-8",
+                "KUBERNETES_SERVICE_HOST": self.site.api_host,
+                "KUBERNETES_SERVICE_PORT": str(self.site.api_port),
+                "KUBERNETES_SERVICE_PORT_HTTPS": str(self.site.api_port),
+                **dict(image_env.extra_env),
+            }
+            if image_env.venv is not None:
+                base["VIRTUAL_ENV"] = str(image_env.venv)
+            env = container_env(self.pod, container.spec, self._lookup(), base)
+            argv = container_argv(container.spec, image_env, env)
+            mounts = container_mounts(container.spec, volume_paths)
+        except PodSpecError as exc:
+            container.waiting = {"reason": "CreateContainerConfigError", "message": str(exc)}
+            container.next_restart_at = time.monotonic() + 5.0
+            return
+        container.start(argv, env, mounts)
+
+    def _run_to_end(self, container: ContainerProcess, volume_paths: dict[str, Path | None]) -> int:
+        self._start(container, volume_paths)
+        while not self._stop_requested.is_set():
+            code = container.poll()
+            if code is not None:
+                container.record_exit(code)
+                return code
+            if container.popen is None:  # could not start
+                self._stop_requested.wait(5.0)
+                self._start(container, volume_paths)
+            self._report()
+            self._stop_requested.wait(_TICK)
+        return -1
+
+    def _tick(self, restart_policy: str, volume_paths: dict[str, Path | None]) -> None:
+        now = time.monotonic()
+        for container in self._containers:
+            code = container.poll()
+            if code is not None:
+                container.record_exit(code)
+                should_restart = restart_policy == "Always" or (
+                    restart_policy == "OnFailure" and code != 0
+                )
+                if should_restart:
+                    container.last_state = {"terminated": container.terminated}
+                    container.restart_count += 1
+                    backoff = min(2.0 ** (container.restart_count - 1), _MAX_BACKOFF)
+                    container.next_restart_at = now + backoff
+                    container.waiting = {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off {backoff:.0f}s restarting failed container",
+                    }
+                    container.terminated = None
+            elif container.popen is not None and not container.run_probes(self.pod_ip):
+                container.stop(2.0)
+                container.last_state = {"terminated": container.terminated}
+                container.restart_count += 1
+                container.terminated = None
+                container.next_restart_at = now
+            idle = container.popen is None and container.terminated is None
+            if idle and now >= container.next_restart_at:
+                self._start(container, volume_paths)
+        if all(c.terminated is not None for c in self._containers):
+            codes = [c.terminated["exitCode"] for c in self._containers if c.terminated]
+            self._phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+
+    def _report(self) -> None:
+        statuses = [c.status(c.spec.get("image", "")) for c in self._containers]
+        init_statuses = [c.status(c.spec.get("image", "")) for c in self._inits]
+        all_ready = bool(statuses) and all(s["ready"] for s in statuses)
+        initialized = all(
+            c.terminated is not None and c.terminated["exitCode"] == 0 for c in self._inits
+        )
+        ready = all_ready and self._phase == "Running"
+
+        def condition(kind: str, value: bool) -> JSON:
+            return {"type": kind, "status": "True" if value else "False"}
+
+        status: JSON = {
+            "phase": self._phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": self.pod_ip,
+            "podIPs": [{"ip": self.pod_ip}],
+            "startTime": self._start_time,
+            "conditions": [
+                condition("PodScheduled", True),
+                condition("PodReadyToStartContainers", True),
+                condition("Initialized", initialized),
+                condition("ContainersReady", ready),
+                condition("Ready", ready),
+            ],
+            "containerStatuses": statuses,
+        }
+        if init_statuses:
+            status["initContainerStatuses"] = init_statuses
+        if status == self._last_status:
+            return
+        stamp = now_rfc3339()
+        conditions = []
+        for cond in status["conditions"]:
+            before = self._transitions.get(cond["type"])
+            since = before[1] if before is not None and before[0] == cond["status"] else stamp
+            conditions.append({**cond, "lastTransitionTime": since})
+        try:
+            self.api.patch_pod_status(self.pod, {**status, "conditions": conditions})
+        except Exception:
+            log.exception("pod %s: status update failed", self.pod_ref)
+            return
+        self._last_status = status
+        self._transitions = {c["type"]: (c["status"], c["lastTransitionTime"]) for c in conditions}

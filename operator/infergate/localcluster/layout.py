@@ -1,0 +1,94 @@
+"""Where the local cluster keeps its binaries, state, certificates and logs.
+
+Binaries are built once per version under the cache (see
+hack/build-control-plane.sh); everything of one running cluster lives in the
+repository's git-ignored `.cluster/` directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+K8S_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+
+# Loopback ranges: the executor hands each real pod an address here; KWOK's
+# simulated pods get addresses from another range, so even a mistaken dial of
+# a simulated pod stays on this machine.
+EXECUTOR_POD_CIDR = "127.64.0.0/16"
+KWOK_POD_CIDR = "127.128.0.0/16"
+SERVICE_CIDR = "10.96.0.0/16"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("INFERGATE_CACHE", Path.home() / ".cache" / "infergate"))
+
+
+def repo_root() -> Path:
+    """The checkout this package was installed from (editable install)."""
+    return Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """Paths of one local cluster."""
+
+    root: Path
+
+    @classmethod
+    def default(cls) -> ClusterLayout:
+        override = os.environ.get("INFERGATE_CLUSTER_DIR")
+        return cls(Path(override) if override else repo_root() / ".cluster")
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run(self) -> Path:
+        """Pid files and the state of the processes `up` started."""
+        return self.root / "run"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def pods(self) -> Path:
+        """Per-pod working directories of the local executor."""
+        return self.root / "pods"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def executor_config(self) -> Path:
+        return self.root / "executor.yaml"
+
+
+def kubernetes_bin() -> Path:
+    return cache_dir() / "bin" / f"kubernetes-{K8S_VERSION}"
+
+
+def etcd_bin() -> Path:
+    return cache_dir() / "bin" / f"etcd-{ETCD_VERSION}"
+
+
+def kwok_bin() -> Path:
+    return cache_dir() / "bin" / f"kwok-{KWOK_VERSION}"
