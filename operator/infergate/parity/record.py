@@ -19,7 +19,7 @@ context at every step, so KL over top-k plus a tail bucket is defined after a fo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,10 @@ from pydantic.alias_generators import to_camel
 
 PAD_TOKEN_ID = -1
 """Token id that pads a top-k row holding fewer than k candidates."""
+
+
+class ParityInputError(ValueError):
+    """Two records cannot be compared as given (the check could not measure)."""
 
 
 class RecordMeta(BaseModel):
@@ -189,3 +193,35 @@ class PromptRecord:
                 )
             object.__setattr__(self, "hidden_states", hidden.astype(np.float32, copy=False))
         object.__setattr__(self, "tags", dict(self.tags))
+
+
+class ParityRecord:
+    """A whole record in memory (small suites, tests); on disk see `infergate.recordio`.
+
+    Offers the same reading interface as `RecordReader`: `meta`, `prompt_ids`, `get`,
+    and iteration in suite order.
+    """
+
+    def __init__(self, meta: RecordMeta, prompts: Sequence[PromptRecord]) -> None:
+        self.meta = meta
+        self._prompts: dict[str, PromptRecord] = {}
+        for prompt in prompts:
+            if prompt.prompt_id in self._prompts:
+                raise ValueError(f"prompt_id: {prompt.prompt_id!r} appears twice; ids are unique")
+            self._prompts[prompt.prompt_id] = prompt
+
+    @property
+    def prompt_ids(self) -> list[str]:
+        return list(self._prompts)
+
+    def __len__(self) -> int:
+        return len(self._prompts)
+
+    def __iter__(self) -> Iterator[PromptRecord]:
+        return iter(self._prompts.values())
+
+    def get(self, prompt_id: str) -> PromptRecord:
+        try:
+            return self._prompts[prompt_id]
+        except KeyError:
+            raise KeyError(f"no prompt {prompt_id!r} in this record") from None

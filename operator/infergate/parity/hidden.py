@@ -1,0 +1,233 @@
+"""Streaming comparison of last-layer hidden states, one prompt pair at a time.
+
+Feed prompt pairs into `HiddenStateAccumulator.add`, then `finalize`. Each pair is
+reduced to four numbers per token (max abs error, mean abs error, relative L2 error,
+cosine) and dropped, so peak memory is one prompt pair plus a small chunk buffer,
+whatever the suite size. The per-token numbers (16 bytes a token) are kept for exact
+percentiles.
+
+The kernel walks the tokens in chunks that fit in cache: one subtraction reads both
+sides from memory, and every other pass (squared norms by einsum, absolute value, max,
+sum) runs on cached data, accumulating in float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from infergate.parity.metrics import (
+    POSITION_BUCKETS,
+    BucketMetrics,
+    HiddenMetrics,
+    Mean,
+    bucket_of,
+)
+from infergate.parity.record import ParityInputError
+from infergate.parity.stats import clustered_mean
+
+CHUNK_BYTES = 1 << 20
+"""Bytes of one side per chunk: three such buffers (two inputs, the difference) sit in L2."""
+
+
+@dataclass(frozen=True)
+class TokenErrors:
+    """Per-token errors of one prompt; rows with non-finite input are NaN."""
+
+    max_abs: NDArray[np.float32]
+    mean_abs: NDArray[np.float32]
+    rel_l2: NDArray[np.float64]
+    cosine: NDArray[np.float64]
+    nonfinite_baseline: int
+    nonfinite_candidate: int
+
+    @property
+    def valid(self) -> NDArray[np.bool_]:
+        return ~np.isnan(self.cosine)
+
+
+def token_errors(
+    baseline: NDArray[np.float32], candidate: NDArray[np.float32], chunk_bytes: int = CHUNK_BYTES
+) -> TokenErrors:
+    """Per-token max abs, mean abs, relative L2 (to the baseline) and cosine of two [n, h]."""
+    if baseline.shape != candidate.shape or baseline.ndim != 2:
+        raise ParityInputError(
+            f"hidden_states shapes differ: baseline {baseline.shape}, candidate {candidate.shape}"
+        )
+    n, h = baseline.shape
+    rows = max(1, chunk_bytes // max(1, 4 * h))
+    sums = np.empty((5, n), np.float32)  # |d|^2, |a|^2, |b|^2, max|d|, sum|d|
+    buffer = np.empty((min(rows, n), h), np.float32)
+    a = baseline.astype(np.float32, copy=False)
+    b = candidate.astype(np.float32, copy=False)
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        x, y, d = a[start:stop], b[start:stop], buffer[: stop - start]
+        np.subtract(x, y, out=d)
+        np.einsum("ij,ij->i", d, d, out=sums[0, start:stop])
+        np.einsum("ij,ij->i", x, x, out=sums[1, start:stop])
+        np.einsum("ij,ij->i", y, y, out=sums[2, start:stop])
+        np.abs(d, out=d)
+        np.max(d, axis=1, out=sums[3, start:stop], initial=0.0)
+        np.einsum("ij->i", d, out=sums[4, start:stop])
+    d2, a2, b2 = (sums[i].astype(np.float64) for i in range(3))
+    bad_a = _nonfinite_rows(a, a2)
+    bad_b = _nonfinite_rows(b, b2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        norm_d, norm_a = np.sqrt(d2), np.sqrt(a2)
+        rel = np.where(a2 > 0.0, norm_d / norm_a, np.where(d2 > 0.0, np.inf, 0.0))
+        # (|a|^2 + |b|^2 - |a-b|^2) / 2 = a.b, and it is exactly 1 for identical rows.
+        denom = 2.0 * np.sqrt(a2 * b2)
+        cos = np.where(
+            denom > 0.0, (a2 + b2 - d2) / denom, np.where((a2 == 0.0) & (b2 == 0.0), 1.0, 0.0)
+        )
+    cos = np.clip(cos, -1.0, 1.0)
+    bad = bad_a | bad_b
+    rel[bad] = np.nan
+    cos[bad] = np.nan
+    max_abs, mean_abs = sums[3].copy(), sums[4] / np.float32(max(h, 1))
+    max_abs[bad] = np.nan
+    mean_abs[bad] = np.nan
+    return TokenErrors(max_abs, mean_abs, rel, cos, int(bad_a.sum()), int(bad_b.sum()))
+
+
+def _nonfinite_rows(x: NDArray[np.float32], norms2: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows holding NaN or Inf; a non-finite squared norm flags a row, the row itself decides
+    (a squared norm can overflow float32 from finite values)."""
+    suspects = np.flatnonzero(~np.isfinite(norms2))
+    bad = np.zeros(norms2.shape[0], np.bool_)
+    for row in suspects:
+        bad[row] = not bool(np.isfinite(x[row]).all())
+    return bad
+
+
+@dataclass(frozen=True)
+class PromptHidden:
+    """One prompt's hidden-state summary."""
+
+    tokens: int
+    max_abs_err: float | None
+    rel_l2_p99: float | None
+    cosine_p1: float | None
+    cosine_min: float | None
+    nonfinite_baseline: int
+    nonfinite_candidate: int
+
+
+class HiddenStateAccumulator:
+    """Compares hidden states prompt pair by prompt pair; `finalize` gives suite metrics."""
+
+    def __init__(self, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self._chunk_bytes = chunk_bytes
+        self._parts: list[tuple[TokenErrors, NDArray[np.intp]]] = []
+        self._nonfinite = [0, 0]
+
+    def add(
+        self, prompt_id: str, baseline: NDArray[np.float32], candidate: NDArray[np.float32]
+    ) -> PromptHidden:
+        """Compare one prompt's [tokens, hidden] pair; row i is sequence position i."""
+        if baseline.shape != candidate.shape:
+            raise ParityInputError(
+                f"prompt {prompt_id!r}: hidden_states shapes differ: baseline "
+                f"{baseline.shape}, candidate {candidate.shape}; both must be [tokens, hidden]"
+            )
+        errors = token_errors(baseline, candidate, self._chunk_bytes)
+        buckets = bucket_of(np.arange(baseline.shape[0], dtype=np.int64))
+        self._parts.append((errors, buckets))
+        self._nonfinite[0] += errors.nonfinite_baseline
+        self._nonfinite[1] += errors.nonfinite_candidate
+        valid = errors.valid
+        return PromptHidden(
+            tokens=int(baseline.shape[0]),
+            max_abs_err=_max(errors.max_abs[valid]),
+            rel_l2_p99=_quantile(errors.rel_l2[valid], 0.99, "higher"),
+            cosine_p1=_quantile(errors.cosine[valid], 0.01, "lower"),
+            cosine_min=_min(errors.cosine[valid]),
+            nonfinite_baseline=errors.nonfinite_baseline,
+            nonfinite_candidate=errors.nonfinite_candidate,
+        )
+
+    @property
+    def prompts(self) -> int:
+        return len(self._parts)
+
+    def finalize(self) -> tuple[HiddenMetrics, list[BucketMetrics]]:
+        """Suite metrics (means token-weighted, P99 errors and P1 cosine over all tokens)."""
+        valid = [e.valid for e, _ in self._parts]
+        max_abs = _concat([e.max_abs[v] for (e, _), v in zip(self._parts, valid, strict=True)])
+        rel = _concat([e.rel_l2[v] for (e, _), v in zip(self._parts, valid, strict=True)])
+        cos = _concat([e.cosine[v] for (e, _), v in zip(self._parts, valid, strict=True)])
+        buckets = _concat_int([b[v] for (_, b), v in zip(self._parts, valid, strict=True)])
+        counts = [int(v.sum()) for v in valid]
+        metrics = HiddenMetrics(
+            prompts=len(self._parts),
+            tokens=int(rel.shape[0]),
+            max_abs_err=_max(max_abs),
+            mean_abs_err=self._mean([e.mean_abs for e, _ in self._parts], valid, counts),
+            rel_l2=self._mean([e.rel_l2 for e, _ in self._parts], valid, counts),
+            rel_l2_p99=_quantile(rel, 0.99, "higher"),
+            cosine=self._mean([e.cosine for e, _ in self._parts], valid, counts),
+            cosine_p1=_quantile(cos, 0.01, "lower"),
+            cosine_min=_min(cos),
+            nonfinite_tokens_baseline=self._nonfinite[0],
+            nonfinite_tokens_candidate=self._nonfinite[1],
+        )
+        per_bucket = []
+        for index, (name, start, end) in enumerate(POSITION_BUCKETS):
+            inside = buckets == index
+            per_bucket.append(
+                BucketMetrics(
+                    name=name,
+                    start=start,
+                    end=end,
+                    kl_steps=0,
+                    mean_kl=None,
+                    same_top_rate=None,
+                    hidden_tokens=int(inside.sum()),
+                    rel_l2_mean=_mean(rel[inside]),
+                    rel_l2_p99=_quantile(rel[inside], 0.99, "higher"),
+                    cosine_mean=_mean(cos[inside]),
+                    cosine_p1=_quantile(cos[inside], 0.01, "lower"),
+                    max_abs_err=_max(max_abs[inside]),
+                )
+            )
+        return metrics, per_bucket
+
+    @staticmethod
+    def _mean(
+        parts: list[NDArray[np.floating]], valid: list[NDArray[np.bool_]], counts: list[int]
+    ) -> Mean:
+        sums = [float(p[v].sum(dtype=np.float64)) for p, v in zip(parts, valid, strict=True)]
+        value, stderr = clustered_mean(sums, counts)
+        return Mean(value=value, stderr=stderr, count=sum(counts))
+
+
+def _concat(parts: list[NDArray[np.floating]]) -> NDArray[np.float64]:
+    if not parts:
+        return np.zeros(0, np.float64)
+    return np.concatenate(parts).astype(np.float64, copy=False)
+
+
+def _concat_int(parts: list[NDArray[np.intp]]) -> NDArray[np.intp]:
+    return np.concatenate(parts) if parts else np.zeros(0, np.intp)
+
+
+def _quantile(values: NDArray[np.floating], q: float, method: str) -> float | None:
+    """Quantile that leans to the bad side: 'higher' for errors, 'lower' for cosine."""
+    if values.size == 0:
+        return None
+    return float(np.quantile(values, q, method=method))  # type: ignore[call-overload]
+
+
+def _max(values: NDArray[np.floating]) -> float | None:
+    return float(values.max()) if values.size else None
+
+
+def _min(values: NDArray[np.floating]) -> float | None:
+    return float(values.min()) if values.size else None
+
+
+def _mean(values: NDArray[np.floating]) -> float | None:
+    return float(values.mean(dtype=np.float64)) if values.size else None

@@ -1,0 +1,227 @@
+"""The measured result of a parity comparison, as JSON-ready models (camelCase on the wire).
+
+`ParityResult` is what the runner stores and the ParityCheck status summarises; the
+verdict (`verdict.py`) is computed from it and the thresholds, and the report
+(`report.py`) renders both.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from infergate.parity.stats import wilson_interval
+from infergate.parity.thresholds import Thresholds
+
+POSITION_BUCKETS: Final[tuple[tuple[str, int, int | None], ...]] = (
+    ("0-1K", 0, 1024),
+    ("1-4K", 1024, 4096),
+    ("4-8K", 4096, 8192),
+    ("8K+", 8192, None),
+)
+"""Sequence-position buckets (name, first position, end exclusive); rope bugs grow with position."""
+
+
+def bucket_of(positions: NDArray[np.int64]) -> NDArray[np.intp]:
+    """Index into POSITION_BUCKETS of each sequence position."""
+    edges = np.asarray([start for _, start, _ in POSITION_BUCKETS[1:]], dtype=np.int64)
+    return np.searchsorted(edges, positions, side="right")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class Rate(_Model):
+    """A share of successes, with its 95% Wilson interval."""
+
+    value: float | None
+    successes: int
+    total: int
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, successes: int, total: int) -> Rate:
+        low, high = wilson_interval(successes, total)
+        return cls(
+            value=successes / total if total else None,
+            successes=successes,
+            total=total,
+            low=low,
+            high=high,
+        )
+
+
+class Mean(_Model):
+    """A token-weighted mean over the suite with its prompt-clustered standard error."""
+
+    value: float | None
+    stderr: float | None
+    count: int
+
+
+class SurvivalPoint(_Model):
+    position: int = Field(description="Output tokens generated.")
+    surviving: float = Field(description="Share of prompts whose outputs still agree.")
+
+
+class FirstDivergence(_Model):
+    prompts: int
+    diverged: int
+    median: int
+    median_censored: bool = Field(description="True when fewer than half diverged: median >= it.")
+    p10: int
+    p10_censored: bool = Field(description="True when fewer than 10% diverged: p10 >= it.")
+    horizon: int = Field(description="Longest output position observed.")
+    survival: list[SurvivalPoint]
+
+
+class TokenMetrics(_Model):
+    match_rate: Rate = Field(description="Prompts whose greedy outputs are identical.")
+    agreement: Rate = Field(description="Output tokens agreeing before each first divergence.")
+    first_divergence: FirstDivergence
+    legitimate_divergence_rate: Rate | None = Field(
+        description="Diverging prompts whose fork is legitimate; None when not measurable."
+    )
+    divergence_logprob_gap_median: float | None
+    divergence_logprob_gap_max: float | None
+
+
+class LogprobMetrics(_Model):
+    steps: int
+    teacher_forced_prompts: int
+    mean_kl: Mean
+    kl_p99: float | None
+    kl_max: float | None
+    same_top_rate: Rate
+    delta_p_mean: float | None
+    delta_p_rms: float | None
+    delta_p_max_abs: float | None
+
+
+class HiddenMetrics(_Model):
+    prompts: int
+    tokens: int
+    max_abs_err: float | None
+    mean_abs_err: Mean
+    rel_l2: Mean
+    rel_l2_p99: float | None
+    cosine: Mean
+    cosine_p1: float | None
+    cosine_min: float | None
+    nonfinite_tokens_baseline: int
+    nonfinite_tokens_candidate: int
+
+
+class BucketMetrics(_Model):
+    name: str
+    start: int
+    end: int | None
+    kl_steps: int
+    mean_kl: float | None
+    same_top_rate: float | None
+    hidden_tokens: int
+    rel_l2_mean: float | None
+    rel_l2_p99: float | None
+    cosine_mean: float | None
+    cosine_p1: float | None
+    max_abs_err: float | None
+
+
+class LongSequenceMetrics(_Model):
+    min_prompt_tokens: int
+    prompts: int
+    divergence_rate: Rate | None
+    diverged_prompts: list[str]
+    kl_ratio: float | None = Field(description="Mean KL in the 8K+ bucket over the 0-1K bucket.")
+    same_top_drop: float | None = Field(description="Same-top rate of 0-1K minus that of 8K+.")
+
+
+class ParityMetrics(_Model):
+    prompts: int
+    tokens: TokenMetrics
+    logprobs: LogprobMetrics | None
+    hidden: HiddenMetrics | None
+    buckets: list[BucketMetrics]
+    long_sequence: LongSequenceMetrics
+
+
+class PromptSummary(_Model):
+    """One prompt's headline numbers; worst-prompt lists are drawn from these."""
+
+    prompt_id: str
+    prompt_tokens: int
+    baseline_output_tokens: int
+    candidate_output_tokens: int
+    first_divergence: int | None
+    legitimate: bool | None
+    legitimacy_note: str
+    logprob_gap: float | None
+    kl_steps: int = 0
+    mean_kl: float | None = None
+    same_top_rate: float | None = None
+    hidden_tokens: int = 0
+    hidden_max_abs_err: float | None = None
+    hidden_rel_l2_p99: float | None = None
+    hidden_cosine_p1: float | None = None
+    hidden_cosine_min: float | None = None
+    long: bool = False
+    long_failures: list[str] = Field(default_factory=list)
+
+
+class PromptOutputs(_Model):
+    """Both sides' outputs of one prompt, for side-by-side display."""
+
+    prompt_id: str
+    baseline_token_ids: list[int]
+    candidate_token_ids: list[int]
+    baseline_text: str | None
+    candidate_text: str | None
+
+
+class HygieneCheck(StrEnum):
+    NON_FINITE = "NonFinite"
+    COLLAPSE = "Collapse"
+    PROMPT_TOKENS_DIFFER = "PromptTokensDiffer"
+    CONFIG_DIFFERS = "ConfigDiffers"
+
+
+class HygieneFinding(_Model):
+    """A hard failure found outside the thresholds (or an Error when it is the baseline's)."""
+
+    check: HygieneCheck
+    severity: Literal["Failed", "Error"]
+    side: Literal["baseline", "candidate", "both"]
+    prompt_ids: list[str]
+    detail: str
+
+
+class SideInfo(_Model):
+    engine: str
+    engine_version: str
+    dtype: str
+    config_hash: str
+    model: str
+    suite: str
+
+
+class ParityResult(_Model):
+    """Everything measured: the input the verdict and the report are computed from."""
+
+    baseline: SideInfo
+    candidate: SideInfo
+    thresholds: Thresholds
+    metrics: ParityMetrics
+    prompts: list[PromptSummary]
+    outputs: list[PromptOutputs]
+    hygiene: list[HygieneFinding]
+    errors: list[str] = Field(description="Why something could not be measured.")
+    notes: list[str]
