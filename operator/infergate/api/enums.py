@@ -1,0 +1,79 @@
+"""Closed sets of values shared by the resources (they become schema enums)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EngineKind(StrEnum):
+    """Inference engine: vllm (NVIDIA GPU) or mindformers (MindFormers on MindSpore, Huawei Ascend
+    NPU).
+    """
+
+    VLLM = "vllm"
+    MINDFORMERS = "mindformers"
+
+
+class AcceleratorKind(StrEnum):
+    """Accelerator preset: nvidia-gpu (resource nvidia.com/gpu) or ascend-npu (resource
+    huawei.com/Ascend910).
+    """
+
+    NVIDIA_GPU = "nvidia-gpu"
+    ASCEND_NPU = "ascend-npu"
+
+
+class DType(StrEnum):
+    """Floating-point type, always explicit: float32, float16 or bfloat16 (never auto)."""
+
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+
+# The only pairings that run: an engine is built for one accelerator family.
+ENGINE_ACCELERATOR: dict[EngineKind, AcceleratorKind] = {
+    EngineKind.VLLM: AcceleratorKind.NVIDIA_GPU,
+    EngineKind.MINDFORMERS: AcceleratorKind.ASCEND_NPU,
+}
+
+
+class DeploymentPhase(StrEnum):
+    """Rollout phase shown to people, derived from the conditions."""
+
+    STABLE = "Stable"
+    PROGRESSING = "Progressing"
+    VERIFYING = "Verifying"
+    PROMOTING = "Promoting"
+    ROLLED_BACK = "RolledBack"
+    FAILED = "Failed"
+
+
+class CheckPhase(StrEnum):
+    """Phase of a parity check: Pending, Running, Passed, Failed (measured bad) or Error (could not
+    measure).
+    """
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    PASSED = "Passed"
+    FAILED = "Failed"
+    ERROR = "Error"
+
+
+class VerdictOutcome(StrEnum):
+    """Outcome of a parity check for a revision: Passed, Failed, Error, Inconclusive or Pending."""
+
+    PASSED = "Passed"
+    FAILED = "Failed"
+    ERROR = "Error"
+    INCONCLUSIVE = "Inconclusive"
+    PENDING = "Pending"
+
+
+class ConditionStatus(StrEnum):
+    """Status of a condition: True, False or Unknown."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"

@@ -1,0 +1,66 @@
+"""Where model weights live: parse and check `spec.model.uri`.
+
+Allowed forms (the CRD rule on `spec.model.uri` accepts exactly these):
+
+- ``pvc://<claim>/<path>``: a PersistentVolumeClaim in the deployment's namespace;
+- ``hf://<org>/<model>[@<revision>]``: a Hugging Face Hub repository, optionally pinned;
+- ``s3://<bucket>/<key>``: object storage (vLLM streams it; MindFormers cannot);
+- ``file:///<absolute path>``: a path on the node, mounted from the host.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class UriScheme(StrEnum):
+    """Storage kinds a model can be loaded from."""
+
+    PVC = "pvc"
+    HF = "hf"
+    S3 = "s3"
+    FILE = "file"
+
+
+# Shared with the CRD's CEL rule (RE2 syntax, which this also is).
+MODEL_URI_PATTERN = (
+    r"^(pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^/\s]+)*/?"
+    r"|hf://[A-Za-z0-9][-._A-Za-z0-9]*(/[A-Za-z0-9][-._A-Za-z0-9]*)?(@[-._/A-Za-z0-9]+)?"
+    r"|s3://[a-z0-9][-.a-z0-9]*[a-z0-9](/[^\s]*)?"
+    r"|file:///[^\s]*)$"
+)
+MODEL_URI_FORMS = (
+    "pvc://<claim>/<path>, hf://<org>/<model>[@<revision>], s3://<bucket>/<key> "
+    "or file:///<absolute path>"
+)
+_PATTERN = re.compile(MODEL_URI_PATTERN)
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """A parsed model URI."""
+
+    scheme: UriScheme
+    # pvc: the claim; s3: the bucket; hf: the repository id; file: empty.
+    authority: str
+    # Path inside the claim or bucket, or the absolute host path; empty for hf.
+    path: str
+    # hf only: the pinned revision (commit, tag or branch), or None.
+    revision: str | None = None
+
+
+def parse_model_uri(uri: str) -> ModelLocation:
+    """Parse a model URI; the error names the field, the value and the allowed forms."""
+    if not _PATTERN.match(uri):
+        raise ValueError(f"model.uri: {uri!r} is not allowed; use {MODEL_URI_FORMS}")
+    scheme_text, rest = uri.split("://", 1)
+    scheme = UriScheme(scheme_text)
+    if scheme is UriScheme.FILE:
+        return ModelLocation(scheme, "", rest)
+    if scheme is UriScheme.HF:
+        repo, _, revision = rest.partition("@")
+        return ModelLocation(scheme, repo, "", revision or None)
+    authority, _, path = rest.partition("/")
+    return ModelLocation(scheme, authority, path.rstrip("/"))

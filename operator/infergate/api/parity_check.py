@@ -1,0 +1,318 @@
+"""The ParityCheck resource: compare two sides on one prompt suite and give a verdict.
+
+`ParityCheckTemplate` is what an InferenceDeployment carries in
+`spec.rollout.parity`; the operator adds the two sides (stable as baseline,
+canary as candidate) to make a `ParityCheckSpec`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+from pydantic import ConfigDict, Field, JsonValue, model_validator
+
+from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
+from infergate.api.common import (
+    Condition,
+    ConfigMapKeyReference,
+    LocalObjectReference,
+    ObjectName,
+    ResourceRequirements,
+    ShortHash,
+)
+from infergate.api.enums import CheckPhase, VerdictOutcome
+from infergate.api.prompts import PromptSuite
+from infergate.api.schema import NULLABLE_PROPERTIES
+from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
+
+# Marks an object whose properties keep an explicit null: in Thresholds and
+# RegressionTolerance null switches a check off, which differs from leaving
+# the field out (the profile's value). The schema converter turns it into
+# `nullable: true` on each property.
+NULL_SWITCHES_OFF: dict[str, JsonValue] = {NULLABLE_PROPERTIES: True}
+
+MAX_TOKENS_MAX = 32768
+TOP_LOGPROBS_MAX = 20
+SEED_MAX = 2**32 - 1
+RUNNER_DEADLINE_MAX = 86400
+CHECK_DEADLINE_MAX = 172800
+
+
+class Sampling(KubeModel):
+    """How both sides generate: greedy, fixed seed, top-k logprobs per step."""
+
+    max_tokens: int = Field(default=512, ge=1, le=MAX_TOKENS_MAX)
+    """Tokens generated per prompt; first divergences are censored here."""
+    temperature: float = Field(
+        default=0.0,
+        json_schema_extra=cel_rules(
+            cel(
+                "self == 0.0",
+                "temperature must be 0: parity compares greedy outputs, and sampling at a "
+                "higher temperature makes two identical engines disagree",
+            )
+        ),
+    )
+    """Sampling temperature; must be 0 (greedy)."""
+    seed: int = Field(default=42, ge=0, le=SEED_MAX)
+    """Sampling seed sent with every request, for engines that consult it even when greedy."""
+    top_logprobs: int = Field(default=5, ge=1, le=TOP_LOGPROBS_MAX)
+    """Top-k logprobs requested per step (vLLM serves at most 20 by default)."""
+
+    @model_validator(mode="after")
+    def _greedy(self) -> Self:
+        if self.temperature != 0.0:
+            raise ValueError(
+                f"sampling.temperature: {self.temperature} is not allowed; it must be 0 (greedy)"
+            )
+        return self
+
+
+class HiddenStates(KubeModel):
+    """Probe channel: last-layer hidden states, teacher-forced on the baseline's tokens."""
+
+    enabled: bool = True
+    """Compare last-layer hidden states (max abs error, relative L2, cosine) besides tokens and
+    logprobs.
+    """
+    max_positions_per_prompt: int = Field(default=16384, ge=1, le=1048576)
+    """Positions (prompt and generated) compared per prompt, from the start; later ones are skipped.
+    """
+    chunk_tokens: int = Field(default=1024, ge=16, le=65536)
+    """Positions fetched per probe request; states are compared as they stream, never held whole."""
+
+
+class Runner(KubeModel):
+    """The Job that drives both sides and computes the verdict."""
+
+    image: str | None = Field(default=None, min_length=1, max_length=SHORT_TEXT_MAX * 2)
+    """Runner image; unset: the image the operator was built with."""
+    resources: ResourceRequirements | None = None
+    """CPU and memory of the runner container."""
+    active_deadline_seconds: int = Field(default=3600, ge=60, le=RUNNER_DEADLINE_MAX)
+    """Seconds the runner Job may run before it is stopped (the check then ends in Error)."""
+    backoff_limit: int = Field(default=1, ge=0, le=10)
+    """Retries of a failed runner pod before the check ends in Error."""
+
+
+class ParityCheckTemplate(KubeModel):
+    """What to compare and how to judge it; the two sides are added by the operator or the user."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
+                "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
+                field_path=".runner.activeDeadlineSeconds",
+                message_expression=(
+                    "'runner.activeDeadlineSeconds (' + string(self.runner.activeDeadlineSeconds)"
+                    " + ') must not exceed deadlineSeconds (' + string(self.deadlineSeconds) + ')'"
+                ),
+            )
+        )
+    )
+
+    suite: PromptSuite
+    """Prompts both sides answer: inline, or a ConfigMap key of JSON lines."""
+    sampling: Sampling = Field(default_factory=Sampling, json_schema_extra={"default": {}})
+    """Generation settings shared by both sides (greedy only)."""
+    hidden_states: HiddenStates = Field(
+        default_factory=HiddenStates, json_schema_extra={"default": {}}
+    )
+    """Last-layer hidden-state comparison (probe channel)."""
+    profile: ProfileName | None = None
+    """Tolerance profile giving default thresholds: bf16-kernel, dtype-change, fp32-cross-framework,
+    gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides.
+    """
+    thresholds: Thresholds | None = Field(default=None, json_schema_extra=NULL_SWITCHES_OFF)
+    """Per-metric limits over the profile's; a field set to null switches that check off."""
+    regression: RegressionTolerance = Field(
+        default_factory=RegressionTolerance,
+        json_schema_extra={"default": {}, **NULL_SWITCHES_OFF},
+    )
+    """Allowed worsening against the last passing check, judged with confidence bounds; a field set
+    to null switches that comparison off.
+    """
+    runner: Runner = Field(default_factory=Runner, json_schema_extra={"default": {}})
+    """The runner Job: image, resources, deadline, retries."""
+    deadline_seconds: int = Field(default=7200, ge=60, le=CHECK_DEADLINE_MAX)
+    """Seconds from creation until the check ends in Error if it has no verdict (waiting for sides
+    included).
+    """
+
+    @model_validator(mode="after")
+    def _deadlines(self) -> Self:
+        if self.runner.active_deadline_seconds > self.deadline_seconds:
+            raise ValueError(
+                f"runner.activeDeadlineSeconds ({self.runner.active_deadline_seconds}) "
+                f"must not exceed deadlineSeconds ({self.deadline_seconds})"
+            )
+        return self
+
+
+class Endpoint(KubeModel):
+    """An OpenAI-compatible server outside infergate's control."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=URI_MAX,
+        json_schema_extra=cel_rules(
+            cel(
+                "isURL(self) && url(self).getScheme() in ['http', 'https'] "
+                "&& url(self).getHostname() != ''",
+                "url must be an absolute http:// or https:// URL, e.g. http://10.0.0.7:8000",
+            )
+        ),
+    )
+    """Base URL of the server, e.g. http://10.0.0.7:8000 (the runner calls /v1/completions under
+    it).
+    """
+    model: str = Field(min_length=1, max_length=SHORT_TEXT_MAX)
+    """Model name the server expects in requests (its served model name)."""
+
+    @model_validator(mode="after")
+    def _absolute_http(self) -> Self:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"endpoint.url: {self.url!r} is not allowed; give an absolute http:// or "
+                "https:// URL, e.g. http://10.0.0.7:8000"
+            )
+        return self
+
+
+class Side(KubeModel):
+    """One side of a comparison: a revision of an InferenceDeployment, or an endpoint."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "has(self.inferenceDeploymentRef) != has(self.endpoint)",
+                "exactly one of inferenceDeploymentRef or endpoint must be set",
+            ),
+            cel(
+                "!has(self.revision) || has(self.inferenceDeploymentRef)",
+                "revision selects a revision of an InferenceDeployment; "
+                "it cannot be used with endpoint",
+                field_path=".revision",
+            ),
+        )
+    )
+
+    inference_deployment_ref: LocalObjectReference | None = None
+    """InferenceDeployment in the same namespace whose revision answers. Exclusive with endpoint."""
+    revision: ShortHash | None = None
+    """Revision of that InferenceDeployment (10 hex digits, as in status.revisions). Unset: its
+    stable revision.
+    """
+    endpoint: Endpoint | None = None
+    """A server given by URL. Exclusive with inferenceDeploymentRef."""
+
+    @model_validator(mode="after")
+    def _one_side(self) -> Self:
+        if (self.inference_deployment_ref is None) == (self.endpoint is None):
+            raise ValueError("exactly one of inferenceDeploymentRef or endpoint must be set")
+        if self.revision is not None and self.inference_deployment_ref is None:
+            raise ValueError(
+                "revision selects a revision of an InferenceDeployment; "
+                "it cannot be used with endpoint"
+            )
+        return self
+
+
+class ParityCheckSpec(ParityCheckTemplate):
+    """A parity check: the template plus the two sides to compare."""
+
+    baseline: Side
+    """The reference side (in a rollout: the stable revision)."""
+    candidate: Side
+    """The side being judged (in a rollout: the canary revision)."""
+
+
+class Progress(KubeModel):
+    """How far the runner is through the suite."""
+
+    done: int = Field(ge=0)
+    """Prompts finished on both sides."""
+    total: int = Field(ge=0)
+    """Prompts in the suite."""
+
+
+class VerdictReason(KubeModel):
+    """One limit that was passed (or could not be measured)."""
+
+    metric: str = Field(max_length=SHORT_TEXT_MAX)
+    """Metric name, e.g. minTokenMatchRate, maxHiddenRelL2P99, hygiene.nan."""
+    value: float | None = None
+    """Measured value; unset when it could not be measured."""
+    threshold: float | None = None
+    """Limit the value was judged against; unset for hard failures (hygiene)."""
+    prompts: list[str] = Field(default_factory=list, max_length=100)
+    """Ids of the prompts that caused it, worst first (at most 100)."""
+    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    """The reason for people: metric, value, limit and what it means."""
+
+
+class Verdict(KubeModel):
+    """The judgement of the candidate against the baseline."""
+
+    passed: bool
+    """True only when every check passed; no verdict, no promotion."""
+    outcome: VerdictOutcome | None = None
+    """Passed, Failed (measured bad), Error or Inconclusive (could not measure)."""
+    summary: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    """One line for people."""
+    reasons: list[VerdictReason] = Field(default_factory=list, max_length=256)
+    """Every limit that failed, naming the metric, value, threshold and prompts."""
+
+
+class ParityCheckStatus(KubeModel):
+    """Observed state of a ParityCheck, written by the operator."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation last acted on."""
+    phase: CheckPhase | None = None
+    """Pending, Running, Passed, Failed (measured bad) or Error (could not measure)."""
+    job_name: ObjectName | None = None
+    """Name of the runner Job."""
+    start_time: datetime | None = None
+    """When the runner Job started."""
+    completion_time: datetime | None = None
+    """When the verdict was reached or the check ended in Error."""
+    profile: ProfileName | None = None
+    """Tolerance profile in effect (resolved when spec.profile is unset)."""
+    baseline_revision: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """Revision the baseline resolved to (for an InferenceDeployment side)."""
+    candidate_revision: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """Revision the candidate resolved to (for an InferenceDeployment side)."""
+    progress: Progress | None = None
+    """Prompts done out of the suite."""
+    metrics: dict[str, float] | None = Field(default=None, max_length=512)
+    """Suite-level metrics by name, e.g. tokenMatchRate, meanKl, hiddenCosineP1."""
+    verdict: Verdict | None = None
+    """Outcome with the reasons for a failure."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Latest observations: Complete, Passed, Failed, Error."""
+    report_ref: ConfigMapKeyReference | None = None
+    """ConfigMap key holding the full report (per-prompt metrics)."""
+
+
+class ParityCheck(KubeModel):
+    """A ParityCheck as stored by the API server."""
+
+    api_version: str = "infergate.io/v1alpha1"
+    """infergate.io/v1alpha1."""
+    kind: str = "ParityCheck"
+    """ParityCheck."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Standard object metadata."""
+    spec: ParityCheckSpec
+    """What to compare and how to judge it."""
+    status: ParityCheckStatus | None = None
+    """Observed state, written by the operator."""

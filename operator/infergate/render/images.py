@@ -1,0 +1,16 @@
+"""Default engine images, pinned: a moving tag would change what runs under one revision."""
+
+from __future__ import annotations
+
+from infergate.api.enums import EngineKind
+from infergate.api.inference_deployment import Engine
+
+DEFAULT_IMAGES: dict[EngineKind, str] = {
+    EngineKind.VLLM: "docker.io/vllm/vllm-openai:v0.11.0",
+    EngineKind.MINDFORMERS: "ghcr.io/infergate/engine-mindformers:1.9.0-ms2.9.0",
+}
+
+
+def resolved_image(engine: Engine) -> str:
+    """The image the engine runs: the one given, or the engine kind's default."""
+    return engine.image if engine.image is not None else DEFAULT_IMAGES[engine.kind]

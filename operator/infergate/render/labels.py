@@ -1,0 +1,55 @@
+"""Names, labels and selectors of rendered objects.
+
+Revision objects (Deployment, Service, ConfigMap) are named `<name>-<revision>`;
+the stable Service is named `<name>`. Every object carries
+`app.kubernetes.io/managed-by: infergate` and `infergate.io/deployment`;
+revision objects also carry `infergate.io/revision`.
+"""
+
+from __future__ import annotations
+
+from infergate.api.enums import EngineKind
+
+MANAGED_BY = "infergate"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_DEPLOYMENT = "infergate.io/deployment"
+LABEL_REVISION = "infergate.io/revision"
+LABEL_ENGINE = "infergate.io/engine"
+ANNOTATION_REVISION_HASH = "infergate.io/revision-hash"
+COMPONENT_ENGINE = "engine"
+
+
+def revision_object_name(name: str, revision: str) -> str:
+    """Name of a revision's Deployment, Service and ConfigMap."""
+    return f"{name}-{revision}"
+
+
+def engine_pod_selector(name: str, revision: str | None = None) -> dict[str, str]:
+    """Selects the engine pods of a deployment, or of one of its revisions."""
+    selector = {LABEL_DEPLOYMENT: name, LABEL_COMPONENT: COMPONENT_ENGINE}
+    if revision is not None:
+        selector[LABEL_REVISION] = revision
+    return selector
+
+
+def stable_labels(name: str) -> dict[str, str]:
+    """Labels of the deployment-wide objects (the stable Service)."""
+    return {
+        LABEL_NAME: name,
+        LABEL_COMPONENT: COMPONENT_ENGINE,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_DEPLOYMENT: name,
+    }
+
+
+def revision_labels(name: str, revision: str, engine: EngineKind) -> dict[str, str]:
+    """Labels of every object of one revision, pods included."""
+    return {
+        **stable_labels(name),
+        LABEL_INSTANCE: revision_object_name(name, revision),
+        LABEL_REVISION: revision,
+        LABEL_ENGINE: engine.value,
+    }

@@ -1,0 +1,44 @@
+"""What an engine module tells the pod builder: command, arguments, env and pinned config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.render.model_weights import ModelWeights
+
+HTTP_PORT = 8000
+HEALTH_PATH = "/health"
+CONFIG_DIR = "/etc/infergate/engine"
+CONFIG_KEY = "engine.json"
+CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"
+# Expanded by the kubelet from the env var of the same name (downward API):
+# servers bind the pod's own IP, so pods sharing a host never collide.
+POD_IP_REF = "$(POD_IP)"
+
+
+@dataclass(frozen=True)
+class RevisionInput:
+    """Everything an engine module needs to render one revision."""
+
+    name: str
+    revision: str
+    spec: InferenceDeploymentSpec
+    image: str
+    model: ModelWeights
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """An engine's container command and the pinned configuration written to its ConfigMap."""
+
+    command: list[str]
+    args: list[str]
+    env: list[dict[str, Any]]
+    engine_config: dict[str, Any]
+
+
+def env_value(name: str, value: str) -> dict[str, Any]:
+    """A plain `name: value` env var."""
+    return {"name": name, "value": value}

@@ -1,0 +1,249 @@
+"""One revision's desired objects: ConfigMap, Deployment, revision Service, stable Service.
+
+Pure: a spec in, plain Kubernetes manifests (dicts) out, for `kube/` to apply.
+Owner references are added by the controller, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from infergate.api.enums import EngineKind
+from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.api.model_uri import parse_model_uri
+from infergate.render.accelerators import PRESETS
+from infergate.render.images import resolved_image
+from infergate.render.labels import (
+    ANNOTATION_REVISION_HASH,
+    LABEL_DEPLOYMENT,
+    LABEL_REVISION,
+    engine_pod_selector,
+    revision_labels,
+    revision_object_name,
+    stable_labels,
+)
+from infergate.render.launch import (
+    CONFIG_DIR,
+    CONFIG_KEY,
+    CONFIG_PATH,
+    HEALTH_PATH,
+    HTTP_PORT,
+    EngineLaunch,
+    RevisionInput,
+    env_value,
+)
+from infergate.render.mindformers import mindformers_launch
+from infergate.render.model_weights import ModelWeights, model_weights
+from infergate.render.revision import revision_hash, short_revision
+from infergate.render.vllm import vllm_launch
+
+CONTAINER_NAME = "engine"
+CONFIG_VOLUME = "engine-config"
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"  # noqa: S108 - the pod's shared-memory mount, not a temp file
+# Model loading can take many minutes on a cold node; the startup probe allows 30.
+STARTUP_PERIOD_SECONDS = 10
+STARTUP_FAILURE_THRESHOLD = 180
+
+_LAUNCHERS: dict[EngineKind, Callable[[RevisionInput], EngineLaunch]] = {
+    EngineKind.VLLM: vllm_launch,
+    EngineKind.MINDFORMERS: mindformers_launch,
+}
+
+
+@dataclass(frozen=True)
+class RevisionObjects:
+    """The desired objects of one revision, and its identity."""
+
+    revision: str
+    revision_hash: str
+    config_map: dict[str, Any]
+    deployment: dict[str, Any]
+    service: dict[str, Any]
+    stable_service: dict[str, Any]
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """All objects, in apply order (the ConfigMap before the pods that mount it)."""
+        return [self.config_map, self.deployment, self.service, self.stable_service]
+
+
+def render_revision(
+    name: str,
+    namespace: str,
+    spec: InferenceDeploymentSpec,
+    *,
+    replicas: int | None = None,
+) -> RevisionObjects:
+    """Render the revision `spec` describes; `replicas` defaults to `spec.replicas` (the
+    controller passes `rollout.canaryReplicas` for a canary, 0 for a retired revision)."""
+    full_hash = revision_hash(spec)
+    revision = short_revision(full_hash)
+    image = resolved_image(spec.engine)
+    weights = model_weights(parse_model_uri(spec.model.uri), spec.model.uri)
+    launch = _LAUNCHERS[spec.engine.kind](RevisionInput(name, revision, spec, image, weights))
+
+    labels = revision_labels(name, revision, spec.engine.kind)
+    annotations = {ANNOTATION_REVISION_HASH: f"sha256:{full_hash}"}
+    object_name = revision_object_name(name, revision)
+
+    def metadata() -> dict[str, Any]:
+        return {
+            "name": object_name,
+            "namespace": namespace,
+            "labels": dict(labels),
+            "annotations": dict(annotations),
+        }
+
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(),
+        # The revision's name is its content: the ConfigMap never changes in place.
+        "immutable": True,
+        "data": {CONFIG_KEY: json.dumps(launch.engine_config, indent=2, sort_keys=True) + "\n"},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(),
+        "spec": {
+            "replicas": spec.replicas if replicas is None else replicas,
+            "selector": {"matchLabels": engine_pod_selector(name, revision)},
+            # Accelerator-bound pods cannot surge on full nodes: replace one at a time.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,
+            "revisionHistoryLimit": 2,
+            "template": _pod_template(
+                spec,
+                launch,
+                labels=labels,
+                annotations=annotations,
+                image=image,
+                weights=weights,
+                config_map_name=object_name,
+            ),
+        },
+    }
+    service = _service(metadata(), engine_pod_selector(name, revision))
+    stable_metadata = {"name": name, "namespace": namespace, "labels": stable_labels(name)}
+    stable_service = _service(stable_metadata, engine_pod_selector(name))
+    return RevisionObjects(revision, full_hash, config_map, deployment, service, stable_service)
+
+
+def _pod_template(
+    spec: InferenceDeploymentSpec,
+    launch: EngineLaunch,
+    *,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    image: str,
+    weights: ModelWeights,
+    config_map_name: str,
+) -> dict[str, Any]:
+    preset = PRESETS[spec.accelerator.kind]
+    placement = spec.placement
+    env = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        env_value("INFERGATE_DEPLOYMENT", labels[LABEL_DEPLOYMENT]),
+        env_value("INFERGATE_REVISION", labels[LABEL_REVISION]),
+        env_value("INFERGATE_ENGINE_CONFIG", CONFIG_PATH),
+        *weights.env,
+        *launch.env,
+    ]
+    container = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": launch.command,
+        "args": launch.args,
+        "env": env,
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "resources": _resources(spec),
+        "volumeMounts": [
+            {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+            *weights.mounts,
+            *(
+                {"name": mount.name, "mountPath": mount.path, "readOnly": True}
+                for mount in preset.host_mounts
+            ),
+        ],
+        "startupProbe": _health_probe(STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
+        "readinessProbe": _health_probe(5, 3),
+        "livenessProbe": _health_probe(10, 6),
+    }
+    volumes = [
+        {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name}},
+        # Collective communication and tokenizer workers use shared memory.
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+        *weights.volumes,
+        *(
+            {"name": mount.name, "hostPath": {"path": mount.path, "type": mount.kind}}
+            for mount in preset.host_mounts
+        ),
+    ]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "nodeSelector": {**preset.node_selector, **placement.node_selector},
+        "tolerations": [*preset.tolerations, *(t.to_kube() for t in placement.tolerations)],
+        "terminationGracePeriodSeconds": 60,
+    }
+    if placement.affinity is not None:
+        pod_spec["affinity"] = placement.affinity
+    if placement.priority_class_name is not None:
+        pod_spec["priorityClassName"] = placement.priority_class_name
+    if placement.service_account_name is not None:
+        pod_spec["serviceAccountName"] = placement.service_account_name
+    return {
+        "metadata": {
+            "labels": {**placement.pod_labels, **labels},
+            "annotations": {
+                **placement.pod_annotations,
+                **annotations,
+                # The engines serve Prometheus metrics on the API port.
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(HTTP_PORT),
+                "prometheus.io/path": "/metrics",
+            },
+        },
+        "spec": pod_spec,
+    }
+
+
+def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    """CPU and memory as given; the accelerator devices as count x tensor parallel size."""
+    resource = PRESETS[spec.accelerator.kind].resource
+    devices = str(spec.accelerator.count * spec.engine.tensor_parallel_size)
+    given = spec.resources.to_kube() if spec.resources is not None else {}
+    return {
+        section: {**given.get(section, {}), resource: devices} for section in ("requests", "limits")
+    }
+
+
+def _health_probe(period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _service(metadata: dict[str, Any], selector: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
