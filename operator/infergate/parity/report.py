@@ -1,0 +1,268 @@
+"""The parity report as one self-contained HTML page (inline CSS and SVG, no assets).
+
+A pure function of the result and the verdict; the caller writes the string.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+
+from infergate.parity.metrics import ParityResult, PromptOutputs, PromptSummary
+from infergate.parity.svg import bar_chart, step_chart
+from infergate.parity.verdict import Verdict, VerdictStatus
+
+_STATUS_COLOUR = {
+    VerdictStatus.PASSED: "#1a7f37",
+    VerdictStatus.FAILED: "#d1242f",
+    VerdictStatus.ERROR: "#9a6700",
+}
+_OUTCOME_COLOUR = {
+    "pass": "#1a7f37",
+    "fail": "#d1242f",
+    "unmeasured": "#9a6700",
+    "skipped": "#57606a",
+}
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#1f2328}
+h1 .badge{color:#fff;padding:.1em .5em;border-radius:.3em}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #d0d7de;padding:.25em .6em;
+text-align:left;vertical-align:top}th{background:#f6f8fa}td.num{text-align:right;
+font-variant-numeric:tabular-nums}.tokens{font-family:monospace;font-size:12px;max-width:520px;
+word-wrap:break-word}.tokens mark{background:#ffebe9}.charts{display:flex;flex-wrap:wrap;gap:1em}
+.muted{color:#57606a}ul.reasons li{margin:.3em 0}
+"""
+
+
+def _num(value: float | None, digits: int = 6) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"{value:.{digits}g}"
+
+
+def render_report(result: ParityResult, verdict: Verdict, profile: str | None = None) -> str:
+    """The whole report page for one parity check."""
+    status = verdict.status
+    title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+        (
+            f'<h1>Parity <span class="badge" style="background:{_STATUS_COLOUR[status]}">'
+            f"{escape(status.value)}</span></h1>"
+        ),
+        _sides(result, profile),
+        _reasons(verdict),
+        "<h2>Thresholds</h2>",
+        _checks_table(verdict),
+        "<h2>Metrics</h2>",
+        _metrics_table(result),
+        "<h2>Plots</h2>",
+        _plots(result),
+        "<h2>Worst prompts</h2>",
+        _outputs(result.outputs, {p.prompt_id: p for p in result.prompts}),
+    ]
+    if result.notes:
+        parts.append("<h2>Notes</h2><ul>")
+        parts.extend(f"<li>{escape(n)}</li>" for n in result.notes)
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _sides(result: ParityResult, profile: str | None) -> str:
+    rows = "".join(
+        f"<tr><th>{escape(name)}</th><td>{escape(side.engine)} {escape(side.engine_version)}</td>"
+        f"<td>{escape(side.dtype)}</td><td>{escape(side.model)}</td>"
+        f"<td><code>{escape(side.config_hash)}</code></td><td>{escape(side.suite)}</td></tr>"
+        for name, side in (("baseline", result.baseline), ("candidate", result.candidate))
+    )
+    shown = f"<p>Profile: <b>{escape(profile)}</b></p>" if profile else ""
+    return (
+        "<table><tr><th></th><th>engine</th><th>dtype</th><th>model</th><th>config hash</th>"
+        f"<th>suite</th></tr>{rows}</table>{shown}"
+        f"<p>{result.metrics.prompts} prompts compared.</p>"
+    )
+
+
+def _reasons(verdict: Verdict) -> str:
+    parts = []
+    if verdict.reasons:
+        parts.append('<h2>Why</h2><ul class="reasons">')
+        parts.extend(f"<li>{escape(r)}</li>" for r in verdict.reasons)
+        parts.append("</ul>")
+    if verdict.warnings:
+        parts.append('<h2>Warnings</h2><ul class="reasons">')
+        parts.extend(f"<li>{escape(w)}</li>" for w in verdict.warnings)
+        parts.append("</ul>")
+    if verdict.regressions:
+        parts.append("<h2>Against the last passing check</h2><ul>")
+        parts.extend(
+            f"<li>{'REGRESSED: ' if r.regressed else ''}{escape(r.message)}</li>"
+            for r in verdict.regressions
+        )
+        parts.append("</ul>")
+    return "".join(parts)
+
+
+def _checks_table(verdict: Verdict) -> str:
+    if not verdict.checks:
+        return '<p class="muted">No thresholds set.</p>'
+    rows = "".join(
+        f"<tr><td><code>{escape(c.key)}</code></td><td>{escape(c.label)}</td>"
+        f'<td class="num">{_num(c.value)}</td><td>{escape(c.op)}</td>'
+        f'<td class="num">{_num(c.threshold)}</td>'
+        f'<td style="color:{_OUTCOME_COLOUR[c.outcome]};font-weight:bold">{c.outcome}</td>'
+        f"<td>{escape(', '.join(c.worst_prompts))}</td></tr>"
+        for c in verdict.checks
+    )
+    return (
+        "<table><tr><th>threshold</th><th>metric</th><th>value</th><th></th><th>limit</th>"
+        f"<th>outcome</th><th>worst prompts</th></tr>{rows}</table>"
+    )
+
+
+def _metrics_table(result: ParityResult) -> str:
+    m = result.metrics
+    fd = m.tokens.first_divergence
+    rows: list[tuple[str, str]] = [
+        (
+            "token match rate",
+            (
+                f"{_num(m.tokens.match_rate.value)} "
+                f"({m.tokens.match_rate.successes}/{m.tokens.match_rate.total})"
+            ),
+        ),
+        ("token agreement", _num(m.tokens.agreement.value)),
+        (
+            "first divergence median / P10",
+            (
+                f"{'≥ ' if fd.median_censored else ''}{fd.median} / "
+                f"{'≥ ' if fd.p10_censored else ''}{fd.p10} "
+                f"({fd.diverged} of {fd.prompts} diverged)"
+            ),
+        ),
+    ]
+    legit = m.tokens.legitimate_divergence_rate
+    rows.append(("legitimate divergence rate", "n/a" if legit is None else _num(legit.value)))
+    rows.append(("baseline logprob gap at fork, max", _num(m.tokens.divergence_logprob_gap_max)))
+    if m.logprobs is not None:
+        lp = m.logprobs
+        rows += [
+            ("mean KL (nats)", f"{_num(lp.mean_kl.value)} ± {_num(lp.mean_kl.stderr, 2)}"),
+            ("KL P99 / max", f"{_num(lp.kl_p99)} / {_num(lp.kl_max)}"),
+            ("same-top-token rate", _num(lp.same_top_rate.value)),
+            ("delta-p mean / RMS", f"{_num(lp.delta_p_mean)} / {_num(lp.delta_p_rms)}"),
+            ("teacher-forced prompts", str(lp.teacher_forced_prompts)),
+        ]
+    if m.hidden is not None:
+        h = m.hidden
+        rows += [
+            ("hidden max abs error", _num(h.max_abs_err)),
+            ("hidden mean abs error", _num(h.mean_abs_err.value)),
+            ("hidden relative L2 mean / P99", f"{_num(h.rel_l2.value)} / {_num(h.rel_l2_p99)}"),
+            ("hidden cosine mean / P1", f"{_num(h.cosine.value, 8)} / {_num(h.cosine_p1, 8)}"),
+            ("hidden tokens compared", str(h.tokens)),
+        ]
+    long = m.long_sequence
+    rows.append(
+        (
+            f"long prompts (≥ {long.min_prompt_tokens} tokens) diverging",
+            "none in suite"
+            if long.divergence_rate is None
+            else f"{long.divergence_rate.successes}/{long.divergence_rate.total}",
+        )
+    )
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def _plots(result: ParityResult) -> str:
+    m = result.metrics
+    fd = m.tokens.first_divergence
+    survival = step_chart(
+        "First-divergence survival",
+        xs=[p.position for p in fd.survival],
+        ys=[p.surviving for p in fd.survival],
+        x_label="output tokens generated",
+        y_label="share of prompts still identical",
+    )
+    names = [b.name for b in m.buckets]
+    by_bucket = bar_chart(
+        "Hidden-state relative L2 error by position bucket",
+        names,
+        [("mean", [b.rel_l2_mean for b in m.buckets]), ("P99", [b.rel_l2_p99 for b in m.buckets])],
+        "relative L2 error",
+        log=True,
+    )
+    kl_bucket = bar_chart(
+        "Mean KL by position bucket",
+        names,
+        [("mean KL", [b.mean_kl for b in m.buckets])],
+        "nats",
+        log=True,
+    )
+    ids = [p.prompt_id for p in result.prompts]
+    per_prompt = bar_chart(
+        "Per-prompt hidden-state error",
+        ids,
+        [
+            ("relL2 P99", [p.hidden_rel_l2_p99 for p in result.prompts]),
+            ("1 - cosine P1", [_one_minus(p.hidden_cosine_p1) for p in result.prompts]),
+        ],
+        "error",
+        log=True,
+    )
+    kl_prompt = bar_chart(
+        "Per-prompt mean KL", ids, [("mean KL", [p.mean_kl for p in result.prompts])], "nats", True
+    )
+    charts = (survival, by_bucket, kl_bucket, per_prompt, kl_prompt)
+    return '<div class="charts">' + "".join(f"<div>{c}</div>" for c in charts) + "</div>"
+
+
+def _one_minus(value: float | None) -> float | None:
+    return None if value is None else 1.0 - value
+
+
+def _tokens(ids: Sequence[int], fork: int | None) -> str:
+    cut = len(ids) if fork is None else min(fork, len(ids))
+    head = " ".join(str(t) for t in ids[:cut])
+    tail = " ".join(str(t) for t in ids[cut:])
+    return escape(head) + (f" <mark>{escape(tail)}</mark>" if tail else "")
+
+
+def _outputs(outputs: Sequence[PromptOutputs], summaries: dict[str, PromptSummary]) -> str:
+    if not outputs:
+        return '<p class="muted">Every prompt agrees on every measure shown.</p>'
+    rows = []
+    for out in outputs:
+        s = summaries.get(out.prompt_id)
+        fork = None if s is None else s.first_divergence
+        facts = (
+            ""
+            if s is None
+            else (
+                f"fork at {fork if fork is not None else 'none'}; {escape(s.legitimacy_note)}"
+                f"<br>mean KL {_num(s.mean_kl, 3)}; cosine P1 {_num(s.hidden_cosine_p1, 8)}"
+            )
+        )
+        texts = ""
+        if out.baseline_text is not None or out.candidate_text is not None:
+            texts = (
+                f"<tr><td></td><td>{escape(out.baseline_text or '')}</td>"
+                f"<td>{escape(out.candidate_text or '')}</td></tr>"
+            )
+        rows.append(
+            f"<tr><td><b>{escape(out.prompt_id)}</b><br><small>{facts}</small></td>"
+            f'<td class="tokens">{_tokens(out.baseline_token_ids, fork)}</td>'
+            f'<td class="tokens">{_tokens(out.candidate_token_ids, fork)}</td></tr>{texts}'
+        )
+    return (
+        "<table><tr><th>prompt</th><th>baseline output</th><th>candidate output</th></tr>"
+        + "".join(rows)
+        + "</table><p class='muted'>Highlighted: tokens from the first divergence on.</p>"
+    )
