@@ -72,9 +72,9 @@ def token_errors(
         np.abs(d, out=d)
         np.max(d, axis=1, out=sums[3, start:stop], initial=0.0)
         np.einsum("ij->i", d, out=sums[4, start:stop])
-    d2, a2, b2 = (sums[i].astype(np.float64) for i in range(3))
-    bad_a = _nonfinite_rows(a, a2)
-    bad_b = _nonfinite_rows(b, b2)
+    wide = sums.astype(np.float64)
+    bad_a, bad_b = _redo_overflowed_rows(a, b, wide)
+    d2, a2, b2 = wide[0], wide[1], wide[2]
     with np.errstate(divide="ignore", invalid="ignore"):
         norm_d, norm_a = np.sqrt(d2), np.sqrt(a2)
         rel = np.where(a2 > 0.0, norm_d / norm_a, np.where(d2 > 0.0, np.inf, 0.0))
@@ -87,20 +87,28 @@ def token_errors(
     bad = bad_a | bad_b
     rel[bad] = np.nan
     cos[bad] = np.nan
-    max_abs, mean_abs = sums[3].copy(), sums[4] / np.float32(max(h, 1))
+    max_abs = wide[3].astype(np.float32)
+    mean_abs = (wide[4] / max(h, 1)).astype(np.float32)
     max_abs[bad] = np.nan
     mean_abs[bad] = np.nan
     return TokenErrors(max_abs, mean_abs, rel, cos, int(bad_a.sum()), int(bad_b.sum()))
 
 
-def _nonfinite_rows(x: NDArray[np.float32], norms2: NDArray[np.float64]) -> NDArray[np.bool_]:
-    """Rows holding NaN or Inf; a non-finite squared norm flags a row, the row itself decides
-    (a squared norm can overflow float32 from finite values)."""
-    suspects = np.flatnonzero(~np.isfinite(norms2))
-    bad = np.zeros(norms2.shape[0], np.bool_)
-    for row in suspects:
-        bad[row] = not bool(np.isfinite(x[row]).all())
-    return bad
+def _redo_overflowed_rows(
+    a: NDArray[np.float32], b: NDArray[np.float32], wide: NDArray[np.float64]
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """Rows of each side holding NaN or Inf; finite rows whose float32 sums overflowed are
+    summed again in float64 (a squared norm overflows float32 from values past 1.8e19)."""
+    n = a.shape[0]
+    bad_a, bad_b = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+    for row in np.flatnonzero(~np.isfinite(wide).all(axis=0)):
+        bad_a[row] = not bool(np.isfinite(a[row]).all())
+        bad_b[row] = not bool(np.isfinite(b[row]).all())
+        if not (bad_a[row] or bad_b[row]):
+            x, y = a[row].astype(np.float64), b[row].astype(np.float64)
+            d = np.abs(x - y)
+            wide[:, row] = (d @ d, x @ x, y @ y, d.max(initial=0.0), d.sum())
+    return bad_a, bad_b
 
 
 @dataclass(frozen=True)

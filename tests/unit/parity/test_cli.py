@@ -1,0 +1,133 @@
+"""`infergate parity compare` on records written to disk: exit codes, JSON and HTML outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infergate.cli import main
+from infergate.parity.record import PromptRecord
+from infergate.recordio import RecordWriter
+
+from .builders import meta, replace, suite
+
+
+def _write(path: Path, prompts: list[PromptRecord], **meta_overrides: object) -> str:
+    with RecordWriter(path, meta(**meta_overrides)) as writer:
+        for p in prompts:
+            writer.add(p)
+    return str(path)
+
+
+def _drifted(prompts: list[PromptRecord]) -> list[PromptRecord]:
+    out = []
+    for p in prompts:
+        assert p.hidden_states is not None
+        out.append(replace(p, hidden_states=p.hidden_states * np.float32(1.2)))
+    return out
+
+
+@pytest.fixture
+def records(tmp_path: Path) -> dict[str, str]:
+    return {
+        "baseline": _write(tmp_path / "baseline", suite()),
+        "same": _write(tmp_path / "same", suite()),
+        "drifted": _write(tmp_path / "drifted", _drifted(suite())),
+        "short": _write(tmp_path / "short", suite()[:3]),
+    }
+
+
+def test_exit_0_when_the_candidate_matches(records: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    code = main(["parity", "compare", records["baseline"], records["same"], "--json", str(out)])
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert document["status"] == "Passed"
+    assert document["profile"] == "bf16-kernel"
+    assert document["result"]["metrics"]["tokens"]["matchRate"]["value"] == 1.0
+
+
+def test_exit_1_when_the_candidate_drifts(
+    records: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "result.json"
+    code = main(["parity", "compare", records["baseline"], records["drifted"], "--json", str(out)])
+    assert code == 1
+    document = json.loads(out.read_text())
+    assert document["status"] == "Failed"
+    assert any("maxHiddenRelL2P99" in r for r in document["verdict"]["reasons"])
+    assert "parity Failed" in capsys.readouterr().out
+
+
+def test_exit_2_when_prompts_are_missing(records: dict[str, str]) -> None:
+    assert main(["parity", "compare", records["baseline"], records["short"]]) == 2
+
+
+def test_exit_2_when_a_record_is_incomplete(records: dict[str, str], tmp_path: Path) -> None:
+    (Path(records["same"]) / "manifest.json").unlink()
+    out = tmp_path / "result.json"
+    code = main(["parity", "compare", records["baseline"], records["same"], "--json", str(out)])
+    assert code == 2
+    document = json.loads(out.read_text())
+    assert document["status"] == "Error"
+    assert "incomplete record" in document["reasons"][0]
+
+
+def test_threshold_override_turns_a_failure_into_a_pass(records: dict[str, str]) -> None:
+    argv = ["parity", "compare", records["baseline"], records["drifted"]]
+    assert main(argv) == 1
+    loose = ["--threshold", "maxHiddenRelL2P99=0.5", "--threshold", "min_hidden_cosine_p1=none"]
+    assert main(argv + loose) == 0
+
+
+def test_bad_threshold_names_key_value_and_allowed_keys(
+    records: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["parity", "compare", records["baseline"], records["same"], "--threshold", "maxMeanKl=-1"]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "maxMeanKl='-1'" in err
+    assert "greater than or equal to 0" in err
+    code = main(
+        ["parity", "compare", records["baseline"], records["same"], "--threshold", "maxKl=1"]
+    )
+    assert code == 2
+    assert "maxKl" in capsys.readouterr().err
+
+
+def test_strict_profile_from_the_command_line(records: dict[str, str]) -> None:
+    argv = ["parity", "compare", records["baseline"], records["same"], "--profile", "strict"]
+    assert main(argv) == 0
+
+
+def test_report_html_holds_the_verdict_and_metric_rows(
+    records: dict[str, str], tmp_path: Path
+) -> None:
+    report = tmp_path / "report.html"
+    main(["parity", "compare", records["baseline"], records["drifted"], "--report", str(report)])
+    html = report.read_text()
+    assert "Failed</span></h1>" in html
+    assert "<code>maxHiddenRelL2P99</code>" in html
+    assert "<code>minHiddenCosineP1</code>" in html
+    assert "<svg" in html
+
+
+def test_regression_against_a_previous_passing_result(
+    records: dict[str, str], tmp_path: Path
+) -> None:
+    previous = tmp_path / "previous.json"
+    assert (
+        main(["parity", "compare", records["baseline"], records["same"], "--json", str(previous)])
+        == 0
+    )
+    out = tmp_path / "now.json"
+    argv = ["parity", "compare", records["baseline"], records["same"], "--previous", str(previous)]
+    assert main([*argv, "--json", str(out)]) == 0
+    regressions = json.loads(out.read_text())["verdict"]["regressions"]
+    assert {r["metric"] for r in regressions} >= {"token match rate", "mean KL"}
+    assert not any(r["regressed"] for r in regressions)

@@ -1,0 +1,58 @@
+"""The HTML report: self-contained, with the verdict, the threshold rows and the outputs."""
+
+from __future__ import annotations
+
+import re
+
+from infergate.parity.compare import compare_sources
+from infergate.parity.profiles import resolve_thresholds
+from infergate.parity.report import render_report
+from infergate.parity.thresholds import ProfileName
+from infergate.parity.verdict import decide
+
+from .builders import fork_pair, record, replace, suite
+
+
+def _report(text_of_p0: str = "text of p0") -> str:
+    pairs = [fork_pair(p, at=2, legitimate=False) for p in suite(3)]
+    base = [b for b, _ in pairs]
+    cand = [c for _, c in pairs]
+    cand[0] = replace(cand[0], output_text=text_of_p0)
+    result = compare_sources(
+        record(base), record(cand), resolve_thresholds(ProfileName.BF16_KERNEL)
+    )
+    return render_report(result, decide(result), "bf16-kernel")
+
+
+def test_report_is_self_contained() -> None:
+    html = _report()
+    assert html.startswith("<!DOCTYPE html>")
+    assert not re.search(r"<(script|link|img)\b", html)
+    # The only URL is the SVG namespace, which browsers never fetch.
+    urls = set(re.findall(r"https?://[^\s\"']+", html))
+    assert urls <= {"http://www.w3.org/2000/svg"}
+
+
+def test_report_shows_verdict_reasons_and_metric_rows() -> None:
+    html = _report()
+    assert "Failed</span></h1>" in html
+    assert "minFirstDivergenceP10: first divergence P10 2 &lt; 16" in html
+    assert "<code>minLegitimateDivergenceRate</code>" in html
+    assert "<th>token match rate</th><td>0 (0/3)</td>" in html
+    assert html.count("<svg") == 5
+    assert "First-divergence survival" in html
+
+
+def test_report_puts_both_outputs_side_by_side_with_the_fork_marked() -> None:
+    html = _report()
+    row = html[html.index("<b>p0</b>") :]
+    row = row[: row.index("</tr>")]
+    assert row.count('class="tokens"') == 2
+    assert row.count("<mark>") == 2
+    assert "fork at 2" in row
+
+
+def test_report_escapes_engine_text() -> None:
+    html = _report("<script>alert(1)</script>")
+    assert "<script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
