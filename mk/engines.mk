@@ -1,0 +1,55 @@
+# Engine venvs, the fixture model and the engine experiment (issue 6).
+# Each engine lives in its own venv, cached by version under
+# $(INFERGATE_CACHE)/venvs/ with a stamp written only after a full install;
+# infergate itself is put on each venv's path with a .pth file pointing at this
+# clone, so one cached venv serves any checkout.
+
+# Bump the -rN suffix when hack/engine-venv.sh changes what a venv holds.
+VLLM_VENV ?= $(INFERGATE_CACHE)/venvs/vllm-0.32.0-torch2.13.0-r1
+MINDFORMERS_VENV ?= $(INFERGATE_CACHE)/venvs/mindformers-1.9.0-ms2.9.0-r1
+ENGINE_PYTHON ?= python3.11
+ENGINE_STAMP := .infergate-installed
+export INFERGATE_VLLM_VENV := $(VLLM_VENV)
+export INFERGATE_MINDFORMERS_VENV := $(MINDFORMERS_VENV)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+EXPERIMENT_OUT ?= out/experiment
+
+.PHONY: engines engine-venvs vllm-venv mindformers-venv fixture-model experiment test-engines
+
+$(VLLM_VENV)/$(ENGINE_STAMP):
+	hack/engine-venv.sh vllm $(VLLM_VENV) $(ENGINE_PYTHON)
+	touch $@
+
+$(MINDFORMERS_VENV)/$(ENGINE_STAMP):
+	hack/engine-venv.sh mindformers $(MINDFORMERS_VENV) $(ENGINE_PYTHON)
+	touch $@
+
+# Point each engine venv at this clone's source (cheap; re-done every time).
+define _link_source
+	$(1)/bin/python -c 'import pathlib, sys, sysconfig; \
+	  pathlib.Path(sysconfig.get_paths()["purelib"], "infergate-src.pth").write_text(sys.argv[1] + "\n")' \
+	  $(CURDIR)/operator
+endef
+
+vllm-venv: $(VLLM_VENV)/$(ENGINE_STAMP)
+	$(call _link_source,$(VLLM_VENV))
+
+mindformers-venv: $(MINDFORMERS_VENV)/$(ENGINE_STAMP)
+	$(call _link_source,$(MINDFORMERS_VENV))
+
+engine-venvs: vllm-venv mindformers-venv
+
+# The fixture model is generated (never downloaded) and cached by generator version.
+fixture-model: vllm-venv
+	$(VLLM_VENV)/bin/python -m infergate.cli fixture
+
+engines: engine-venvs fixture-model
+
+# Reproduce the seed study's precision comparison on the fixture model.
+experiment: venv engines
+	$(PY) experiments/engine_parity.py --out $(EXPERIMENT_OUT)
+
+test-engines: venv engines
+	$(BIN)/pytest -m engines tests/engines

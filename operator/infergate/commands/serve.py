@@ -1,0 +1,103 @@
+"""`infergate serve`: run one engine's server on this machine.
+
+`--engine mindformers|transformers` serves our runtime adapter (OpenAI-compatible
+subset plus the hidden-state probe); `--engine vllm` replaces this process with vLLM's
+own `vllm serve`, unmodified, given the same knobs as flags (`--probe` switches it to
+the pooling runner that serves hidden states on /pooling). Run it with the engine
+venv's Python: `$VENV/bin/python -m infergate.cli serve ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from infergate.runtime.backend import ALLOWED_DTYPES, BackendError, parse_config_overrides
+
+_ENGINES = ("vllm", "mindformers", "transformers")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve one engine (vLLM, MindFormers adapter or transformers adapter)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--engine", required=True, choices=_ENGINES)
+    parser.add_argument("--model", required=True, type=Path, help="model directory (HF layout)")
+    parser.add_argument("--dtype", required=True, choices=ALLOWED_DTYPES)
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="numeric override: rms_norm_eps or rope_theta (repeatable)",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", default=None, help="default: the directory name")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--probe", action="store_true", help="vllm only: the pooling runner (hidden states)"
+    )
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        overrides = parse_config_overrides(args.config)
+        name = args.served_model_name or args.model.name
+        if args.engine == "vllm":
+            _exec_vllm(args, overrides, name)
+        backend = _backend(args, overrides)
+    except BackendError as exc:
+        print(f"infergate serve: {exc}", file=sys.stderr)  # noqa: T201 - CLI error output
+        return 2
+    from infergate.runtime.server import serve
+
+    serve(backend, name, args.host, args.port)
+    return 0
+
+
+def _backend(args: argparse.Namespace, overrides: dict[str, float]) -> Any:
+    if args.engine == "mindformers":
+        from infergate.runtime.mindformers_backend import MindFormersBackend
+
+        return MindFormersBackend(
+            args.model, args.dtype, overrides, seed=args.seed, max_model_len=args.max_model_len
+        )
+    from infergate.runtime.transformers_backend import TransformersBackend
+
+    return TransformersBackend(
+        args.model, args.dtype, overrides, seed=args.seed, max_model_len=args.max_model_len
+    )
+
+
+def _exec_vllm(args: argparse.Namespace, overrides: dict[str, float], name: str) -> None:
+    from infergate.engines.vllm_args import vllm_serve_argv
+    from infergate.runtime.model_config import load_model_config
+
+    max_len = args.max_model_len or load_model_config(args.model).max_position_embeddings
+    vllm_bin = Path(sys.executable).parent / "vllm"
+    if not vllm_bin.exists():
+        raise BackendError(f"engine vllm: no {vllm_bin}; run with the vLLM venv's python")
+    argv = vllm_serve_argv(
+        vllm_bin,
+        args.model,
+        dtype=args.dtype,
+        overrides=overrides,
+        host=args.host,
+        port=args.port,
+        served_model_name=name,
+        max_model_len=max_len,
+        seed=args.seed,
+        pooling=args.probe,
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.execve(argv[0], argv, env)  # noqa: S606 - argv built from our own flags

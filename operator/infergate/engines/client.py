@@ -1,0 +1,283 @@
+"""HTTP clients of a running engine: the serving channel and the hidden-state probe.
+
+No engine imports (httpx and numpy only): the parity runner drives live endpoints with
+this module. The serving channel is the OpenAI completions API as vLLM serves it, with
+vLLM's extensions, which our adapters serve too:
+
+- greedy generation from token ids with top-k `logprobs`, tokens returned as ids
+  (`return_tokens_as_token_ids`, `return_token_ids`);
+- teacher forcing through `prompt_logprobs`: the prompt plus the forced continuation is
+  sent with `max_tokens=1`, and the logprob of each forced token given what precedes it
+  is read from the prompt positions past the prompt.
+
+The probe channel returns last-layer hidden states of token ids: vLLM's pooling runner
+on `/pooling` (`vllm serve --runner pooling`), or our adapters' `/v1/parity/hidden_states`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+from numpy.typing import NDArray
+
+from infergate.parity.record import TeacherForced, TopLogprobs
+
+ProbeKind = Literal["adapter", "vllm-pooling"]
+
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+class EngineClientError(RuntimeError):
+    """A server answered with an error or a body this client cannot read."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A greedy completion: output ids, top-k per step, text and why it stopped."""
+
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    top: TopLogprobs
+    text: str
+    finish_reason: str | None
+
+
+def _token_id(name: str) -> int:
+    if not name.startswith(_TOKEN_ID_PREFIX):
+        raise EngineClientError(
+            f"logprobs token {name!r}: expected 'token_id:N' (return_tokens_as_token_ids)"
+        )
+    return int(name[len(_TOKEN_ID_PREFIX) :])
+
+
+def parse_completion_choice(choice: Mapping[str, Any], prompt: Sequence[int], k: int) -> Completion:
+    """One choice of a /v1/completions answer (vLLM or adapter) as a Completion."""
+    logprobs = choice.get("logprobs") or {}
+    tokens = logprobs.get("tokens")
+    if choice.get("token_ids") is not None:
+        ids = [int(t) for t in choice["token_ids"]]
+    elif tokens is not None:
+        ids = [_token_id(t) for t in tokens]
+    else:
+        raise EngineClientError("completion choice: neither token_ids nor logprobs.tokens")
+    steps: list[list[tuple[int, float]]] = []
+    for entry in logprobs.get("top_logprobs") or []:
+        steps.append([(_token_id(name), float(lp)) for name, lp in (entry or {}).items()])
+    if k > 0 and len(steps) != len(ids):
+        raise EngineClientError(
+            f"completion choice: {len(ids)} tokens but {len(steps)} top_logprobs entries"
+        )
+    top = TopLogprobs.from_pairs(steps, k=k) if k > 0 else TopLogprobs.empty(len(ids))
+    returned_prompt = choice.get("prompt_token_ids")
+    return Completion(
+        prompt_token_ids=[int(t) for t in (returned_prompt if returned_prompt else prompt)],
+        token_ids=ids,
+        top=top,
+        text=str(choice.get("text") or ""),
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+def parse_prompt_logprobs(
+    entries: Sequence[Mapping[str, Any] | None],
+    sequence: Sequence[int],
+    prompt_len: int,
+    k: int,
+) -> TeacherForced:
+    """Teacher-forced scores of `sequence[prompt_len:]` from vLLM-shaped prompt_logprobs.
+
+    Entry i (i >= 1) maps token ids (as strings) to {logprob, rank}: it holds the logprob
+    of `sequence[i]` given `sequence[:i]` plus the top-k there.
+    """
+    if len(entries) != len(sequence):
+        raise EngineClientError(
+            f"prompt_logprobs: {len(entries)} entries for a sequence of {len(sequence)} tokens"
+        )
+    forced = list(sequence[prompt_len:])
+    targets: list[float] = []
+    steps: list[list[tuple[int, float]]] = []
+    for offset, token in enumerate(forced):
+        entry = entries[prompt_len + offset]
+        if entry is None:
+            raise EngineClientError(f"prompt_logprobs: no entry at position {prompt_len + offset}")
+        scored = {int(tid): value for tid, value in entry.items()}
+        if token not in scored:
+            raise EngineClientError(
+                f"prompt_logprobs: position {prompt_len + offset} does not score token {token}"
+            )
+        targets.append(float(scored[token]["logprob"]))
+        ranked = sorted(scored.items(), key=lambda item: int(item[1].get("rank") or 10**9))
+        steps.append([(tid, float(v["logprob"])) for tid, v in ranked if int(v["rank"]) <= k])
+    top = TopLogprobs.from_pairs(steps, k=k)
+    return TeacherForced(
+        token_ids=np.asarray(forced, np.int64), target_logprobs=np.asarray(targets), top=top
+    )
+
+
+class EngineClient:
+    """The serving channel of one engine endpoint (OpenAI completions, vLLM extensions)."""
+
+    def __init__(self, base_url: str, model: str, *, timeout: float = 600.0) -> None:
+        self._model = model
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _post(self, path: str, body: Mapping[str, Any]) -> Any:
+        response = self._http.post(path, json=dict(body))
+        if response.status_code != 200:
+            raise EngineClientError(
+                f"POST {path}: HTTP {response.status_code}: {response.text[:500]}"
+            )
+        return response.json()
+
+    def healthy(self) -> bool:
+        try:
+            return self._http.get("/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def models(self) -> list[dict[str, Any]]:
+        response = self._http.get("/v1/models")
+        response.raise_for_status()
+        data: list[dict[str, Any]] = response.json()["data"]
+        return data
+
+    def parity_config(self) -> dict[str, Any] | None:
+        """Our adapters' effective configuration; None where the engine has no such route."""
+        response = self._http.get("/v1/parity/config")
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
+    def tokenize(self, text: str) -> list[int]:
+        body = self._post(
+            "/tokenize", {"model": self._model, "prompt": text, "add_special_tokens": False}
+        )
+        return [int(t) for t in body["tokens"]]
+
+    def complete_raw(
+        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
+    ) -> dict[str, Any]:
+        """The raw JSON answer to a greedy completion request from token ids."""
+        body = {
+            "model": self._model,
+            "prompt": list(prompt),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": seed,
+            "logprobs": top_logprobs,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+        }
+        answer: dict[str, Any] = self._post("/v1/completions", body)
+        return answer
+
+    def complete(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Completion:
+        """Greedy tokens and top-k logprobs of a token-id prompt."""
+        body = {
+            "model": self._model,
+            "prompt": list(prompt),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": seed,
+            "logprobs": top_logprobs,
+            "ignore_eos": ignore_eos,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+        }
+        answer = self._post("/v1/completions", body)
+        return parse_completion_choice(answer["choices"][0], prompt, top_logprobs)
+
+    def score(
+        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
+    ) -> TeacherForced:
+        """Teacher forcing: this engine's logprob of each forced token, and its top-k."""
+        sequence = list(prompt) + list(forced)
+        if not forced:
+            return parse_prompt_logprobs([None] * len(sequence), sequence, len(sequence), top_logprobs)
+        body = {
+            "model": self._model,
+            "prompt": sequence,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "seed": seed,
+            "prompt_logprobs": top_logprobs,
+            "return_token_ids": True,
+        }
+        answer = self._post("/v1/completions", body)
+        choice = answer["choices"][0]
+        return parse_prompt_logprobs(choice["prompt_logprobs"], sequence, len(prompt), top_logprobs)
+
+
+def decode_float32(item: Mapping[str, Any]) -> NDArray[np.float32]:
+    """A [tokens, hidden] array from our adapter's base64 payload."""
+    if item.get("encoding") != "base64" or item.get("dtype") != "float32":
+        raise EngineClientError("hidden states: expected base64 float32 payload")
+    raw = base64.b64decode(item["data"])
+    shape = tuple(int(s) for s in item["shape"])
+    return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
+
+
+class HiddenStateProbe:
+    """The probe channel: last-layer hidden states [tokens, hidden] of token ids."""
+
+    def __init__(
+        self, base_url: str, model: str, kind: ProbeKind, *, timeout: float = 600.0
+    ) -> None:
+        self._model = model
+        self._kind = kind
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HiddenStateProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+        if self._kind == "adapter":
+            body: dict[str, Any] = {"model": self._model, "input": list(token_ids)}
+            response = self._http.post("/v1/parity/hidden_states", json=body)
+        else:
+            body = {"model": self._model, "input": list(token_ids), "encoding_format": "float"}
+            response = self._http.post("/pooling", json=body)
+        if response.status_code != 200:
+            raise EngineClientError(
+                f"hidden states ({self._kind}): HTTP {response.status_code}: {response.text[:500]}"
+            )
+        item = response.json()["data"][0]
+        if self._kind == "adapter":
+            states = decode_float32(item)
+        else:
+            states = np.asarray(item["data"], dtype=np.float32)
+        if states.ndim != 2 or states.shape[0] != len(token_ids):
+            raise EngineClientError(
+                f"hidden states ({self._kind}): shape {states.shape} for {len(token_ids)} tokens"
+            )
+        return states

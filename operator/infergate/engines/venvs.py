@@ -1,0 +1,44 @@
+"""Where each engine's venv is (built by `make engine-venvs`, see mk/engines.mk).
+
+The Makefile exports INFERGATE_VLLM_VENV and INFERGATE_MINDFORMERS_VENV; without them
+the defaults below match the Makefile's cache paths.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from infergate.fixture.generate import default_cache_root
+
+ENGINES: tuple[str, ...] = ("vllm", "mindformers", "transformers")
+
+_DEFAULT_VENVS = {
+    "vllm": "vllm-0.32.0-torch2.13.0-r1",
+    "mindformers": "mindformers-1.9.0-ms2.9.0-r1",
+}
+_ENV_VARS = {"vllm": "INFERGATE_VLLM_VENV", "mindformers": "INFERGATE_MINDFORMERS_VENV"}
+
+
+class EngineVenvError(RuntimeError):
+    """An engine venv is missing; the message says how to build it."""
+
+
+def engine_venv(engine: str) -> Path:
+    """The venv that runs `engine` (transformers lives in the vLLM venv)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine: {engine!r}; allowed: {', '.join(ENGINES)}")
+    key = "vllm" if engine == "transformers" else engine
+    configured = os.environ.get(_ENV_VARS[key])
+    venv = Path(configured) if configured else default_cache_root() / "venvs" / _DEFAULT_VENVS[key]
+    return venv
+
+
+def engine_python(engine: str) -> Path:
+    """The Python interpreter of `engine`'s venv; raises when the venv is not installed."""
+    python = engine_venv(engine) / "bin" / "python"
+    if not python.exists():
+        raise EngineVenvError(
+            f"engine {engine!r}: no venv at {python.parent.parent}; run `make engine-venvs`"
+        )
+    return python

@@ -1,0 +1,219 @@
+"""MindFormers on MindSpore as an `EngineBackend`.
+
+The Qwen2 weights of a Hugging Face directory are converted to MindFormers names at
+load time (`mindformers_weights`) and loaded into `mindformers.LlamaForCausalLM` with
+`qkv_has_bias=True`. On CPU the model runs only with `use_rope_slice=True,
+fused_rms_norm=False, use_flash_attention=False` in PyNative mode, and MindFormers'
+`generate` fails (no ArgMaxExt CPU kernel), so decoding is our own greedy loop over
+full forward passes (`use_past=False`: the CPU incremental path fails too).
+
+Precision follows MindFormers' practice: compute and parameters in the requested
+dtype, RMSNorm, softmax and rotary embedding in float32. bfloat16 does not run on
+MindSpore's CPU kernels; on CPU it is refused with a clear error rather than silently
+replaced (float16 is the low-precision case there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from infergate.runtime.backend import (
+    BackendError,
+    GreedyLoop,
+    GreedyOutput,
+    check_dtype,
+    log_softmax,
+)
+from infergate.runtime.mindformers_weights import convert_qwen2_weights
+from infergate.runtime.model_config import ModelConfig, load_model_config
+from infergate.runtime.tokenizer import ModelTokenizer
+
+
+class MindFormersBackend:
+    """A Qwen2 model served by MindFormers' LlamaForCausalLM."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        dtype: str,
+        overrides: Mapping[str, float],
+        *,
+        device: str = "CPU",
+        seed: int = 42,
+        max_model_len: int | None = None,
+    ) -> None:
+        check_dtype(dtype)
+        if device == "CPU" and dtype == "bfloat16":
+            raise BackendError(
+                "dtype: 'bfloat16' is not supported by MindSpore's CPU kernels "
+                "(Sub has no BFloat16 CPU kernel); allowed on CPU: float32, float16. "
+                "Use float16 as MindFormers' low-precision case on CPU, or run on Ascend."
+            )
+        # MindFormers decides "pynative" from this variable, not from the MindSpore
+        # context; without it the causal mask is not cut to the sequence length.
+        os.environ["ENFORCE_EAGER"] = "true"
+        # MindFormers writes its log files under ./output unless told where.
+        os.environ.setdefault(
+            "LOCAL_DEFAULT_PATH", str(Path(tempfile.gettempdir()) / "infergate-mindformers")
+        )
+        import mindspore as ms
+
+        ms.set_device(device)
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        ms.set_seed(seed)
+        self._ms = ms
+        self._dtype = dtype
+        self._config = load_model_config(model_dir).with_overrides(overrides)
+        self._max_len = min(max_model_len or self._config.max_position_embeddings,
+                            self._config.max_position_embeddings)
+        self._tokenizer = ModelTokenizer(model_dir)
+        self._net = self._build(model_dir)
+
+    def _build(self, model_dir: Path) -> Any:
+        from mindformers import LlamaConfig, LlamaForCausalLM
+        from safetensors.numpy import load_file
+
+        cfg = self._config
+        ms_config = LlamaConfig(
+            batch_size=1,
+            seq_length=self._max_len,
+            hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_hidden_layers,
+            num_heads=cfg.num_attention_heads,
+            n_kv_heads=cfg.num_key_value_heads,
+            intermediate_size=cfg.intermediate_size,
+            max_position_embedding=cfg.max_position_embeddings,
+            vocab_size=cfg.vocab_size,
+            rms_norm_eps=cfg.rms_norm_eps,
+            theta=cfg.rope_theta,
+            qkv_has_bias=True,
+            attn_proj_has_bias=False,
+            tie_word_embeddings=cfg.tie_word_embeddings,
+            compute_dtype=self._dtype,
+            param_init_type=self._dtype,
+            layernorm_compute_type="float32",
+            softmax_compute_type="float32",
+            rotary_dtype="float32",
+            use_past=False,
+            use_rope_slice=True,
+            fused_rms_norm=False,
+            use_flash_attention=False,
+            # MindFormers masks every input token equal to pad_token_id out of attention.
+            # Qwen2 pads with its end-of-text token, which also appears inside real
+            # sequences; batches here are one unpadded sequence, so no id is padding.
+            pad_token_id=-1,
+            eos_token_id=cfg.eos_token_id if cfg.eos_token_id is not None else 0,
+            checkpoint_name_or_path="",
+        )
+        net = LlamaForCausalLM(ms_config)
+        net.set_train(False)
+        weights: dict[str, NDArray[Any]] = {}
+        for path in sorted(model_dir.glob("*.safetensors")):
+            weights.update(load_file(str(path)))
+        if not weights:
+            raise BackendError(f"model: {model_dir} has no *.safetensors weights")
+        converted = convert_qwen2_weights(weights, cfg.num_hidden_layers)
+        expected = {p.name for p in net.get_parameters()}
+        missing = sorted(expected - set(converted))
+        unused = sorted(set(converted) - expected)
+        if missing or unused:
+            raise BackendError(
+                f"MindFormers weights: parameters without weights {missing[:5]}, weights "
+                f"without parameters {unused[:5]}"
+            )
+        ms_dtype = _ms_dtype(self._ms, self._dtype)
+        params = {
+            name: self._ms.Parameter(self._ms.Tensor(value, dtype=ms_dtype), name=name)
+            for name, value in converted.items()
+        }
+        not_loaded, _ = self._ms.load_param_into_net(net, params, strict_load=True)
+        if not_loaded:
+            raise BackendError(f"MindFormers weights: not loaded into the model: {not_loaded[:5]}")
+        return net
+
+    # -- EngineBackend ----------------------------------------------------------------
+
+    @property
+    def engine(self) -> str:
+        return "mindformers"
+
+    @property
+    def engine_version(self) -> str:
+        return (
+            f"mindformers {metadata.version('mindformers')} / "
+            f"mindspore {metadata.version('mindspore')}"
+        )
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_len
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self._config.eos_token_id
+
+    @property
+    def config(self) -> ModelConfig:
+        return self._config
+
+    def effective_config(self) -> dict[str, Any]:
+        return self._config.effective(self._dtype)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(token_ids)
+
+    def token_text(self, token_id: int) -> str:
+        return self._tokenizer.token_text(token_id)
+
+    def _hidden(self, token_ids: Sequence[int]) -> Any:
+        ms = self._ms
+        tokens = ms.Tensor(np.asarray([list(token_ids)], dtype=np.int32))
+        return self._net.model(tokens)
+
+    def _logits(self, hidden: Any) -> NDArray[np.float32]:
+        logits = self._net.lm_head(hidden)
+        out: NDArray[np.float32] = logits.astype(self._ms.float32).asnumpy()
+        return out
+
+    def generate_greedy(
+        self, prompt: Sequence[int], max_tokens: int, top_k: int, *, ignore_eos: bool
+    ) -> GreedyOutput:
+        loop = GreedyLoop(max_tokens, top_k, self.eos_token_id)
+        sequence = list(prompt)
+        going = max_tokens > 0
+        while going:
+            hidden = self._hidden(sequence)
+            last = hidden[:, -1:, :]
+            row = log_softmax(self._logits(last).reshape(1, -1))[0]
+            going = loop.push(row, ignore_eos=ignore_eos)
+            sequence.append(loop.tokens[-1])
+        return loop.result()
+
+    def prompt_logprobs(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+        hidden = self._hidden(token_ids)
+        logits = self._logits(hidden)[0]
+        return log_softmax(logits[:-1])
+
+    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+        hidden = self._hidden(token_ids)
+        out: NDArray[np.float32] = hidden.astype(self._ms.float32).asnumpy()[0]
+        return out
+
+
+def _ms_dtype(ms: Any, dtype: str) -> Any:
+    return {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}[dtype]

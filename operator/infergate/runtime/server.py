@@ -1,0 +1,368 @@
+"""The adapter server: an OpenAI-compatible subset over any `EngineBackend`.
+
+Routes: `GET /health`, `GET /v1/models`, `POST /v1/completions` (greedy, top-k
+`logprobs`, vLLM-style `prompt_logprobs` for teacher-forced scoring, token-id or text
+prompts), `POST /tokenize`, `POST /detokenize`, `GET /metrics` (Prometheus text), and
+the probe channel `POST /v1/parity/hidden_states` plus `GET /v1/parity/config`.
+
+The backend is not thread-safe and its calls block, so every model call runs in a
+worker thread under one lock: requests are served one at a time, in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from infergate.runtime.backend import BackendError, EngineBackend, top_k_rows
+from infergate.runtime.protocol import (
+    CompletionRequest,
+    DetokenizeRequest,
+    HiddenStatesRequest,
+    TokenizeRequest,
+)
+
+_Req = TypeVar("_Req", bound=BaseModel)
+_T = TypeVar("_T")
+
+
+class _BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class _Metrics:
+    started: float = field(default_factory=time.time)
+    requests: dict[tuple[str, int], int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    busy_seconds: float = 0.0
+
+    def count(self, route: str, status: int) -> None:
+        key = (route, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def render(self, engine: str, model: str) -> str:
+        labels = f'engine="{engine}",model_name="{model}"'
+        lines = [
+            "# HELP infergate_adapter_requests_total Requests served, by route and status.",
+            "# TYPE infergate_adapter_requests_total counter",
+        ]
+        for (route, status), value in sorted(self.requests.items()):
+            lines.append(
+                f'infergate_adapter_requests_total{{{labels},route="{route}",'
+                f'status="{status}"}} {value}'
+            )
+        lines += [
+            "# HELP infergate_adapter_prompt_tokens_total Prompt tokens processed.",
+            "# TYPE infergate_adapter_prompt_tokens_total counter",
+            f"infergate_adapter_prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
+            "# HELP infergate_adapter_generation_tokens_total Tokens generated.",
+            "# TYPE infergate_adapter_generation_tokens_total counter",
+            f"infergate_adapter_generation_tokens_total{{{labels}}} {self.generation_tokens}",
+            "# HELP infergate_adapter_busy_seconds_total Seconds spent in the engine.",
+            "# TYPE infergate_adapter_busy_seconds_total counter",
+            f"infergate_adapter_busy_seconds_total{{{labels}}} {self.busy_seconds:.6f}",
+            "# HELP infergate_adapter_start_time_seconds When the server started (Unix time).",
+            "# TYPE infergate_adapter_start_time_seconds gauge",
+            f"infergate_adapter_start_time_seconds{{{labels}}} {self.started:.3f}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def encode_array(array: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """A float32 array as JSON: shape, dtype and little-endian bytes in base64."""
+    data = np.ascontiguousarray(array, dtype="<f4")
+    return {
+        "shape": list(data.shape),
+        "dtype": "float32",
+        "encoding": "base64",
+        "data": base64.b64encode(data.tobytes()).decode("ascii"),
+    }
+
+
+class AdapterServer:
+    """Binds one backend to the HTTP routes; `app` is the ASGI application."""
+
+    def __init__(self, backend: EngineBackend, served_model_name: str) -> None:
+        self._backend = backend
+        self._model = served_model_name
+        self._lock = asyncio.Lock()
+        self._metrics = _Metrics()
+        self.app = Starlette(
+            routes=[
+                Route("/health", self._health, methods=["GET"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/completions", self._completions, methods=["POST"]),
+                Route("/tokenize", self._tokenize, methods=["POST"]),
+                Route("/detokenize", self._detokenize, methods=["POST"]),
+                Route("/metrics", self._metrics_route, methods=["GET"]),
+                Route("/v1/parity/hidden_states", self._hidden_states, methods=["POST"]),
+                Route("/v1/parity/config", self._config, methods=["GET"]),
+            ]
+        )
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[], _T]) -> _T:
+        async with self._lock:
+            start = time.perf_counter()
+            try:
+                return await asyncio.to_thread(fn)
+            finally:
+                self._metrics.busy_seconds += time.perf_counter() - start
+
+    async def _parse(self, request: Request, model: type[_Req]) -> _Req:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise _BadRequest("request body: not valid JSON") from exc
+        try:
+            parsed = model.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first["loc"]) or None
+            raise _BadRequest(f"{param or 'request'}: {first['msg']}", param) from exc
+        name = getattr(parsed, "model", None)
+        if name is not None and name != self._model:
+            raise _BadRequest(f"model: {name!r} is not served here; served: {self._model!r}", "model")
+        return parsed
+
+    async def _answer(
+        self, route: str, request: Request, handler: Callable[[Request], Awaitable[Any]]
+    ) -> Response:
+        try:
+            body = await handler(request)
+        except _BadRequest as exc:
+            self._metrics.count(route, 400)
+            return _error(400, str(exc), exc.param)
+        except BackendError as exc:
+            self._metrics.count(route, 400)
+            return _error(400, str(exc), None)
+        self._metrics.count(route, 200)
+        return JSONResponse(body)
+
+    # -- routes -----------------------------------------------------------------------
+
+    async def _health(self, request: Request) -> Response:
+        self._metrics.count("/health", 200)
+        return Response(status_code=200)
+
+    async def _models(self, request: Request) -> Response:
+        self._metrics.count("/v1/models", 200)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self._model,
+                        "object": "model",
+                        "created": int(self._metrics.started),
+                        "owned_by": "infergate",
+                        "root": self._model,
+                        "max_model_len": self._backend.max_model_len,
+                    }
+                ],
+            }
+        )
+
+    async def _metrics_route(self, request: Request) -> Response:
+        text = self._metrics.render(self._backend.engine, self._model)
+        self._metrics.count("/metrics", 200)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    async def _config(self, request: Request) -> Response:
+        self._metrics.count("/v1/parity/config", 200)
+        backend = self._backend
+        return JSONResponse(
+            {
+                "engine": backend.engine,
+                "engine_version": backend.engine_version,
+                "dtype": backend.dtype,
+                "model": self._model,
+                "effective_config": backend.effective_config(),
+            }
+        )
+
+    async def _tokenize(self, request: Request) -> Response:
+        async def handle(req: Request) -> Any:
+            body = await self._parse(req, TokenizeRequest)
+            tokens = await self._run(lambda: self._backend.tokenize(body.prompt))
+            return {"tokens": tokens, "count": len(tokens), "max_model_len": self._backend.max_model_len}
+
+        return await self._answer("/tokenize", request, handle)
+
+    async def _detokenize(self, request: Request) -> Response:
+        async def handle(req: Request) -> Any:
+            body = await self._parse(req, DetokenizeRequest)
+            return {"prompt": await self._run(lambda: self._backend.detokenize(body.tokens))}
+
+        return await self._answer("/detokenize", request, handle)
+
+    async def _hidden_states(self, request: Request) -> Response:
+        async def handle(req: Request) -> Any:
+            body = await self._parse(req, HiddenStatesRequest)
+            try:
+                sequences = body.sequences()
+            except ValueError as exc:
+                raise _BadRequest(str(exc), "input") from exc
+            data = []
+            for index, ids in enumerate(sequences):
+                self._check_ids(ids, extra=0, param="input")
+                states = await self._run(lambda ids=ids: self._backend.hidden_states(ids))  # type: ignore[misc]
+                self._metrics.prompt_tokens += len(ids)
+                data.append({"index": index, "object": "hidden_states", **encode_array(states)})
+            return {"object": "list", "model": self._model, "data": data}
+
+        return await self._answer("/v1/parity/hidden_states", request, handle)
+
+    async def _completions(self, request: Request) -> Response:
+        async def handle(req: Request) -> Any:
+            body = await self._parse(req, CompletionRequest)
+            try:
+                prompts = body.prompts()
+            except ValueError as exc:
+                raise _BadRequest(str(exc), "prompt") from exc
+            choices = []
+            prompt_total = 0
+            completion_total = 0
+            for index, prompt in enumerate(prompts):
+                ids = (
+                    await self._run(lambda p=prompt: self._backend.tokenize(p))  # type: ignore[misc]
+                    if isinstance(prompt, str)
+                    else list(prompt)
+                )
+                self._check_ids(ids, extra=body.max_tokens, param="prompt")
+                choice = await self._complete_one(index, ids, body)
+                prompt_total += len(ids)
+                completion_total += len(choice["token_ids"])
+                if not body.return_token_ids:
+                    del choice["token_ids"], choice["prompt_token_ids"]
+                choices.append(choice)
+            self._metrics.prompt_tokens += prompt_total
+            self._metrics.generation_tokens += completion_total
+            return {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self._model,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": prompt_total,
+                    "completion_tokens": completion_total,
+                    "total_tokens": prompt_total + completion_total,
+                },
+            }
+
+        return await self._answer("/v1/completions", request, handle)
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _check_ids(self, ids: Sequence[int], *, extra: int, param: str) -> None:
+        if not ids:
+            raise _BadRequest(f"{param}: the prompt has no tokens", param)
+        limit = self._backend.max_model_len
+        if len(ids) + extra > limit:
+            raise _BadRequest(
+                f"{param}: {len(ids)} prompt tokens + max_tokens {extra} exceed the "
+                f"maximum model length {limit}",
+                param,
+            )
+
+    def _token_name(self, token_id: int, as_ids: bool) -> str:
+        return f"token_id:{token_id}" if as_ids else self._backend.token_text(token_id)
+
+    async def _complete_one(
+        self, index: int, ids: list[int], body: CompletionRequest
+    ) -> dict[str, Any]:
+        backend = self._backend
+        k = body.logprobs or 0
+        out = await self._run(
+            lambda: backend.generate_greedy(ids, body.max_tokens, k, ignore_eos=body.ignore_eos)
+        )
+        as_ids = body.return_tokens_as_token_ids
+        choice: dict[str, Any] = {
+            "index": index,
+            "text": await self._run(lambda: backend.detokenize(out.token_ids)),
+            "finish_reason": out.finish_reason,
+            "stop_reason": None,
+            "token_ids": out.token_ids,
+            "prompt_token_ids": ids,
+            "logprobs": None,
+            "prompt_logprobs": None,
+        }
+        if body.logprobs is not None:
+            choice["logprobs"] = {
+                "tokens": [self._token_name(t, as_ids) for t in out.token_ids],
+                "token_logprobs": out.chosen_logprobs,
+                "top_logprobs": [
+                    {
+                        self._token_name(int(t), as_ids): float(lp)
+                        for t, lp in zip(top_ids, top_lps, strict=True)
+                    }
+                    for top_ids, top_lps in zip(out.top_ids, out.top_logprobs, strict=True)
+                ],
+                "text_offset": [],
+            }
+        if body.prompt_logprobs is not None:
+            rows = await self._run(lambda: backend.prompt_logprobs(ids))
+            choice["prompt_logprobs"] = self._prompt_logprobs(ids, rows, body.prompt_logprobs)
+        return choice
+
+    def _prompt_logprobs(
+        self, ids: list[int], rows: np.ndarray[Any, Any], k: int
+    ) -> list[dict[str, dict[str, Any]] | None]:
+        """vLLM's shape: None for position 0, then {id: {logprob, rank, decoded_token}}."""
+        top_ids, top_lps = top_k_rows(rows, k)
+        result: list[dict[str, dict[str, Any]] | None] = [None]
+        for pos in range(1, len(ids)):
+            row = rows[pos - 1]
+            target = ids[pos]
+            target_lp = float(row[target])
+            entries = {
+                str(target): {
+                    "logprob": target_lp,
+                    "rank": int((row > row[target]).sum()) + 1,
+                    "decoded_token": self._backend.token_text(target),
+                }
+            }
+            for rank, (tid, lp) in enumerate(zip(top_ids[pos - 1], top_lps[pos - 1], strict=True)):
+                entries.setdefault(
+                    str(int(tid)),
+                    {
+                        "logprob": float(lp),
+                        "rank": rank + 1,
+                        "decoded_token": self._backend.token_text(int(tid)),
+                    },
+                )
+            result.append(entries)
+        return result
+
+
+def _error(status: int, message: str, param: str | None) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": "BadRequestError", "param": param, "code": status}},
+        status_code=status,
+    )
+
+
+def serve(backend: EngineBackend, served_model_name: str, host: str, port: int) -> None:
+    """Serve `backend` until interrupted (blocks)."""
+    import uvicorn
+
+    server = AdapterServer(backend, served_model_name)
+    uvicorn.run(server.app, host=host, port=port, log_level="warning", access_log=False)

@@ -1,0 +1,140 @@
+"""The transformers reference ("PyTorch native") as an `EngineBackend`.
+
+`AutoModelForCausalLM` in the requested dtype, eager attention, greedy decoding with
+the KV cache. Hidden states are `hidden_states[-1]` of the forward pass, which in
+transformers' Qwen2 is after the final norm, as vLLM's pooling runner returns them.
+Logits are cast to float32 before the log-softmax, as vLLM does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from infergate.runtime.backend import GreedyLoop, GreedyOutput, check_dtype
+from infergate.runtime.model_config import ModelConfig, load_model_config
+from infergate.runtime.tokenizer import ModelTokenizer
+
+
+class TransformersBackend:
+    """A causal LM served by transformers on PyTorch (CPU here)."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        dtype: str,
+        overrides: Mapping[str, float],
+        *,
+        seed: int = 42,
+        max_model_len: int | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        check_dtype(dtype)
+        torch.manual_seed(seed)
+        self._torch = torch
+        self._dtype = dtype
+        self._config: ModelConfig = load_model_config(model_dir).with_overrides(overrides)
+        self._max_len = min(
+            max_model_len or self._config.max_position_embeddings,
+            self._config.max_position_embeddings,
+        )
+        hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        if "rms_norm_eps" in overrides:
+            hf_config.rms_norm_eps = float(overrides["rms_norm_eps"])
+        if "rope_theta" in overrides:
+            # transformers 5 reads the rope base from rope_parameters only.
+            params = dict(getattr(hf_config, "rope_parameters", None) or {"rope_type": "default"})
+            params["rope_theta"] = float(overrides["rope_theta"])
+            hf_config.rope_parameters = params
+        self._tokenizer = ModelTokenizer(model_dir)
+        self._model: Any = AutoModelForCausalLM.from_pretrained(
+            model_dir,
+            config=hf_config,
+            dtype=getattr(torch, dtype),
+            attn_implementation="eager",
+            local_files_only=True,
+        ).eval()
+
+    @property
+    def engine(self) -> str:
+        return "transformers"
+
+    @property
+    def engine_version(self) -> str:
+        return f"transformers {metadata.version('transformers')} / torch {metadata.version('torch')}"
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_len
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self._config.eos_token_id
+
+    @property
+    def config(self) -> ModelConfig:
+        return self._config
+
+    def effective_config(self) -> dict[str, Any]:
+        return self._config.effective(self._dtype)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text)
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(token_ids)
+
+    def token_text(self, token_id: int) -> str:
+        return self._tokenizer.token_text(token_id)
+
+    def _ids(self, token_ids: Sequence[int]) -> Any:
+        return self._torch.tensor([list(token_ids)], dtype=self._torch.long)
+
+    def _log_softmax(self, logits: Any) -> Any:
+        return self._torch.log_softmax(logits.to(self._torch.float32), dim=-1)
+
+    def generate_greedy(
+        self, prompt: Sequence[int], max_tokens: int, top_k: int, *, ignore_eos: bool
+    ) -> GreedyOutput:
+        torch = self._torch
+        loop = GreedyLoop(max_tokens, top_k, self.eos_token_id)
+        if max_tokens <= 0:
+            return loop.result()
+        with torch.inference_mode():
+            out = self._model(input_ids=self._ids(prompt), use_cache=True)
+            going = True
+            while going:
+                row = self._log_softmax(out.logits[0, -1]).numpy()
+                going = loop.push(row, ignore_eos=ignore_eos)
+                if going:
+                    out = self._model(
+                        input_ids=self._ids(loop.tokens[-1:]),
+                        past_key_values=out.past_key_values,
+                        use_cache=True,
+                    )
+        return loop.result()
+
+    def prompt_logprobs(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+        with self._torch.inference_mode():
+            logits = self._model(input_ids=self._ids(token_ids), use_cache=False).logits[0]
+            out: NDArray[np.float32] = self._log_softmax(logits[:-1]).numpy()
+        return out
+
+    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+        with self._torch.inference_mode():
+            out = self._model(
+                input_ids=self._ids(token_ids), use_cache=False, output_hidden_states=True
+            )
+            states: NDArray[np.float32] = out.hidden_states[-1][0].to(self._torch.float32).numpy()
+        return states

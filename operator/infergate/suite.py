@@ -1,0 +1,167 @@
+"""Prompt suites: the prompts both sides of a parity check answer.
+
+On disk a suite is JSONL, one prompt per line, camelCase keys:
+
+    {"id": "zh-weather", "text": "今天早上", "tags": ["zh", "short"]}
+    {"id": "ids-1", "tokenIds": [101, 7, 42], "tags": ["ids"]}
+
+Each prompt has exactly one of `text` and `tokenIds`. Blank lines and lines starting
+with `#` are skipped. Errors name the file, the line and the field.
+
+Built-in suites (by name): `default` (short Chinese and English prompts plus long
+prompts of 8K+ tokens, generated deterministically at load time and tagged `long`)
+and `smoke` (a few short prompts and one long prompt, for tests).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from infergate.fixture.corpus import CHINESE, ENGLISH
+
+LONG_TAG = "long"
+"""Tag of prompts of 8K+ tokens; the long-sequence metrics select them by it."""
+
+BUILTIN_SUITES: tuple[str, ...] = ("default", "smoke")
+
+
+class SuiteError(ValueError):
+    """A suite file or name that cannot be loaded; the message names line and field."""
+
+
+class PromptSpec(BaseModel):
+    """One prompt of a suite."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    id: str = Field(min_length=1, description="Unique within the suite.")
+    text: str | None = Field(default=None, description="Prompt text, tokenized by the model.")
+    token_ids: tuple[int, ...] | None = Field(
+        default=None, description="Prompt token ids, sent as they are."
+    )
+    tags: tuple[str, ...] = Field(default=(), description="Free labels, e.g. zh, en, long.")
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> Self:
+        if (self.text is None) == (self.token_ids is None):
+            given = "both" if self.text is not None else "neither"
+            raise ValueError(f"exactly one of text and tokenIds is required, got {given}")
+        if self.text is not None and not self.text:
+            raise ValueError("text: must not be empty")
+        if self.token_ids is not None:
+            if not self.token_ids:
+                raise ValueError("tokenIds: must not be empty")
+            negative = [t for t in self.token_ids if t < 0]
+            if negative:
+                raise ValueError(f"tokenIds: ids must be >= 0, got {negative[0]}")
+        return self
+
+    @property
+    def is_long(self) -> bool:
+        return LONG_TAG in self.tags
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named, ordered set of prompts with unique ids."""
+
+    name: str
+    prompts: tuple[PromptSpec, ...]
+
+    def select(self, *, long: bool | None = None, limit: int | None = None) -> Suite:
+        """A sub-suite: only long (True) or only short (False) prompts, at most `limit`."""
+        chosen = [p for p in self.prompts if long is None or p.is_long == long]
+        if limit is not None:
+            chosen = chosen[:limit]
+        return Suite(self.name, tuple(chosen))
+
+
+def parse_suite(lines: Iterable[str], *, name: str, source: str) -> Suite:
+    """Parse JSONL suite lines; `source` names the file in errors."""
+    prompts: list[PromptSpec] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SuiteError(f"{source}:{number}: not valid JSON ({exc.msg})") from exc
+        try:
+            prompt = PromptSpec.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"]) or "prompt"
+            raise SuiteError(f"{source}:{number}: {field}: {first['msg']}") from exc
+        if prompt.id in seen:
+            raise SuiteError(
+                f"{source}:{number}: id: {prompt.id!r} already used on line {seen[prompt.id]}"
+            )
+        seen[prompt.id] = number
+        prompts.append(prompt)
+    if not prompts:
+        raise SuiteError(f"{source}: the suite has no prompts")
+    return Suite(name, tuple(prompts))
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """A built-in suite by name, or a JSONL file by path."""
+    path = Path(name_or_path)
+    if path.is_file():
+        with path.open(encoding="utf-8") as handle:
+            return parse_suite(handle, name=path.stem, source=str(path))
+    if name_or_path not in BUILTIN_SUITES:
+        raise SuiteError(
+            f"suite: {name_or_path!r} is neither a file nor a built-in suite; "
+            f"built-in: {', '.join(BUILTIN_SUITES)}"
+        )
+    data = resources.files("infergate.suites").joinpath(f"{name_or_path}.jsonl")
+    short = parse_suite(
+        data.read_text(encoding="utf-8").splitlines(),
+        name=name_or_path,
+        source=f"infergate/suites/{name_or_path}.jsonl",
+    )
+    count = 1 if name_or_path == "smoke" else 2
+    long = [long_prompt("zh", i) for i in range(count)] + [
+        long_prompt("en", i) for i in range(count if name_or_path == "default" else 0)
+    ]
+    return Suite(name_or_path, short.prompts + tuple(long))
+
+
+# Characters per long prompt. With the fixture tokenizer Chinese text is about 1.1
+# characters per token and English about 4.5; the totals give 8.5K-8.7K tokens.
+_LONG_CHARS = {"zh": 9_300, "en": 39_000}
+
+
+def long_prompt(language: str, index: int) -> PromptSpec:
+    """A deterministic prompt of 8K+ tokens: corpus sentences in a seeded order, numbered."""
+    if language not in _LONG_CHARS:
+        raise SuiteError(f"long prompt language: {language!r}; allowed: {', '.join(_LONG_CHARS)}")
+    pool: Sequence[str] = CHINESE if language == "zh" else ENGLISH
+    rng = random.Random(f"infergate-long-{language}-{index}")
+    parts: list[str] = []
+    size = 0
+    paragraph = 0
+    while size < _LONG_CHARS[language]:
+        paragraph += 1
+        chosen = rng.sample(list(pool), k=4)
+        head = f"第{paragraph}段：" if language == "zh" else f"Part {paragraph}: "
+        sep = "" if language == "zh" else " "
+        text = head + sep.join(chosen) + "\n"
+        parts.append(text)
+        size += len(text)
+    return PromptSpec(
+        id=f"long-{language}-{index}", text="".join(parts), tags=(language, LONG_TAG)
+    )
