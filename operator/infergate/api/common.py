@@ -22,7 +22,7 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 ObjectName = Annotated[
     str, StringConstraints(min_length=1, max_length=NAME_MAX, pattern=DNS_SUBDOMAIN_PATTERN)
 ]
-ShortHash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{10}$")]
+ShortHash = Annotated[str, StringConstraints(max_length=10, pattern=r"^[0-9a-f]{10}$")]
 
 _CONDITION_TYPE_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"

@@ -555,6 +555,24 @@ class InferenceDeploymentStatus(KubeModel):
     """Label selector of the pods, for the scale subresource."""
 
 
+# Revision objects are named `<name>-<revision>` (10 hex digits) and a Service
+# name is a DNS-1035 label of at most 63 characters.
+DEPLOYMENT_NAME_MAX = 63 - 11
+DEPLOYMENT_NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DEPLOYMENT_NAME_MESSAGE = (
+    f"metadata.name must be a DNS-1035 label of at most {DEPLOYMENT_NAME_MAX} characters "
+    "(lower-case letters, digits and '-', starting with a letter): the revision Service is "
+    "named <name>-<revision>"
+)
+
+
+def check_deployment_name(name: str) -> str:
+    """Refuse names whose revision objects could not be created."""
+    if len(name) > DEPLOYMENT_NAME_MAX or not re.match(DEPLOYMENT_NAME_PATTERN, name):
+        raise ValueError(f"metadata.name: {name!r} is not allowed; {DEPLOYMENT_NAME_MESSAGE}")
+    return name
+
+
 class InferenceDeployment(KubeModel):
     """An InferenceDeployment as stored by the API server."""
 
@@ -568,3 +586,10 @@ class InferenceDeployment(KubeModel):
     """Desired state."""
     status: InferenceDeploymentStatus | None = None
     """Observed state, written by the operator."""
+
+    @model_validator(mode="after")
+    def _name(self) -> Self:
+        name = self.metadata.get("name")
+        if isinstance(name, str):
+            check_deployment_name(name)
+        return self

@@ -8,10 +8,11 @@ canary as candidate) to make a `ParityCheckSpec`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Self
+from enum import StrEnum
+from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
-from pydantic import ConfigDict, Field, JsonValue, model_validator
+from pydantic import ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
 from infergate.api.common import (
@@ -240,6 +241,13 @@ class Progress(KubeModel):
     """Prompts in the suite."""
 
 
+class Comparison(StrEnum):
+    """>= (the value is a floor to stay above) or <= (a ceiling to stay below)."""
+
+    AT_LEAST = ">="
+    AT_MOST = "<="
+
+
 class VerdictReason(KubeModel):
     """One limit that was passed (or could not be measured)."""
 
@@ -249,6 +257,8 @@ class VerdictReason(KubeModel):
     """Measured value; unset when it could not be measured."""
     threshold: float | None = None
     """Limit the value was judged against; unset for hard failures (hygiene)."""
+    comparison: Comparison | None = None
+    """How value must relate to threshold to pass: >= (a floor) or <= (a ceiling)."""
     prompts: list[str] = Field(default_factory=list, max_length=100)
     """Ids of the prompts that caused it, worst first (at most 100)."""
     message: str | None = Field(default=None, max_length=MESSAGE_MAX)
@@ -266,6 +276,10 @@ class Verdict(KubeModel):
     """One line for people."""
     reasons: list[VerdictReason] = Field(default_factory=list, max_length=256)
     """Every limit that failed, naming the metric, value, threshold and prompts."""
+    warnings: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=list, max_length=64
+    )
+    """Limits passed at the block level but past the warn level, for people."""
 
 
 class ParityCheckStatus(KubeModel):

@@ -1,0 +1,257 @@
+"""The generated CRDs are structural, documented, bounded, and declare every status field."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from infergate.api import (
+    InferenceDeploymentSpec,
+    InferenceDeploymentStatus,
+    ParityCheckSpec,
+    ParityCheckStatus,
+)
+from infergate.api.crd import INFERENCE_DEPLOYMENT, PARITY_CHECK, RESOURCE_KINDS, crd_document
+from tests.unit.api.structural import (
+    apply_defaults,
+    nodes,
+    prune,
+    structural_problems,
+    unbounded_nodes,
+)
+
+
+def _schema(resource: Any) -> dict[str, Any]:
+    version = crd_document(resource)["spec"]["versions"][0]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@pytest.mark.parametrize("resource", RESOURCE_KINDS, ids=lambda r: r.kind)
+def test_schema_is_structural(resource: Any) -> None:
+    assert structural_problems(_schema(resource)) == []
+
+
+@pytest.mark.parametrize("resource", RESOURCE_KINDS, ids=lambda r: r.kind)
+def test_every_property_has_a_description(resource: Any) -> None:
+    missing = [
+        f"{path}.{name}"
+        for path, node in nodes(_schema(resource))
+        for name, child in node.get("properties", {}).items()
+        if not str(child.get("description", "")).strip()
+    ]
+    assert missing == []
+
+
+@pytest.mark.parametrize("resource", RESOURCE_KINDS, ids=lambda r: r.kind)
+def test_spec_strings_lists_and_maps_are_bounded_for_cel_cost(resource: Any) -> None:
+    assert unbounded_nodes(_schema(resource)["properties"]["spec"]) == []
+
+
+@pytest.mark.parametrize("resource", RESOURCE_KINDS, ids=lambda r: r.kind)
+def test_rule_field_paths_name_existing_fields(resource: Any) -> None:
+    schema_paths = {path for path, _ in nodes(_schema(resource))}
+    for path, node in nodes(_schema(resource)):
+        for rule in node.get("x-kubernetes-validations", []):
+            if "fieldPath" in rule:
+                assert f"{path}{rule['fieldPath']}" in schema_paths, rule
+
+
+def _field_paths(model: type[BaseModel], prefix: str) -> set[str]:
+    """Every field path of a model, through optionals, lists and maps, by wire name."""
+    paths: set[str] = set()
+    for name, field in model.model_fields.items():
+        path = f"{prefix}.{field.alias or name}"
+        paths.add(path)
+        paths |= _type_paths(field.annotation, path)
+    return paths
+
+
+def _type_paths(annotation: Any, path: str) -> set[str]:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_paths(args[0], path)
+    if origin in (typing.Union, types.UnionType):
+        concrete = [arg for arg in args if arg is not type(None)]
+        return set().union(*(_type_paths(arg, path) for arg in concrete))
+    if origin is list:
+        return {f"{path}[]"} | _type_paths(args[0], f"{path}[]")
+    if origin is dict:
+        if args[1] is Any:
+            return set()
+        return {f"{path}{{}}"} | _type_paths(args[1], f"{path}{{}}")
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _field_paths(annotation, path)
+    return set()
+
+
+@pytest.mark.parametrize(
+    ("resource", "model", "part"),
+    [
+        (INFERENCE_DEPLOYMENT, InferenceDeploymentStatus, "status"),
+        (PARITY_CHECK, ParityCheckStatus, "status"),
+        (INFERENCE_DEPLOYMENT, InferenceDeploymentSpec, "spec"),
+        (PARITY_CHECK, ParityCheckSpec, "spec"),
+    ],
+    ids=lambda v: getattr(v, "kind", getattr(v, "__name__", v)),
+)
+def test_every_model_field_is_declared(resource: Any, model: type[BaseModel], part: str) -> None:
+    # An undeclared status field is pruned by the API server without a word.
+    schema_paths = {path for path, _ in nodes(_schema(resource)["properties"][part])}
+    model_paths = {path for path in _field_paths(model, "") if path}
+    assert model_paths - schema_paths == set()
+
+
+def test_a_full_status_survives_pruning() -> None:
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    condition = {
+        "type": "ParityPassed",
+        "status": "True",
+        "observedGeneration": 3,
+        "lastTransitionTime": now,
+        "reason": "CheckPassed",
+        "message": "qwen-ab12cd34ef passed bf16-kernel",
+    }
+    status = InferenceDeploymentStatus.model_validate(
+        {
+            "observedGeneration": 3,
+            "phase": "Stable",
+            "stableRevision": "ab12cd34ef",
+            "canaryRevision": "0011223344",
+            "revisions": [
+                {
+                    "hash": "ab12cd34ef",
+                    "engine": "vllm",
+                    "dtype": "bfloat16",
+                    "accelerator": "nvidia-gpu",
+                    "image": "vllm/vllm-openai:v0.11.0",
+                    "verdict": "Passed",
+                    "metrics": {"tokenMatchRate": 0.98, "meanKl": 2.5e-5},
+                    "parityCheck": "qwen-ab12cd34ef",
+                    "rejected": False,
+                    "message": "promoted",
+                    "createdAt": now,
+                    "promotedAt": now,
+                }
+            ],
+            "conditions": [condition],
+            "lastParityCheck": {
+                "name": "qwen-ab12cd34ef",
+                "revision": "ab12cd34ef",
+                "phase": "Passed",
+                "verdict": "Passed",
+                "completionTime": now,
+            },
+            "trafficMechanism": "ReplicaRatio",
+            "endpoints": {
+                "stable": {"service": "qwen", "port": 8000},
+                "canary": {"service": "qwen-0011223344", "port": 8000, "revision": "0011223344"},
+            },
+            "replicas": 3,
+            "readyReplicas": 3,
+            "selector": "infergate.io/deployment=qwen",
+        }
+    ).to_kube()
+    schema = _schema(INFERENCE_DEPLOYMENT)["properties"]["status"]
+    assert prune(status, schema) == status
+
+    check_status = ParityCheckStatus.model_validate(
+        {
+            "observedGeneration": 1,
+            "phase": "Failed",
+            "jobName": "qwen-check-runner",
+            "startTime": now,
+            "completionTime": now,
+            "profile": "bf16-kernel",
+            "baselineRevision": "ab12cd34ef",
+            "candidateRevision": "0011223344",
+            "progress": {"done": 8, "total": 8},
+            "metrics": {"tokenMatchRate": 0.5},
+            "verdict": {
+                "passed": False,
+                "outcome": "Failed",
+                "summary": "token match rate 0.5 < 0.985",
+                "reasons": [
+                    {
+                        "metric": "minTokenMatchRate",
+                        "value": 0.5,
+                        "threshold": 0.985,
+                        "comparison": ">=",
+                        "prompts": ["zh-weather"],
+                        "message": "token match rate 0.5 below 0.985",
+                    }
+                ],
+                "warnings": ["meanKl near its limit"],
+            },
+            "conditions": [condition],
+            "reportRef": {"name": "qwen-check-report", "key": "report.json"},
+        }
+    ).to_kube()
+    schema = _schema(PARITY_CHECK)["properties"]["status"]
+    assert prune(check_status, schema) == check_status
+
+
+def _minimal_spec() -> dict[str, Any]:
+    return {
+        "model": {"name": "tiny", "uri": "pvc://models/tiny"},
+        "engine": {"kind": "vllm", "dtype": "bfloat16", "maxModelLen": 4096},
+        "accelerator": {"kind": "nvidia-gpu"},
+        "rollout": {"parity": {"suite": {"configMapRef": {"name": "p", "key": "p.jsonl"}}}},
+    }
+
+
+def test_server_defaults_agree_with_model_defaults() -> None:
+    spec_schema = _schema(INFERENCE_DEPLOYMENT)["properties"]["spec"]
+    defaulted = apply_defaults(_minimal_spec(), spec_schema)
+    # What the server fills in is what the models assume...
+    assert defaulted["replicas"] == 1
+    assert defaulted["rollout"]["canaryReplicas"] == 1
+    assert defaulted["rollout"]["parity"]["sampling"]["temperature"] == 0
+    assert defaulted["rollout"]["parity"]["runner"]["activeDeadlineSeconds"] == 3600
+    # ...so reading a stored object back gives the same spec as the manifest applied.
+    from_server = InferenceDeploymentSpec.model_validate(defaulted)
+    from_manifest = InferenceDeploymentSpec.model_validate(_minimal_spec())
+    assert from_server == from_manifest
+    wire = from_manifest.to_kube()
+
+    def is_subset(part: Any, whole: Any) -> bool:
+        if isinstance(part, Mapping):
+            return all(key in whole and is_subset(v, whole[key]) for key, v in part.items())
+        return bool(part == whole)
+
+    assert is_subset(defaulted, wire)
+
+
+def test_null_is_kept_only_where_it_switches_a_check_off() -> None:
+    spec = _schema(PARITY_CHECK)["properties"]["spec"]
+    nullable = sorted(path for path, node in nodes(spec) if node.get("nullable"))
+    assert nullable
+    assert all(path.startswith((".thresholds.", ".regression.")) for path in nullable)
+    assert ".thresholds.minTokenMatchRate" in nullable
+
+
+def test_names_subresources_and_printer_columns() -> None:
+    idep = crd_document(INFERENCE_DEPLOYMENT)
+    assert idep["metadata"]["name"] == "inferencedeployments.infergate.io"
+    assert idep["spec"]["names"]["shortNames"] == ["idep", "infdep"]
+    version = idep["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"]["status"] == {}
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
+    columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
+    assert columns == ["Phase", "Stable", "Canary", "Parity", "Age"]
+    status_paths = {path for path, _ in nodes(_schema(INFERENCE_DEPLOYMENT))}
+    for column in version["additionalPrinterColumns"]:
+        if column["jsonPath"].startswith((".status", ".spec")):
+            assert column["jsonPath"] in status_paths, column
+
+    pc = crd_document(PARITY_CHECK)
+    assert pc["spec"]["names"]["shortNames"] == ["pc"]
+    assert pc["spec"]["versions"][0]["subresources"] == {"status": {}}
