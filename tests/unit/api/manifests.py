@@ -59,3 +59,90 @@ def invalid_manifests() -> list[InvalidManifest]:
             raise AssertionError(f"{path}: needs '# expect:' lines and one '# python:' line")
         found.append(InvalidManifest(path, yaml.safe_load(text), server, python[0]))
     return found
+
+
+_NOW = "2026-12-02T12:00:00Z"
+_CONDITION = {
+    "type": "ParityPassed",
+    "status": "True",
+    "observedGeneration": 3,
+    "lastTransitionTime": _NOW,
+    "reason": "CheckPassed",
+    "message": "qwen-ab12cd34ef passed bf16-kernel",
+}
+
+
+def full_deployment_status() -> dict[str, Any]:
+    """An InferenceDeployment status with every field set, as the controller writes it."""
+    return {
+        "observedGeneration": 3,
+        "phase": "Stable",
+        "stableRevision": "ab12cd34ef",
+        "canaryRevision": "0011223344",
+        "revisions": [
+            {
+                "hash": "ab12cd34ef",
+                "engine": "vllm",
+                "dtype": "bfloat16",
+                "accelerator": "nvidia-gpu",
+                "image": "vllm/vllm-openai:v0.11.0",
+                "verdict": "Passed",
+                "metrics": {"tokenMatchRate": 0.98, "meanKl": 2.5e-5},
+                "parityCheck": "qwen-ab12cd34ef",
+                "rejected": False,
+                "message": "promoted",
+                "createdAt": _NOW,
+                "promotedAt": _NOW,
+            }
+        ],
+        "conditions": [dict(_CONDITION)],
+        "lastParityCheck": {
+            "name": "qwen-ab12cd34ef",
+            "revision": "ab12cd34ef",
+            "phase": "Passed",
+            "verdict": "Passed",
+            "completionTime": _NOW,
+        },
+        "trafficMechanism": "ReplicaRatio",
+        "endpoints": {
+            "stable": {"service": "qwen", "port": 8000},
+            "canary": {"service": "qwen-0011223344", "port": 8000, "revision": "0011223344"},
+        },
+        "replicas": 3,
+        "readyReplicas": 3,
+        "selector": "infergate.io/deployment=qwen",
+    }
+
+
+def full_check_status() -> dict[str, Any]:
+    """A ParityCheck status with every field set, as the controller writes it."""
+    return {
+        "observedGeneration": 1,
+        "phase": "Failed",
+        "jobName": "qwen-check-runner",
+        "startTime": _NOW,
+        "completionTime": _NOW,
+        "profile": "bf16-kernel",
+        "baselineRevision": "ab12cd34ef",
+        "candidateRevision": "0011223344",
+        "progress": {"done": 8, "total": 8},
+        "metrics": {"tokenMatchRate": 0.5},
+        "verdict": {
+            "passed": False,
+            "outcome": "Failed",
+            "summary": "token match rate 0.5 < 0.985",
+            "reasons": [
+                {
+                    "metric": "minTokenMatchRate",
+                    "value": 0.5,
+                    "threshold": 0.985,
+                    "comparison": ">=",
+                    "prompts": ["zh-weather"],
+                    "message": "token match rate 0.5 below 0.985",
+                }
+            ],
+            "warnings": ["meanKl near its limit"],
+        },
+        "conditions": [dict(_CONDITION)],
+        "reportRef": {"name": "qwen-check-report", "key": "report.json"},
+    }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from infergate.api import (
     ParityCheckStatus,
 )
 from infergate.api.crd import INFERENCE_DEPLOYMENT, PARITY_CHECK, RESOURCE_KINDS, crd_document
+from tests.unit.api.manifests import full_check_status, full_deployment_status
 from tests.unit.api.structural import (
     apply_defaults,
     nodes,
@@ -110,90 +110,10 @@ def test_every_model_field_is_declared(resource: Any, model: type[BaseModel], pa
 
 
 def test_a_full_status_survives_pruning() -> None:
-    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-    condition = {
-        "type": "ParityPassed",
-        "status": "True",
-        "observedGeneration": 3,
-        "lastTransitionTime": now,
-        "reason": "CheckPassed",
-        "message": "qwen-ab12cd34ef passed bf16-kernel",
-    }
-    status = InferenceDeploymentStatus.model_validate(
-        {
-            "observedGeneration": 3,
-            "phase": "Stable",
-            "stableRevision": "ab12cd34ef",
-            "canaryRevision": "0011223344",
-            "revisions": [
-                {
-                    "hash": "ab12cd34ef",
-                    "engine": "vllm",
-                    "dtype": "bfloat16",
-                    "accelerator": "nvidia-gpu",
-                    "image": "vllm/vllm-openai:v0.11.0",
-                    "verdict": "Passed",
-                    "metrics": {"tokenMatchRate": 0.98, "meanKl": 2.5e-5},
-                    "parityCheck": "qwen-ab12cd34ef",
-                    "rejected": False,
-                    "message": "promoted",
-                    "createdAt": now,
-                    "promotedAt": now,
-                }
-            ],
-            "conditions": [condition],
-            "lastParityCheck": {
-                "name": "qwen-ab12cd34ef",
-                "revision": "ab12cd34ef",
-                "phase": "Passed",
-                "verdict": "Passed",
-                "completionTime": now,
-            },
-            "trafficMechanism": "ReplicaRatio",
-            "endpoints": {
-                "stable": {"service": "qwen", "port": 8000},
-                "canary": {"service": "qwen-0011223344", "port": 8000, "revision": "0011223344"},
-            },
-            "replicas": 3,
-            "readyReplicas": 3,
-            "selector": "infergate.io/deployment=qwen",
-        }
-    ).to_kube()
+    status = InferenceDeploymentStatus.model_validate(full_deployment_status()).to_kube()
     schema = _schema(INFERENCE_DEPLOYMENT)["properties"]["status"]
     assert prune(status, schema) == status
-
-    check_status = ParityCheckStatus.model_validate(
-        {
-            "observedGeneration": 1,
-            "phase": "Failed",
-            "jobName": "qwen-check-runner",
-            "startTime": now,
-            "completionTime": now,
-            "profile": "bf16-kernel",
-            "baselineRevision": "ab12cd34ef",
-            "candidateRevision": "0011223344",
-            "progress": {"done": 8, "total": 8},
-            "metrics": {"tokenMatchRate": 0.5},
-            "verdict": {
-                "passed": False,
-                "outcome": "Failed",
-                "summary": "token match rate 0.5 < 0.985",
-                "reasons": [
-                    {
-                        "metric": "minTokenMatchRate",
-                        "value": 0.5,
-                        "threshold": 0.985,
-                        "comparison": ">=",
-                        "prompts": ["zh-weather"],
-                        "message": "token match rate 0.5 below 0.985",
-                    }
-                ],
-                "warnings": ["meanKl near its limit"],
-            },
-            "conditions": [condition],
-            "reportRef": {"name": "qwen-check-report", "key": "report.json"},
-        }
-    ).to_kube()
+    check_status = ParityCheckStatus.model_validate(full_check_status()).to_kube()
     schema = _schema(PARITY_CHECK)["properties"]["status"]
     assert prune(check_status, schema) == check_status
 
