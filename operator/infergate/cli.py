@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from infergate import __version__
 
 # Modules under infergate.commands, each adding one or more subcommands.
-_COMMAND_MODULES: tuple[str, ...] = ("localcluster", "crds", "parity")
+_COMMAND_MODULES: tuple[str, ...] = ("localcluster", "crds", "parity", "fixture", "serve", "record")
 
 
 def build_parser() -> argparse.ArgumentParser:

