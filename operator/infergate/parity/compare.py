@@ -9,26 +9,20 @@ readers (anything with `meta`, `prompt_ids`, `get` and iteration, such as
 
 from __future__ import annotations
 
-import fnmatch
-import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Literal, Protocol
 
 import numpy as np
-from numpy.typing import NDArray
 
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
-from infergate.parity.logprobs import StepLogprobs, compare_logprobs
+from infergate.parity.hygiene import HygieneLog, config_differences, nonfinite_logprobs
+from infergate.parity.logprobs import LogprobAccumulator, compare_logprobs
 from infergate.parity.metrics import (
     POSITION_BUCKETS,
     BucketMetrics,
     FirstDivergence,
     HygieneCheck,
-    HygieneFinding,
-    LogprobMetrics,
     LongSequenceMetrics,
-    Mean,
     ParityMetrics,
     ParityResult,
     PromptOutputs,
@@ -37,10 +31,9 @@ from infergate.parity.metrics import (
     SideInfo,
     SurvivalPoint,
     TokenMetrics,
-    bucket_of,
 )
-from infergate.parity.record import PAD_TOKEN_ID, ParityInputError, PromptRecord, RecordMeta
-from infergate.parity.stats import clustered_mean, kaplan_meier
+from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
+from infergate.parity.stats import kaplan_meier
 from infergate.parity.thresholds import Thresholds
 from infergate.parity.tokens import TokenComparison, compare_tokens, is_collapsed
 
@@ -48,9 +41,9 @@ DEFAULT_LONG_PROMPT_TOKENS = 8192
 KL_RATIO_FLOOR = 1e-9
 """Nats added to both buckets' mean KL before the long/short ratio, so 0/0 reads as 1."""
 WORST_PER_CRITERION = 5
+_NAN_HIDDEN = "NaN or Inf in hidden states"
 
 Side = Literal["baseline", "candidate"]
-FlagSide = Literal["baseline", "candidate", "both"]
 
 
 class PromptSource(Protocol):
@@ -91,52 +84,6 @@ def compare_sources(
     return comparison.finalize()
 
 
-@dataclass
-class _LogprobTotals:
-    kl_sums: list[float] = field(default_factory=list)
-    kl_counts: list[int] = field(default_factory=list)
-    kl_values: list[NDArray[np.float64]] = field(default_factory=list)
-    delta_p: list[NDArray[np.float64]] = field(default_factory=list)
-    same: int = 0
-    same_total: int = 0
-    forced_prompts: int = 0
-    bucket_kl: NDArray[np.float64] = field(default_factory=lambda: np.zeros(len(POSITION_BUCKETS)))
-    bucket_steps: NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
-    )
-    bucket_same: NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
-    )
-    bucket_same_total: NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
-    )
-
-    def add(self, steps: StepLogprobs) -> tuple[int, float | None, float | None]:
-        """Fold one prompt in; returns its (KL steps, mean KL, same-top rate)."""
-        kl_ok = ~np.isnan(steps.kl)
-        kl = steps.kl[kl_ok]
-        self.kl_sums.append(float(kl.sum()))
-        self.kl_counts.append(int(kl.shape[0]))
-        self.kl_values.append(kl)
-        self.delta_p.append(steps.delta_p[~np.isnan(steps.delta_p)])
-        same = int(steps.same_top.sum())
-        measured = int(steps.same_top_measured.sum())
-        self.same += same
-        self.same_total += measured
-        self.forced_prompts += int(steps.teacher_forced)
-        buckets = bucket_of(steps.positions)
-        n = len(POSITION_BUCKETS)
-        self.bucket_kl += np.bincount(buckets[kl_ok], weights=kl, minlength=n)
-        self.bucket_steps += np.bincount(buckets[kl_ok], minlength=n)
-        self.bucket_same += np.bincount(buckets[steps.same_top], minlength=n)
-        self.bucket_same_total += np.bincount(buckets[steps.same_top_measured], minlength=n)
-        return (
-            int(kl.shape[0]),
-            float(kl.mean()) if kl.size else None,
-            same / measured if measured else None,
-        )
-
-
 class ParityComparison:
     """Accumulates prompt pairs; `finalize` returns the `ParityResult`."""
 
@@ -152,11 +99,11 @@ class ParityComparison:
         self._long = thresholds.long_prompt_tokens or DEFAULT_LONG_PROMPT_TOKENS
         self._errors: list[str] = []
         self._notes: list[str] = []
-        self._hygiene: dict[tuple[HygieneCheck, FlagSide, str], list[str]] = {}
+        self._hygiene = HygieneLog()
         self._tokens: list[TokenComparison] = []
         self._summaries: list[PromptSummary] = []
         self._outputs: dict[str, PromptOutputs] = {}
-        self._logprobs = _LogprobTotals()
+        self._logprobs = LogprobAccumulator()
         self._hidden = HiddenStateAccumulator()
         self._hidden_absent = 0
         if baseline.suite != candidate.suite:
@@ -181,19 +128,19 @@ class ParityComparison:
             self._errors.append(f"prompt {pid!r} appears twice; prompt ids must be unique")
             return
         if not np.array_equal(baseline.prompt_token_ids, candidate.prompt_token_ids):
-            self._flag(
+            self._hygiene.flag(
                 HygieneCheck.PROMPT_TOKENS_DIFFER,
                 "both",
-                pid,
                 "prompt token ids differ (tokenizer or chat template drift)",
+                pid,
             )
-        if _nonfinite_logprobs(baseline):
-            self._flag(HygieneCheck.NON_FINITE, "baseline", pid, "NaN or Inf in logprobs")
-        if _nonfinite_logprobs(candidate):
-            self._flag(HygieneCheck.NON_FINITE, "candidate", pid, "NaN or Inf in logprobs")
+        if nonfinite_logprobs(baseline):
+            self._hygiene.flag(HygieneCheck.NON_FINITE, "baseline", "NaN or Inf in logprobs", pid)
+        if nonfinite_logprobs(candidate):
+            self._hygiene.flag(HygieneCheck.NON_FINITE, "candidate", "NaN or Inf in logprobs", pid)
         if is_collapsed(candidate.output_token_ids) and not is_collapsed(baseline.output_token_ids):
-            self._flag(
-                HygieneCheck.COLLAPSE, "candidate", pid, "output collapsed to one repeated token"
+            self._hygiene.flag(
+                HygieneCheck.COLLAPSE, "candidate", "output collapsed to one repeated token", pid
             )
         tokens = compare_tokens(baseline, candidate, self._thresholds.max_divergence_logprob_gap)
         self._tokens.append(tokens)
@@ -251,9 +198,9 @@ class ParityComparison:
             self._errors.append(str(err))
             return None
         if hidden.nonfinite_baseline:
-            self._flag(HygieneCheck.NON_FINITE, "baseline", pid, "NaN or Inf in hidden states")
+            self._hygiene.flag(HygieneCheck.NON_FINITE, "baseline", _NAN_HIDDEN, pid)
         if hidden.nonfinite_candidate:
-            self._flag(HygieneCheck.NON_FINITE, "candidate", pid, "NaN or Inf in hidden states")
+            self._hygiene.flag(HygieneCheck.NON_FINITE, "candidate", _NAN_HIDDEN, pid)
         return hidden
 
     def _long_failures(self, summary: PromptSummary) -> list[str]:
@@ -277,25 +224,13 @@ class ParityComparison:
             failures.append(f"hidden cosine P1 {cos:.6g} < {t.min_hidden_cosine_p1:.6g}")
         return failures
 
-    def _flag(self, check: HygieneCheck, side: FlagSide, prompt_id: str, detail: str) -> None:
-        key = (check, side, detail)
-        self._hygiene.setdefault(key, []).append(prompt_id)
-
     def _check_config(self, allowed: Iterable[str]) -> None:
-        patterns = tuple(allowed)
-        a = _flatten(self._baseline.effective_config)
-        b = _flatten(self._candidate.effective_config)
-        differing = sorted(
-            key
-            for key in a.keys() & b.keys()
-            if a[key] != b[key] and not any(fnmatch.fnmatchcase(key, p) for p in patterns)
+        differing, one_sided = config_differences(
+            self._baseline.effective_config, self._candidate.effective_config, allowed
         )
         if differing:
-            detail = "; ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in differing)
-            self._flag(
-                HygieneCheck.CONFIG_DIFFERS, "both", "", f"effective config differs: {detail}"
-            )
-        one_sided = sorted(a.keys() ^ b.keys())
+            detail = "effective config differs: " + "; ".join(differing)
+            self._hygiene.flag(HygieneCheck.CONFIG_DIFFERS, "both", detail)
         if one_sided:
             self._notes.append(
                 "effective config keys on one side only (not compared): " + ", ".join(one_sided)
@@ -318,7 +253,7 @@ class ParityComparison:
         metrics = ParityMetrics(
             prompts=len(self._summaries),
             tokens=self._token_metrics(),
-            logprobs=self._logprob_metrics(),
+            logprobs=self._logprobs.finalize(),
             hidden=hidden,
             buckets=buckets,
             long_sequence=self._long_metrics(buckets),
@@ -330,7 +265,7 @@ class ParityComparison:
             metrics=metrics,
             prompts=self._summaries,
             outputs=[self._outputs[p] for p in self._worst_prompt_ids()],
-            hygiene=self._hygiene_findings(),
+            hygiene=self._hygiene.findings(),
             errors=errors,
             notes=self._notes,
         )
@@ -367,36 +302,11 @@ class ParityComparison:
             divergence_logprob_gap_max=float(gaps.max()) if gaps.size else None,
         )
 
-    def _logprob_metrics(self) -> LogprobMetrics | None:
-        lp = self._logprobs
-        if sum(lp.kl_counts) == 0 and lp.same_total == 0:
-            return None
-        kl = np.concatenate(lp.kl_values) if lp.kl_values else np.zeros(0)
-        dp = np.concatenate(lp.delta_p) if lp.delta_p else np.zeros(0)
-        mean, stderr = clustered_mean(lp.kl_sums, lp.kl_counts)
-        return LogprobMetrics(
-            steps=int(kl.shape[0]),
-            teacher_forced_prompts=lp.forced_prompts,
-            mean_kl=Mean(value=mean, stderr=_finite(stderr), count=int(kl.shape[0])),
-            kl_p99=float(np.quantile(kl, 0.99, method="higher")) if kl.size else None,
-            kl_max=float(kl.max()) if kl.size else None,
-            same_top_rate=Rate.of(lp.same, lp.same_total),
-            delta_p_mean=float(dp.mean()) if dp.size else None,
-            delta_p_rms=float(np.sqrt((dp * dp).mean())) if dp.size else None,
-            delta_p_max_abs=float(np.abs(dp).max()) if dp.size else None,
-        )
-
     def _buckets(self, hidden: list[BucketMetrics] | None) -> list[BucketMetrics]:
         lp = self._logprobs
         result = []
         for index, (name, start, end) in enumerate(POSITION_BUCKETS):
-            steps = int(lp.bucket_steps[index])
-            same_total = int(lp.bucket_same_total[index])
-            update: dict[str, Any] = {
-                "kl_steps": steps,
-                "mean_kl": float(lp.bucket_kl[index]) / steps if steps else None,
-                "same_top_rate": int(lp.bucket_same[index]) / same_total if same_total else None,
-            }
+            update = lp.bucket(index)
             if hidden is not None:
                 result.append(hidden[index].model_copy(update=update))
             else:
@@ -435,21 +345,6 @@ class ParityComparison:
             same_top_drop=drop,
         )
 
-    def _hygiene_findings(self) -> list[HygieneFinding]:
-        findings = []
-        for (check, side, detail), prompt_ids in self._hygiene.items():
-            severity: Literal["Failed", "Error"] = "Error" if side == "baseline" else "Failed"
-            findings.append(
-                HygieneFinding(
-                    check=check,
-                    severity=severity,
-                    side=side,
-                    prompt_ids=[p for p in prompt_ids if p],
-                    detail=detail,
-                )
-            )
-        return findings
-
     def _worst_prompt_ids(self) -> list[str]:
         s = self._summaries
         ranked: list[list[PromptSummary]] = [
@@ -461,7 +356,7 @@ class ParityComparison:
             ),
             [p for p in s if p.long_failures],
         ]
-        flagged = {pid for ids in self._hygiene.values() for pid in ids if pid}
+        flagged = self._hygiene.prompt_ids()
         chosen: dict[str, None] = {}
         for summaries in ranked:
             for p in summaries[:WORST_PER_CRITERION]:
@@ -476,30 +371,6 @@ def _fork(summary: PromptSummary) -> tuple[bool, int]:
     return (fork is None, fork or 0)
 
 
-def _nonfinite_logprobs(record: PromptRecord) -> bool:
-    tops = [record.top_logprobs]
-    if record.teacher_forced is not None:
-        tops.append(record.teacher_forced.top)
-        if not np.isfinite(record.teacher_forced.target_logprobs).all():
-            return True
-    for top in tops:
-        real = top.logprobs[top.token_ids != PAD_TOKEN_ID]
-        if not np.isfinite(real).all():
-            return True
-    return False
-
-
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
 def _side(meta: RecordMeta) -> SideInfo:
     return SideInfo(
         engine=meta.engine,
@@ -509,7 +380,3 @@ def _side(meta: RecordMeta) -> SideInfo:
         model=meta.model,
         suite=meta.suite,
     )
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None

@@ -13,12 +13,16 @@ processing inequality) and is exactly zero when the two sides agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from infergate.parity.metrics import POSITION_BUCKETS, LogprobMetrics, Mean, Rate, bucket_of
 from infergate.parity.record import PAD_TOKEN_ID, ParityInputError, PromptRecord, TopLogprobs
+from infergate.parity.stats import clustered_mean
 
 TAIL_FLOOR = 1e-12
 """Smallest tail mass assumed for the candidate, so KL stays finite when its top-k covers all."""
@@ -102,6 +106,85 @@ def kl_top_k(
     tail = np.where(p_tail > 0.0, p_tail * (np.log(safe_p_tail) - np.log(q_tail)), 0.0)
     kl = np.maximum(head + tail, 0.0)
     return np.where(p_valid.any(axis=1), kl, np.nan)
+
+
+@dataclass
+class LogprobAccumulator:
+    """Folds per-prompt step measures into suite totals, per position bucket too."""
+
+    kl_sums: list[float] = field(default_factory=list)
+    kl_counts: list[int] = field(default_factory=list)
+    kl_values: list[NDArray[np.float64]] = field(default_factory=list)
+    delta_p: list[NDArray[np.float64]] = field(default_factory=list)
+    same: int = 0
+    same_total: int = 0
+    forced_prompts: int = 0
+    bucket_kl: NDArray[np.float64] = field(default_factory=lambda: np.zeros(len(POSITION_BUCKETS)))
+    bucket_steps: NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
+    )
+    bucket_same: NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
+    )
+    bucket_same_total: NDArray[np.int64] = field(
+        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
+    )
+
+    def add(self, steps: StepLogprobs) -> tuple[int, float | None, float | None]:
+        """Fold one prompt in; returns its (KL steps, mean KL, same-top rate)."""
+        kl_ok = ~np.isnan(steps.kl)
+        kl = steps.kl[kl_ok]
+        self.kl_sums.append(float(kl.sum()))
+        self.kl_counts.append(int(kl.shape[0]))
+        self.kl_values.append(kl)
+        self.delta_p.append(steps.delta_p[~np.isnan(steps.delta_p)])
+        same = int(steps.same_top.sum())
+        measured = int(steps.same_top_measured.sum())
+        self.same += same
+        self.same_total += measured
+        self.forced_prompts += int(steps.teacher_forced)
+        buckets = bucket_of(steps.positions)
+        n = len(POSITION_BUCKETS)
+        self.bucket_kl += np.bincount(buckets[kl_ok], weights=kl, minlength=n)
+        self.bucket_steps += np.bincount(buckets[kl_ok], minlength=n)
+        self.bucket_same += np.bincount(buckets[steps.same_top], minlength=n)
+        self.bucket_same_total += np.bincount(buckets[steps.same_top_measured], minlength=n)
+        return (
+            int(kl.shape[0]),
+            float(kl.mean()) if kl.size else None,
+            same / measured if measured else None,
+        )
+
+    def finalize(self) -> LogprobMetrics | None:
+        """Suite metrics; None when no step of any prompt could be measured."""
+        if sum(self.kl_counts) == 0 and self.same_total == 0:
+            return None
+        kl = np.concatenate(self.kl_values) if self.kl_values else np.zeros(0)
+        dp = np.concatenate(self.delta_p) if self.delta_p else np.zeros(0)
+        mean, stderr = clustered_mean(self.kl_sums, self.kl_counts)
+        return LogprobMetrics(
+            steps=int(kl.shape[0]),
+            teacher_forced_prompts=self.forced_prompts,
+            mean_kl=Mean(
+                value=mean, stderr=stderr if math.isfinite(stderr) else None, count=kl.shape[0]
+            ),
+            kl_p99=float(np.quantile(kl, 0.99, method="higher")) if kl.size else None,
+            kl_max=float(kl.max()) if kl.size else None,
+            same_top_rate=Rate.of(self.same, self.same_total),
+            delta_p_mean=float(dp.mean()) if dp.size else None,
+            delta_p_rms=float(np.sqrt((dp * dp).mean())) if dp.size else None,
+            delta_p_max_abs=float(np.abs(dp).max()) if dp.size else None,
+        )
+
+    def bucket(self, index: int) -> dict[str, Any]:
+        """KL and same-top fields of one POSITION_BUCKETS entry, as BucketMetrics updates."""
+        steps = int(self.bucket_steps[index])
+        same_total = int(self.bucket_same_total[index])
+        return {
+            "kl_steps": steps,
+            "mean_kl": float(self.bucket_kl[index]) / steps if steps else None,
+            "same_top_rate": int(self.bucket_same[index]) / same_total if same_total else None,
+        }
 
 
 def _head(top: TopLogprobs, steps: int) -> TopLogprobs:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from infergate.parity.compare import compare_sources
 from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.profiles import PROFILES, resolve_thresholds, resolve_warnings
-from infergate.parity.record import ParityRecord, PromptRecord
+from infergate.parity.record import ParityRecord, PromptRecord, TopLogprobs
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 from infergate.parity.verdict import Verdict, VerdictStatus, check_regression, decide
 
@@ -52,6 +52,12 @@ def _with_nan(p: PromptRecord) -> PromptRecord:
     h = p.hidden_states.copy()
     h[3, 2] = np.nan
     return replace(p, hidden_states=h)
+
+
+def _nan_logprob(p: PromptRecord) -> PromptRecord:
+    logprobs = p.top_logprobs.logprobs.copy()
+    logprobs[7, 0] = np.nan
+    return replace(p, top_logprobs=TopLogprobs(p.top_logprobs.token_ids, logprobs))
 
 
 @dataclass
@@ -122,6 +128,12 @@ CASES = [
         _pair(lambda s: [_with_nan(p) if p.prompt_id == "p1" else p for p in s]),
         VerdictStatus.FAILED,
         ["hygiene NonFinite (candidate): NaN or Inf in hidden states in prompts p1"],
+    ),
+    Case(
+        "NaN in candidate logprobs (fp16 overflow)",
+        _pair(lambda s: [_nan_logprob(p) if p.prompt_id == "p5" else p for p in s]),
+        VerdictStatus.FAILED,
+        ["hygiene NonFinite (candidate): NaN or Inf in logprobs in prompts p5"],
     ),
     Case(
         "NaN in baseline hidden states",
