@@ -328,10 +328,11 @@ def decide(
         reasons = []
     warnings = []
     if warn is not None:
+        blocking = {c.key for c in failed}
         warnings = [
             c.message.replace(": ", " (warn): ", 1)
             for c in evaluate_checks(result.metrics, result.prompts, warn)
-            if c.outcome == "fail"
+            if c.outcome == "fail" and c.key not in blocking
         ]
     return Verdict(
         status=status, reasons=reasons, checks=checks, warnings=warnings, regressions=regressions
