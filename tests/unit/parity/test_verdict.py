@@ -410,3 +410,9 @@ def test_regression_fails_the_verdict() -> None:
     verdict = decide(result, previous=previous, tolerance=RegressionTolerance())
     assert verdict.status == VerdictStatus.FAILED
     assert any(r.startswith("regression: token match rate") for r in verdict.reasons)
+
+
+def test_a_blocking_failure_is_not_repeated_as_a_warning() -> None:
+    _, verdict = run(*_kl_shift(math.log(0.8))())
+    assert any(r.startswith("maxMeanKl:") for r in verdict.reasons)
+    assert not any(w.startswith("maxMeanKl") for w in verdict.warnings)
