@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infergate.localcluster import controlplane
+from infergate.localcluster import controlplane, processes
 from infergate.localcluster.layout import ClusterLayout
 from tests.harness import FINALIZED_KINDS, Cluster
 
@@ -17,9 +17,10 @@ from tests.harness import FINALIZED_KINDS, Cluster
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     layout = ClusterLayout.default()
-    started_here = not controlplane.is_up(layout)
-    if started_here:
-        controlplane.up(layout)
+    # A cluster that is up (or partly up) belongs to someone else: reuse it, and
+    # leave it running afterwards.
+    started_here = not any(processes.running(layout.run, n) for n in controlplane.COMPONENTS)
+    controlplane.up(layout, say=False)
     yield Cluster(layout)
     if started_here:
         controlplane.down(layout)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from infergate.localcluster import nodes
+from infergate.localcluster import nodes, processes
 from infergate.localcluster.layout import ClusterLayout
 from infergate.localcluster.rest import RestClient
 
@@ -19,7 +19,7 @@ def _ready(node: dict[str, object]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions or [])
 
 
-def bootstrap(layout: ClusterLayout, timeout: float = 90.0) -> None:
+def bootstrap(layout: ClusterLayout, components: tuple[str, ...], timeout: float = 90.0) -> None:
     client = RestClient(layout.kubeconfig)
     try:
         for shape in nodes.simulated_nodes():
@@ -33,6 +33,10 @@ def bootstrap(layout: ClusterLayout, timeout: float = 90.0) -> None:
             ca = client.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
             if wanted <= ready and sa is not None and ca is not None:
                 return
+            dead = [name for name in components if processes.running(layout.run, name) is None]
+            if dead:
+                logs = ", ".join(str(layout.logs / f"{name}.log") for name in dead)
+                raise BootstrapError(f"{', '.join(dead)} exited; see {logs}")
             if time.monotonic() > deadline:
                 raise BootstrapError(
                     f"after {timeout:.0f}s: nodes not Ready: {sorted(wanted - ready)}; "

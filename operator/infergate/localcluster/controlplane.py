@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from infergate.localcluster import processes
+from infergate.localcluster.bootstrap import BootstrapError, bootstrap
 from infergate.localcluster.kwokconfig import write_kwok_config
 from infergate.localcluster.layout import (
     K8S_VERSION,
@@ -272,9 +273,10 @@ def up(layout: ClusterLayout, *, say: bool = True) -> None:
             _wait("etcd", lambda: _etcd_healthy(ports), 60, log)
         elif name == "kube-apiserver":
             _wait("kube-apiserver", lambda: apiserver_ready(pki, ports), 120, log)
-    from infergate.localcluster.bootstrap import bootstrap  # needs the API server
-
-    bootstrap(layout)
+    try:
+        bootstrap(layout, COMPONENTS)
+    except BootstrapError as exc:
+        raise ClusterError(str(exc)) from exc
     if say:
         print(
             f"cluster {K8S_VERSION} up at {server} in {time.monotonic() - started:.1f}s; "

@@ -27,6 +27,11 @@ def kwok_configuration() -> dict[str, object]:
             "manageAllNodes": False,
             "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
             "nodeLeaseDurationSeconds": 40,
+            # A partial configuration gets no defaults for these; zero is refused.
+            "nodeLeaseParallelism": 4,
+            "nodePlayStageParallelism": 4,
+            "podPlayStageParallelism": 4,
+            "podsOnNodeSyncParallelism": 4,
             "serverAddress": "127.0.0.1:0",
         },
     }

@@ -8,6 +8,7 @@ certificates. (The operator's own API access lives in `infergate.kube`.)
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,9 @@ class RestClient:
         user = next(u for u in config["users"] if u["name"] == context["user"])["user"]
         self.server: str = cluster["server"]
         self.ca_file: str = cluster["certificate-authority"]
-        self._client = httpx.Client(
-            base_url=self.server,
-            verify=self.ca_file,
-            cert=(user["client-certificate"], user["client-key"]),
-            timeout=timeout,
-        )
+        context = ssl.create_default_context(cafile=self.ca_file)
+        context.load_cert_chain(user["client-certificate"], user["client-key"])
+        self._client = httpx.Client(base_url=self.server, verify=context, timeout=timeout)
 
     def close(self) -> None:
         self._client.close()

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from infergate.localcluster import nodes
-from infergate.localcluster.executor import images
+from infergate.localcluster.executor import endpoints, images
 from infergate.localcluster.executor.container import kill_leftovers, now_rfc3339
 from infergate.localcluster.executor.pod import PodRunner, Site
 from infergate.localcluster.layout import EXECUTOR_POD_CIDR, cache_dir
@@ -193,8 +193,38 @@ class Executor:
             pods += self.client.list("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")
         return pods
 
+    def publish_endpoints(self, pods: list[JSON]) -> None:
+        services = [s for s in self.client.list("/api/v1/services") if s["spec"].get("selector")]
+        managed = self.client.list(
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            labelSelector=f"endpointslice.kubernetes.io/managed-by={endpoints.MANAGED_BY}",
+        )
+        current = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in managed}
+        wanted = set()
+        for service in services:
+            desired = endpoints.desired_slice(service, pods)
+            if desired is None:
+                continue
+            key = (desired["metadata"]["namespace"], desired["metadata"]["name"])
+            wanted.add(key)
+            base = f"/apis/discovery.k8s.io/v1/namespaces/{key[0]}/endpointslices"
+            existing = current.get(key)
+            if existing is None:
+                self.client.create(base, desired)
+            elif not endpoints.same_content(existing, desired):
+                self.client.request("PUT", f"{base}/{key[1]}", body={
+                    **desired,
+                    "metadata": {**desired["metadata"],
+                                 "resourceVersion": existing["metadata"]["resourceVersion"]},
+                })  # fmt: skip
+        for key in set(current) - wanted:
+            self.client.delete(
+                f"/apis/discovery.k8s.io/v1/namespaces/{key[0]}/endpointslices/{key[1]}"
+            )
+
     def sync(self) -> None:
         pods = self._pods()
+        self.publish_endpoints(pods)
         seen = set()
         for pod in pods:
             uid = pod["metadata"]["uid"]
