@@ -26,7 +26,7 @@ from tests.unit.api.manifests import (
 pytestmark = pytest.mark.cluster
 
 _CRD_NAMES = ("inferencedeployments.infergate.io", "paritychecks.infergate.io")
-_KIND_RESOURCE = {"InferenceDeployment": "idep", "ParityCheck": "pc"}
+_KIND_RESOURCE = {"InferenceDeployment": "idep", "ParityCheck": "pcheck"}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_invalid_manifest_is_refused_by_the_api_server(
     assert result.returncode != 0, f"{manifest.name} was accepted:\n{result.stdout}"
     for expected in manifest.server_expects:
         assert expected in result.stderr, f"{expected!r} not in:\n{result.stderr}"
-    listed = crds.kubectl("get", "idep,pc", "-n", namespace, "-o", "name")
+    listed = crds.kubectl("get", "idep,pcheck", "-n", namespace, "-o", "name")
     assert listed.stdout.strip() == ""
 
 
@@ -93,9 +93,10 @@ def test_invalid_manifest_is_refused_by_the_api_server(
         ("idep.spec.accelerator.kind", "huawei.com/Ascend910"),
         ("idep.spec.rollout.canaryReplicas", "at most spec.replicas"),
         ("idep.status.conditions", "ConfigDrifted"),
-        ("pc.spec.sampling.temperature", "must be 0 (greedy)"),
-        ("pc.spec.thresholds", "set to null switches that check off"),
-        ("pc.status.verdict.reasons", "naming the metric, value, threshold and prompts"),
+        ("pcheck.spec.sampling.temperature", "must be 0 (greedy)"),
+        ("pcheck.spec.thresholds", "a field left out keeps the profile's limit"),
+        ("pcheck.spec.disabledChecks", "switched off even where the profile sets them"),
+        ("pcheck.status.verdict.reasons", "naming the metric, value, threshold and prompts"),
     ],
 )
 def test_explain_shows_field_docs(crds: Cluster, field: str, expected: str) -> None:
@@ -137,7 +138,7 @@ def test_every_status_field_is_kept(crds: Cluster, namespace: str) -> None:
     crds.kubectl("apply", "-n", namespace, "-f", str(examples / "paritycheck.yaml"))
     for resource, name, status in (
         ("idep", "qwen", full_deployment_status()),
-        ("pc", "qwen-vs-reference", full_check_status()),
+        ("pcheck", "qwen-vs-reference", full_check_status()),
     ):
         crds.kubectl(
             "patch", resource, name, "-n", namespace, "--subresource=status", "--type=merge",

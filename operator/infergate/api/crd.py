@@ -110,7 +110,8 @@ INFERENCE_DEPLOYMENT = ResourceKind(
 PARITY_CHECK = ResourceKind(
     kind="ParityCheck",
     plural="paritychecks",
-    short_names=("pc",),
+    # Not "pc": kubectl resolves that to the built-in PriorityClass.
+    short_names=("pcheck",),
     description=(
         "ParityCheck runs one prompt suite on a baseline and a candidate (greedy, fixed seed) "
         "and judges whether the candidate answers like the baseline: token match, logprobs, "
@@ -149,7 +150,8 @@ def openapi_schema(resource: ResourceKind) -> dict[str, Any]:
                 "type": "string",
             },
             "kind": {"description": f"Kind of this object: {resource.kind}.", "type": "string"},
-            "metadata": {"description": "Standard object metadata.", "type": "object"},
+            # The API server allows nothing but the type here (name rules go in CEL).
+            "metadata": {"type": "object"},
             "spec": spec,
             "status": status,
         },

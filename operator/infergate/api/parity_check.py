@@ -12,7 +12,15 @@ from enum import StrEnum
 from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
-from pydantic import ConfigDict, Field, JsonValue, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
 
 from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
 from infergate.api.common import (
@@ -25,14 +33,45 @@ from infergate.api.common import (
 )
 from infergate.api.enums import CheckPhase, VerdictOutcome
 from infergate.api.prompts import PromptSuite
-from infergate.api.schema import NULLABLE_PROPERTIES
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
-# Marks an object whose properties keep an explicit null: in Thresholds and
-# RegressionTolerance null switches a check off, which differs from leaving
-# the field out (the profile's value). The schema converter turns it into
-# `nullable: true` on each property.
-NULL_SWITCHES_OFF: dict[str, JsonValue] = {NULLABLE_PROPERTIES: True}
+# Fields of Thresholds and RegressionTolerance that tune how a check measures
+# rather than being a check of their own: they cannot be switched off.
+CHECK_PARAMETERS = frozenset({"maxDivergenceLogprobGap", "longPromptTokens", "confidence"})
+
+
+# A check is switched off by naming it here rather than by a null threshold:
+# `kubectl apply` drops nulls from a manifest, so a null would silently
+# bring the profile's limit back.
+SWITCHABLE_CHECKS: tuple[str, ...] = tuple(
+    name
+    for model in (Thresholds, RegressionTolerance)
+    for name in (field.alias or key for key, field in model.model_fields.items())
+    if name not in CHECK_PARAMETERS
+)
+
+
+def _known_check(name: str) -> str:
+    if name not in SWITCHABLE_CHECKS:
+        raise ValueError(
+            f"disabledChecks: {name!r} is not a check; allowed: {', '.join(SWITCHABLE_CHECKS)}"
+        )
+    return name
+
+
+def _field_names(model: type[BaseModel]) -> dict[str, str]:
+    return {field.alias or name: name for name, field in model.model_fields.items()}
+
+
+_THRESHOLD_FIELDS = _field_names(Thresholds)
+_REGRESSION_FIELDS = _field_names(RegressionTolerance)
+
+
+CheckName = Annotated[
+    str,
+    AfterValidator(_known_check),
+    WithJsonSchema({"type": "string", "enum": list(SWITCHABLE_CHECKS), "maxLength": 64}),
+]
 
 MAX_TOKENS_MAX = 32768
 TOP_LOGPROBS_MAX = 20
@@ -107,10 +146,6 @@ class ParityCheckTemplate(KubeModel):
                 "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
                 "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
                 field_path=".runner.activeDeadlineSeconds",
-                message_expression=(
-                    "'runner.activeDeadlineSeconds (' + string(self.runner.activeDeadlineSeconds)"
-                    " + ') must not exceed deadlineSeconds (' + string(self.deadlineSeconds) + ')'"
-                ),
             )
         )
     )
@@ -127,14 +162,19 @@ class ParityCheckTemplate(KubeModel):
     """Tolerance profile giving default thresholds: bf16-kernel, dtype-change, fp32-cross-framework,
     gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides.
     """
-    thresholds: Thresholds | None = Field(default=None, json_schema_extra=NULL_SWITCHES_OFF)
-    """Per-metric limits over the profile's; a field set to null switches that check off."""
+    thresholds: Thresholds | None = None
+    """Per-metric limits over the profile's (a field left out keeps the profile's limit)."""
     regression: RegressionTolerance = Field(
-        default_factory=RegressionTolerance,
-        json_schema_extra={"default": {}, **NULL_SWITCHES_OFF},
+        default_factory=RegressionTolerance, json_schema_extra={"default": {}}
     )
-    """Allowed worsening against the last passing check, judged with confidence bounds; a field set
-    to null switches that comparison off.
+    """Allowed worsening against the last passing check, judged with confidence bounds."""
+    disabled_checks: list[CheckName] = Field(
+        default_factory=list,
+        max_length=len(SWITCHABLE_CHECKS),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    """Threshold or regression keys switched off even where the profile sets them, e.g.
+    [maxHiddenRelL2P99, maxMeanKlIncrease]; they win over thresholds and regression.
     """
     runner: Runner = Field(default_factory=Runner, json_schema_extra={"default": {}})
     """The runner Job: image, resources, deadline, retries."""
@@ -142,6 +182,18 @@ class ParityCheckTemplate(KubeModel):
     """Seconds from creation until the check ends in Error if it has no verdict (waiting for sides
     included).
     """
+
+    def effective_thresholds(self) -> Thresholds:
+        """thresholds with the disabled checks set to null (null: switched off)."""
+        given = self.thresholds.model_dump(exclude_unset=True) if self.thresholds else {}
+        off = {_THRESHOLD_FIELDS[n]: None for n in self.disabled_checks if n in _THRESHOLD_FIELDS}
+        return Thresholds.model_validate({**given, **off})
+
+    def effective_regression(self) -> RegressionTolerance:
+        """regression with the disabled checks set to null (null: switched off)."""
+        given = self.regression.model_dump(exclude_unset=True)
+        off = {_REGRESSION_FIELDS[n]: None for n in self.disabled_checks if n in _REGRESSION_FIELDS}
+        return RegressionTolerance.model_validate({**given, **off})
 
     @model_validator(mode="after")
     def _deadlines(self) -> Self:

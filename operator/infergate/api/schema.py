@@ -11,9 +11,8 @@ the cluster:
 
 - `$ref` / single `allOf`: inlined; the referring field's keys (description,
   default, CEL rules) win over the definition's, and CEL rules of both apply;
-- `anyOf [X, {type: null}]`: X, not required (a null sent by a user is pruned,
-  which means "unset"), or `nullable: true` under an object marked
-  `x-infergate-nullable-properties` (where null means "switch this off");
+- `anyOf [X, {type: null}]`: X, not required and not nullable (a null sent by
+  a user is pruned, which means "unset", as `kubectl apply` treats it anyway);
 - `anyOf [integer, string]`: `x-kubernetes-int-or-string`;
 - `additionalProperties: true`: `x-kubernetes-preserve-unknown-fields`;
 - `const`: a one-value enum; numeric `exclusiveMinimum/Maximum`: the OpenAPI v3 form;
@@ -29,8 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-NULLABLE_PROPERTIES = "x-infergate-nullable-properties"
 
 _COPIED_KEYS = (
     "type",
@@ -55,7 +52,7 @@ _COPIED_KEYS = (
     "x-kubernetes-int-or-string",
     "x-kubernetes-embedded-resource",
 )
-_DROPPED_KEYS = frozenset({"title", "propertyNames", "$defs", NULLABLE_PROPERTIES})
+_DROPPED_KEYS = frozenset({"title", "propertyNames", "$defs"})
 _HANDLED_KEYS = frozenset(
     {"properties", "required", "items", "additionalProperties", "patternProperties", "const"}
     | {"exclusiveMinimum", "exclusiveMaximum"}
@@ -70,7 +67,7 @@ class SchemaConversionError(ValueError):
 def to_structural(schema: Mapping[str, Any]) -> dict[str, Any]:
     """Convert a pydantic `model_json_schema(by_alias=True)` into a structural schema."""
     defs: Mapping[str, Any] = schema.get("$defs", {})
-    return _convert(schema, defs, path="", refs=(), nullable=False)
+    return _convert(schema, defs, path="", refs=())
 
 
 def _resolve(
@@ -118,12 +115,10 @@ def _convert(
     defs: Mapping[str, Any],
     path: str,
     refs: tuple[str, ...],
-    *,
-    nullable: bool,
 ) -> dict[str, Any]:
     current, refs = _resolve(node, defs, path, refs)
     if "anyOf" in current:
-        return _convert_any_of(current, defs, path, refs, nullable=nullable)
+        return _convert_any_of(current, defs, path, refs)
 
     unknown = set(current) - set(_COPIED_KEYS) - _DROPPED_KEYS - _HANDLED_KEYS
     if unknown:
@@ -141,19 +136,16 @@ def _convert(
     fmt = out.get("format")
     if fmt is not None and fmt not in _FORMATS:
         raise SchemaConversionError(f"{path}: format {fmt!r} is not one the API server knows")
-    if nullable:
-        out["nullable"] = True
 
     if "properties" in current:
-        children_nullable = bool(current.get(NULLABLE_PROPERTIES, False))
         out["properties"] = {
-            name: _property(child, defs, f"{path}.{name}", refs, nullable=children_nullable)
+            name: _property(child, defs, f"{path}.{name}", refs)
             for name, child in current["properties"].items()
         }
         if current.get("required"):
             out["required"] = list(current["required"])
     if "items" in current:
-        out["items"] = _convert(current["items"], defs, f"{path}[]", refs, nullable=False)
+        out["items"] = _convert(current["items"], defs, f"{path}[]", refs)
 
     extra = current.get("additionalProperties")
     patterned = current.get("patternProperties")
@@ -169,7 +161,7 @@ def _convert(
             raise SchemaConversionError(
                 f"{path}: properties and additionalProperties cannot both be set"
             )
-        out["additionalProperties"] = _convert(extra, defs, f"{path}{{}}", refs, nullable=False)
+        out["additionalProperties"] = _convert(extra, defs, f"{path}{{}}", refs)
 
     _require_type(out, path)
     return _ordered(out)
@@ -180,10 +172,8 @@ def _property(
     defs: Mapping[str, Any],
     path: str,
     refs: tuple[str, ...],
-    *,
-    nullable: bool,
 ) -> dict[str, Any]:
-    converted = _convert(node, defs, path, refs, nullable=nullable)
+    converted = _convert(node, defs, path, refs)
     if not converted.get("description", "").strip():
         raise SchemaConversionError(
             f"{path}: no description; every field needs one (kubectl explain shows it)"
@@ -196,18 +186,13 @@ def _convert_any_of(
     defs: Mapping[str, Any],
     path: str,
     refs: tuple[str, ...],
-    *,
-    nullable: bool,
 ) -> dict[str, Any]:
     branches = list(current.pop("anyOf"))
     concrete = [b for b in branches if b != {"type": "null"}]
-    optional = len(concrete) != len(branches)
     if current.get("default", 0) is None:
         del current["default"]
     if len(concrete) == 1:
-        return _convert(
-            _merge(concrete[0], current), defs, path, refs, nullable=nullable and optional
-        )
+        return _convert(_merge(concrete[0], current), defs, path, refs)
     resolved = [_resolve(b, defs, path, refs)[0] for b in concrete]
     types = sorted(str(b.get("type")) for b in resolved)
     if types != ["integer", "string"]:
@@ -224,8 +209,6 @@ def _convert_any_of(
     for key in ("description", "default", "x-kubernetes-validations"):
         if key in current:
             out[key] = current[key]
-    if nullable and optional:
-        out["nullable"] = True
     return _ordered(out)
 
 

@@ -77,6 +77,8 @@ def structural_problems(schema: Mapping[str, Any]) -> list[str]:
         for value in node.get("enum", []):
             if not _value_fits(value, {"type": node.get("type")}):
                 problems.append(f"{where}: enum value {value!r} is not a {node.get('type')}")
+        if path == ".metadata" and set(node) != {"type"}:
+            problems.append(f"{where}: only the type may be given for metadata")
         problems.extend(_list_map_problems(where, node))
     return problems
 

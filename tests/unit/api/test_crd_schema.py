@@ -17,6 +17,7 @@ from infergate.api import (
     ParityCheckStatus,
 )
 from infergate.api.crd import INFERENCE_DEPLOYMENT, PARITY_CHECK, RESOURCE_KINDS, crd_document
+from infergate.api.parity_check import CHECK_PARAMETERS, SWITCHABLE_CHECKS
 from tests.unit.api.manifests import full_check_status, full_deployment_status
 from tests.unit.api.structural import (
     apply_defaults,
@@ -46,7 +47,8 @@ def test_every_property_has_a_description(resource: Any) -> None:
         for name, child in node.get("properties", {}).items()
         if not str(child.get("description", "")).strip()
     ]
-    assert missing == []
+    # metadata is the standard ObjectMeta: the API server forbids anything but its type.
+    assert missing == [".metadata"]
 
 
 @pytest.mark.parametrize("resource", RESOURCE_KINDS, ids=lambda r: r.kind)
@@ -149,12 +151,21 @@ def test_server_defaults_agree_with_model_defaults() -> None:
     assert is_subset(defaulted, wire)
 
 
-def test_null_is_kept_only_where_it_switches_a_check_off() -> None:
+def test_nothing_is_nullable_so_apply_and_server_agree_on_null() -> None:
+    # kubectl apply drops nulls; a nullable field would mean something else via the API.
+    for resource in RESOURCE_KINDS:
+        assert [path for path, node in nodes(_schema(resource)) if node.get("nullable")] == []
+
+
+def test_disabled_checks_offer_exactly_the_switchable_checks() -> None:
     spec = _schema(PARITY_CHECK)["properties"]["spec"]
-    nullable = sorted(path for path, node in nodes(spec) if node.get("nullable"))
-    assert nullable
-    assert all(path.startswith((".thresholds.", ".regression.")) for path in nullable)
-    assert ".thresholds.minTokenMatchRate" in nullable
+    disabled = spec["properties"]["disabledChecks"]
+    assert disabled["x-kubernetes-list-type"] == "set"
+    assert set(disabled["items"]["enum"]) == set(SWITCHABLE_CHECKS)
+    thresholds = set(spec["properties"]["thresholds"]["properties"])
+    regression = set(spec["properties"]["regression"]["properties"])
+    # Every threshold and regression key is a check or a named parameter of one.
+    assert (thresholds | regression) - CHECK_PARAMETERS == set(SWITCHABLE_CHECKS)
 
 
 def test_names_subresources_and_printer_columns() -> None:
@@ -173,5 +184,5 @@ def test_names_subresources_and_printer_columns() -> None:
             assert column["jsonPath"] in status_paths, column
 
     pc = crd_document(PARITY_CHECK)
-    assert pc["spec"]["names"]["shortNames"] == ["pc"]
+    assert pc["spec"]["names"]["shortNames"] == ["pcheck"]
     assert pc["spec"]["versions"][0]["subresources"] == {"status": {}}

@@ -119,9 +119,25 @@ def test_canary_bound_is_lifted_when_scaled_to_zero() -> None:
     assert InferenceDeploymentSpec.model_validate(document).replicas == 0
 
 
-def test_thresholds_keep_explicit_null_apart_from_unset() -> None:
+def test_disabled_checks_become_null_thresholds_and_win() -> None:
     document = next(doc for stem, doc in example_documents() if stem == "paritycheck")
-    check = ParityCheck.model_validate(document)
-    assert check.spec.thresholds is not None
-    assert "max_hidden_rel_l2_p99" in check.spec.thresholds.model_fields_set
-    assert "max_mean_kl" not in check.spec.thresholds.model_fields_set
+    document = {**document, "spec": {**document["spec"]}}
+    document["spec"]["disabledChecks"] = ["minTokenMatchRate", "maxMeanKlIncrease"]
+    spec = ParityCheck.model_validate(document).spec
+    thresholds = spec.effective_thresholds()
+    # Null (switched off) is told apart from unset (the profile's limit) by fields_set.
+    assert thresholds.min_token_match_rate is None
+    assert "min_token_match_rate" in thresholds.model_fields_set
+    assert "max_mean_kl" not in thresholds.model_fields_set
+    regression = spec.effective_regression()
+    assert regression.max_mean_kl_increase is None
+    assert regression.confidence == 0.95
+    assert regression.max_token_match_rate_drop == 0.0
+
+
+def test_unknown_disabled_check_names_the_allowed_ones() -> None:
+    document = next(doc for stem, doc in example_documents() if stem == "paritycheck")
+    document = {**document, "spec": {**document["spec"], "disabledChecks": ["confidence"]}}
+    with pytest.raises(ValidationError) as caught:
+        ParityCheck.model_validate(document)
+    assert "'confidence' is not a check; allowed: minTokenMatchRate" in str(caught.value)
