@@ -104,7 +104,8 @@ def parse_suite(lines: Iterable[str], *, name: str, source: str) -> Suite:
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(part) for part in first["loc"]) or "prompt"
-            raise SuiteError(f"{source}:{number}: {field}: {first['msg']}") from exc
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise SuiteError(f"{source}:{number}: {field}: {message}") from exc
         if prompt.id in seen:
             raise SuiteError(
                 f"{source}:{number}: id: {prompt.id!r} already used on line {seen[prompt.id]}"
@@ -150,18 +151,17 @@ def long_prompt(language: str, index: int) -> PromptSpec:
     if language not in _LONG_CHARS:
         raise SuiteError(f"long prompt language: {language!r}; allowed: {', '.join(_LONG_CHARS)}")
     pool: Sequence[str] = CHINESE if language == "zh" else ENGLISH
-    rng = random.Random(f"infergate-long-{language}-{index}")
+    rng = random.Random(f"infergate-long-{language}-{index}")  # noqa: S311 - text, not secrets
     parts: list[str] = []
     size = 0
     paragraph = 0
     while size < _LONG_CHARS[language]:
         paragraph += 1
         chosen = rng.sample(list(pool), k=4)
-        head = f"第{paragraph}段：" if language == "zh" else f"Part {paragraph}: "
+        zh_head = f"第{paragraph}段："  # noqa: RUF001 - Chinese punctuation
+        head = zh_head if language == "zh" else f"Part {paragraph}: "
         sep = "" if language == "zh" else " "
         text = head + sep.join(chosen) + "\n"
         parts.append(text)
         size += len(text)
-    return PromptSpec(
-        id=f"long-{language}-{index}", text="".join(parts), tags=(language, LONG_TAG)
-    )
+    return PromptSpec(id=f"long-{language}-{index}", text="".join(parts), tags=(language, LONG_TAG))

@@ -30,5 +30,5 @@ def _run(args: argparse.Namespace) -> int:
     from infergate.fixture.generate import ensure_fixture_model
 
     path = ensure_fixture_model(args.out)
-    print(path)  # noqa: T201 - the path is the command's output, for scripts
+    print(path)
     return 0

@@ -45,7 +45,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--served-model-name", default=None, help="default: the directory name")
     parser.add_argument("--teacher-forced-from", type=Path, default=None, metavar="BASELINE_REC")
     parser.add_argument("--max-tokens", type=int, default=64, help="output tokens, short prompts")
-    parser.add_argument("--long-max-tokens", type=int, default=16, help="output tokens, long prompts")
+    parser.add_argument(
+        "--long-max-tokens", type=int, default=16, help="output tokens, long prompts"
+    )
     parser.add_argument("--top-logprobs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--max-model-len", type=int, default=None)
@@ -54,7 +56,7 @@ def register(subparsers: Any) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"infergate record: {message}", file=sys.stderr)  # noqa: T201 - CLI error output
+    print(f"infergate record: {message}", file=sys.stderr)
     return 2
 
 
@@ -76,10 +78,12 @@ def _run(args: argparse.Namespace) -> int:
             top_logprobs=args.top_logprobs,
             seed=args.seed,
         )
-        stats = record_suite(suite, serving, probe, meta, args.out, settings, baseline=baseline)
+        stats = record_suite(
+            suite, serving, probe, meta=meta, out=args.out, settings=settings, baseline=baseline
+        )
     except (BackendError, SuiteError, RecordFormatError, RecordError, EngineClientError) as exc:
         return _fail(str(exc))
-    print(  # noqa: T201 - the summary is the command's output
+    print(
         f"{args.out}: {stats.prompts} prompts, {stats.output_tokens} output tokens, "
         f"generate {stats.generate_seconds:.2f}s, teacher-forced {stats.score_seconds:.2f}s, "
         f"hidden states {stats.hidden_seconds:.2f}s"
@@ -128,13 +132,15 @@ def _backend(args: argparse.Namespace, overrides: dict[str, float], max_len: int
         )
     from infergate.runtime.transformers_backend import TransformersBackend
 
-    return TransformersBackend(args.model, args.dtype, overrides, seed=args.seed, max_model_len=max_len)
+    return TransformersBackend(
+        args.model, args.dtype, overrides, seed=args.seed, max_model_len=max_len
+    )
 
 
 def _http_channels(
     args: argparse.Namespace, overrides: dict[str, float], name: str, suite: str
 ) -> tuple[Any, Any, Any]:
-    from infergate.engines.client import EngineClient, HiddenStateProbe
+    from infergate.engines.client import EngineClient, HiddenStateProbe, ProbeKind
     from infergate.engines.record import make_meta
     from infergate.runtime.model_config import load_model_config
 
@@ -156,7 +162,7 @@ def _http_channels(
         probe_url = args.probe_url
     probe = None
     if probe_url and not args.no_hidden_states:
-        kind = "adapter" if adapter is not None else "vllm-pooling"
+        kind: ProbeKind = "adapter" if adapter is not None else "vllm-pooling"
         probe = HiddenStateProbe(probe_url, name, kind)
     meta = make_meta(
         engine=args.engine, engine_version=version, dtype=args.dtype, model=name,

@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
             _exec_vllm(args, overrides, name)
         backend = _backend(args, overrides)
     except BackendError as exc:
-        print(f"infergate serve: {exc}", file=sys.stderr)  # noqa: T201 - CLI error output
+        print(f"infergate serve: {exc}", file=sys.stderr)
         return 2
     from infergate.runtime.server import serve
 

@@ -29,7 +29,7 @@ from infergate.parity.record import TeacherForced, TopLogprobs
 
 ProbeKind = Literal["adapter", "vllm-pooling"]
 
-_TOKEN_ID_PREFIX = "token_id:"
+_TOKEN_ID_PREFIX = "token_id:"  # noqa: S105 - a token-name prefix, not a secret
 
 
 class EngineClientError(RuntimeError):
@@ -224,7 +224,9 @@ class EngineClient:
         """Teacher forcing: this engine's logprob of each forced token, and its top-k."""
         sequence = list(prompt) + list(forced)
         if not forced:
-            return parse_prompt_logprobs([None] * len(sequence), sequence, len(sequence), top_logprobs)
+            return parse_prompt_logprobs(
+                [None] * len(sequence), sequence, len(sequence), top_logprobs
+            )
         body = {
             "model": self._model,
             "prompt": sequence,

@@ -31,7 +31,12 @@ class BackendChannel:
         return self.backend.tokenize(text)
 
     def complete(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,  # noqa: ARG002 - greedy decoding needs no seed; the protocol passes it
     ) -> Completion:
         out = self.backend.generate_greedy(prompt, max_tokens, top_logprobs, ignore_eos=True)
         choice = {
@@ -48,7 +53,12 @@ class BackendChannel:
         return parse_completion_choice(choice, prompt, top_logprobs)
 
     def score(
-        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
+        self,
+        prompt: Sequence[int],
+        forced: Sequence[int],
+        *,
+        top_logprobs: int,
+        seed: int,  # noqa: ARG002 - scoring needs no seed; the protocol passes it
     ) -> TeacherForced:
         sequence = list(prompt) + list(forced)
         rows = self.backend.prompt_logprobs(sequence)

@@ -98,6 +98,9 @@ class EngineServer:
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
         )
+        # vLLM binds its OpenMP threads to core 0 by default: two vLLM servers (serving
+        # and pooling) would share one core on a small machine. Let the OS place them.
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         return env
 
     def start(self, timeout: float = 300.0) -> Self:

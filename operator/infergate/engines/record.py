@@ -111,10 +111,10 @@ def record_suite(
     suite: Suite,
     serving: ServingChannel,
     probe: ProbeChannel | None,
+    *,
     meta: RecordMeta,
     out: Path,
     settings: RecordSettings,
-    *,
     baseline: RecordReader | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> RecordStats:
@@ -122,7 +122,11 @@ def record_suite(
     stats = RecordStats()
     with RecordWriter(out, meta) as writer:
         for prompt in suite.prompts:
-            writer.add(_record_prompt(prompt, serving, probe, settings, baseline, stats))
+            writer.add(
+                _record_prompt(
+                    prompt, serving, probe, settings=settings, baseline=baseline, stats=stats
+                )
+            )
             if progress is not None:
                 progress(prompt.id)
     return stats
@@ -132,6 +136,7 @@ def _record_prompt(
     prompt: PromptSpec,
     serving: ServingChannel,
     probe: ProbeChannel | None,
+    *,
     settings: RecordSettings,
     baseline: RecordReader | None,
     stats: RecordStats,
@@ -188,5 +193,5 @@ def _record_prompt(
         teacher_forced=teacher_forced,
         hidden_states=hidden,
         output_text=completion.text,
-        tags={tag: "true" for tag in prompt.tags},
+        tags=dict.fromkeys(prompt.tags, "true"),
     )

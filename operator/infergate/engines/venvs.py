@@ -30,8 +30,7 @@ def engine_venv(engine: str) -> Path:
         raise ValueError(f"engine: {engine!r}; allowed: {', '.join(ENGINES)}")
     key = "vllm" if engine == "transformers" else engine
     configured = os.environ.get(_ENV_VARS[key])
-    venv = Path(configured) if configured else default_cache_root() / "venvs" / _DEFAULT_VENVS[key]
-    return venv
+    return Path(configured) if configured else default_cache_root() / "venvs" / _DEFAULT_VENVS[key]
 
 
 def engine_python(engine: str) -> Path:

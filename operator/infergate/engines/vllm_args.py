@@ -35,7 +35,9 @@ def hf_overrides(overrides: Mapping[str, float]) -> dict[str, object]:
             # transformers 5 reads the rope base from rope_parameters only.
             result["rope_parameters"] = {"rope_type": "default", "rope_theta": float(value)}
         else:
-            raise BackendError(f"--config: {key!r} has no vLLM mapping; allowed: rms_norm_eps, rope_theta")
+            raise BackendError(
+                f"--config: {key!r} has no vLLM mapping; allowed: rms_norm_eps, rope_theta"
+            )
     return result
 
 

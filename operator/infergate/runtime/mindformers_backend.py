@@ -15,9 +15,9 @@ replaced (float16 is the low-precision case there).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -72,8 +72,10 @@ class MindFormersBackend:
         self._ms = ms
         self._dtype = dtype
         self._config = load_model_config(model_dir).with_overrides(overrides)
-        self._max_len = min(max_model_len or self._config.max_position_embeddings,
-                            self._config.max_position_embeddings)
+        self._max_len = min(
+            max_model_len or self._config.max_position_embeddings,
+            self._config.max_position_embeddings,
+        )
         self._tokenizer = ModelTokenizer(model_dir)
         self._last: tuple[tuple[int, ...], Any] | None = None
         self._net = self._build(model_dir)

@@ -38,7 +38,16 @@ class ModelConfig:
 
     def with_overrides(self, overrides: Mapping[str, float]) -> ModelConfig:
         """A copy with `--config` overrides (keys of backend.CONFIG_KEYS) applied."""
-        return replace(self, **{key: float(value) for key, value in overrides.items()})
+        unknown = sorted(set(overrides) - {"rms_norm_eps", "rope_theta"})
+        if unknown:
+            raise BackendError(
+                f"--config: unknown key {unknown[0]!r}; allowed: rms_norm_eps, rope_theta"
+            )
+        return replace(
+            self,
+            rms_norm_eps=float(overrides.get("rms_norm_eps", self.rms_norm_eps)),
+            rope_theta=float(overrides.get("rope_theta", self.rope_theta)),
+        )
 
     def effective(self, dtype: str) -> dict[str, Any]:
         """The effective numeric configuration as JSON values, dtype included."""

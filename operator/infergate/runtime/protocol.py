@@ -82,8 +82,8 @@ class HiddenStatesRequest(BaseModel):
         if not self.input:
             raise ValueError("input: must not be empty")
         if isinstance(self.input[0], int):
-            return [[int(t) for t in self.input]]  # type: ignore[arg-type]
-        return [list(seq) for seq in self.input]  # type: ignore[arg-type]
+            return [[int(t) for t in self.input]]
+        return [list(seq) for seq in self.input]
 
 
 class TokenizeRequest(BaseModel):

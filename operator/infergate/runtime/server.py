@@ -38,7 +38,7 @@ _Req = TypeVar("_Req", bound=BaseModel)
 _T = TypeVar("_T")
 
 
-class _BadRequest(Exception):
+class _BadRequestError(Exception):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
@@ -131,16 +131,18 @@ class AdapterServer:
         try:
             body = await request.json()
         except ValueError as exc:
-            raise _BadRequest("request body: not valid JSON") from exc
+            raise _BadRequestError("request body: not valid JSON") from exc
         try:
             parsed = model.model_validate(body)
         except ValidationError as exc:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"]) or None
-            raise _BadRequest(f"{param or 'request'}: {first['msg']}", param) from exc
+            raise _BadRequestError(f"{param or 'request'}: {first['msg']}", param) from exc
         name = getattr(parsed, "model", None)
         if name is not None and name != self._model:
-            raise _BadRequest(f"model: {name!r} is not served here; served: {self._model!r}", "model")
+            raise _BadRequestError(
+                f"model: {name!r} is not served here; served: {self._model!r}", "model"
+            )
         return parsed
 
     async def _answer(
@@ -148,7 +150,7 @@ class AdapterServer:
     ) -> Response:
         try:
             body = await handler(request)
-        except _BadRequest as exc:
+        except _BadRequestError as exc:
             self._metrics.count(route, 400)
             return _error(400, str(exc), exc.param)
         except BackendError as exc:
@@ -159,15 +161,15 @@ class AdapterServer:
 
     # -- routes -----------------------------------------------------------------------
 
-    async def _health(self, request: Request) -> Response:
+    async def _health(self, _request: Request) -> Response:
         self._metrics.count("/health", 200)
         return Response(status_code=200)
 
-    async def _version(self, request: Request) -> Response:
+    async def _version(self, _request: Request) -> Response:
         self._metrics.count("/version", 200)
         return JSONResponse({"version": self._backend.engine_version})
 
-    async def _models(self, request: Request) -> Response:
+    async def _models(self, _request: Request) -> Response:
         self._metrics.count("/v1/models", 200)
         return JSONResponse(
             {
@@ -185,12 +187,12 @@ class AdapterServer:
             }
         )
 
-    async def _metrics_route(self, request: Request) -> Response:
+    async def _metrics_route(self, _request: Request) -> Response:
         text = self._metrics.render(self._backend.engine, self._model)
         self._metrics.count("/metrics", 200)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
-    async def _config(self, request: Request) -> Response:
+    async def _config(self, _request: Request) -> Response:
         self._metrics.count("/v1/parity/config", 200)
         backend = self._backend
         return JSONResponse(
@@ -207,7 +209,11 @@ class AdapterServer:
         async def handle(req: Request) -> Any:
             body = await self._parse(req, TokenizeRequest)
             tokens = await self._run(lambda: self._backend.tokenize(body.prompt))
-            return {"tokens": tokens, "count": len(tokens), "max_model_len": self._backend.max_model_len}
+            return {
+                "tokens": tokens,
+                "count": len(tokens),
+                "max_model_len": self._backend.max_model_len,
+            }
 
         return await self._answer("/tokenize", request, handle)
 
@@ -224,7 +230,7 @@ class AdapterServer:
             try:
                 sequences = body.sequences()
             except ValueError as exc:
-                raise _BadRequest(str(exc), "input") from exc
+                raise _BadRequestError(str(exc), "input") from exc
             data = []
             for index, ids in enumerate(sequences):
                 self._check_ids(ids, extra=0, param="input")
@@ -241,7 +247,7 @@ class AdapterServer:
             try:
                 prompts = body.prompts()
             except ValueError as exc:
-                raise _BadRequest(str(exc), "prompt") from exc
+                raise _BadRequestError(str(exc), "prompt") from exc
             choices = []
             prompt_total = 0
             completion_total = 0
@@ -279,10 +285,10 @@ class AdapterServer:
 
     def _check_ids(self, ids: Sequence[int], *, extra: int, param: str) -> None:
         if not ids:
-            raise _BadRequest(f"{param}: the prompt has no tokens", param)
+            raise _BadRequestError(f"{param}: the prompt has no tokens", param)
         limit = self._backend.max_model_len
         if len(ids) + extra > limit:
-            raise _BadRequest(
+            raise _BadRequestError(
                 f"{param}: {len(ids)} prompt tokens + max_tokens {extra} exceed the "
                 f"maximum model length {limit}",
                 param,

@@ -68,7 +68,9 @@ class TransformersBackend:
 
     @property
     def engine_version(self) -> str:
-        return f"transformers {metadata.version('transformers')} / torch {metadata.version('torch')}"
+        return (
+            f"transformers {metadata.version('transformers')} / torch {metadata.version('torch')}"
+        )
 
     @property
     def dtype(self) -> str:

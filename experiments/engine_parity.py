@@ -1,0 +1,331 @@
+"""Reproduce the seed study's precision comparison on the fixture model (`make experiment`).
+
+The seed study (MindSpore Transformers vs vLLM) aligned configs, ran the same prompts
+greedily with a fixed seed, and reported token match rate (short and 8K+), last-layer
+hidden-state mean abs error, mean relative error, cosine similarity and the long-sequence
+divergence rate. Here every engine runs as a real server from its own venv, is driven
+over HTTP by the same client the parity runner uses, and each pair is compared by the
+parity core (`compare_sources`, `decide`) with the profile that fits the pair.
+
+Pairs: transformers fp32 vs vLLM fp32; vLLM fp32 vs MindFormers fp32; vLLM bf16 vs
+MindFormers bf16 (MindFormers runs float16: MindSpore has no bfloat16 CPU kernels);
+vLLM bf16 vs vLLM fp32 (baseline fp32); transformers fp32 vs itself (two servers).
+
+Writes OUT/results.json, OUT/results.md and OUT/records/*. Records already complete in
+OUT/records are reused, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infergate.engines.client import EngineClient, HiddenStateProbe
+from infergate.engines.launch import EngineServer, ServerSpec
+from infergate.engines.record import RecordSettings, RecordStats, make_meta, record_suite
+from infergate.fixture.generate import default_model_dir, is_complete
+from infergate.parity.compare import compare_sources
+from infergate.parity.metrics import ParityResult
+from infergate.parity.profiles import PROFILES, resolve_thresholds, suggest_profile
+from infergate.parity.thresholds import ProfileName
+from infergate.parity.verdict import decide
+from infergate.recordio import MANIFEST, RecordReader
+from infergate.runtime.model_config import load_model_config
+from infergate.suite import Suite, load_suite
+
+MODEL_NAME = "fixture"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One engine configuration: a server (plus vLLM's pooling server) and its records."""
+
+    key: str
+    engine: str
+    dtype: str
+    label: str
+
+
+SIDES: tuple[Side, ...] = (
+    Side("tf32", "transformers", "float32", "transformers fp32"),
+    Side("tf32-again", "transformers", "float32", "transformers fp32 (second server)"),
+    Side("vllm32", "vllm", "float32", "vLLM fp32"),
+    Side("vllm-bf16", "vllm", "bfloat16", "vLLM bf16"),
+    Side("mf32", "mindformers", "float32", "MindFormers fp32"),
+    Side("mf16", "mindformers", "float16", "MindFormers fp16 (bf16 has no MindSpore CPU kernel)"),
+)
+
+# (baseline record, candidate side): the candidate is teacher-forced on the baseline.
+PAIRS: tuple[tuple[str, str, str], ...] = (
+    ("tf32", "vllm32", "transformers fp32 vs vLLM fp32"),
+    ("vllm32", "mf32", "vLLM fp32 vs MindFormers fp32"),
+    ("vllm-bf16", "mf16", "vLLM bf16 vs MindFormers bf16 (MindFormers fp16 on CPU)"),
+    ("vllm32", "vllm-bf16", "vLLM bf16 vs vLLM fp32 (baseline fp32)"),
+    ("tf32", "tf32-again", "transformers fp32 vs itself"),
+)
+
+
+def experiment_suite(long_prompts: int) -> Suite:
+    """The default suite's short prompts plus its first long prompt of each language."""
+    suite = load_suite("default")
+    long = [p for p in suite.prompts if p.is_long and p.id.endswith("-0")][:long_prompts]
+    return Suite(suite.name, suite.select(long=False).prompts + tuple(long))
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)  # noqa: T201 - progress
+
+
+@contextmanager
+def _servers(side: Side, model: Path, logs: Path) -> Iterator[tuple[EngineClient, Any, float]]:
+    with ExitStack() as stack:
+        spec = ServerSpec(side.engine, model, side.dtype, served_model_name=MODEL_NAME)
+        main = stack.enter_context(EngineServer(spec, logs / f"{side.key}.log"))
+        main.start(timeout=600)
+        load = main.load_seconds or 0.0
+        _log(f"{side.label}: server up in {load:.1f}s at {main.url}")
+        if side.engine == "vllm":
+            pooling_spec = ServerSpec(
+                side.engine, model, side.dtype, probe=True, served_model_name=MODEL_NAME
+            )
+            pooling = stack.enter_context(
+                EngineServer(pooling_spec, logs / f"{side.key}-pooling.log")
+            )
+            pooling.start(timeout=600)
+            _log(f"{side.label}: pooling server up in {pooling.load_seconds:.1f}s")
+            probe = stack.enter_context(HiddenStateProbe(pooling.url, MODEL_NAME, "vllm-pooling"))
+        else:
+            probe = stack.enter_context(HiddenStateProbe(main.url, MODEL_NAME, "adapter"))
+        client = stack.enter_context(EngineClient(main.url, MODEL_NAME))
+        yield client, probe, load
+
+
+def _meta(side: Side, client: EngineClient, model: Path, suite: Suite) -> Any:
+    adapter = client.parity_config()
+    if adapter is not None:
+        version, effective = str(adapter["engine_version"]), dict(adapter["effective_config"])
+    else:
+        version = f"vllm {client.server_version()}"
+        effective = load_model_config(model).effective(side.dtype)
+    return make_meta(
+        engine=side.engine, engine_version=version, dtype=side.dtype, model=MODEL_NAME,
+        suite=suite.name, effective_config=effective,
+    )  # fmt: skip
+
+
+def _speed(stats: RecordStats, long: bool) -> dict[str, float | int | None]:
+    rows = [r for r in stats.per_prompt if (r["promptTokens"] >= 8192) == long]
+    tokens = sum(r["outputTokens"] for r in rows)
+    seconds = sum(r["generateSeconds"] for r in rows)
+    return {
+        "prompts": len(rows),
+        "outputTokens": tokens,
+        "generateSeconds": round(seconds, 3),
+        "tokensPerSecond": round(tokens / seconds, 2) if seconds else None,
+    }
+
+
+def run_side(
+    side: Side,
+    *,
+    model: Path,
+    suite: Suite,
+    settings: RecordSettings,
+    out: Path,
+    timings: dict[str, Any],
+) -> None:
+    """Record what this side is needed for: plain (as a baseline) and/or teacher-forced."""
+    wanted: list[tuple[Path, Path | None]] = []
+    if any(base == side.key for base, _, _ in PAIRS):
+        wanted.append((out / "records" / side.key, None))
+    for base, cand, _ in PAIRS:
+        if cand == side.key:
+            wanted.append((out / "records" / f"{cand}@{base}", out / "records" / base))
+    todo = [(rec, base) for rec, base in wanted if not (rec / MANIFEST).exists()]
+    if not todo:
+        _log(f"{side.label}: records present, skipped")
+        return
+    with _servers(side, model, out / "logs") as (client, probe, load):
+        meta = _meta(side, client, model, suite)
+        side_timing = timings.setdefault(side.key, {"label": side.label, "engine": side.engine})
+        side_timing.update(loadSeconds=round(load, 1), engineVersion=meta.engine_version)
+        # The first request warms the engine up; keep it out of the speed figures.
+        client.complete([1, 2, 3], max_tokens=4, top_logprobs=0, seed=settings.seed)
+        for record_dir, baseline_dir in todo:
+            baseline = RecordReader(baseline_dir) if baseline_dir else None
+            _log(f"{side.label}: recording {record_dir.name}")
+            stats = record_suite(
+                suite, client, probe, meta=meta, out=record_dir, settings=settings,
+                baseline=baseline, progress=lambda pid: _log(f"  {pid}"),
+            )  # fmt: skip
+            side_timing.setdefault("records", {})[record_dir.name] = {
+                "short": _speed(stats, long=False),
+                "long": _speed(stats, long=True),
+                "scoreSeconds": round(stats.score_seconds, 2),
+                "hiddenSeconds": round(stats.hidden_seconds, 2),
+            }
+
+
+def _rate(prompts: list[Any], long: bool) -> dict[str, Any]:
+    chosen = [p for p in prompts if p.long == long]
+    same = sum(1 for p in chosen if p.first_divergence is None)
+    return {"matched": same, "prompts": len(chosen), "rate": same / len(chosen) if chosen else None}
+
+
+def compare_pair(out: Path, base: str, cand: str) -> tuple[ParityResult, Any, ProfileName, str]:
+    baseline = RecordReader(out / "records" / base)
+    candidate = RecordReader(out / "records" / f"{cand}@{base}")
+    profile, why = suggest_profile(baseline.meta, candidate.meta)
+    result = compare_sources(
+        baseline,
+        candidate,
+        resolve_thresholds(profile),
+        PROFILES[profile].allowed_config_differences,
+    )
+    return result, decide(result), profile, why
+
+
+def summarise(out: Path, timings: dict[str, Any]) -> dict[str, Any]:
+    rows = []
+    for base, cand, title in PAIRS:
+        result, verdict, profile, why = compare_pair(out, base, cand)
+        m = result.metrics
+        hidden = m.hidden
+        logprobs = m.logprobs
+        long_rate = m.long_sequence.divergence_rate
+        rows.append(
+            {
+                "pair": title,
+                "baseline": base,
+                "candidate": cand,
+                "profile": profile.value,
+                "profileReason": why,
+                "tokenMatchShort": _rate(result.prompts, long=False),
+                "tokenMatchLong": _rate(result.prompts, long=True),
+                "hiddenMeanAbsErr": hidden.mean_abs_err.value if hidden else None,
+                "hiddenMaxAbsErr": hidden.max_abs_err if hidden else None,
+                "hiddenMeanRelErr": hidden.rel_l2.value if hidden else None,
+                "hiddenCosineMean": hidden.cosine.value if hidden else None,
+                "hiddenCosineP1": hidden.cosine_p1 if hidden else None,
+                "longSeqDivergenceRate": long_rate.value if long_rate else None,
+                "meanKl": logprobs.mean_kl.value if logprobs else None,
+                "sameTopRate": logprobs.same_top_rate.value if logprobs else None,
+                "verdict": verdict.status.value,
+                "reasons": verdict.reasons,
+            }
+        )
+    return {"pairs": rows, "engines": timings}
+
+
+def _fmt(value: Any, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _match(entry: dict[str, Any]) -> str:
+    if not entry["prompts"]:
+        return "-"
+    return f"{entry['rate']:.0%} ({entry['matched']}/{entry['prompts']})"
+
+
+def to_markdown(results: dict[str, Any], suite: Suite, settings: RecordSettings) -> str:
+    short = len(suite.select(long=False).prompts)
+    long = len(suite.select(long=True).prompts)
+    lines = [
+        "# Engine parity on the fixture model",
+        "",
+        (
+            f"Suite: {short} short Chinese/English prompts ({settings.max_tokens} output "
+            f"tokens) and {long} prompts of 8K+ tokens ({settings.long_max_tokens} output "
+            f"tokens); greedy, seed {settings.seed}, top-{settings.top_logprobs} logprobs. "
+            "Hidden states are teacher-forced: the candidate's are taken on the baseline's "
+            "sequence. Hidden-state errors are per token, averaged over tokens; relative "
+            "error is the relative L2 error."
+        ),
+        "",
+        (
+            "MindFormers bf16 runs as **float16**: MindSpore 2.9 has no bfloat16 CPU "
+            "kernels, and the adapter refuses bfloat16 on CPU rather than change the dtype "
+            "silently."
+        ),
+        "",
+        (
+            "| pair | profile | token match short | token match 8K+ | hidden mean abs err | "
+            "hidden mean rel err | cosine (mean / P1) | long-seq divergence | mean KL | "
+            "same top | verdict |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["pairs"]:
+        lines.append(
+            f"| {row['pair']} | {row['profile']} | {_match(row['tokenMatchShort'])} | "
+            f"{_match(row['tokenMatchLong'])} | {_fmt(row['hiddenMeanAbsErr'])} | "
+            f"{_fmt(row['hiddenMeanRelErr'])} | {_fmt(row['hiddenCosineMean'], '.7f')} / "
+            f"{_fmt(row['hiddenCosineP1'], '.7f')} | {_fmt(row['longSeqDivergenceRate'], '.0%')} | "
+            f"{_fmt(row['meanKl'])} | {_fmt(row['sameTopRate'], '.2%')} | {row['verdict']} |"
+        )
+    lines += ["", "## Verdict reasons", ""]
+    for row in results["pairs"]:
+        reasons = row["reasons"] or ["(none)"]
+        lines.append(f"- **{row['pair']}**: " + "; ".join(reasons))
+    lines += [
+        "",
+        "## Engines on this machine",
+        "",
+        "| side | version | load (s) | short: tokens/s | 8K+: tokens/s |",
+        "|---|---|---|---|---|",
+    ]
+    for timing in results["engines"].values():
+        records = timing.get("records", {})
+        first = next(iter(records.values()), None)
+        short_tps = first["short"]["tokensPerSecond"] if first else None
+        long_tps = first["long"]["tokensPerSecond"] if first else None
+        lines.append(
+            f"| {timing['label']} | {timing.get('engineVersion', '-')} | "
+            f"{_fmt(timing.get('loadSeconds'), '.1f')} | {_fmt(short_tps, '.1f')} | "
+            f"{_fmt(long_tps, '.2f')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("out/experiment"))
+    parser.add_argument("--model", type=Path, default=None, help="default: the cached fixture")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--long-max-tokens", type=int, default=8)
+    parser.add_argument("--long-prompts", type=int, default=2)
+    parser.add_argument("--only", nargs="*", default=None, help="side keys to record")
+    args = parser.parse_args(argv)
+    model = args.model or default_model_dir()
+    if not is_complete(model) and args.model is None:
+        print(f"no fixture model at {model}; run `make fixture-model`", file=sys.stderr)  # noqa: T201
+        return 2
+    suite = experiment_suite(args.long_prompts)
+    settings = RecordSettings(max_tokens=args.max_tokens, long_max_tokens=args.long_max_tokens)
+    args.out.mkdir(parents=True, exist_ok=True)
+    timings_path = args.out / "timings.json"
+    timings: dict[str, Any] = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    for side in SIDES:
+        if args.only is not None and side.key not in args.only:
+            continue
+        run_side(side, model=model, suite=suite, settings=settings, out=args.out, timings=timings)
+        timings_path.write_text(json.dumps(timings, indent=2) + "\n")
+    if args.only is not None:
+        return 0
+    results = summarise(args.out, timings)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    markdown = to_markdown(results, suite, settings)
+    (args.out / "results.md").write_text(markdown)
+    print(markdown)  # noqa: T201 - the table is the experiment's output
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

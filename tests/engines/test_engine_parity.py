@@ -1,0 +1,218 @@
+"""The parity gate on real engines (CPU): vLLM, MindFormers and transformers servers.
+
+Every server runs from its engine venv and is driven over HTTP by `infergate record
+--url`, the client code the parity runner uses; verdicts come from the parity core.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from infergate.cli import main
+from infergate.engines.client import parse_completion_choice, parse_prompt_logprobs
+from infergate.engines.launch import EngineServer
+from infergate.parity.compare import compare_sources
+from infergate.parity.metrics import ParityResult
+from infergate.parity.profiles import PROFILES, resolve_thresholds
+from infergate.parity.record import PromptRecord
+from infergate.parity.thresholds import ProfileName
+from infergate.parity.verdict import Verdict, VerdictStatus, decide
+from infergate.recordio import RecordReader
+from infergate.suite import load_suite
+from tests.engines.conftest import EngineFarm
+
+pytestmark = pytest.mark.engines
+
+MODEL = "fixture"
+
+
+def _short_suite(tmp_path: Path) -> str:
+    """The smoke suite without its long prompt, as a suite file (for MindFormers on CPU)."""
+    path = tmp_path / "smoke-short.jsonl"
+    prompts = load_suite("smoke").select(long=False).prompts
+    lines = [json.dumps(p.model_dump(by_alias=True, exclude_none=True)) for p in prompts]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _record(
+    model: Path,
+    server: EngineServer,
+    out: Path,
+    *,
+    suite: str = "smoke",
+    probe: EngineServer | None = None,
+    baseline: Path | None = None,
+    hidden: bool = True,
+) -> RecordReader:
+    spec = server.spec
+    argv = [
+        "record", "--engine", spec.engine, "--model", str(model), "--dtype", spec.dtype,
+        "--suite", suite, "--out", str(out), "--url", server.url,
+        "--served-model-name", MODEL, "--max-tokens", "24", "--long-max-tokens", "8",
+    ]  # fmt: skip
+    for key, value in spec.overrides.items():
+        argv += ["--config", f"{key}={value}"]
+    if probe is not None:
+        argv += ["--probe-url", probe.url]
+    if baseline is not None:
+        argv += ["--teacher-forced-from", str(baseline)]
+    if not hidden:
+        argv.append("--no-hidden-states")
+    assert main(argv) == 0
+    return RecordReader(out)
+
+
+def _judge(
+    baseline: RecordReader, candidate: RecordReader, profile: ProfileName
+) -> tuple[Verdict, ParityResult]:
+    result = compare_sources(
+        baseline,
+        candidate,
+        resolve_thresholds(profile),
+        PROFILES[profile].allowed_config_differences,
+    )
+    return decide(result), result
+
+
+def _failed_checks(verdict: Verdict) -> set[str]:
+    return {check.key for check in verdict.checks if check.outcome == "fail"}
+
+
+def test_identical_vllm_config_passes_its_profile(
+    engines: EngineFarm, fixture_model: Path, tmp_path: Path
+) -> None:
+    server = engines.server("vllm", "bfloat16")
+    pooling = engines.server("vllm", "bfloat16", probe=True)
+    base = _record(fixture_model, server, tmp_path / "base", probe=pooling)
+    cand = _record(fixture_model, server, tmp_path / "cand", probe=pooling, baseline=base.path)
+
+    verdict, result = _judge(base, cand, ProfileName.BF16_KERNEL)
+
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
+    assert result.metrics.tokens.match_rate.value == 1.0
+    assert result.metrics.hidden is not None
+    assert result.metrics.hidden.cosine_p1 == pytest.approx(1.0, abs=1e-6)
+    long_prompt = base.get("long-zh-0")
+    assert long_prompt.prompt_token_ids.shape[0] >= 8192
+    assert long_prompt.hidden_states is not None
+    assert long_prompt.hidden_states.shape == (long_prompt.prompt_token_ids.shape[0] + 8, 128)
+
+
+def test_transformers_and_mindformers_fp32_pass_cross_framework(
+    engines: EngineFarm, fixture_model: Path, tmp_path: Path
+) -> None:
+    suite = _short_suite(tmp_path)
+    reference = engines.server("transformers", "float32")
+    mindformers = engines.server("mindformers", "float32")
+    base = _record(fixture_model, reference, tmp_path / "tf", suite=suite)
+    cand = _record(fixture_model, mindformers, tmp_path / "mf", suite=suite, baseline=base.path)
+
+    verdict, result = _judge(base, cand, ProfileName.FP32_CROSS_FRAMEWORK)
+
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
+    assert result.metrics.tokens.match_rate.value == 1.0
+    assert cand.meta.engine_version.startswith("mindformers 1.9.0 / mindspore 2.9.0")
+
+
+def test_changed_norm_epsilon_is_caught(
+    engines: EngineFarm, fixture_model: Path, tmp_path: Path
+) -> None:
+    base = _record(fixture_model, engines.server("transformers", "float32"), tmp_path / "base")
+    changed = engines.server("transformers", "float32", overrides={"rms_norm_eps": 1e-5})
+    cand = _record(fixture_model, changed, tmp_path / "cand", baseline=base.path)
+
+    verdict, _ = _judge(base, cand, ProfileName.FP32_CROSS_FRAMEWORK)
+
+    assert verdict.status == VerdictStatus.FAILED
+    assert any("rms_norm_eps: 1e-06 -> 1e-05" in reason for reason in verdict.reasons)
+    # The numbers show it too, not only the configuration diff.
+    assert {"maxHiddenRelL2P99", "minHiddenCosineP1"} & _failed_checks(verdict)
+    assert any(r.startswith(("maxHiddenRelL2P99", "minHiddenCosineP1")) for r in verdict.reasons)
+
+
+def test_changed_rope_theta_is_caught_and_grows_with_position(
+    engines: EngineFarm, fixture_model: Path, tmp_path: Path
+) -> None:
+    base = _record(fixture_model, engines.server("transformers", "float32"), tmp_path / "base")
+    changed = engines.server("transformers", "float32", overrides={"rope_theta": 10000.0})
+    cand = _record(fixture_model, changed, tmp_path / "cand", baseline=base.path)
+
+    verdict, result = _judge(base, cand, ProfileName.FP32_CROSS_FRAMEWORK)
+
+    assert verdict.status == VerdictStatus.FAILED
+    assert "maxHiddenRelL2P99" in _failed_checks(verdict)
+    buckets = {b.name: b for b in result.metrics.buckets if b.rel_l2_mean is not None}
+    first, last = (
+        buckets[min(buckets, key=lambda n: buckets[n].start)],
+        buckets[max(buckets, key=lambda n: buckets[n].start)],
+    )
+    assert last.start >= 8192
+    assert last.rel_l2_mean is not None
+    assert first.rel_l2_mean is not None
+    assert last.rel_l2_mean > first.rel_l2_mean
+
+
+def test_float16_where_bfloat16_was_pinned_is_caught(
+    engines: EngineFarm, fixture_model: Path, tmp_path: Path
+) -> None:
+    pinned = engines.server("vllm", "bfloat16")
+    drifted = engines.server("vllm", "float16")
+    base = _record(fixture_model, pinned, tmp_path / "base", hidden=False)
+    cand = _record(fixture_model, drifted, tmp_path / "cand", baseline=base.path, hidden=False)
+
+    verdict, _ = _judge(base, cand, ProfileName.BF16_KERNEL)
+
+    assert verdict.status == VerdictStatus.FAILED
+    assert any(
+        "ConfigDiffers" in r and "dtype: 'bfloat16' -> 'float16'" in r for r in verdict.reasons
+    ), verdict.reasons
+
+
+def test_mindformers_and_vllm_answers_parse_into_the_same_record_shape(
+    engines: EngineFarm, tmp_path: Path
+) -> None:
+    vllm = engines.server("vllm", "bfloat16")
+    mindformers = engines.server("mindformers", "float32")
+    prompt = httpx.post(
+        f"{vllm.url}/tokenize", json={"model": MODEL, "prompt": "今天早上下了一场小雨"}
+    ).json()["tokens"]
+    request = {
+        "model": MODEL, "prompt": prompt, "max_tokens": 6, "temperature": 0, "seed": 42,
+        "logprobs": 4, "ignore_eos": True, "return_tokens_as_token_ids": True,
+    }  # fmt: skip
+    scoring = {**request, "max_tokens": 1, "logprobs": None, "prompt_logprobs": 4}
+    records = []
+    for server in (vllm, mindformers):
+        answer = httpx.post(f"{server.url}/v1/completions", json=request, timeout=120).json()
+        assert answer["object"] == "text_completion"
+        assert answer["usage"]["prompt_tokens"] == len(prompt)
+        assert answer["usage"]["completion_tokens"] == 6
+        completion = parse_completion_choice(answer["choices"][0], prompt, 4)
+        scored = httpx.post(f"{server.url}/v1/completions", json=scoring, timeout=120).json()
+        forced = parse_prompt_logprobs(scored["choices"][0]["prompt_logprobs"], prompt, 1, 4)
+        records.append(
+            PromptRecord(
+                prompt_id="zh-rain",
+                prompt_token_ids=np.asarray(completion.prompt_token_ids),
+                output_token_ids=np.asarray(completion.token_ids),
+                top_logprobs=completion.top,
+                teacher_forced=forced,
+                output_text=completion.text,
+            )
+        )
+    a, b = records
+    assert a.prompt_token_ids.tolist() == b.prompt_token_ids.tolist() == prompt
+    assert a.output_token_ids.shape == b.output_token_ids.shape == (6,)
+    assert a.top_logprobs.token_ids.shape == b.top_logprobs.token_ids.shape == (6, 4)
+    assert a.teacher_forced is not None
+    assert b.teacher_forced is not None
+    assert a.teacher_forced.top.token_ids.shape == b.teacher_forced.top.token_ids.shape
+    assert a.teacher_forced.target_logprobs.shape == (len(prompt) - 1,)
+    assert isinstance(a.output_text, str)
+    assert isinstance(b.output_text, str)

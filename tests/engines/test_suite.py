@@ -1,0 +1,80 @@
+"""The prompt-suite format and the built-in suites (pure; runs in the dev venv)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infergate.suite import LONG_TAG, SuiteError, load_suite, long_prompt, parse_suite
+
+
+def _parse(*lines: str) -> object:
+    return parse_suite(lines, name="t", source="t.jsonl")
+
+
+def test_text_and_token_id_prompts_load_with_tags() -> None:
+    suite = parse_suite(
+        [
+            '{"id": "a", "text": "今天早上", "tags": ["zh"]}',
+            "",
+            "# a comment",
+            '{"id": "b", "tokenIds": [5, 6, 7]}',
+        ],
+        name="t",
+        source="t.jsonl",
+    )
+    assert [p.id for p in suite.prompts] == ["a", "b"]
+    assert suite.prompts[0].text == "今天早上"
+    assert suite.prompts[0].tags == ("zh",)
+    assert suite.prompts[1].token_ids == (5, 6, 7)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            '{"id": "a"}',
+            "t.jsonl:1: prompt: exactly one of text and tokenIds is required, got neither",
+        ),
+        ('{"id": "a", "text": "x", "tokenIds": [1]}', "got both"),
+        ('{"id": "a", "tokenIds": [1, -2]}', "tokenIds: ids must be >= 0, got -2"),
+        ('{"id": "a", "text": "x", "colour": 1}', "t.jsonl:1: colour: Extra inputs"),
+        ('{"id": "", "text": "x"}', "t.jsonl:1: id:"),
+        ('{"id": "a", "text": "x"', "t.jsonl:1: not valid JSON"),
+    ],
+)
+def test_errors_name_line_and_field(line: str, expected: str) -> None:
+    with pytest.raises(SuiteError) as err:
+        _parse(line)
+    assert expected in str(err.value)
+
+
+def test_duplicate_ids_are_refused_with_both_lines() -> None:
+    with pytest.raises(SuiteError, match=r"t.jsonl:3: id: 'a' already used on line 1"):
+        _parse('{"id": "a", "text": "x"}', '{"id": "b", "text": "y"}', '{"id": "a", "text": "z"}')
+
+
+def test_suite_from_file_and_unknown_name(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"id": "x", "text": "hello"}\n', encoding="utf-8")
+    assert load_suite(str(path)).name == "mine"
+    with pytest.raises(SuiteError, match="neither a file nor a built-in suite; built-in: default"):
+        load_suite("no-such-suite")
+
+
+def test_default_suite_has_short_chinese_english_and_long_prompts() -> None:
+    suite = load_suite("default")
+    short = suite.select(long=False).prompts
+    long = suite.select(long=True).prompts
+    assert {"zh", "en"} <= {tag for p in short for tag in p.tags}
+    assert len(short) >= 12
+    assert {p.id for p in long} == {"long-zh-0", "long-zh-1", "long-en-0", "long-en-1"}
+    assert all(LONG_TAG in p.tags and p.text and len(p.text) > 9000 for p in long)
+
+
+def test_long_prompts_are_deterministic_and_distinct() -> None:
+    assert long_prompt("zh", 0) == long_prompt("zh", 0)
+    assert long_prompt("zh", 0).text != long_prompt("zh", 1).text
+    with pytest.raises(SuiteError, match="allowed: zh, en"):
+        long_prompt("fr", 0)
