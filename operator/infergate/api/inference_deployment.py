@@ -40,7 +40,7 @@ IMAGE_PINNED_PATTERN = f"^{_IMAGE_NAME}({_IMAGE_TAG}({_IMAGE_DIGEST})?|{_IMAGE_D
 _IMAGE_PINNED = re.compile(IMAGE_PINNED_PATTERN)
 _IMAGE_MESSAGE = (
     "image must be pinned: name:tag (not latest) or name@sha256:<digest>, "
-    "e.g. vllm/vllm-openai:v0.11.0"
+    "e.g. vllm/vllm-openai:v0.32.0"
 )
 
 # Flags the renderer sets from typed fields; setting them again in args would

@@ -6,7 +6,7 @@ from infergate.api.enums import EngineKind
 from infergate.api.inference_deployment import Engine
 
 DEFAULT_IMAGES: dict[EngineKind, str] = {
-    EngineKind.VLLM: "docker.io/vllm/vllm-openai:v0.11.0",
+    EngineKind.VLLM: "vllm/vllm-openai:v0.32.0",
     EngineKind.MINDFORMERS: "ghcr.io/infergate/engine-mindformers:1.9.0-ms2.9.0",
 }
 

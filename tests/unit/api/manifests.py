@@ -85,7 +85,7 @@ def full_deployment_status() -> dict[str, Any]:
                 "engine": "vllm",
                 "dtype": "bfloat16",
                 "accelerator": "nvidia-gpu",
-                "image": "vllm/vllm-openai:v0.11.0",
+                "image": "vllm/vllm-openai:v0.32.0",
                 "verdict": "Passed",
                 "metrics": {"tokenMatchRate": 0.98, "meanKl": 2.5e-5},
                 "parityCheck": "qwen-ab12cd34ef",

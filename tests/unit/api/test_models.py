@@ -84,10 +84,10 @@ def test_dtype_error_names_field_value_and_allowed_values() -> None:
 @pytest.mark.parametrize(
     "image",
     [
-        "vllm/vllm-openai:v0.11.0",
+        "vllm/vllm-openai:v0.32.0",
         "registry.example.com:5000/team/vllm:0.11.0-cu128",
         "vllm/vllm-openai@sha256:" + "a" * 64,
-        "vllm/vllm-openai:v0.11.0@sha256:" + "b" * 64,
+        "vllm/vllm-openai:v0.32.0@sha256:" + "b" * 64,
     ],
 )
 def test_pinned_images_are_accepted(image: str) -> None:
