@@ -14,14 +14,15 @@ import yaml
 from pydantic import BaseModel
 
 from infergate.api.base import GROUP, VERSION, cel
+from infergate.api.check_status import ParityCheckStatus
+from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import (
     DEPLOYMENT_NAME_MAX,
     DEPLOYMENT_NAME_MESSAGE,
     DEPLOYMENT_NAME_PATTERN,
     InferenceDeploymentSpec,
-    InferenceDeploymentStatus,
 )
-from infergate.api.parity_check import ParityCheckSpec, ParityCheckStatus
+from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.schema import to_structural
 
 CATEGORY = "infergate"

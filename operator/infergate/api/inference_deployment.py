@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Annotated, Any, Self
 
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
@@ -11,67 +10,20 @@ from pydantic import ConfigDict, Field, StringConstraints, field_validator, mode
 from infergate.api.base import (
     DNS_LABEL_MAX,
     NAME_MAX,
-    SHORT_TEXT_MAX,
-    URI_MAX,
     KubeModel,
     cel,
     cel_rules,
 )
-from infergate.api.common import Condition, ObjectName, ResourceRequirements, Toleration
+from infergate.api.common import ObjectName, ResourceRequirements, Toleration
+from infergate.api.deployment_status import InferenceDeploymentStatus
+from infergate.api.engine import SIZE_PER_POD_MAX, Accelerator, Engine, ModelSource
 from infergate.api.enums import (
     ENGINE_ACCELERATOR,
-    AcceleratorKind,
-    CheckPhase,
-    DeploymentPhase,
-    DType,
     EngineKind,
-    VerdictOutcome,
 )
-from infergate.api.model_uri import MODEL_URI_FORMS, MODEL_URI_PATTERN, UriScheme, parse_model_uri
+from infergate.api.model_uri import UriScheme, parse_model_uri
 from infergate.api.parity_check import ParityCheckTemplate
 
-# An image must be pinned by a tag other than latest, or by digest: the
-# revision hash covers the image reference, so a moving reference would let
-# what runs change under an unchanged revision.
-_IMAGE_NAME = r"([A-Za-z0-9.-]+(:[0-9]+)?/)?([a-z0-9._-]+/)*[a-z0-9._-]+"
-_IMAGE_TAG = r":[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
-_IMAGE_DIGEST = r"@sha256:[a-f0-9]{64}"
-IMAGE_PINNED_PATTERN = f"^{_IMAGE_NAME}({_IMAGE_TAG}({_IMAGE_DIGEST})?|{_IMAGE_DIGEST})$"
-_IMAGE_PINNED = re.compile(IMAGE_PINNED_PATTERN)
-_IMAGE_MESSAGE = (
-    "image must be pinned: name:tag (not latest) or name@sha256:<digest>, "
-    "e.g. vllm/vllm-openai:v0.32.0"
-)
-
-# Flags the renderer sets from typed fields; setting them again in args would
-# bypass the pinned value (or, for --config, load unpinned flags from a file).
-PINNED_FLAGS: tuple[str, ...] = (
-    "--model",
-    "--served-model-name",
-    "--dtype",
-    "--max-model-len",
-    "--tensor-parallel-size",
-    "-tp",
-    "--seed",
-    "--host",
-    "--port",
-    "--generation-config",
-    "--hf-overrides",
-    "--revision",
-    "--engine",
-    "--config",
-)
-_PINNED_FLAGS_CEL = "[" + ", ".join(f"'{flag}'" for flag in PINNED_FLAGS) + "]"
-_ARGS_MESSAGE = (
-    "args must not set " + ", ".join(PINNED_FLAGS) + ": they are pinned from spec.model and "
-    "spec.engine (dtype, maxModelLen, tensorParallelSize, seed, config); set those fields instead"
-)
-
-_RESERVED_ENV_PREFIX = "INFERGATE_"
-_RESERVED_ENV = ("POD_IP",)
-_SIZE_PER_POD_MAX = 16
-
-ArgString = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 LabelKey = Annotated[
     str,
     StringConstraints(
@@ -83,190 +35,6 @@ LabelKey = Annotated[
 ]
 LabelValue = Annotated[str, StringConstraints(max_length=DNS_LABEL_MAX)]
 AnnotationValue = Annotated[str, StringConstraints(max_length=4096)]
-
-
-class ModelSource(KubeModel):
-    """The model served: its name for clients and where its weights live."""
-
-    name: str = Field(min_length=1, max_length=SHORT_TEXT_MAX)
-    """Model name clients send in requests (served model name), e.g. Qwen/Qwen2.5-7B-Instruct."""
-    uri: str = Field(
-        min_length=1,
-        max_length=URI_MAX,
-        json_schema_extra=cel_rules(
-            cel(f"self.matches(r'{MODEL_URI_PATTERN}')", f"uri must be one of {MODEL_URI_FORMS}")
-        ),
-    )
-    """Where the weights live: pvc://<claim>/<path>, hf://<org>/<model>[@<revision>],
-    s3://<bucket>/<key> (vllm only) or file:///<absolute path>.
-    """
-
-    @field_validator("uri")
-    @classmethod
-    def _known_scheme(cls, uri: str) -> str:
-        parse_model_uri(uri)
-        return uri
-
-
-class EnvVar(KubeModel):
-    """An environment variable of the engine container."""
-
-    name: str = Field(
-        min_length=1, max_length=SHORT_TEXT_MAX, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-    )
-    """Variable name; POD_IP and INFERGATE_* are set by infergate."""
-    value: str = Field(default="", max_length=4096)
-    """Variable value."""
-
-
-class Engine(KubeModel):
-    """The engine and every setting that changes its numerics; all of it is part of the revision."""
-
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            cel(
-                "self.kind == 'mindformers' || !has(self.paramsDtype) "
-                "|| self.paramsDtype == self.dtype",
-                "paramsDtype applies to mindformers only: vllm loads weights in dtype; "
-                "leave paramsDtype unset or equal to dtype",
-                field_path=".paramsDtype",
-            ),
-        )
-    )
-
-    kind: EngineKind
-    """Inference engine: vllm (runs on nvidia-gpu) or mindformers (runs on ascend-npu)."""
-    image: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=512,
-        json_schema_extra=cel_rules(
-            cel(
-                f"self.matches(r'{IMAGE_PINNED_PATTERN}') && !self.endsWith(':latest')",
-                _IMAGE_MESSAGE,
-            )
-        ),
-    )
-    """Engine image, pinned by tag or digest. Unset: infergate's default for the engine kind."""
-    dtype: DType
-    """Compute dtype, required and explicit: float32, float16 or bfloat16 (never auto)."""
-    params_dtype: DType | None = None
-    """Dtype weights are loaded in (MindFormers param_init_type): float32, float16 or bfloat16.
-    Unset: same as dtype.
-    """
-    max_model_len: int = Field(ge=16, le=1048576)
-    """Longest sequence (prompt plus output) in tokens; pinned instead of taken from the model
-    config.
-    """
-    tensor_parallel_size: int = Field(default=1, ge=1, le=_SIZE_PER_POD_MAX)
-    """Devices one model replica is split across (tensor parallelism)."""
-    seed: int = Field(default=42, ge=0, le=2**32 - 1)
-    """Engine random seed."""
-    deterministic: bool = True
-    """Deterministic kernels: vLLM batch invariance (VLLM_BATCH_INVARIANT=1); MindSpore
-    deterministic mode with deterministic HCCL/LCCL reductions.
-    """
-    config: dict[str, Any] = Field(
-        default_factory=dict,
-        max_length=128,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
-    )
-    """Pinned model-config overrides in the engine's own names, e.g. {rms_norm_eps: 1.0e-6}: vLLM
-    passes them as --hf-overrides, MindFormers merges them into model_config.
-    """
-    args: list[ArgString] = Field(
-        default_factory=list,
-        max_length=64,
-        json_schema_extra=cel_rules(
-            cel(
-                f"self.all(a, !(a in {_PINNED_FLAGS_CEL}) && "
-                f"!{_PINNED_FLAGS_CEL}.exists(f, a.startsWith(f + '=')))",
-                _ARGS_MESSAGE,
-            )
-        ),
-    )
-    """Extra engine command-line arguments, e.g. [--enforce-eager]; flags pinned by other fields are
-    refused.
-    """
-    env: list[EnvVar] = Field(
-        default_factory=list,
-        max_length=64,
-        json_schema_extra={
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": ["name"],
-            **cel_rules(
-                cel(
-                    "self.all(e, e.name != 'POD_IP' && !e.name.startsWith('INFERGATE_'))",
-                    "env must not set POD_IP or INFERGATE_* variables: infergate sets them",
-                )
-            ),
-        },
-    )
-    """Extra environment of the engine container, e.g. an attention backend; part of the revision.
-    """
-
-    @field_validator("image")
-    @classmethod
-    def _pinned_image(cls, image: str | None) -> str | None:
-        if image is not None and (not _IMAGE_PINNED.match(image) or image.endswith(":latest")):
-            raise ValueError(f"engine.image: {image!r} is not allowed; {_IMAGE_MESSAGE}")
-        return image
-
-    @field_validator("args")
-    @classmethod
-    def _no_pinned_flags(cls, args: list[str]) -> list[str]:
-        for arg in args:
-            flag = arg.split("=", 1)[0]
-            if flag in PINNED_FLAGS:
-                raise ValueError(f"engine.args: {arg!r} is not allowed; {_ARGS_MESSAGE}")
-        return args
-
-    @field_validator("env")
-    @classmethod
-    def _no_reserved_env(cls, env: list[EnvVar]) -> list[EnvVar]:
-        names: set[str] = set()
-        for var in env:
-            if var.name in _RESERVED_ENV or var.name.startswith(_RESERVED_ENV_PREFIX):
-                raise ValueError(
-                    f"engine.env: {var.name!r} is not allowed; POD_IP and INFERGATE_* are set "
-                    "by infergate"
-                )
-            if var.name in names:
-                raise ValueError(f"engine.env: {var.name!r} appears twice; names must be unique")
-            names.add(var.name)
-        return env
-
-    @model_validator(mode="after")
-    def _params_dtype(self) -> Self:
-        if (
-            self.kind is EngineKind.VLLM
-            and self.params_dtype is not None
-            and self.params_dtype != self.dtype
-        ):
-            raise ValueError(
-                f"engine.paramsDtype: {self.params_dtype.value!r} is not allowed with vllm, "
-                f"which loads weights in dtype ({self.dtype.value}); leave it unset or equal "
-                "to dtype"
-            )
-        return self
-
-    @property
-    def effective_params_dtype(self) -> DType:
-        """Dtype the weights are loaded in."""
-        return self.params_dtype or self.dtype
-
-
-class Accelerator(KubeModel):
-    """Accelerator preset: device resource, node selection and tolerations."""
-
-    kind: AcceleratorKind
-    """nvidia-gpu (resource nvidia.com/gpu, node label nvidia.com/gpu.present=true) or ascend-npu
-    (resource huawei.com/Ascend910, node label accelerator=huawei-Ascend910).
-    """
-    count: int = Field(default=1, ge=1, le=_SIZE_PER_POD_MAX)
-    """Devices per tensor-parallel rank (normally 1); a pod requests count x
-    engine.tensorParallelSize devices.
-    """
 
 
 class Placement(KubeModel):
@@ -375,8 +143,8 @@ def _spec_rules() -> dict[str, Any]:
             field_path=".rollout.canaryReplicas",
         ),
         cel(
-            f"self.accelerator.count * self.engine.tensorParallelSize <= {_SIZE_PER_POD_MAX}",
-            f"accelerator.count x engine.tensorParallelSize must be at most {_SIZE_PER_POD_MAX} "
+            f"self.accelerator.count * self.engine.tensorParallelSize <= {SIZE_PER_POD_MAX}",
+            f"accelerator.count x engine.tensorParallelSize must be at most {SIZE_PER_POD_MAX} "
             "devices: one pod runs on one node",
             field_path=".accelerator.count",
         ),
@@ -434,10 +202,10 @@ class InferenceDeploymentSpec(KubeModel):
                 f"replicas ({self.replicas})"
             )
         devices = self.accelerator.count * self.engine.tensor_parallel_size
-        if devices > _SIZE_PER_POD_MAX:
+        if devices > SIZE_PER_POD_MAX:
             raise ValueError(
                 f"accelerator.count x engine.tensorParallelSize is {devices}; at most "
-                f"{_SIZE_PER_POD_MAX} devices fit one pod"
+                f"{SIZE_PER_POD_MAX} devices fit one pod"
             )
         scheme = parse_model_uri(self.model.uri).scheme
         if scheme is UriScheme.S3 and self.engine.kind is not EngineKind.VLLM:
@@ -452,105 +220,6 @@ class InferenceDeploymentSpec(KubeModel):
                 f"below engine.maxModelLen ({self.engine.max_model_len})"
             )
         return self
-
-
-class RevisionRecord(KubeModel):
-    """A revision this deployment has run or tried."""
-
-    hash: str = Field(max_length=64)
-    """Revision hash (10 hex digits), the infergate.io/revision label of its objects."""
-    engine: EngineKind
-    """Engine kind of the revision."""
-    dtype: DType
-    """Compute dtype of the revision."""
-    accelerator: AcceleratorKind | None = None
-    """Accelerator kind of the revision."""
-    image: str | None = Field(default=None, max_length=512)
-    """Engine image of the revision."""
-    verdict: VerdictOutcome | None = None
-    """Outcome of its parity check: Passed, Failed, Error, Inconclusive or Pending."""
-    metrics: dict[str, float] | None = Field(default=None, max_length=512)
-    """Suite-level metrics of its parity check."""
-    parity_check: ObjectName | None = None
-    """Name of its ParityCheck."""
-    rejected: bool = False
-    """True when its check failed or erred: not retried until the spec changes."""
-    message: str | None = Field(default=None, max_length=4096)
-    """Why it was rejected or rolled back, for people."""
-    created_at: datetime | None = None
-    """When the revision was first rendered."""
-    promoted_at: datetime | None = None
-    """When it became stable."""
-
-
-class LastParityCheck(KubeModel):
-    """The most recent parity check of this deployment."""
-
-    name: ObjectName
-    """Name of the ParityCheck."""
-    revision: str | None = Field(default=None, max_length=64)
-    """Candidate revision it checked."""
-    phase: CheckPhase | None = None
-    """Pending, Running, Passed, Failed or Error."""
-    verdict: VerdictOutcome | None = None
-    """Passed, Failed, Error, Inconclusive, or Pending while it runs."""
-    completion_time: datetime | None = None
-    """When it finished."""
-
-
-class ServiceEndpoint(KubeModel):
-    """A Service clients or the runner can call."""
-
-    service: ObjectName
-    """Service name, in the deployment's namespace."""
-    port: int = Field(ge=1, le=65535)
-    """Service port of the OpenAI-compatible API."""
-    revision: str | None = Field(default=None, max_length=64)
-    """Revision behind it; unset for the stable Service, which selects every revision's pods."""
-
-
-class Endpoints(KubeModel):
-    """Where the deployment answers."""
-
-    stable: ServiceEndpoint | None = None
-    """The stable Service (clients call this one)."""
-    canary: ServiceEndpoint | None = None
-    """The canary revision's own Service (the runner calls this one)."""
-
-
-class InferenceDeploymentStatus(KubeModel):
-    """Observed state of an InferenceDeployment, written by the operator."""
-
-    observed_generation: int | None = Field(default=None, ge=0)
-    """metadata.generation last acted on."""
-    phase: DeploymentPhase | None = None
-    """Stable, Progressing, Verifying, Promoting, RolledBack or Failed (derived from conditions)."""
-    stable_revision: str | None = Field(default=None, max_length=64)
-    """Revision serving as stable."""
-    canary_revision: str | None = Field(default=None, max_length=64)
-    """Revision being rolled out, if any."""
-    revisions: list[RevisionRecord] = Field(default_factory=list, max_length=64)
-    """Revisions run or tried, newest last."""
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=32,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
-    """Available, Progressing, ParityPassed, ConfigDrifted, Degraded."""
-    last_parity_check: LastParityCheck | None = None
-    """The most recent parity check."""
-    traffic_mechanism: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
-    """How traffic is split between stable and canary, e.g. ReplicaRatio (the stable Service selects
-    both revisions' pods).
-    """
-    endpoints: Endpoints | None = None
-    """Services of the stable and canary revisions."""
-    replicas: int | None = Field(default=None, ge=0)
-    """Engine pods of all revisions."""
-    ready_replicas: int | None = Field(default=None, ge=0)
-    """Ready engine pods of all revisions."""
-    selector: str | None = Field(default=None, max_length=1024)
-    """Label selector of the pods, for the scale subresource."""
 
 
 # Revision objects are named `<name>-<revision>` (10 hex digits) and a Service

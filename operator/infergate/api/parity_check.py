@@ -7,8 +7,6 @@ canary as candidate) to make a `ParityCheckSpec`.
 
 from __future__ import annotations
 
-from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
@@ -17,21 +15,17 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StringConstraints,
     WithJsonSchema,
     model_validator,
 )
 
-from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
+from infergate.api.base import SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
+from infergate.api.check_status import ParityCheckStatus
 from infergate.api.common import (
-    Condition,
-    ConfigMapKeyReference,
     LocalObjectReference,
-    ObjectName,
     ResourceRequirements,
     ShortHash,
 )
-from infergate.api.enums import CheckPhase, VerdictOutcome
 from infergate.api.prompts import PromptSuite
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
@@ -282,91 +276,6 @@ class ParityCheckSpec(ParityCheckTemplate):
     """The reference side (in a rollout: the stable revision)."""
     candidate: Side
     """The side being judged (in a rollout: the canary revision)."""
-
-
-class Progress(KubeModel):
-    """How far the runner is through the suite."""
-
-    done: int = Field(ge=0)
-    """Prompts finished on both sides."""
-    total: int = Field(ge=0)
-    """Prompts in the suite."""
-
-
-class Comparison(StrEnum):
-    """>= (the value is a floor to stay above) or <= (a ceiling to stay below)."""
-
-    AT_LEAST = ">="
-    AT_MOST = "<="
-
-
-class VerdictReason(KubeModel):
-    """One limit that was passed (or could not be measured)."""
-
-    metric: str = Field(max_length=SHORT_TEXT_MAX)
-    """Metric name, e.g. minTokenMatchRate, maxHiddenRelL2P99, hygiene.nan."""
-    value: float | None = None
-    """Measured value; unset when it could not be measured."""
-    threshold: float | None = None
-    """Limit the value was judged against; unset for hard failures (hygiene)."""
-    comparison: Comparison | None = None
-    """How value must relate to threshold to pass: >= (a floor) or <= (a ceiling)."""
-    prompts: list[str] = Field(default_factory=list, max_length=100)
-    """Ids of the prompts that caused it, worst first (at most 100)."""
-    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
-    """The reason for people: metric, value, limit and what it means."""
-
-
-class Verdict(KubeModel):
-    """The judgement of the candidate against the baseline."""
-
-    passed: bool
-    """True only when every check passed; no verdict, no promotion."""
-    outcome: VerdictOutcome | None = None
-    """Passed, Failed (measured bad), Error or Inconclusive (could not measure)."""
-    summary: str | None = Field(default=None, max_length=MESSAGE_MAX)
-    """One line for people."""
-    reasons: list[VerdictReason] = Field(default_factory=list, max_length=256)
-    """Every limit that failed, naming the metric, value, threshold and prompts."""
-    warnings: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        default_factory=list, max_length=64
-    )
-    """Limits passed at the block level but past the warn level, for people."""
-
-
-class ParityCheckStatus(KubeModel):
-    """Observed state of a ParityCheck, written by the operator."""
-
-    observed_generation: int | None = Field(default=None, ge=0)
-    """metadata.generation last acted on."""
-    phase: CheckPhase | None = None
-    """Pending, Running, Passed, Failed (measured bad) or Error (could not measure)."""
-    job_name: ObjectName | None = None
-    """Name of the runner Job."""
-    start_time: datetime | None = None
-    """When the runner Job started."""
-    completion_time: datetime | None = None
-    """When the verdict was reached or the check ended in Error."""
-    profile: ProfileName | None = None
-    """Tolerance profile in effect (resolved when spec.profile is unset)."""
-    baseline_revision: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
-    """Revision the baseline resolved to (for an InferenceDeployment side)."""
-    candidate_revision: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
-    """Revision the candidate resolved to (for an InferenceDeployment side)."""
-    progress: Progress | None = None
-    """Prompts done out of the suite."""
-    metrics: dict[str, float] | None = Field(default=None, max_length=512)
-    """Suite-level metrics by name, e.g. tokenMatchRate, meanKl, hiddenCosineP1."""
-    verdict: Verdict | None = None
-    """Outcome with the reasons for a failure."""
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        max_length=32,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
-    """Latest observations: Complete, Passed, Failed, Error."""
-    report_ref: ConfigMapKeyReference | None = None
-    """ConfigMap key holding the full report (per-prompt metrics)."""
 
 
 class ParityCheck(KubeModel):

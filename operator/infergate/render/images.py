@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from infergate.api.engine import Engine
 from infergate.api.enums import EngineKind
-from infergate.api.inference_deployment import Engine
 
 DEFAULT_IMAGES: dict[EngineKind, str] = {
     EngineKind.VLLM: "vllm/vllm-openai:v0.32.0",

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infergate.api import InferenceDeploymentSpec
-from infergate.api.inference_deployment import Accelerator, Engine, ModelSource
+from infergate.api.engine import Accelerator, Engine, ModelSource
 from infergate.render import RevisionHashError, canonical_json, revision_hash, revision_identity
 
 Spec = dict[str, Any]

@@ -1,0 +1,117 @@
+"""Status of an InferenceDeployment: revisions, conditions, parity and endpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from infergate.api.base import SHORT_TEXT_MAX, KubeModel
+from infergate.api.common import Condition, ObjectName
+from infergate.api.enums import (
+    AcceleratorKind,
+    CheckPhase,
+    DeploymentPhase,
+    DType,
+    EngineKind,
+    VerdictOutcome,
+)
+
+
+class RevisionRecord(KubeModel):
+    """A revision this deployment has run or tried."""
+
+    hash: str = Field(max_length=64)
+    """Revision hash (10 hex digits), the infergate.io/revision label of its objects."""
+    engine: EngineKind
+    """Engine kind of the revision."""
+    dtype: DType
+    """Compute dtype of the revision."""
+    accelerator: AcceleratorKind | None = None
+    """Accelerator kind of the revision."""
+    image: str | None = Field(default=None, max_length=512)
+    """Engine image of the revision."""
+    verdict: VerdictOutcome | None = None
+    """Outcome of its parity check: Passed, Failed, Error, Inconclusive or Pending."""
+    metrics: dict[str, float] | None = Field(default=None, max_length=512)
+    """Suite-level metrics of its parity check."""
+    parity_check: ObjectName | None = None
+    """Name of its ParityCheck."""
+    rejected: bool = False
+    """True when its check failed or erred: not retried until the spec changes."""
+    message: str | None = Field(default=None, max_length=4096)
+    """Why it was rejected or rolled back, for people."""
+    created_at: datetime | None = None
+    """When the revision was first rendered."""
+    promoted_at: datetime | None = None
+    """When it became stable."""
+
+
+class LastParityCheck(KubeModel):
+    """The most recent parity check of this deployment."""
+
+    name: ObjectName
+    """Name of the ParityCheck."""
+    revision: str | None = Field(default=None, max_length=64)
+    """Candidate revision it checked."""
+    phase: CheckPhase | None = None
+    """Pending, Running, Passed, Failed or Error."""
+    verdict: VerdictOutcome | None = None
+    """Passed, Failed, Error, Inconclusive, or Pending while it runs."""
+    completion_time: datetime | None = None
+    """When it finished."""
+
+
+class ServiceEndpoint(KubeModel):
+    """A Service clients or the runner can call."""
+
+    service: ObjectName
+    """Service name, in the deployment's namespace."""
+    port: int = Field(ge=1, le=65535)
+    """Service port of the OpenAI-compatible API."""
+    revision: str | None = Field(default=None, max_length=64)
+    """Revision behind it; unset for the stable Service, which selects every revision's pods."""
+
+
+class Endpoints(KubeModel):
+    """Where the deployment answers."""
+
+    stable: ServiceEndpoint | None = None
+    """The stable Service (clients call this one)."""
+    canary: ServiceEndpoint | None = None
+    """The canary revision's own Service (the runner calls this one)."""
+
+
+class InferenceDeploymentStatus(KubeModel):
+    """Observed state of an InferenceDeployment, written by the operator."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation last acted on."""
+    phase: DeploymentPhase | None = None
+    """Stable, Progressing, Verifying, Promoting, RolledBack or Failed (derived from conditions)."""
+    stable_revision: str | None = Field(default=None, max_length=64)
+    """Revision serving as stable."""
+    canary_revision: str | None = Field(default=None, max_length=64)
+    """Revision being rolled out, if any."""
+    revisions: list[RevisionRecord] = Field(default_factory=list, max_length=64)
+    """Revisions run or tried, newest last."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Available, Progressing, ParityPassed, ConfigDrifted, Degraded."""
+    last_parity_check: LastParityCheck | None = None
+    """The most recent parity check."""
+    traffic_mechanism: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """How traffic is split between stable and canary, e.g. ReplicaRatio (the stable Service selects
+    both revisions' pods).
+    """
+    endpoints: Endpoints | None = None
+    """Services of the stable and canary revisions."""
+    replicas: int | None = Field(default=None, ge=0)
+    """Engine pods of all revisions."""
+    ready_replicas: int | None = Field(default=None, ge=0)
+    """Ready engine pods of all revisions."""
+    selector: str | None = Field(default=None, max_length=1024)
+    """Label selector of the pods, for the scale subresource."""
