@@ -107,8 +107,10 @@ def test_a_missing_subcommand_is_caught() -> None:
 
 @pytest.mark.parametrize("image", IMAGE_NAMES)
 def test_runs_as_a_numeric_non_root_user(image: str) -> None:
-    user = _dockerfile(image).final_user()
+    dockerfile = _dockerfile(image)
+    user = dockerfile.final_user()
     assert user is not None, f"{image}: no USER in the final stage (runs as root)"
+    user = dockerfile.substitute(user)
     uid = user.split(":")[0]
     # Numeric, so the kubelet can check runAsNonRoot without the image's passwd file.
     assert uid.isdigit(), f"{image}: USER {user} is not numeric"
