@@ -1,0 +1,67 @@
+"""HTTP channels of a resolved side: serving client, hidden-state probe, self-description."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+
+import httpx
+
+from infergate.engines.client import EngineClient, HiddenStateProbe
+from infergate.runner.drive import Channels, SideUnavailableError
+from infergate.runner.sides import EndpointDescription, SideTarget
+
+_DESCRIBE_TIMEOUT = 30.0
+
+
+class HttpEngineInfo:
+    """Asks a server what it is: our adapters answer `/v1/parity/config`; vLLM `/version`."""
+
+    def describe(self, url: str) -> EndpointDescription:
+        try:
+            with httpx.Client(base_url=url, timeout=_DESCRIBE_TIMEOUT) as http:
+                answer = http.get("/v1/parity/config")
+                if answer.status_code == 200:
+                    body = answer.json()
+                    return EndpointDescription(
+                        engine=str(body.get("engine")),
+                        engine_version=str(body.get("engine_version")),
+                        dtype=str(body.get("dtype")),
+                        effective_config=dict(body.get("effective_config") or {}),
+                    )
+                version = http.get("/version")
+                if version.status_code == 200:
+                    return EndpointDescription(engine_version=str(version.json().get("version")))
+                return EndpointDescription()
+        except httpx.HTTPError as err:
+            raise SideUnavailableError(f"{url}: {type(err).__name__}: {err}") from err
+
+
+def wait_healthy(urls: list[str], timeout: float) -> None:
+    """Block until every URL answers GET /health with 200, or raise SideUnavailableError."""
+    deadline = time.monotonic() + timeout
+    for url in urls:
+        while True:
+            try:
+                with httpx.Client(base_url=url, timeout=5.0) as http:
+                    if http.get("/health").status_code == 200:
+                        break
+                    problem = "GET /health did not answer 200"
+            except httpx.HTTPError as err:
+                problem = f"{type(err).__name__}: {err}"
+            if time.monotonic() > deadline:
+                raise SideUnavailableError(f"{url} is not healthy after {timeout:.0f}s: {problem}")
+            time.sleep(1.0)
+
+
+def open_channels(target: SideTarget, stack: ExitStack, request_timeout: float) -> Channels:
+    """The serving client and (if any) the probe of one side, closed with `stack`."""
+    serving = stack.enter_context(EngineClient(target.url, target.model, timeout=request_timeout))
+    probe = None
+    if target.probe_url is not None and target.probe_kind is not None:
+        probe = stack.enter_context(
+            HiddenStateProbe(
+                target.probe_url, target.model, target.probe_kind, timeout=request_timeout
+            )
+        )
+    return Channels(name=f"{target.side} ({target.url})", serving=serving, probe=probe)

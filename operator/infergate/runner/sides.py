@@ -1,0 +1,270 @@
+"""Resolve the two sides of a check into what the runner calls (no API client here).
+
+A side is a revision of an InferenceDeployment or an explicit endpoint:
+
+- a revision answers on its Service `<name>-<revision>` (ready endpoints read from its
+  EndpointSlices); its pinned configuration, written by the operator into the
+  ConfigMap of the same name (`engine.json`), says which engine and dtype run, and
+  which numeric overrides were pinned;
+- its hidden states come from the engine itself where our adapter serves it
+  (MindFormers), or from the probe the controller started for it (vLLM: the same
+  image and pinned config under the pooling runner, Service `<check>-probe-<side>`);
+- an endpoint is taken as given; if it serves our adapter's `/v1/parity/config`, its
+  hidden states and effective configuration come from there.
+
+Reads go through `ClusterReads` (implemented in `infergate.kube`), engine questions
+through `EngineInfo`, so this module is tested without a cluster or a server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from infergate.api.parity_check import ParityCheckSpec, Side
+from infergate.engines.client import ProbeKind
+from infergate.render.labels import revision_object_name
+from infergate.render.launch import CONFIG_KEY
+from infergate.runner.endpoints import EndpointResolutionError, first_ready_url
+from infergate.runner.naming import SideName, probe_name
+
+JSON = dict[str, Any]
+
+ENGINE_VLLM = "vllm"
+ENGINE_MINDFORMERS = "mindformers"
+UNKNOWN = "unknown"
+
+
+class SideResolutionError(RuntimeError):
+    """A side cannot be reached or described; the message names the side and the object.
+
+    `transient` says whether waiting may help (a pod not ready yet) or not (an object
+    that names a revision that does not exist is a spec problem, as is a missing probe
+    where hidden states are required).
+    """
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class ClusterReads(Protocol):
+    """The reads side resolution needs, in the check's namespace; None when absent."""
+
+    def inference_deployment(self, name: str) -> JSON | None: ...
+
+    def config_map(self, name: str) -> JSON | None: ...
+
+    def service(self, name: str) -> JSON | None: ...
+
+    def endpoint_slices(self, service: str) -> list[JSON]: ...
+
+
+@dataclass(frozen=True)
+class EndpointDescription:
+    """What a server says about itself (our adapters do; vLLM gives its version only)."""
+
+    engine: str | None = None
+    engine_version: str | None = None
+    dtype: str | None = None
+    effective_config: dict[str, Any] | None = None
+
+    @property
+    def serves_probe(self) -> bool:
+        """Our adapter: serves `/v1/parity/hidden_states` next to its config."""
+        return self.effective_config is not None
+
+
+class EngineInfo(Protocol):
+    def describe(self, url: str) -> EndpointDescription: ...
+
+
+@dataclass(frozen=True)
+class SideTarget:
+    """One side as the runner drives it."""
+
+    side: SideName
+    url: str
+    model: str
+    engine: str
+    engine_version: str
+    dtype: str
+    description: str
+    revision: str | None = None
+    deployment: str | None = None
+    effective_config: dict[str, Any] = field(default_factory=dict)
+    probe_url: str | None = None
+    probe_kind: ProbeKind | None = None
+
+
+@dataclass(frozen=True)
+class RevisionConfig:
+    """What the revision's pinned `engine.json` says about the engine."""
+
+    engine: str
+    dtype: str
+    served_model_name: str
+    overrides: dict[str, Any]
+    image: str | None
+
+
+def parse_revision_config(config_map: Mapping[str, Any]) -> RevisionConfig:
+    """Read a revision ConfigMap's `engine.json`; errors name the ConfigMap and key."""
+    name = (config_map.get("metadata") or {}).get("name", "?")
+    text = (config_map.get("data") or {}).get(CONFIG_KEY)
+    if not text:
+        raise SideResolutionError(
+            f"ConfigMap {name}: no key {CONFIG_KEY!r} (the revision's pinned engine config)",
+            transient=False,
+        )
+    try:
+        config = json.loads(text)
+        engine = str(config["engine"])
+        overrides: dict[str, Any]
+        if engine == ENGINE_MINDFORMERS:
+            overrides = dict(config.get("mindformers", {}).get("model_config") or {})
+        else:
+            overrides = dict(config.get("hfOverrides") or {})
+        return RevisionConfig(
+            engine=engine,
+            dtype=str(config["dtype"]),
+            served_model_name=str(config["servedModelName"]),
+            overrides=overrides,
+            image=config.get("image"),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise SideResolutionError(
+            f"ConfigMap {name}: {CONFIG_KEY} is not a pinned engine config ({err})",
+            transient=False,
+        ) from err
+
+
+def needs_probe(engine: str, hidden_states: bool) -> bool:
+    """Whether a revision of `engine` needs a separate probe for its hidden states."""
+    return hidden_states and engine == ENGINE_VLLM
+
+
+def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str | None) -> str:
+    """The revision a side means: given, pinned in the check's status, or the stable one."""
+    if side.revision is not None:
+        return side.revision
+    if pinned:
+        return pinned
+    ref = side.inference_deployment_ref
+    name = ref.name if ref is not None else "?"
+    if deployment is None:
+        raise SideResolutionError(f"InferenceDeployment {name} does not exist", transient=True)
+    stable = (deployment.get("status") or {}).get("stableRevision")
+    if not stable:
+        raise SideResolutionError(
+            f"InferenceDeployment {name} has no stable revision yet (status.stableRevision)",
+            transient=True,
+        )
+    return str(stable)
+
+
+def service_url(reads: ClusterReads, service_name: str, what: str) -> str:
+    """The first ready endpoint of a Service; transient errors while pods start."""
+    service = reads.service(service_name)
+    if service is None:
+        raise SideResolutionError(f"{what}: Service {service_name} does not exist", transient=True)
+    try:
+        return first_ready_url(service, reads.endpoint_slices(service_name))
+    except EndpointResolutionError as err:
+        raise SideResolutionError(f"{what}: {err}", transient=True) from err
+
+
+def resolve_side(
+    side_name: SideName,
+    check: str,
+    spec: ParityCheckSpec,
+    *,
+    reads: ClusterReads,
+    info: EngineInfo,
+    pinned_revision: str | None = None,
+) -> SideTarget:
+    """Everything the runner needs to drive one side, or an error saying what is missing."""
+    side: Side = getattr(spec, side_name)
+    hidden = spec.hidden_states.enabled
+    if side.endpoint is not None:
+        return _endpoint_side(side_name, side.endpoint.url, side.endpoint.model, hidden, info)
+    ref = side.inference_deployment_ref
+    assert ref is not None  # noqa: S101 - Side guarantees exactly one of the two
+    deployment = reads.inference_deployment(ref.name)
+    revision = side_revision(side, deployment, pinned_revision)
+    object_name = revision_object_name(ref.name, revision)
+    what = f"{side_name} (InferenceDeployment {ref.name} revision {revision})"
+    config_map = reads.config_map(object_name)
+    if config_map is None:
+        raise SideResolutionError(
+            f"{what}: ConfigMap {object_name} does not exist; is {revision} a revision of "
+            f"{ref.name}? (see its status.revisions)",
+            transient=True,
+        )
+    pinned = parse_revision_config(config_map)
+    url = service_url(reads, object_name, what)
+    described = info.describe(url)
+    effective = described.effective_config or _pinned_effective(pinned)
+    probe_url: str | None = None
+    probe_kind: ProbeKind | None = None
+    if hidden:
+        if described.serves_probe:
+            probe_url, probe_kind = url, "adapter"
+        elif needs_probe(pinned.engine, hidden):
+            probe_url = service_url(reads, probe_name(check, side_name), f"{what} probe")
+            probe_kind = "vllm-pooling"
+        else:
+            raise SideResolutionError(
+                f"{what}: engine {pinned.engine} at {url} serves no hidden states and has no "
+                "probe; set hiddenStates.enabled: false to compare tokens and logprobs only",
+                transient=False,
+            )
+    return SideTarget(
+        side=side_name,
+        url=url,
+        model=pinned.served_model_name,
+        engine=pinned.engine,
+        engine_version=described.engine_version or UNKNOWN,
+        dtype=pinned.dtype,
+        description=f"{ref.name} revision {revision} ({pinned.engine}, {pinned.dtype})",
+        revision=revision,
+        deployment=ref.name,
+        effective_config=effective,
+        probe_url=probe_url,
+        probe_kind=probe_kind,
+    )
+
+
+def _endpoint_side(
+    side_name: SideName, url: str, model: str, hidden: bool, info: EngineInfo
+) -> SideTarget:
+    described = info.describe(url)
+    if hidden and not described.serves_probe:
+        raise SideResolutionError(
+            f"{side_name} endpoint {url} serves no hidden states (/v1/parity/hidden_states); "
+            "set hiddenStates.enabled: false to compare tokens and logprobs only",
+            transient=False,
+        )
+    engine = described.engine or UNKNOWN
+    dtype = described.dtype or UNKNOWN
+    return SideTarget(
+        side=side_name,
+        url=url.rstrip("/"),
+        model=model,
+        engine=engine,
+        engine_version=described.engine_version or UNKNOWN,
+        dtype=dtype,
+        description=f"endpoint {url} ({engine}, {dtype})",
+        effective_config=dict(described.effective_config or {}),
+        probe_url=url.rstrip("/") if hidden else None,
+        probe_kind="adapter" if hidden else None,
+    )
+
+
+def _pinned_effective(pinned: RevisionConfig) -> dict[str, Any]:
+    """The numerics a revision pinned: its dtype and overrides (the model's own defaults
+    are not visible from here, so only pinned keys can be compared)."""
+    overrides = {k: v for k, v in pinned.overrides.items() if not isinstance(v, Mapping)}
+    return {"dtype": pinned.dtype, **overrides}
