@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -54,6 +54,7 @@ from infergate.parity.verdict import VerdictStatus, decide
 from infergate.runner import status as st
 from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
 from infergate.runner.drive import (
+    Channels,
     DriveSettings,
     SideAnswerError,
     SideUnavailableError,
@@ -115,6 +116,15 @@ class RunOptions:
     """Report ConfigMap of the last passing check, for the regression test."""
 
 
+@dataclass(frozen=True)
+class Connector:
+    """How the runner talks to engines: over HTTP, or (in unit tests) in process."""
+
+    info: EngineInfo = field(default_factory=HttpEngineInfo)
+    open: Callable[[SideTarget, ExitStack, float], Channels] = open_channels
+    health: Callable[[list[str], float], None] = wait_healthy
+
+
 class RetryableRunError(RuntimeError):
     """This attempt failed in a way another attempt may not; exit for the Job to retry."""
 
@@ -140,11 +150,11 @@ def run_check(
     name: str,
     options: RunOptions,
     *,
-    info: EngineInfo | None = None,
+    connector: Connector | None = None,
     clock: Callable[[], datetime] = st.now,
 ) -> int:
     """Run one check to its verdict; the exit code the runner process returns."""
-    runner = _Runner(api, name, options, info or HttpEngineInfo(), clock)
+    runner = _Runner(api, name, options, connector or Connector(), clock)
     try:
         return runner.run()
     except CheckEndedError as err:
@@ -162,10 +172,11 @@ class _Runner:
         api: RunnerApi,
         name: str,
         options: RunOptions,
-        info: EngineInfo,
+        connector: Connector,
         clock: Callable[[], datetime],
     ) -> None:
-        self.api, self.name, self.options, self.info, self.clock = api, name, options, info, clock
+        self.api, self.name, self.options, self.clock = api, name, options, clock
+        self.connector = connector
         self.generation: int | None = None
         self.check: dict[str, Any] = {}
 
@@ -286,7 +297,7 @@ class _Runner:
             try:
                 targets = [
                     resolve_side(
-                        side, self.name, spec, reads=self.api, info=self.info,
+                        side, self.name, spec, reads=self.api, info=self.connector.info,
                         pinned_revision=pinned[side],
                     )
                     for side in SIDES
@@ -312,7 +323,7 @@ class _Runner:
             t.probe_url for t in (baseline, candidate) if t.probe_url and t.probe_url not in urls
         ]
         try:
-            wait_healthy(urls, timeout=min(60.0, self.options.wait_for_sides))
+            self.connector.health(urls, min(60.0, self.options.wait_for_sides))
         except SideUnavailableError as err:
             raise RetryableRunError(st.REASON_SIDE_UNREACHABLE, str(err)) from err
 
@@ -341,8 +352,8 @@ class _Runner:
                 self._patch({"progress": {"done": done, "total": total}})
 
         with ExitStack() as stack:
-            base = open_channels(baseline, stack, self.options.request_timeout)
-            cand = open_channels(candidate, stack, self.options.request_timeout)
+            base = self.connector.open(baseline, stack, self.options.request_timeout)
+            cand = self.connector.open(candidate, stack, self.options.request_timeout)
             try:
                 drive_suite(
                     suite.prompts,
@@ -516,15 +527,17 @@ def _side_summary(target: SideTarget) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if v is not None}
 
 
-def main_entry(api: RunnerApi, name: str, options: RunOptions) -> int:
+def main_entry(
+    api: RunnerApi, name: str, options: RunOptions, connector: Connector | None = None
+) -> int:
     """For the CLI: run, and turn an unexpected crash into a retry (the traceback is logged)."""
     try:
-        return run_check(api, name, options)
+        return run_check(api, name, options, connector=connector)
     except Exception:  # noqa: BLE001 - a crash must never pass for a verdict; the Job retries
         import traceback
 
         traceback.print_exc(file=sys.stdout)
-        _Runner(api, name, options, HttpEngineInfo(), st.now).record_attempt_failure(
+        _Runner(api, name, options, connector or Connector(), st.now).record_attempt_failure(
             "RunnerCrashed", f"runner crashed: {traceback.format_exc(limit=3)[-2000:]}"
         )
         return EXIT_RETRY

@@ -1,0 +1,289 @@
+"""In-memory stand-ins for the API server and for engines, for the runner's unit tests.
+
+`FakeApi` keeps objects as the API server would return them (camelCase dicts) and
+bumps resourceVersion on every write, refusing stale status replacements with a 409,
+as the real one does. `ToyEngine` is a deterministic next-token model with top-k
+logprobs, teacher forcing and hidden states; a `shift` makes a numerically different
+engine, and `fail_after` injects a fault after that many completions.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from infergate.engines.client import Completion
+from infergate.kube.paritycheck_api import CheckApiNotFoundError, CheckApiRetriableError
+from infergate.parity.record import TeacherForced, TopLogprobs
+from infergate.runner.drive import Channels
+from infergate.runner.run import Connector
+from infergate.runner.sides import EndpointDescription, SideTarget
+
+NS = "llm"
+VOCAB = 64
+HIDDEN = 16
+
+
+class FakeApi:
+    """A namespace of the API server, in memory."""
+
+    def __init__(self, namespace: str = NS) -> None:
+        self.namespace = namespace
+        self.checks: dict[str, dict[str, Any]] = {}
+        self.deployments: dict[str, dict[str, Any]] = {}
+        self.config_maps: dict[str, dict[str, Any]] = {}
+        self.services: dict[str, dict[str, Any]] = {}
+        self.slices: dict[str, list[dict[str, Any]]] = {}
+        self.status_writes: list[dict[str, Any]] = []
+        self.on_status_write: Callable[[FakeApi], None] | None = None
+        self._version = 1
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self._version += 1
+        obj["metadata"]["resourceVersion"] = str(self._version)
+
+    def add_check(
+        self, name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | None = None
+    ) -> None:
+        check = {
+            "apiVersion": "infergate.io/v1alpha1",
+            "kind": "ParityCheck",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "uid": f"uid-{name}",
+                "generation": 1,
+            },
+            "spec": dict(spec),
+        }
+        if status is not None:
+            check["status"] = dict(status)
+        self._bump(check)
+        self.checks[name] = check
+
+    def get_check(self, name: str) -> dict[str, Any]:
+        if name not in self.checks:
+            raise CheckApiNotFoundError(f"get ParityCheck {self.namespace}/{name}: HTTP 404", 404)
+        return copy.deepcopy(self.checks[name])
+
+    def patch_check_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        check = self.checks[name]
+        check["status"] = {**(check.get("status") or {}), **copy.deepcopy(dict(status))}
+        self._bump(check)
+        self.status_writes.append(copy.deepcopy(dict(status)))
+        if self.on_status_write is not None:
+            self.on_status_write(self)
+        return copy.deepcopy(check)
+
+    def replace_check_status(self, check: Mapping[str, Any]) -> dict[str, Any]:
+        name = check["metadata"]["name"]
+        current = self.checks[name]
+        if check["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise CheckApiRetriableError(f"update ParityCheck {name} status: HTTP 409", 409)
+        current["status"] = copy.deepcopy(dict(check["status"]))
+        self._bump(current)
+        self.status_writes.append(copy.deepcopy(dict(check["status"])))
+        return copy.deepcopy(current)
+
+    def write_report(
+        self,
+        name: str,
+        *,
+        data: Mapping[str, str],
+        binary_data: Mapping[str, str],
+        labels: Mapping[str, str],
+        owner: Mapping[str, Any] | None,
+    ) -> None:
+        self.config_maps[name] = {
+            "metadata": {
+                "name": name,
+                "labels": dict(labels),
+                "ownerReferences": [dict(owner or {})],
+            },
+            "data": dict(data),
+            "binaryData": dict(binary_data),
+        }
+
+    def inference_deployment(self, name: str) -> dict[str, Any] | None:
+        return self.deployments.get(name)
+
+    def config_map(self, name: str) -> dict[str, Any] | None:
+        return self.config_maps.get(name)
+
+    def service(self, name: str) -> dict[str, Any] | None:
+        return self.services.get(name)
+
+    def endpoint_slices(self, service: str) -> list[dict[str, Any]]:
+        return self.slices.get(service, [])
+
+    # -- builders ----------------------------------------------------------------------
+
+    def add_revision(
+        self,
+        deployment: str,
+        revision: str,
+        *,
+        engine: str,
+        dtype: str,
+        ip: str | None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        name = f"{deployment}-{revision}"
+        config: dict[str, Any] = {
+            "engine": engine,
+            "dtype": dtype,
+            "servedModelName": "fixture",
+            "revision": revision,
+        }
+        if engine == "mindformers":
+            config["mindformers"] = {"model_config": dict(overrides or {})}
+        else:
+            config["hfOverrides"] = dict(overrides or {})
+        self.config_maps[name] = {
+            "metadata": {"name": name},
+            "data": {"engine.json": json.dumps(config)},
+        }
+        self.add_service(name, ip)
+
+    def add_service(self, name: str, ip: str | None, *, ready: bool = True) -> None:
+        self.services[name] = {
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"ports": [{"name": "http", "port": 8000, "targetPort": "http"}]},
+        }
+        endpoints = [] if ip is None else [{"addresses": [ip], "conditions": {"ready": ready}}]
+        self.slices[name] = [
+            {
+                "metadata": {
+                    "name": f"{name}-local",
+                    "labels": {"kubernetes.io/service-name": name},
+                },
+                "addressType": "FQDN",
+                "endpoints": endpoints,
+                "ports": [{"name": "http", "port": 8000}],
+            }
+        ]
+
+
+@dataclass
+class ToyEngine:
+    """Next token = (5 * last + 1 + offset) % VOCAB with probability 0.9, greedy."""
+
+    offset: int = 0
+    shift: float = 0.0
+    """Added to the top logprob and to hidden states: a numerically different engine."""
+    fail_after: int | None = None
+    fault: Callable[[], Exception] | None = None
+    completions: int = 0
+    adapter: bool = True
+    effective_config: dict[str, Any] = field(
+        default_factory=lambda: {"dtype": "float16", "rms_norm_eps": 1e-6}
+    )
+
+    def _top(self, context: Sequence[int], k: int) -> list[tuple[int, float]]:
+        best = (5 * context[-1] + 1 + self.offset) % VOCAB
+        probs = [0.9, 0.05, 0.03, 0.01, 0.005][:k]
+        logprobs = [float(np.log(p)) for p in probs]
+        logprobs[0] += self.shift
+        return [((best + j) % VOCAB, lp) for j, lp in enumerate(logprobs)]
+
+    def _maybe_fail(self) -> None:
+        if (
+            self.fail_after is not None
+            and self.completions >= self.fail_after
+            and self.fault is not None
+        ):
+            raise self.fault()
+
+    def tokenize(self, text: str) -> list[int]:
+        return [ord(c) % VOCAB for c in text]
+
+    def complete(
+        self,
+        prompt: Sequence[int],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,  # noqa: ARG002
+    ) -> Completion:
+        self._maybe_fail()
+        self.completions += 1
+        context = list(prompt)
+        steps = []
+        for _ in range(max_tokens):
+            top = self._top(context, top_logprobs)
+            steps.append(top)
+            context.append(top[0][0])
+        out = context[len(prompt) :]
+        return Completion(
+            list(prompt), out, TopLogprobs.from_pairs(steps, k=top_logprobs), f"t{out}", "length"
+        )
+
+    def score(
+        self,
+        prompt: Sequence[int],
+        forced: Sequence[int],
+        *,
+        top_logprobs: int,
+        seed: int,  # noqa: ARG002
+    ) -> TeacherForced:
+        self._maybe_fail()
+        context = list(prompt)
+        targets, steps = [], []
+        for token in forced:
+            top = self._top(context, top_logprobs)
+            steps.append(top)
+            scored = dict(top)
+            targets.append(scored.get(token, float(np.log(1e-4))))
+            context.append(token)
+        return TeacherForced(
+            np.asarray(list(forced), np.int64),
+            np.asarray(targets),
+            TopLogprobs.from_pairs(steps, k=top_logprobs),
+        )
+
+    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+        self._maybe_fail()
+        ids = np.asarray(token_ids)
+        base = np.cos(np.outer(ids + 1, np.arange(1, HIDDEN + 1)) * 0.1).astype(np.float32)
+        return base * np.float32(1.0 + self.shift)
+
+
+@dataclass
+class ToyConnector:
+    """Connects SideTargets to ToyEngines by URL."""
+
+    engines: dict[str, ToyEngine]
+    unhealthy: set[str] = field(default_factory=set)
+
+    def connector(self) -> Connector:
+        return Connector(info=self, open=self.open, health=self.health)
+
+    def describe(self, url: str) -> EndpointDescription:
+        engine = self.engines[url]
+        if not engine.adapter:
+            return EndpointDescription(engine_version="0.32.0")
+        return EndpointDescription(
+            engine="toy",
+            engine_version="1",
+            dtype="float16",
+            effective_config=engine.effective_config,
+        )
+
+    def open(self, target: SideTarget, stack: ExitStack, timeout: float) -> Channels:  # noqa: ARG002
+        engine = self.engines[target.url]
+        probe = self.engines[target.probe_url] if target.probe_url else None
+        return Channels(name=f"{target.side} ({target.url})", serving=engine, probe=probe)
+
+    def health(self, urls: list[str], timeout: float) -> None:
+        from infergate.runner.drive import SideUnavailableError
+
+        for url in urls:
+            if url in self.unhealthy:
+                raise SideUnavailableError(f"{url} is not healthy after {timeout:.0f}s: refused")

@@ -1,0 +1,240 @@
+"""The runner end to end against an in-memory API and toy engines: verdicts and fail-closed rules.
+
+Fail closed: a side that cannot be reached, dies mid-suite, times out or crashes the
+runner never yields Passed. Transient failures exit for the Job to retry (status keeps
+no verdict, a RunnerError condition says why); permanent ones end the check in Error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from infergate.engines.client import EngineClientError
+from infergate.runner.report_store import read_report
+from infergate.runner.run import EXIT_DONE, EXIT_RETRY, RunOptions, main_entry, run_check
+
+from .fakes import FakeApi, ToyConnector, ToyEngine
+
+BASE_IP, CAND_IP, PROBE_IP = "127.64.0.10", "127.64.0.11", "127.64.0.12"
+BASE_URL, CAND_URL, PROBE_URL = (f"http://{ip}:8000" for ip in (BASE_IP, CAND_IP, PROBE_IP))
+FAST = RunOptions(concurrency=2, wait_for_sides=0.2, progress_interval=0.0)
+
+
+def prompts(n: int) -> list[dict[str, Any]]:
+    return [{"id": f"p{i}", "tokenIds": [i + 1, i + 2, i + 3]} for i in range(n)]
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "baseline": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "aaaaaaaaaa"},
+        "candidate": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "bbbbbbbbbb"},
+        "suite": {"inline": prompts(6)},
+        "sampling": {"maxTokens": 8, "topLogprobs": 5},
+        "profile": "dtype-change",
+    }
+    fields.update(overrides)
+    return fields
+
+
+def cluster(**spec_overrides: Any) -> FakeApi:
+    api = FakeApi()
+    api.deployments["qwen"] = {
+        "metadata": {"name": "qwen"},
+        "status": {"stableRevision": "aaaaaaaaaa"},
+    }
+    api.add_revision("qwen", "aaaaaaaaaa", engine="vllm", dtype="bfloat16", ip=BASE_IP)
+    api.add_revision("qwen", "bbbbbbbbbb", engine="mindformers", dtype="float16", ip=CAND_IP)
+    api.add_service("check-probe-baseline", PROBE_IP)
+    api.add_check("check", spec(**spec_overrides))
+    return api
+
+
+def engines(candidate: ToyEngine | None = None) -> ToyConnector:
+    return ToyConnector(
+        {
+            BASE_URL: ToyEngine(adapter=False),  # vLLM: no hidden states of its own
+            PROBE_URL: ToyEngine(adapter=False),  # its pooling probe
+            CAND_URL: candidate or ToyEngine(),
+        }
+    )
+
+
+def status(api: FakeApi) -> dict[str, Any]:
+    return api.checks["check"].get("status") or {}
+
+
+def conditions(api: FakeApi) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status(api).get("conditions", [])}
+
+
+def test_matching_sides_pass_with_report_progress_and_resolved_sides() -> None:
+    api = cluster()
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Passed"
+    assert s["verdict"]["passed"] is True
+    assert s["progress"] == {"done": 6, "total": 6}
+    assert s["metrics"]["tokenMatchRate"] == 1.0
+    assert s["profile"] == "dtype-change"
+    assert s["reportRef"]["name"] == "check-report"
+    report = api.config_maps["check-report"]
+    assert report["metadata"]["ownerReferences"][0]["uid"] == "uid-check"
+    documents = read_report(report["data"], report["binaryData"])
+    assert documents["report.html"].startswith("<!DOCTYPE html>")
+    result = json.loads(documents["result.json"])
+    assert result["sides"]["baseline"]["probe_url"] == PROBE_URL  # vLLM's pooling probe
+    assert result["sides"]["candidate"]["probe_kind"] == "adapter"  # MindFormers serves its own
+    assert result["sides"]["baseline"]["url"] == BASE_URL
+    # Progress was shown while running, before the verdict.
+    assert any(w.get("phase") == "Running" for w in api.status_writes)
+    assert [w["progress"]["done"] for w in api.status_writes if "progress" in w][:3] == [0, 1, 2]
+
+
+def test_numerically_different_candidate_fails_with_reasons() -> None:
+    api = cluster()
+    connector = engines(ToyEngine(offset=3, shift=-1.0))
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Failed"
+    metrics = {r["metric"] for r in s["verdict"]["reasons"]}
+    assert {"minLegitimateDivergenceRate", "maxMeanKl", "minHiddenCosineP1"} <= metrics
+
+
+def test_unreachable_candidate_is_retried_and_never_passes() -> None:
+    api = cluster()
+    api.add_service("qwen-bbbbbbbbbb", CAND_IP, ready=False)
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_RETRY
+    s = status(api)
+    assert s.get("phase") != "Passed"
+    assert "verdict" not in s
+    runner = conditions(api)["RunnerError"]
+    assert runner["status"] == "True"
+    assert runner["reason"] == "SideUnreachable"
+    assert "qwen-bbbbbbbbbb has no ready endpoint" in runner["message"]
+
+
+def test_unhealthy_probe_is_retried() -> None:
+    api = cluster()
+    connector = engines()
+    connector.unhealthy.add(PROBE_URL)
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_RETRY
+    assert PROBE_URL in conditions(api)["RunnerError"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "shown"),
+    [
+        (lambda: httpx.ConnectError("[Errno 111] Connection refused"), "ConnectError"),
+        (lambda: httpx.ReadTimeout("timed out"), "ReadTimeout"),
+        (lambda: httpx.RemoteProtocolError("peer closed connection"), "RemoteProtocolError"),
+        (lambda: EngineClientError("POST /v1/completions: HTTP 503: overloaded"), "HTTP 503"),
+    ],
+)
+def test_candidate_dying_mid_suite_is_retried_without_verdict(fault: Any, shown: str) -> None:
+    api = cluster()
+    connector = engines(ToyEngine(fail_after=3, fault=fault))
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_RETRY
+    s = status(api)
+    assert s["phase"] == "Running"
+    assert "verdict" not in s
+    assert s["progress"]["done"] < 6
+    message = conditions(api)["RunnerError"]["message"]
+    assert shown in message
+    assert message.startswith("candidate (http://127.64.0.11:8000)")
+
+
+def test_an_answer_that_will_not_change_ends_in_error_at_once() -> None:
+    api = cluster()
+    fault = lambda: EngineClientError("POST /v1/completions: HTTP 400: prompt too long")  # noqa: E731
+    connector = engines(ToyEngine(fail_after=1, fault=fault))
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Error"
+    assert s["verdict"]["passed"] is False
+    assert "HTTP 400: prompt too long" in s["verdict"]["reasons"][0]["message"]
+    assert conditions(api)["Error"]["status"] == "True"
+
+
+def test_a_crash_is_a_retry_with_the_traceback_reason() -> None:
+    api = cluster()
+    connector = engines(ToyEngine(fail_after=2, fault=lambda: ZeroDivisionError("boom")))
+    assert main_entry(api, "check", FAST, connector.connector()) == EXIT_RETRY
+    runner = conditions(api)["RunnerError"]
+    assert runner["reason"] == "RunnerCrashed"
+    assert "ZeroDivisionError" in runner["message"]
+    assert status(api).get("phase") != "Passed"
+
+
+def test_a_check_that_already_ended_is_left_alone() -> None:
+    api = cluster()
+    api.checks["check"]["status"] = {"phase": "Failed", "verdict": {"passed": False}}
+    connector = engines()
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    assert status(api) == {"phase": "Failed", "verdict": {"passed": False}}
+    assert connector.engines[BASE_URL].completions == 0
+
+
+def test_a_verdict_is_not_written_over_an_error_the_controller_wrote_meanwhile() -> None:
+    api = cluster()
+
+    def deadline_passes(fake: FakeApi) -> None:
+        if fake.checks["check"]["status"].get("progress", {}).get("done") == 4:
+            fake.checks["check"]["status"]["phase"] = "Error"
+
+    api.on_status_write = deadline_passes
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    assert status(api)["phase"] == "Error"
+    assert "verdict" not in status(api)
+
+
+def test_an_endpoint_without_hidden_states_is_an_error_saying_how_to_proceed() -> None:
+    api = cluster(candidate={"endpoint": {"url": "http://127.0.0.1:9", "model": "fixture"}})
+    connector = engines()
+    connector.engines["http://127.0.0.1:9"] = ToyEngine(adapter=False)
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Error"
+    assert "hiddenStates.enabled: false" in s["verdict"]["reasons"][0]["message"]
+
+
+def test_explicit_endpoints_without_hidden_states_compare_tokens_and_logprobs() -> None:
+    api = cluster(
+        baseline={"endpoint": {"url": "http://127.0.0.1:9001", "model": "fixture"}},
+        candidate={"endpoint": {"url": "http://127.0.0.1:9002", "model": "fixture"}},
+        hiddenStates={"enabled": False},
+        thresholds={"minHiddenCosineP1": 0.99},
+        disabledChecks=["minHiddenCosineP1", "maxHiddenRelL2P99"],
+    )
+    connector = ToyConnector(
+        {"http://127.0.0.1:9001": ToyEngine(), "http://127.0.0.1:9002": ToyEngine()}
+    )
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Passed", s["verdict"]
+    assert "hiddenCosineP1" not in s["metrics"]
+
+
+def test_missing_suite_configmap_is_an_error_naming_it() -> None:
+    api = cluster(suite={"configMapRef": {"name": "prompts", "key": "suite.jsonl"}})
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    assert "ConfigMap prompts does not exist" in status(api)["verdict"]["reasons"][0]["message"]
+
+
+def test_suite_from_a_configmap_runs_its_prompts() -> None:
+    api = cluster(suite={"configMapRef": {"name": "prompts", "key": "suite.jsonl"}})
+    lines = "\n".join(json.dumps({"id": f"c{i}", "text": f"hello {i}"}) for i in range(3))
+    api.config_maps["prompts"] = {"metadata": {"name": "prompts"}, "data": {"suite.jsonl": lines}}
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    assert status(api)["progress"] == {"done": 3, "total": 3}
+    assert status(api)["phase"] == "Passed"
+
+
+def test_stable_revision_is_used_when_the_side_names_none() -> None:
+    api = cluster(baseline={"inferenceDeploymentRef": {"name": "qwen"}})
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    result = json.loads(read_report(api.config_maps["check-report"]["data"], {})["result.json"])
+    assert result["sides"]["baseline"]["revision"] == "aaaaaaaaaa"
