@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from infergate import __version__
 
 # Modules under infergate.commands, each adding one or more subcommands.
-_COMMAND_MODULES: tuple[str, ...] = ("localcluster", "crds", "parity", "fixture", "serve", "record")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "localcluster",
+    "crds",
+    "parity",
+    "fixture",
+    "serve",
+    "record",
+    "operator",
+    "control",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,233 @@
+"""`infergate promote|abort|rollback|status NAME`: manual control of a rollout.
+
+The commands set the same annotations a person could set with kubectl
+(`infergate.io/promote`, `infergate.io/abort`, `infergate.io/rollback-to`);
+the operator acts on them once and removes them. `--wait` waits until the
+operator has acted. Exit codes: 0 done (or requested), 1 refused or not
+done in time, 2 usage errors.
+
+  infergate status qwen -n llm
+  infergate promote qwen -n llm --wait
+  infergate abort qwen -n llm
+  infergate rollback qwen -n llm --to 3f2a9c1d0e
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from infergate.errors import InfergateError, NotFoundError
+from infergate.plan.control import ABORT, PROMOTE, ROLLBACK_TO
+
+_POLL_SECONDS = 1.0
+JSON = dict[str, Any]
+
+
+def register(subparsers: Any) -> None:
+    """Add the promote, abort, rollback and status subcommands."""
+    for name, help_text, handler in (
+        ("promote", "promote the canary revision to stable", run_promote),
+        ("abort", "remove the canary and reject its revision", run_abort),
+        ("rollback", "make a retained earlier revision stable again", run_rollback),
+        ("status", "show the rollout state of an InferenceDeployment", run_status),
+    ):
+        parser = subparsers.add_parser(
+            name,
+            help=help_text,
+            description=__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.add_argument("name", help="InferenceDeployment name")
+        parser.add_argument("-n", "--namespace", help="namespace (default: kubeconfig context's)")
+        parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG)")
+        parser.add_argument("--context", help="kubeconfig context")
+        if name == "rollback":
+            parser.add_argument(
+                "--to", metavar="REVISION", help="revision to roll back to (default: the last one)"
+            )
+        if name == "status":
+            parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        else:
+            parser.add_argument("--wait", action="store_true", help="wait until it is done")
+            parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait")
+        parser.set_defaults(handler=handler)
+
+
+class _Target:
+    """One InferenceDeployment, read and annotated through the API client."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from infergate.kube.client import KubeClient, kubeconfig_namespace
+
+        self.client = KubeClient.from_environment(args.kubeconfig, args.context)
+        self.namespace = args.namespace or kubeconfig_namespace(args.kubeconfig, args.context)
+        self.name = args.name
+
+    def read(self) -> JSON:
+        from infergate.kube.client import INFERENCE_DEPLOYMENTS
+
+        return self.client.get(INFERENCE_DEPLOYMENTS, self.namespace, self.name)
+
+    def annotate(self, key: str, value: str) -> None:
+        from infergate.kube.client import INFERENCE_DEPLOYMENTS
+
+        self.client.merge_patch(
+            INFERENCE_DEPLOYMENTS,
+            self.namespace,
+            self.name,
+            {"metadata": {"annotations": {key: value}}},
+        )
+
+    def wait(self, done: Callable[[JSON], bool], timeout: float) -> JSON | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body = self.read()
+            if done(body):
+                return body
+            time.sleep(_POLL_SECONDS)
+        return None
+
+    def __str__(self) -> str:
+        return f"InferenceDeployment {self.namespace}/{self.name}"
+
+
+def _status(body: JSON) -> JSON:
+    status: JSON = body.get("status") or {}
+    return status
+
+
+def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except NotFoundError:
+            print(f"InferenceDeployment {args.namespace or ''}/{args.name} not found")
+            return 1
+        except InfergateError as error:
+            print(f"error: {error}")
+            return 1
+
+    return handler
+
+
+@_guarded
+def run_promote(args: argparse.Namespace) -> int:
+    target = _Target(args)
+    status = _status(target.read())
+    canary = status.get("canaryRevision")
+    if not canary:
+        print(f"{target} has no canary to promote (phase {status.get('phase')})")
+        return 1
+    target.annotate(PROMOTE, canary)
+    print(f"{target}: promotion of canary {canary} requested")
+    if not args.wait:
+        return 0
+    body = target.wait(
+        lambda b: PROMOTE not in (b["metadata"].get("annotations") or {}), args.timeout
+    )
+    if body is not None and _status(body).get("stableRevision") == canary:
+        print(f"{target}: revision {canary} is stable")
+        return 0
+    print(f"{target}: canary {canary} was not promoted; see `kubectl describe idep {args.name}`")
+    return 1
+
+
+@_guarded
+def run_abort(args: argparse.Namespace) -> int:
+    target = _Target(args)
+    status = _status(target.read())
+    canary = status.get("canaryRevision")
+    if not canary:
+        print(f"{target} has no canary to abort (phase {status.get('phase')})")
+        return 1
+    target.annotate(ABORT, canary)
+    print(f"{target}: abort of canary {canary} requested")
+    if not args.wait:
+        return 0
+    body = target.wait(lambda b: _status(b).get("canaryRevision") != canary, args.timeout)
+    if body is None:
+        print(f"{target}: canary {canary} still runs after {args.timeout:.0f}s")
+        return 1
+    print(f"{target}: canary {canary} removed; stable is {_status(body).get('stableRevision')}")
+    return 0
+
+
+def _previous_stable(status: JSON) -> str | None:
+    stable = status.get("stableRevision")
+    earlier = [
+        r for r in status.get("revisions") or [] if r.get("promotedAt") and r["hash"] != stable
+    ]
+    earlier.sort(key=lambda r: str(r["promotedAt"]))
+    return str(earlier[-1]["hash"]) if earlier else None
+
+
+@_guarded
+def run_rollback(args: argparse.Namespace) -> int:
+    target = _Target(args)
+    status = _status(target.read())
+    revision = args.to or _previous_stable(status)
+    if not revision:
+        print(f"{target} has no earlier stable revision to roll back to")
+        return 1
+    if revision == status.get("stableRevision"):
+        print(f"{target}: revision {revision} is already stable")
+        return 1
+    target.annotate(ROLLBACK_TO, revision)
+    print(f"{target}: rollback to revision {revision} requested")
+    if not args.wait:
+        return 0
+    body = target.wait(
+        lambda b: ROLLBACK_TO not in (b["metadata"].get("annotations") or {}), args.timeout
+    )
+    if body is not None and _status(body).get("stableRevision") == revision:
+        print(f"{target}: revision {revision} is stable")
+        return 0
+    print(f"{target}: not rolled back to {revision}; see `kubectl describe idep {args.name}`")
+    return 1
+
+
+@_guarded
+def run_status(args: argparse.Namespace) -> int:
+    target = _Target(args)
+    status = _status(target.read())
+    if args.output == "json":
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return 0
+    print(f"{target}")
+    print(f"  phase:    {status.get('phase', '-')}")
+    print(f"  stable:   {status.get('stableRevision') or '-'}")
+    print(f"  canary:   {status.get('canaryRevision') or '-'}")
+    print(f"  traffic:  {status.get('trafficMechanism') or '-'}")
+    print(f"  replicas: {status.get('readyReplicas', 0)}/{status.get('replicas', 0)} ready")
+    check = status.get("lastParityCheck") or {}
+    if check:
+        print(
+            f"  parity:   {check.get('name')} {check.get('phase', '')} {check.get('verdict', '')}"
+        )
+    print("  conditions:")
+    for condition in status.get("conditions") or []:
+        print(
+            f"    {condition['type']:<14} {condition['status']:<8} {condition['reason']}: "
+            f"{condition.get('message', '')}"
+        )
+    print("  revisions:")
+    for record in status.get("revisions") or []:
+        flags = [
+            word
+            for word, on in (
+                ("stable", record["hash"] == status.get("stableRevision")),
+                ("canary", record["hash"] == status.get("canaryRevision")),
+                ("rejected", record.get("rejected")),
+            )
+            if on
+        ]
+        print(
+            f"    {record['hash']}  {record.get('engine', '')}/{record.get('dtype', '')}  "
+            f"verdict={record.get('verdict') or '-'}  {' '.join(flags)}  "
+            f"{record.get('message') or ''}".rstrip()
+        )
+    return 0

@@ -1,0 +1,101 @@
+"""`infergate operator`: run the InferenceDeployment operator (kopf).
+
+Credentials come from the pod's ServiceAccount when running in a cluster,
+otherwise from the kubeconfig (`--kubeconfig`, $KUBECONFIG or ~/.kube/config).
+It watches every namespace unless `--namespace` names some (glob patterns
+such as `team-*` are allowed; they need list/watch on namespaces). Liveness is
+served at http://ADDRESS:HEALTH_PORT/healthz and Prometheus metrics at
+http://ADDRESS:METRICS_PORT/metrics; ADDRESS defaults to $POD_IP (set from the
+downward API in the operator's Deployment), else 127.0.0.1.
+
+Run one replica: two operators acting on the same objects undo each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any
+
+_DEFAULT_METRICS_PORT = 9090
+_DEFAULT_HEALTH_PORT = 8080
+
+
+def register(subparsers: Any) -> None:
+    """Add the `operator` subcommand."""
+    parser = subparsers.add_parser(
+        "operator",
+        help="run the InferenceDeployment operator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="watch only namespaces matching PATTERN (repeatable); default: all namespaces",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG)")
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=10.0,
+        help="longest time between two reconciles of a deployment (default: 10)",
+    )
+    parser.add_argument(
+        "--bind-address",
+        default=os.environ.get("POD_IP") or "127.0.0.1",
+        help="address of the health and metrics servers (default: $POD_IP or 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_DEFAULT_METRICS_PORT,
+        help=f"port of /metrics, 0 to disable (default: {_DEFAULT_METRICS_PORT})",
+    )
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=_DEFAULT_HEALTH_PORT,
+        help=f"port of the kopf liveness endpoint /healthz, 0 to disable "
+        f"(default: {_DEFAULT_HEALTH_PORT})",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.set_defaults(handler=run_operator)
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    """Load the handlers and run kopf until interrupted."""
+    # Imported here: the other subcommands must not pay for kopf and the API client.
+    import kopf
+
+    from infergate import metrics
+    from infergate.controllers import load_handlers
+    from infergate.controllers._context import OPTIONS
+
+    if args.resync_seconds <= 0:
+        print(f"--resync-seconds: {args.resync_seconds} is not allowed; give a positive number")
+        return 2
+    if args.kubeconfig:
+        # kopf's own login reads the same file.
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    OPTIONS.resync_seconds = args.resync_seconds
+    OPTIONS.kubeconfig = args.kubeconfig
+    kopf.configure(verbose=args.verbose)
+    loaded = load_handlers()
+    logging.getLogger("infergate").info("handler modules: %s", ", ".join(loaded))
+    if args.metrics_port:
+        metrics.serve(args.bind_address, args.metrics_port)
+    liveness = (
+        f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
+    )
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=liveness,
+    )
+    return 0

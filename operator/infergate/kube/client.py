@@ -1,0 +1,251 @@
+"""The one client of the API server: JSON in, JSON out, our own errors.
+
+Built on the `kubernetes` package for what it does well (kubeconfig and
+in-cluster credentials, token refresh, TLS) and used through its generic
+request path, so every kind goes through one function that maps failures:
+409/429/5xx and transport errors are retriable, other 4xx permanent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as _k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from infergate import metrics
+from infergate.errors import (
+    ConflictError,
+    ForbiddenError,
+    KubeError,
+    NotFoundError,
+    PermanentKubeError,
+    RetriableKubeError,
+)
+
+# The package's config loaders carry no annotations.
+k8s_config: Any = _k8s_config
+JSON = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+_RETRIABLE_STATUS = (409, 429)
+DEFAULT_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: group, version, plural."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        path = f"{base}/namespaces/{quote(namespace)}/{self.plural}"
+        if name is not None:
+            path += f"/{quote(name)}"
+        if subresource is not None:
+            path += f"/{subresource}"
+        return path
+
+
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+SERVICES = Resource("", "v1", "services", "Service")
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
+PODS = Resource("", "v1", "pods", "Pod")
+INFERENCE_DEPLOYMENTS = Resource(
+    "infergate.io", "v1alpha1", "inferencedeployments", "InferenceDeployment"
+)
+PARITY_CHECKS = Resource("infergate.io", "v1alpha1", "paritychecks", "ParityCheck")
+BY_KIND: Mapping[str, Resource] = {
+    r.kind: r
+    for r in (DEPLOYMENTS, SERVICES, CONFIG_MAPS, PODS, INFERENCE_DEPLOYMENTS, PARITY_CHECKS)
+}
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """Credentials from the pod's ServiceAccount when in a cluster, else from kubeconfig."""
+    configuration = k8s_client.Configuration()
+    if kubeconfig is None:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+            return k8s_client.ApiClient(configuration)
+        except ConfigException:
+            pass
+    k8s_config.load_kube_config(
+        config_file=kubeconfig, context=context, client_configuration=configuration
+    )
+    return k8s_client.ApiClient(configuration)
+
+
+def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace of the kubeconfig context (the current one by default), else "default"."""
+    try:
+        contexts, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError):
+        return "default"
+    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
+    return str((chosen or {}).get("context", {}).get("namespace") or "default")
+
+
+def _server_message(error: ApiException) -> str:
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        return str(error.body or error.reason or "")
+    return str(body.get("message") or error.reason or "")
+
+
+def convert_error(error: ApiException, verb: str, what: str) -> KubeError:
+    """The error of ours an API answer stands for; the message names verb, object and cause."""
+    status = int(error.status or 0)
+    message = f"{verb} {what}: {status} {_server_message(error)}"
+    if status == 404:
+        return NotFoundError(message, status=status, reason=str(error.reason or ""))
+    if status == 403:
+        return ForbiddenError(message, status=status, reason=str(error.reason or ""))
+    if status == 409:
+        return ConflictError(message, status=status, reason=str(error.reason or ""))
+    if status in _RETRIABLE_STATUS or status >= 500 or status == 0:
+        return RetriableKubeError(message, status=status, reason=str(error.reason or ""))
+    return PermanentKubeError(message, status=status, reason=str(error.reason or ""))
+
+
+def _successful(response: Any) -> bytes:
+    """The body of a 2xx answer; an ApiException for anything else."""
+    data: bytes = response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException(http_resp=response)
+    return data
+
+
+class KubeClient:
+    """JSON requests to the API server; every failure is one of `infergate.errors`."""
+
+    def __init__(self, api_client: Any, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._api = api_client
+        self._timeout = timeout
+
+    @classmethod
+    def from_environment(
+        cls, kubeconfig: str | None = None, context: str | None = None
+    ) -> KubeClient:
+        """A client with in-cluster credentials, or those of the kubeconfig."""
+        return cls(load_api_client(kubeconfig, context))
+
+    def close(self) -> None:
+        self._api.close()
+
+    def request(
+        self,
+        verb: str,
+        path: str,
+        *,
+        what: str,
+        resource: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> JSON:
+        """One request; the decoded JSON answer (empty for an empty answer)."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            serialized = self._api.param_serialize(
+                method=verb,
+                resource_path=path,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(*serialized, _request_timeout=self._timeout)
+            data = _successful(response)
+        except ApiException as error:
+            metrics.API_ERRORS.labels(verb, resource, str(error.status or 0)).inc()
+            raise convert_error(error, verb, what) from error
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            metrics.API_ERRORS.labels(verb, resource, "0").inc()
+            raise RetriableKubeError(f"{verb} {what}: no answer: {error}") from error
+        if not data:
+            return {}
+        decoded: JSON = json.loads(data)
+        return decoded
+
+    # -- verbs ---------------------------------------------------------------------------
+
+    def get(self, resource: Resource, namespace: str, name: str) -> JSON:
+        return self.request(
+            "GET",
+            resource.path(namespace, name),
+            what=f"{resource.kind} {namespace}/{name}",
+            resource=resource.plural,
+        )
+
+    def list(
+        self, resource: Resource, namespace: str, *, selector: str | None = None
+    ) -> list[JSON]:
+        query = [("labelSelector", selector)] if selector else []
+        answer = self.request(
+            "GET",
+            resource.path(namespace),
+            what=f"{resource.plural} in {namespace}",
+            resource=resource.plural,
+            query=query,
+        )
+        items: list[JSON] = answer.get("items") or []
+        return items
+
+    def create(self, resource: Resource, namespace: str, body: JSON) -> JSON:
+        return self.request(
+            "POST",
+            resource.path(namespace),
+            what=f"{resource.kind} {namespace}/{body['metadata']['name']}",
+            resource=resource.plural,
+            body=body,
+        )
+
+    def merge_patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        patch: JSON,
+        *,
+        subresource: str | None = None,
+    ) -> JSON:
+        return self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            what=f"{resource.kind} {namespace}/{name}" + (f" {subresource}" if subresource else ""),
+            resource=resource.plural,
+            body=patch,
+            content_type=MERGE_PATCH,
+        )
+
+    def replace_status(self, resource: Resource, namespace: str, name: str, body: JSON) -> JSON:
+        """PUT the status subresource; body carries metadata.resourceVersion (409 if stale)."""
+        return self.request(
+            "PUT",
+            resource.path(namespace, name, "status"),
+            what=f"{resource.kind} {namespace}/{name} status",
+            resource=resource.plural,
+            body=body,
+        )
+
+    def delete(self, resource: Resource, namespace: str, name: str) -> None:
+        """Delete in the background (dependents go through garbage collection)."""
+        self.request(
+            "DELETE",
+            resource.path(namespace, name),
+            what=f"{resource.kind} {namespace}/{name}",
+            resource=resource.plural,
+            body={"propagationPolicy": "Background"},
+        )

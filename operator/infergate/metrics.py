@@ -1,0 +1,84 @@
+"""Prometheus metrics of the operator, served on `/metrics`.
+
+One registry per process (prometheus_client's default). Label values are
+object names and closed sets of reasons, so cardinality grows with the number
+of InferenceDeployments, not with time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from infergate.api.enums import DeploymentPhase
+
+ROLLOUT_PHASE = Gauge(
+    "infergate_rollout_phase",
+    "1 for the rollout phase an InferenceDeployment is in, 0 for the others.",
+    ["namespace", "name", "phase"],
+)
+REVISIONS = Gauge(
+    "infergate_revisions",
+    "Revisions an InferenceDeployment keeps in its history.",
+    ["namespace", "name"],
+)
+PROMOTIONS = Counter(
+    "infergate_promotions_total",
+    "Canary revisions promoted to stable, by reason (ParityPassed, ByHand, RollbackByHand).",
+    ["namespace", "name", "reason"],
+)
+ROLLBACKS = Counter(
+    "infergate_rollbacks_total",
+    "Canary revisions rolled back, by reason (ParityFailed, ParityError, "
+    "ProgressDeadlineExceeded, Aborted, RollbackByHand).",
+    ["namespace", "name", "reason"],
+)
+PARITY_VERDICTS = Counter(
+    "infergate_parity_verdicts_total",
+    "Parity verdicts observed for canaries, by outcome (Passed, Failed, Error, Inconclusive).",
+    ["namespace", "name", "outcome"],
+)
+RECONCILE_DURATION = Histogram(
+    "infergate_reconcile_duration_seconds",
+    "Time of one reconcile of an InferenceDeployment (gather, decide, write), by result.",
+    ["result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+API_ERRORS = Counter(
+    "infergate_api_errors_total",
+    "Failed requests to the Kubernetes API server, by verb, resource and HTTP status "
+    "(0: no answer).",
+    ["verb", "resource", "code"],
+)
+
+
+def record_phase(namespace: str, name: str, phase: DeploymentPhase, revisions: int) -> None:
+    """Set the phase gauges (one 1, the rest 0) and the revision count of a deployment."""
+    for candidate in DeploymentPhase:
+        ROLLOUT_PHASE.labels(namespace, name, candidate.value).set(
+            1.0 if candidate is phase else 0.0
+        )
+    REVISIONS.labels(namespace, name).set(revisions)
+
+
+def record_outcomes(namespace: str, name: str, outcomes: Iterable[tuple[str, str]]) -> None:
+    """Count promotions, rollbacks and verdicts given as (kind, reason) pairs."""
+    counters = {"promotion": PROMOTIONS, "rollback": ROLLBACKS, "verdict": PARITY_VERDICTS}
+    for kind, reason in outcomes:
+        counters[kind].labels(namespace, name, reason).inc()
+
+
+def forget(namespace: str, name: str) -> None:
+    """Drop the gauges of a deleted deployment (counters stay: they are history)."""
+    with contextlib.suppress(KeyError):
+        for phase in DeploymentPhase:
+            ROLLOUT_PHASE.remove(namespace, name, phase.value)
+    with contextlib.suppress(KeyError):
+        REVISIONS.remove(namespace, name)
+
+
+def serve(address: str, port: int) -> None:
+    """Serve `/metrics` on address:port from a background thread."""
+    start_http_server(port, addr=address)

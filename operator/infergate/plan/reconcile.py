@@ -1,0 +1,132 @@
+"""One reconcile, decided: rollout, child writes, status and Events, from observed state.
+
+Pure. `plan_reconcile` is the whole "decide" step of gather-decide-write; the
+controller gathers a `DeploymentState` and hands the plan to `kube/` to write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from infergate.api.common import Condition
+from infergate.api.deployment_status import InferenceDeploymentStatus
+from infergate.api.enums import ConditionStatus
+from infergate.plan import reasons
+from infergate.plan.conditions import (
+    ConditionUpdate,
+    changed_conditions,
+    derive_phase,
+    set_condition,
+)
+from infergate.plan.desired import desired_revision
+from infergate.plan.rollout import DeploymentState, Notice, Outcome, decide
+from infergate.plan.status import StatusInput, build_status
+from infergate.plan.sync import SyncPlan, sync_children
+
+FALSE = ConditionStatus.FALSE
+_BAD_WHEN_TRUE = (reasons.DEGRADED, reasons.CONFIG_DRIFTED)
+_BAD_PROGRESS = (
+    reasons.ROLLED_BACK,
+    reasons.PROGRESS_DEADLINE_EXCEEDED,
+    reasons.UNSCHEDULABLE,
+    reasons.INVALID_SPEC,
+    reasons.REVISION_LOST,
+)
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    """Everything one reconcile writes, in the order it is written."""
+
+    sync: SyncPlan
+    create_checks: list[dict[str, Any]]
+    delete_checks: list[str]
+    status: InferenceDeploymentStatus
+    status_changed: bool
+    remove_annotations: tuple[str, ...]
+    events: list[Notice] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+def condition_events(before: Sequence[Condition], after: Sequence[Condition]) -> list[Notice]:
+    """One Event per condition whose status or reason changed; Warning when it turned bad."""
+    events: list[Notice] = []
+    for condition in changed_conditions(before, after):
+        true = condition.status is ConditionStatus.TRUE
+        warning = (
+            (condition.type in _BAD_WHEN_TRUE and true)
+            or (condition.type == reasons.PARITY_PASSED and condition.status is FALSE)
+            or (condition.type == reasons.PROGRESSING and condition.reason in _BAD_PROGRESS)
+            or (condition.type == reasons.AVAILABLE and not true and condition.reason
+                == reasons.REPLICAS_UNAVAILABLE)
+        )  # fmt: skip
+        events.append(Notice(warning, condition.reason, f"{condition.type}: {condition.message}"))
+    return events
+
+
+def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
+    """Decide the rollout, the child writes, the status and the Events of one reconcile."""
+    decision = decide(state)
+    revisions = [
+        desired_revision(state.owner, kept.spec, replicas=kept.replicas, role=kept.role)
+        for kept in decision.kept
+    ]
+    sync = sync_children(
+        revisions,
+        state.observed,
+        stable_service=revisions[0].stable_service if revisions else None,
+    )
+    previous = state.status
+    status = build_status(
+        StatusInput(
+            name=state.owner.name,
+            generation=state.generation,
+            spec=state.spec,
+            previous=previous,
+            decision=decision,
+            drift=sync.drift,
+            observed=state.observed,
+            now=state.now,
+        )
+    )
+    events = [*decision.notices, *condition_events(previous.conditions, status.conditions)]
+    events += [
+        Notice(
+            True,
+            reasons.DRIFT_REVERTED,
+            f"{ref} was edited outside infergate: {'; '.join(d.describe() for d in fields)}",
+        )
+        for ref, fields in sync.drift
+    ]
+    return ReconcilePlan(
+        sync=sync,
+        create_checks=decision.create_checks,
+        delete_checks=decision.delete_checks,
+        status=status,
+        status_changed=status.to_kube() != previous.to_kube(),
+        remove_annotations=state.manual.present,
+        events=events,
+        outcomes=decision.outcomes,
+    )
+
+
+def invalid_spec_status(
+    previous: InferenceDeploymentStatus, generation: int, message: str, now: datetime
+) -> InferenceDeploymentStatus:
+    """The status of a deployment whose spec cannot be acted on: nothing else changes."""
+    conditions = list(previous.conditions)
+    for update in (
+        ConditionUpdate(reasons.PROGRESSING, ConditionStatus.FALSE, reasons.INVALID_SPEC, message),
+        ConditionUpdate(reasons.DEGRADED, ConditionStatus.TRUE, reasons.INVALID_SPEC, message),
+    ):
+        conditions = set_condition(conditions, update, generation=generation, now=now)
+    return previous.model_copy(
+        update={
+            "observed_generation": generation,
+            "conditions": conditions,
+            "phase": derive_phase(conditions),
+        }
+    )

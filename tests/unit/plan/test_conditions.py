@@ -1,0 +1,95 @@
+"""Conditions as metav1.Condition: transition times, Events per change, phase from conditions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from infergate.api.deployment_status import InferenceDeploymentStatus
+from infergate.api.enums import ConditionStatus, DeploymentPhase
+from infergate.plan import reasons
+from infergate.plan.conditions import ConditionUpdate, derive_phase, set_condition
+from infergate.plan.reconcile import condition_events, invalid_spec_status
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
+
+
+def test_transition_time_moves_only_when_status_flips() -> None:
+    first = set_condition(
+        [], ConditionUpdate("Available", FALSE, "NoStableRevision", "x"), generation=1, now=T0
+    )
+    same = set_condition(
+        first,
+        ConditionUpdate("Available", FALSE, "ReplicasUnavailable", "y"),
+        generation=2,
+        now=T0 + timedelta(minutes=1),
+    )
+    assert same[0].last_transition_time == T0
+    assert same[0].reason == "ReplicasUnavailable"
+    assert same[0].observed_generation == 2
+    flipped = set_condition(
+        same,
+        ConditionUpdate("Available", TRUE, "MinimumReplicasAvailable", "z"),
+        generation=2,
+        now=T0 + timedelta(minutes=2),
+    )
+    assert flipped[0].last_transition_time == T0 + timedelta(minutes=2)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "phase"),
+    [
+        (TRUE, reasons.REVISION_CREATED, DeploymentPhase.PROGRESSING),
+        (TRUE, reasons.CANARY_STARTED, DeploymentPhase.PROGRESSING),
+        (TRUE, reasons.AWAITING_PARITY, DeploymentPhase.VERIFYING),
+        (TRUE, reasons.AWAITING_PROMOTION, DeploymentPhase.VERIFYING),
+        (TRUE, reasons.PROMOTING, DeploymentPhase.PROMOTING),
+        (FALSE, reasons.ROLLOUT_COMPLETE, DeploymentPhase.STABLE),
+        (FALSE, reasons.ROLLED_BACK, DeploymentPhase.ROLLED_BACK),
+        (FALSE, reasons.UNSCHEDULABLE, DeploymentPhase.FAILED),
+        (FALSE, reasons.PROGRESS_DEADLINE_EXCEEDED, DeploymentPhase.FAILED),
+        (FALSE, reasons.INVALID_SPEC, DeploymentPhase.FAILED),
+    ],
+)
+def test_phase_is_read_off_progressing(
+    status: ConditionStatus, reason: str, phase: DeploymentPhase
+) -> None:
+    conditions = set_condition(
+        [], ConditionUpdate(reasons.PROGRESSING, status, reason, "m"), generation=1, now=T0
+    )
+    assert derive_phase(conditions) is phase
+
+
+def test_events_only_for_changed_conditions_and_warnings_for_bad_ones() -> None:
+    before = set_condition(
+        [], ConditionUpdate("Degraded", FALSE, "Healthy", "ok"), generation=1, now=T0
+    )
+    before = set_condition(
+        before, ConditionUpdate("Available", TRUE, "MinimumReplicasAvailable", "1/2"),
+        generation=1, now=T0,
+    )  # fmt: skip
+    after = set_condition(
+        before, ConditionUpdate("Degraded", TRUE, "Unschedulable", "no node"), generation=1, now=T0
+    )
+    after = set_condition(
+        after, ConditionUpdate("Available", TRUE, "MinimumReplicasAvailable", "2/2"),
+        generation=1, now=T0,
+    )  # fmt: skip
+    [event] = condition_events(before, after)
+    assert event.warning
+    assert event.reason == "Unschedulable"
+    assert "no node" in event.message
+
+
+def test_invalid_spec_status_says_why_and_keeps_the_rest() -> None:
+    previous = InferenceDeploymentStatus(stable_revision="0123456789")
+    status = invalid_spec_status(previous, 3, "spec.engine.dtype: 'auto' is not allowed", T0)
+    assert status.stable_revision == "0123456789"
+    assert status.phase is DeploymentPhase.FAILED
+    assert status.observed_generation == 3
+    assert {c.type: c.reason for c in status.conditions} == {
+        "Progressing": "InvalidSpec",
+        "Degraded": "InvalidSpec",
+    }

@@ -1,0 +1,351 @@
+"""Rollouts decided by the pure planner, reconcile after reconcile, in an in-memory cluster:
+what a user would see in status, and which objects exist at which size."""
+
+from __future__ import annotations
+
+from infergate.api.enums import DeploymentPhase, VerdictOutcome
+from infergate.plan.control import ABORT, PROMOTE, ROLLBACK_TO
+from tests.unit.plan.world import NAME, World
+
+
+def _stable_world() -> tuple[World, str]:
+    world = World()
+    world.settle()
+    assert world.status.stable_revision is not None
+    return world, world.status.stable_revision
+
+
+def _canary(world: World, **engine: object) -> str:
+    world.change(**engine)
+    world.reconcile()
+    canary = world.status.canary_revision
+    assert canary is not None
+    return canary
+
+
+def test_first_revision_becomes_stable_once_available() -> None:
+    world = World()
+    world.reconcile()
+    revision = world.status.revisions[0].hash
+    assert world.status.phase is DeploymentPhase.PROGRESSING
+    assert world.status.stable_revision is None
+    assert world.revisions() == {revision: 2}
+    assert world.get("ConfigMap", f"{NAME}-{revision}") is not None
+    assert world.get("Service", f"{NAME}-{revision}") is not None
+    assert world.get("Service", NAME) is not None
+    assert world.condition("Available") == ("False", "NoStableRevision")
+
+    world.make_available()
+    world.reconcile()
+    assert world.status.stable_revision == revision
+    assert world.status.phase is DeploymentPhase.STABLE
+    assert world.condition("Available") == ("True", "MinimumReplicasAvailable")
+    assert world.condition("Progressing") == ("False", "RolloutComplete")
+    assert world.status.observed_generation == 1
+    assert world.status.traffic_mechanism == "ReplicaRatio"
+    assert world.status.endpoints is not None
+    assert world.status.endpoints.stable is not None
+    assert world.status.endpoints.stable.service == NAME
+
+
+def test_a_quiet_reconcile_writes_nothing() -> None:
+    world, _ = _stable_world()
+    plan = world.reconcile()
+    assert plan.sync.writes == []
+    assert not plan.status_changed
+    assert plan.create_checks == []
+    assert plan.delete_checks == []
+
+
+def test_replicas_apply_in_place_without_canary() -> None:
+    world, stable = _stable_world()
+    world.set("replicas", 4)
+    world.reconcile()
+    assert world.status.canary_revision is None
+    assert world.revisions() == {stable: 4}
+    assert world.status.observed_generation == 2
+
+
+def test_canary_is_checked_and_promoted_when_parity_passes() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    assert canary != stable
+    assert world.revisions() == {stable: 2, canary: 1}
+    assert world.status.phase is DeploymentPhase.PROGRESSING
+    assert world.of("ParityCheck") == []  # not before the canary is available
+
+    world.make_available(canary)
+    world.reconcile()
+    check_name = f"{NAME}-{canary}"
+    check = world.get("ParityCheck", check_name)
+    assert check is not None
+    assert check["spec"]["baseline"] == {
+        "inferenceDeploymentRef": {"name": NAME},
+        "revision": stable,
+    }
+    assert check["spec"]["candidate"] == {
+        "inferenceDeploymentRef": {"name": NAME},
+        "revision": canary,
+    }
+    assert check["metadata"]["ownerReferences"][0]["kind"] == "InferenceDeployment"
+    assert world.status.phase is DeploymentPhase.VERIFYING
+    assert world.condition("ParityPassed") == ("Unknown", "CheckPending")
+
+    world.set_check(check_name, "Passed", passed=True, metrics={"tokenMatchRate": 1.0})
+    plan = world.reconcile()
+    assert world.status.stable_revision == canary
+    assert world.status.canary_revision is None
+    assert world.status.phase is DeploymentPhase.PROMOTING
+    assert world.condition("ParityPassed") == ("True", "CheckPassed")
+    assert [(o.kind, o.reason) for o in plan.outcomes] == [
+        ("verdict", "Passed"),
+        ("promotion", "ParityPassed"),
+    ]
+    # The old stable keeps serving until the new one runs at full size.
+    assert world.revisions() == {stable: 2, canary: 2}
+
+    world.settle()
+    assert world.revisions() == {stable: 0, canary: 2}
+    assert world.status.phase is DeploymentPhase.STABLE
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.verdict is VerdictOutcome.PASSED
+    assert record.metrics == {"tokenMatchRate": 1.0}
+    assert record.promoted_at is not None
+    assert world.status.last_parity_check is not None
+    assert world.status.last_parity_check.verdict is VerdictOutcome.PASSED
+
+
+def test_failed_check_rolls_back_and_the_revision_is_not_retried() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    world.set_check(f"{NAME}-{canary}", "Failed", passed=False)
+    plan = world.reconcile()
+
+    assert world.status.stable_revision == stable
+    assert world.status.canary_revision is None
+    assert world.status.phase is DeploymentPhase.ROLLED_BACK
+    assert world.condition("ParityPassed") == ("False", "CheckFailed")
+    assert world.condition("Progressing") == ("False", "RolledBack")
+    assert ("rollback", "ParityFailed") in [(o.kind, o.reason) for o in plan.outcomes]
+    assert world.revisions() == {stable: 2}  # canary removed, stable untouched
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.rejected
+    assert record.verdict is VerdictOutcome.FAILED
+    assert "RolledBack" in world.events()
+
+    for _ in range(3):  # not retried while the spec stays
+        world.tick(30)
+        world.make_available()
+        world.reconcile()
+    assert world.revisions() == {stable: 2}
+    assert world.status.phase is DeploymentPhase.ROLLED_BACK
+
+
+def test_a_rejected_revision_is_tried_again_after_the_spec_moved_on() -> None:
+    world, _ = _stable_world()
+    rejected = _canary(world, dtype="float16")
+    world.make_available(rejected)
+    world.reconcile()
+    world.set_check(f"{NAME}-{rejected}", "Failed", passed=False)
+    world.reconcile()
+
+    other = _canary(world, dtype="float32")
+    assert other != rejected
+    world.change(dtype="float16")  # back to the rejected revision: the spec changed again
+    world.tick(10)
+    world.reconcile()
+    assert world.status.canary_revision == rejected
+    world.make_available(rejected)
+    world.reconcile()
+    check = world.get("ParityCheck", f"{NAME}-{rejected}")
+    # The failed check of the first attempt is not this attempt's verdict.
+    assert check is None or "status" not in check
+    world.reconcile()
+    fresh = world.get("ParityCheck", f"{NAME}-{rejected}")
+    assert fresh is not None
+    assert "status" not in fresh
+    assert world.status.phase is DeploymentPhase.VERIFYING
+
+
+def test_check_error_rolls_back_with_its_own_reason() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    world.set_check(f"{NAME}-{canary}", "Error")
+    plan = world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.condition("ParityPassed") == ("False", "CheckError")
+    assert ("rollback", "ParityError") in [(o.kind, o.reason) for o in plan.outcomes]
+
+
+def test_no_verdict_within_the_deadline_rolls_back() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    world.set_check(f"{NAME}-{canary}", "Running")
+    world.tick(599)
+    world.reconcile()
+    assert world.status.canary_revision == canary
+    world.tick(2)
+    plan = world.reconcile()
+    assert world.status.canary_revision is None
+    assert world.status.stable_revision == stable
+    assert ("rollback", "ProgressDeadlineExceeded") in [(o.kind, o.reason) for o in plan.outcomes]
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.message is not None
+    assert "no verdict" in record.message
+
+
+def test_canary_that_never_becomes_available_is_rolled_back_at_the_deadline() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.tick(601)
+    world.reconcile()
+    assert world.status.canary_revision is None
+    assert world.revisions() == {stable: 2}
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.rejected
+    assert "not available within" in (record.message or "")
+
+
+def test_without_auto_promote_a_passed_canary_waits_for_promote_annotation() -> None:
+    world, _ = _stable_world()
+    world.set("rollout.autoPromote", False)
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    world.set_check(f"{NAME}-{canary}", "Passed", passed=True)
+    world.reconcile()
+    world.reconcile()
+    assert world.status.canary_revision == canary
+    assert world.condition("Progressing") == ("True", "AwaitingPromotion")
+    assert world.status.phase is DeploymentPhase.VERIFYING
+
+    world.annotations[PROMOTE] = canary
+    plan = world.reconcile()
+    assert world.status.stable_revision == canary
+    assert PROMOTE not in world.annotations
+    assert plan.remove_annotations == (PROMOTE,)
+    assert ("promotion", "ByHand") in [(o.kind, o.reason) for o in plan.outcomes]
+
+
+def test_promote_of_a_canary_that_is_not_available_is_refused() -> None:
+    world, stable = _stable_world()
+    _canary(world, dtype="float16")
+    world.annotations[PROMOTE] = "true"
+    plan = world.reconcile()
+    assert world.status.stable_revision == stable
+    refused = [e for e in plan.events if e.reason == "ManualActionRefused"]
+    assert refused
+    assert refused[0].warning
+    assert "not available" in refused[0].message
+    assert PROMOTE not in world.annotations
+
+
+def test_abort_removes_the_canary_and_rejects_it() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.annotations[ABORT] = "true"
+    plan = world.reconcile()
+    assert world.status.canary_revision is None
+    assert world.revisions() == {stable: 2}
+    assert ("rollback", "Aborted") in [(o.kind, o.reason) for o in plan.outcomes]
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.rejected
+    assert record.message == "aborted by hand"
+
+
+def _promote_through(world: World, **engine: object) -> str:
+    canary = _canary(world, **engine)
+    world.make_available(canary)
+    world.reconcile()
+    world.set_check(f"{NAME}-{canary}", "Passed", passed=True)
+    world.settle()
+    assert world.status.stable_revision == canary
+    return canary
+
+
+def test_rollback_to_a_retained_revision_by_annotation() -> None:
+    world, first = _stable_world()
+    second = _promote_through(world, dtype="float16")
+    world.annotations[ROLLBACK_TO] = first
+    plan = world.reconcile()
+    assert world.status.stable_revision == first
+    assert ("rollback", "RollbackByHand") in [(o.kind, o.reason) for o in plan.outcomes]
+    world.settle()
+    assert world.revisions() == {first: 2, second: 0}
+    assert world.status.phase is DeploymentPhase.ROLLED_BACK
+    # The spec still says `second`; it is not rolled out again until the spec changes.
+    assert world.status.canary_revision is None
+    assert {r.hash: r for r in world.status.revisions}[second].rejected
+
+
+def test_rollback_to_an_unknown_revision_is_refused() -> None:
+    world, stable = _stable_world()
+    world.annotations[ROLLBACK_TO] = "0123456789"
+    plan = world.reconcile()
+    assert world.status.stable_revision == stable
+    refused = [e for e in plan.events if e.reason == "ManualActionRefused"]
+    assert refused
+    assert "not a retained revision" in refused[0].message
+
+
+def test_history_keeps_at_most_the_limit_of_old_revisions() -> None:
+    world, first = _stable_world()
+    for dtype in ("float16", "float32"):
+        _promote_through(world, dtype=dtype)
+    last = _promote_through(world, maxModelLen=8192)
+    kept = world.revisions()
+    assert kept[last] == 2
+    assert len(kept) == 3  # stable + revisionHistoryLimit (2) old ones at zero
+    assert first not in kept
+    assert first not in {r.hash for r in world.status.revisions}
+    assert all(check["spec"]["candidate"]["revision"] in kept for check in world.of("ParityCheck"))
+
+
+def test_impossible_placement_is_reported_not_waited_on() -> None:
+    world = World()
+    world.set("accelerator.count", 16)
+    world.reconcile()
+    revision = world.status.revisions[0].hash
+    world.unschedulable_pod(revision, "0/7 nodes are available: 7 Insufficient nvidia.com/gpu.")
+    world.reconcile()
+    assert world.status.phase is DeploymentPhase.FAILED
+    assert world.condition("Progressing") == ("False", "Unschedulable")
+    assert world.condition("Degraded") == ("True", "Unschedulable")
+    degraded = next(c for c in world.status.conditions if c.type == "Degraded")
+    assert "Insufficient nvidia.com/gpu" in degraded.message
+    assert f"{NAME}-{revision}-x" in degraded.message
+
+
+def test_status_lost_stable_is_found_from_the_deployment_role() -> None:
+    world, stable = _stable_world()
+    world.status = type(world.status)()
+    world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.status.canary_revision is None
+    assert world.revisions() == {stable: 2}
+
+
+def test_a_restart_mid_canary_continues_from_status_and_children() -> None:
+    """Nothing is remembered between reconciles: a fresh planner over the same state
+    (what a restarted operator sees) reaches the same outcome."""
+    world, _ = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    restarted = World(
+        spec=world.spec,
+        status=world.status,
+        generation=world.generation,
+        now=world.now,
+        objects=world.objects,
+    )
+    restarted.set_check(f"{NAME}-{canary}", "Passed", passed=True)
+    restarted.settle()
+    assert restarted.status.stable_revision == canary
+    assert restarted.status.phase is DeploymentPhase.STABLE

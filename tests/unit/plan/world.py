@@ -1,0 +1,237 @@
+"""A tiny in-memory cluster for rollout plans: applies a plan's writes to plain dicts and plays
+the Deployment controller (pods become available when asked), so a test can run reconcile
+after reconcile the way the operator does and look at the status a user would see."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from infergate.api.deployment_status import InferenceDeploymentStatus
+from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.plan.control import manual_requests
+from infergate.plan.desired import Owner
+from infergate.plan.observed import (
+    collect,
+    observe_check,
+    observe_deployment,
+    observe_object,
+    observe_pod,
+)
+from infergate.plan.reconcile import ReconcilePlan, plan_reconcile
+from infergate.plan.rollout import DeploymentState
+from infergate.plan.sync import Create, Delete, Recreate, Update
+from infergate.render.labels import LABEL_REVISION
+
+NAME = "qwen"
+NAMESPACE = "llm"
+UID = "0f6c-uid"
+START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+def base_spec() -> dict[str, Any]:
+    """A vLLM deployment on simulated GPU nodes, with a parity template."""
+    return {
+        "model": {"name": "Qwen/Qwen2.5-7B-Instruct", "uri": "pvc://models/qwen2.5-7b"},
+        "engine": {
+            "kind": "vllm",
+            "image": "vllm/vllm-openai:v0.32.0",
+            "dtype": "bfloat16",
+            "maxModelLen": 4096,
+        },
+        "accelerator": {"kind": "nvidia-gpu", "count": 1},
+        "replicas": 2,
+        "rollout": {
+            "canaryReplicas": 1,
+            "progressDeadlineSeconds": 600,
+            "parity": {"suite": {"inline": [{"id": "p1", "text": "The capital of France is"}]}},
+        },
+        "revisionHistoryLimit": 2,
+        "placement": {"nodeSelector": {"type": "kwok"}},
+    }
+
+
+@dataclass
+class World:
+    """One InferenceDeployment and its children, as an API server would hold them."""
+
+    spec: dict[str, Any] = field(default_factory=base_spec)
+    status: InferenceDeploymentStatus = field(default_factory=InferenceDeploymentStatus)
+    annotations: dict[str, str] = field(default_factory=dict)
+    generation: int = 1
+    now: datetime = START
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plans: list[ReconcilePlan] = field(default_factory=list)
+    _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    # -- the user's side -------------------------------------------------------------------
+
+    def change(self, **engine: Any) -> None:
+        """Change engine fields (a new revision)."""
+        self.spec = copy.deepcopy(self.spec)
+        self.spec["engine"].update(engine)
+        self.generation += 1
+
+    def set(self, path: str, value: Any) -> None:
+        """Set a spec field by dotted path."""
+        self.spec = copy.deepcopy(self.spec)
+        node = self.spec
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+        self.generation += 1
+
+    def tick(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    # -- the operator's side -----------------------------------------------------------------
+
+    def reconcile(self) -> ReconcilePlan:
+        spec = InferenceDeploymentSpec.model_validate(self.spec)
+        deployments = [d for o in self.of("Deployment") if (d := observe_deployment(o))]
+        others = [
+            o
+            for body in [*self.of("ConfigMap"), *self.of("Service")]
+            if (o := observe_object(body))
+        ]
+        checks = [c for o in self.of("ParityCheck") if (c := observe_check(o))]
+        pods = [p for o in self.pods.values() if (p := observe_pod(o))]
+        state = DeploymentState(
+            owner=Owner(NAME, NAMESPACE, UID),
+            generation=self.generation,
+            spec=spec,
+            status=self.status,
+            manual=manual_requests(self.annotations),
+            observed=collect(UID, deployments, others, checks, pods),
+            now=self.now,
+        )
+        plan = plan_reconcile(state)
+        self._apply(plan)
+        self.plans.append(plan)
+        return plan
+
+    def settle(self, rounds: int = 4) -> ReconcilePlan:
+        """Reconcile, let pods become available, and again, until nothing changes."""
+        plan = self.reconcile()
+        for _ in range(rounds):
+            self.make_available()
+            plan = self.reconcile()
+        return plan
+
+    def _apply(self, plan: ReconcilePlan) -> None:
+        for write in plan.sync.writes:
+            if isinstance(write, Create):
+                self._create(write.manifest)
+            elif isinstance(write, Update):
+                self._update(write.manifest)
+            elif isinstance(write, Recreate):
+                self.objects.pop((write.manifest["kind"], write.manifest["metadata"]["name"]))
+                self._create(write.manifest)
+            elif isinstance(write, Delete):
+                self.objects.pop((write.ref.kind, write.ref.name), None)
+        for manifest in plan.create_checks:
+            self._create(manifest)
+        for name in plan.delete_checks:
+            self.objects.pop(("ParityCheck", name), None)
+        self.status = plan.status
+        for key in plan.remove_annotations:
+            self.annotations.pop(key, None)
+
+    def _create(self, manifest: dict[str, Any]) -> None:
+        body = copy.deepcopy(manifest)
+        key = (body["kind"], body["metadata"]["name"])
+        assert key not in self.objects, f"{key} created twice"
+        body["metadata"]["creationTimestamp"] = self.now.isoformat().replace("+00:00", "Z")
+        body["metadata"]["resourceVersion"] = str(next(self._versions))
+        body["metadata"]["generation"] = 1
+        if body["kind"] == "Deployment":
+            body["status"] = {"observedGeneration": 0}
+        self.objects[key] = body
+
+    def _update(self, manifest: dict[str, Any]) -> None:
+        key = (manifest["kind"], manifest["metadata"]["name"])
+        body = self.objects[key]
+        body["metadata"]["labels"] = copy.deepcopy(manifest["metadata"]["labels"])
+        body["metadata"]["annotations"] = copy.deepcopy(manifest["metadata"]["annotations"])
+        body["metadata"]["resourceVersion"] = str(next(self._versions))
+        if "spec" in manifest:
+            if body.get("spec") != manifest["spec"]:
+                body["metadata"]["generation"] += 1
+            body["spec"] = copy.deepcopy(manifest["spec"])
+
+    # -- the cluster's side ------------------------------------------------------------------
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [body for (k, _), body in sorted(self.objects.items()) if k == kind]
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((kind, name))
+
+    def deployment(self, revision: str) -> dict[str, Any]:
+        return self.objects[("Deployment", f"{NAME}-{revision}")]
+
+    def revisions(self) -> dict[str, int]:
+        """Revision -> spec.replicas of every Deployment."""
+        return {
+            d["metadata"]["labels"][LABEL_REVISION]: d["spec"]["replicas"]
+            for d in self.of("Deployment")
+        }
+
+    def make_available(self, revision: str | None = None) -> None:
+        """Play the Deployment controller: every (or one) Deployment fully rolled out."""
+        for body in self.of("Deployment"):
+            if revision and body["metadata"]["labels"][LABEL_REVISION] != revision:
+                continue
+            replicas = body["spec"]["replicas"]
+            body["status"] = {
+                "observedGeneration": body["metadata"]["generation"],
+                "replicas": replicas,
+                "updatedReplicas": replicas,
+                "readyReplicas": replicas,
+                "availableReplicas": replicas,
+            }
+
+    def unschedulable_pod(self, revision: str, message: str) -> None:
+        self.pods[f"{NAME}-{revision}-x"] = {
+            "metadata": {
+                "name": f"{NAME}-{revision}-x",
+                "namespace": NAMESPACE,
+                "labels": {
+                    "app.kubernetes.io/managed-by": "infergate",
+                    "infergate.io/deployment": NAME,
+                    LABEL_REVISION: revision,
+                },
+            },
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ]
+            },
+        }
+
+    def set_check(self, name: str, phase: str, *, passed: bool | None = None, **extra: Any) -> None:
+        """Write a ParityCheck's status, as the ParityCheck controller would."""
+        body = self.objects[("ParityCheck", name)]
+        status: dict[str, Any] = {"phase": phase, **extra}
+        if passed is not None:
+            status["verdict"] = {"passed": passed, "outcome": phase, "summary": f"{phase} check"}
+        body["status"] = status
+
+    def condition(self, type_: str) -> tuple[str, str]:
+        for condition in self.status.conditions:
+            if condition.type == type_:
+                return condition.status.value, condition.reason
+        raise AssertionError(f"no {type_} condition in {self.status.conditions}")
+
+    def events(self) -> list[str]:
+        return [event.reason for plan in self.plans for event in plan.events]
