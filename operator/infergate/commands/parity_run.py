@@ -67,7 +67,8 @@ def _check_ref(text: str) -> tuple[str, str]:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from infergate.kube.paritycheck_api import CheckClient, api_client
+    from infergate.kube.client import KubeClient
+    from infergate.kube.paritycheck_api import CheckClient
     from infergate.runner.run import RunOptions, main_entry
 
     namespace, name = args.check
@@ -77,21 +78,23 @@ def run_command(args: argparse.Namespace) -> int:
         wait_for_sides=args.wait_for_sides,
         previous_report=args.previous_report,
     )
-    api = CheckClient(api_client(args.kubeconfig), namespace)
+    api = CheckClient(KubeClient.from_environment(args.kubeconfig), namespace)
     return main_entry(api, name, options)
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from infergate.kube.paritycheck_api import CheckApiError, CheckClient, api_client
+    from infergate.errors import KubeError
+    from infergate.kube.client import KubeClient
+    from infergate.kube.paritycheck_api import CheckClient
     from infergate.runner.report_store import read_report
 
     namespace, name = args.check
-    client = CheckClient(api_client(args.kubeconfig), namespace)
+    client = CheckClient(KubeClient.from_environment(args.kubeconfig), namespace)
     try:
         check = client.get_check(name)
         ref = (check.get("status") or {}).get("reportRef") or {}
         config_map = client.config_map(ref.get("name") or report_name(name))
-    except CheckApiError as err:
+    except KubeError as err:
         print(f"parity report: {err}", file=sys.stderr)
         return 2
     if config_map is None:

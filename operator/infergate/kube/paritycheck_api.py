@@ -1,189 +1,72 @@
-"""The API access of ParityChecks: the runner's reads and status writes, and errors.
+"""API access of ParityChecks: the runner's reads and status writes (over `KubeClient`).
 
-Errors (one small tree; `ApiException` and transport errors never leave this package):
-
-    CheckApiError                 an API call failed; the message names verb and object
-    ├── CheckApiRetriableError    409, 429, 5xx, or the API server unreachable: try again
-    └── CheckApiPermanentError    any other 4xx: the request itself is wrong (or forbidden)
-        └── CheckApiNotFoundError 404
-
-Objects are read and returned as plain JSON dicts (camelCase, as the API server stores
-them), never as generated client models, so what the runner and the controller see is
-what `kubectl get -o json` shows.
+Objects are plain JSON dicts (camelCase, as the API server stores them), so what the
+runner and the controller see is what `kubectl get -o json` shows; failures are the
+errors of `infergate.errors` (retriable: 409/429/5xx/no answer; permanent: other 4xx).
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-import urllib3
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-
-from infergate.api.base import GROUP, VERSION
+from infergate.errors import ConflictError, NotFoundError
+from infergate.kube.client import (
+    CONFIG_MAPS,
+    INFERENCE_DEPLOYMENTS,
+    PARITY_CHECKS,
+    SERVICES,
+    KubeClient,
+    Resource,
+)
 
 JSON = dict[str, Any]
-PLURAL = "paritychecks"
-IDEP_PLURAL = "inferencedeployments"
-MERGE_PATCH = "application/merge-patch+json"
-_SA_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-_T = TypeVar("_T")
-
-
-class CheckApiError(RuntimeError):
-    """An API call failed; the message names the verb, the object and the server's answer."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class CheckApiRetriableError(CheckApiError):
-    """Conflict, throttling, a server error or no answer: the same call may succeed later."""
-
-
-class CheckApiPermanentError(CheckApiError):
-    """The request was refused as it stands (invalid, forbidden, ...): retrying will not help."""
-
-
-class CheckApiNotFoundError(CheckApiPermanentError):
-    """The object does not exist."""
-
-
-def translate(err: Exception, what: str) -> CheckApiError:
-    """Our error for an exception of the Kubernetes client; `what` names verb and object."""
-    if isinstance(err, ApiException):
-        status = int(err.status or 0)
-        detail = _message(err)
-        message = f"{what}: HTTP {status}: {detail}"
-        if status == 404:
-            return CheckApiNotFoundError(message, status)
-        if status in (409, 429) or status >= 500 or status == 0:
-            return CheckApiRetriableError(message, status)
-        return CheckApiPermanentError(message, status)
-    return CheckApiRetriableError(f"{what}: API server unreachable: {err}")
-
-
-def _message(err: ApiException) -> str:
-    try:
-        body = json.loads(err.body or "{}")
-    except ValueError:
-        return str(err.body or err.reason)[:500]
-    return str(body.get("message") or err.reason)[:2000]
-
-
-def as_body(manifest: Mapping[str, Any]) -> Any:
-    """A manifest as a request body: the client takes plain dicts where it types models."""
-    return dict(manifest)
-
-
-def call(what: str, fn: Callable[[], _T]) -> _T:
-    """Run one client call, turning its failures into our errors."""
-    try:
-        return fn()
-    except (ApiException, urllib3.exceptions.HTTPError, OSError) as err:
-        raise translate(err, what) from err
-
-
-def read_json(what: str, fn: Callable[[], Any]) -> JSON:
-    """A call made with `_preload_content=False`, its body decoded as JSON."""
-    response = call(what, fn)
-    data: JSON = json.loads(response.data)
-    return data
-
-
-def api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """In a pod: its ServiceAccount; elsewhere: `kubeconfig`, $KUBECONFIG or ~/.kube/config."""
-    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and _SA_TOKEN.exists():
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    else:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig or os.environ.get("KUBECONFIG")
-        )
-    return client.ApiClient()
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+TERMINAL_PHASES = ("Passed", "Failed", "Error")
+_FINISH_ATTEMPTS = 5
 
 
 class CheckClient:
     """What one check's runner may do, in the check's namespace (see its Role)."""
 
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    def __init__(self, kube: KubeClient, namespace: str) -> None:
+        self.kube = kube
         self.namespace = namespace
-        self._core = client.CoreV1Api(api)
-        self._discovery = client.DiscoveryV1Api(api)
-        self._custom = client.CustomObjectsApi(api)
 
     # -- the check itself ---------------------------------------------------------------
 
     def get_check(self, name: str) -> JSON:
-        return read_json(
-            f"get ParityCheck {self.namespace}/{name}",
-            lambda: self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
-            ),
-        )
+        return self.kube.get(PARITY_CHECKS, self.namespace, name)
 
     def patch_check_status(self, name: str, status: Mapping[str, Any]) -> JSON:
         """Merge `status` into the check's status (fields not given are kept)."""
-        return read_json(
-            f"patch ParityCheck {self.namespace}/{name} status",
-            lambda: self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, self.namespace, PLURAL, name, {"status": dict(status)},
-                _content_type=MERGE_PATCH, _preload_content=False,
-            ),
-        )  # fmt: skip
+        return self.kube.merge_patch(
+            PARITY_CHECKS, self.namespace, name, {"status": dict(status)}, subresource="status"
+        )
 
     def replace_check_status(self, check: Mapping[str, Any]) -> JSON:
         """Write the whole status of `check`, only if its resourceVersion is still current
         (409 otherwise): the way a terminal phase is written at most once."""
-        name = check["metadata"]["name"]
-        return read_json(
-            f"update ParityCheck {self.namespace}/{name} status",
-            lambda: self._custom.replace_namespaced_custom_object_status(
-                GROUP, VERSION, self.namespace, PLURAL, name, dict(check), _preload_content=False
-            ),
+        return self.kube.replace_status(
+            PARITY_CHECKS, self.namespace, check["metadata"]["name"], dict(check)
         )
 
     # -- reads of side resolution (ClusterReads) ----------------------------------------
 
     def inference_deployment(self, name: str) -> JSON | None:
-        return self._optional(
-            f"get InferenceDeployment {self.namespace}/{name}",
-            lambda: self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, IDEP_PLURAL, name, _preload_content=False
-            ),
-        )
+        return self._optional(INFERENCE_DEPLOYMENTS, name)
 
     def config_map(self, name: str) -> JSON | None:
-        return self._optional(
-            f"get ConfigMap {self.namespace}/{name}",
-            lambda: self._core.read_namespaced_config_map(
-                name, self.namespace, _preload_content=False
-            ),
-        )
+        return self._optional(CONFIG_MAPS, name)
 
     def service(self, name: str) -> JSON | None:
-        return self._optional(
-            f"get Service {self.namespace}/{name}",
-            lambda: self._core.read_namespaced_service(
-                name, self.namespace, _preload_content=False
-            ),
-        )
+        return self._optional(SERVICES, name)
 
     def endpoint_slices(self, service: str) -> list[JSON]:
-        listed = read_json(
-            f"list EndpointSlices of Service {self.namespace}/{service}",
-            lambda: self._discovery.list_namespaced_endpoint_slice(
-                self.namespace,
-                label_selector=f"kubernetes.io/service-name={service}",
-                _preload_content=False,
-            ),
+        return self.kube.list(
+            ENDPOINT_SLICES, self.namespace, selector=f"{SERVICE_NAME_LABEL}={service}"
         )
-        items: list[JSON] = listed.get("items") or []
-        return items
 
     # -- the report ---------------------------------------------------------------------
 
@@ -196,8 +79,8 @@ class CheckClient:
         labels: Mapping[str, str],
         owner: Mapping[str, Any] | None,
     ) -> None:
-        """Replace the report ConfigMap's content (it exists when the controller made it),
-        or create it (a runner started by hand)."""
+        """Replace the report ConfigMap's content (the controller made it), or create it
+        (a runner started by hand)."""
         body: JSON = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -208,22 +91,44 @@ class CheckClient:
         if owner is not None:
             body["metadata"]["ownerReferences"] = [dict(owner)]
         try:
-            call(
-                f"update ConfigMap {self.namespace}/{name}",
-                lambda: self._core.replace_namespaced_config_map(
-                    name, self.namespace, as_body(body), _preload_content=False
-                ),
+            self.kube.request(
+                "PUT",
+                CONFIG_MAPS.path(self.namespace, name),
+                what=f"ConfigMap {self.namespace}/{name}",
+                resource=CONFIG_MAPS.plural,
+                body=body,
             )
-        except CheckApiNotFoundError:
-            call(
-                f"create ConfigMap {self.namespace}/{name}",
-                lambda: self._core.create_namespaced_config_map(
-                    self.namespace, as_body(body), _preload_content=False
-                ),
-            )
+        except NotFoundError:
+            self.kube.create(CONFIG_MAPS, self.namespace, body)
 
-    def _optional(self, what: str, fn: Callable[[], Any]) -> JSON | None:
+    def _optional(self, resource: Resource, name: str) -> JSON | None:
         try:
-            return read_json(what, fn)
-        except CheckApiNotFoundError:
+            return self.kube.get(resource, self.namespace, name)
+        except NotFoundError:
             return None
+
+
+class StatusApi(Protocol):
+    def get_check(self, name: str) -> JSON: ...
+
+    def replace_check_status(self, check: Mapping[str, Any]) -> JSON: ...
+
+
+def write_terminal_status(api: StatusApi, name: str, fields: Mapping[str, Any]) -> bool:
+    """Write a terminal status unless the check already has one; False if it had.
+
+    The write is a status update carrying the resourceVersion just read, so of the
+    runner and the controller racing to end a check, exactly one wins and the other
+    sees the phase it wrote.
+    """
+    for _ in range(_FINISH_ATTEMPTS):
+        current = api.get_check(name)
+        status = current.get("status") or {}
+        if status.get("phase") in TERMINAL_PHASES:
+            return False
+        try:
+            api.replace_check_status({**current, "status": {**status, **fields}})
+        except ConflictError:
+            continue
+        return True
+    raise ConflictError(f"ParityCheck {name}: status kept changing while ending it", status=409)

@@ -1,158 +1,79 @@
 """API access of the ParityCheck controller: the objects a check starts, and their reads.
 
 Create is idempotent (an object that already exists is left as it is: children are
-named after their check, so an existing one is ours), delete tolerates absence, and
-every failure leaves as one of the errors of `paritycheck_api`.
+named after their check, so an existing one is ours), delete tolerates absence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client
-
-from infergate.api.base import GROUP, VERSION
-from infergate.kube.paritycheck_api import (
-    PLURAL,
-    CheckApiError,
-    CheckApiNotFoundError,
-    CheckClient,
-    as_body,
-    call,
-    read_json,
+from infergate.errors import ConflictError, NotFoundError
+from infergate.kube.client import (
+    CONFIG_MAPS,
+    DEPLOYMENTS,
+    PARITY_CHECKS,
+    PODS,
+    SERVICES,
+    Resource,
 )
+from infergate.kube.paritycheck_api import CheckClient
 
 JSON = dict[str, Any]
+JOBS = Resource("batch", "v1", "jobs", "Job")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+CHILD_KINDS: Mapping[str, Resource] = {
+    r.kind: r for r in (PODS, SERVICES, CONFIG_MAPS, JOBS, SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS)
+}
 
 
 class CheckChildren(CheckClient):
-    """The controller's view of one namespace: everything the runner reads, plus children."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        super().__init__(api, namespace)
-        self._apps = client.AppsV1Api(api)
-        self._batch = client.BatchV1Api(api)
-        self._rbac = client.RbacAuthorizationV1Api(api)
-        self._pods = client.CoreV1Api(api)
-
-    # -- reads ----------------------------------------------------------------------------
+    """The controller's view of one namespace: what the runner reads, plus the children."""
 
     def deployment(self, name: str) -> JSON | None:
-        return self._maybe(
-            f"get Deployment {self.namespace}/{name}",
-            lambda: self._apps.read_namespaced_deployment(
-                name, self.namespace, _preload_content=False
-            ),
-        )
+        return self._optional(DEPLOYMENTS, name)
 
     def job(self, name: str) -> JSON | None:
-        return self._maybe(
-            f"get Job {self.namespace}/{name}",
-            lambda: self._batch.read_namespaced_job(name, self.namespace, _preload_content=False),
-        )
+        return self._optional(JOBS, name)
 
     def pod(self, name: str) -> JSON | None:
-        return self._maybe(
-            f"get Pod {self.namespace}/{name}",
-            lambda: self._pods.read_namespaced_pod(name, self.namespace, _preload_content=False),
-        )
+        return self._optional(PODS, name)
 
     def pods(self, selector: str) -> list[JSON]:
-        listed = read_json(
-            f"list Pods {self.namespace} ({selector})",
-            lambda: self._pods.list_namespaced_pod(
-                self.namespace, label_selector=selector, _preload_content=False
-            ),
-        )
-        return list(listed.get("items") or [])
+        return self.kube.list(PODS, self.namespace, selector=selector)
 
     def checks(self) -> list[JSON]:
-        listed = read_json(
-            f"list ParityChecks {self.namespace}",
-            lambda: self._custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, _preload_content=False
-            ),
-        )
-        return list(listed.get("items") or [])
+        return self.kube.list(PARITY_CHECKS, self.namespace)
 
     def children_exist(self, selector: str) -> bool:
         """Whether any Pod, Service, Job, ServiceAccount, Role or RoleBinding of a check is left."""
-        listers = (
-            lambda: self._pods.list_namespaced_pod(
-                self.namespace, label_selector=selector, limit=1, _preload_content=False
-            ),
-            lambda: self._pods.list_namespaced_service(
-                self.namespace, label_selector=selector, limit=1, _preload_content=False
-            ),
-            lambda: self._batch.list_namespaced_job(
-                self.namespace, label_selector=selector, limit=1, _preload_content=False
-            ),
-            lambda: self._pods.list_namespaced_service_account(
-                self.namespace, label_selector=selector, limit=1, _preload_content=False
-            ),
-            lambda: self._rbac.list_namespaced_role(
-                self.namespace, label_selector=selector, limit=1, _preload_content=False
-            ),
-            lambda: self._rbac.list_namespaced_role_binding(
-                self.namespace, label_selector=selector, limit=1, _preload_content=False
-            ),
-        )
-        return any(
-            read_json(f"list children {self.namespace} ({selector})", lister).get("items")
-            for lister in listers
-        )
-
-    # -- writes ---------------------------------------------------------------------------
+        for resource in (PODS, SERVICES, JOBS, SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS):
+            answer = self.kube.request(
+                "GET",
+                resource.path(self.namespace),
+                what=f"{resource.plural} in {self.namespace}",
+                resource=resource.plural,
+                query=[("labelSelector", selector), ("limit", "1")],
+            )
+            if answer.get("items"):
+                return True
+        return False
 
     def create(self, manifest: Mapping[str, Any]) -> bool:
         """Create `manifest` unless an object of its kind and name exists; True if created."""
-        kind = manifest["kind"]
-        name = manifest["metadata"]["name"]
-        creators: dict[str, Callable[..., Any]] = {
-            "Pod": self._pods.create_namespaced_pod,
-            "Service": self._pods.create_namespaced_service,
-            "ConfigMap": self._pods.create_namespaced_config_map,
-            "ServiceAccount": self._pods.create_namespaced_service_account,
-            "Role": self._rbac.create_namespaced_role,
-            "RoleBinding": self._rbac.create_namespaced_role_binding,
-            "Job": self._batch.create_namespaced_job,
-        }
-        create = creators[kind]
         try:
-            call(
-                f"create {kind} {self.namespace}/{name}",
-                lambda: create(self.namespace, as_body(manifest), _preload_content=False),
-            )
-        except CheckApiError as err:
-            if err.status == 409:
-                return False
-            raise
+            self.kube.create(CHILD_KINDS[manifest["kind"]], self.namespace, dict(manifest))
+        except ConflictError:
+            return False
         return True
 
     def delete(self, kind: str, name: str) -> bool:
         """Delete one child (its dependents in the background); True if it existed."""
-        body = as_body({"propagationPolicy": "Background"})
-        deleters: dict[str, Callable[..., Any]] = {
-            "Pod": self._pods.delete_namespaced_pod,
-            "Service": self._pods.delete_namespaced_service,
-            "ServiceAccount": self._pods.delete_namespaced_service_account,
-            "Role": self._rbac.delete_namespaced_role,
-            "RoleBinding": self._rbac.delete_namespaced_role_binding,
-            "Job": self._batch.delete_namespaced_job,
-        }
-        delete = deleters[kind]
         try:
-            call(
-                f"delete {kind} {self.namespace}/{name}",
-                lambda: delete(name, self.namespace, body=body, _preload_content=False),
-            )
-        except CheckApiNotFoundError:
+            self.kube.delete(CHILD_KINDS[kind], self.namespace, name)
+        except NotFoundError:
             return False
         return True
-
-    def _maybe(self, what: str, fn: Callable[[], Any]) -> JSON | None:
-        try:
-            return read_json(what, fn)
-        except CheckApiNotFoundError:
-            return None

@@ -35,11 +35,8 @@ from pydantic import ValidationError
 
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import ParityCheck, ParityCheckSpec
-from infergate.kube.paritycheck_api import (
-    CheckApiError,
-    CheckApiNotFoundError,
-    CheckApiRetriableError,
-)
+from infergate.errors import ForbiddenError, KubeError, NotFoundError, RetriableKubeError
+from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.metrics import ParityMetrics
 from infergate.parity.profiles import (
@@ -313,7 +310,7 @@ class _Runner:
                 if time.monotonic() > deadline:
                     raise RetryableRunError(st.REASON_SIDE_UNREACHABLE, str(err)) from err
                 _say(f"waiting: {err}")
-            except CheckApiError as err:
+            except KubeError as err:
                 raise _api_failure(err) from err
             time.sleep(2.0)
 
@@ -433,22 +430,10 @@ class _Runner:
 
     def _finish(self, fields: Mapping[str, Any]) -> bool:
         """Write a terminal status unless the check already ended; False if it had."""
-        for _ in range(5):
-            current = self._get()
-            status = current.get("status") or {}
-            if st.is_terminal(status.get("phase")):
-                _say(f"check already ended ({status.get('phase')}); result not written")
-                return False
-            try:
-                self.api.replace_check_status({**current, "status": {**status, **fields}})
-            except CheckApiRetriableError as err:
-                if err.status == 409:
-                    continue
-                raise _api_failure(err) from err
-            except CheckApiError as err:
-                raise _api_failure(err) from err
-            return True
-        raise RetryableRunError("ApiConflict", "status kept changing while writing the verdict")
+        written = self._api_call(lambda: write_terminal_status(self.api, self.name, fields))
+        if not written:
+            _say("check already ended; result not written")
+        return written
 
     def end_in_error(self, reason: str, message: str) -> int:
         try:
@@ -478,7 +463,7 @@ class _Runner:
                 at=self.clock(),
             )
             self.api.patch_check_status(self.name, {"conditions": conditions})
-        except (CheckApiError, RetryableRunError, CheckEndedError) as err:
+        except (KubeError, RetryableRunError, CheckEndedError) as err:
             _say(f"could not record the failure in the status: {err}")
 
     # -- API plumbing ---------------------------------------------------------------------
@@ -489,17 +474,17 @@ class _Runner:
     def _api_call(self, fn: Callable[[], _T]) -> _T:
         try:
             return fn()
-        except CheckApiError as err:
+        except KubeError as err:
             raise _api_failure(err) from err
 
 
-def _api_failure(err: CheckApiError) -> Exception:
+def _api_failure(err: KubeError) -> Exception:
     """The fail-closed class of an API error: refused requests end the check, the rest retry."""
-    if isinstance(err, CheckApiRetriableError):
+    if isinstance(err, RetriableKubeError):
         return RetryableRunError("ApiUnavailable", str(err))
-    if err.status in (401, 403):
+    if isinstance(err, ForbiddenError) or err.status == 401:
         return CheckEndedError("Forbidden", f"the runner's ServiceAccount may not: {err}")
-    if isinstance(err, CheckApiNotFoundError):
+    if isinstance(err, NotFoundError):
         return CheckEndedError("NotFound", str(err))
     return CheckEndedError("ApiRefused", str(err))
 

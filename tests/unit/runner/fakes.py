@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from infergate.engines.client import Completion
-from infergate.kube.paritycheck_api import CheckApiNotFoundError, CheckApiRetriableError
+from infergate.errors import ConflictError, NotFoundError
 from infergate.parity.record import TeacherForced, TopLogprobs
 from infergate.runner.drive import Channels
 from infergate.runner.run import Connector
@@ -70,7 +70,7 @@ class FakeApi:
 
     def get_check(self, name: str) -> dict[str, Any]:
         if name not in self.checks:
-            raise CheckApiNotFoundError(f"get ParityCheck {self.namespace}/{name}: HTTP 404", 404)
+            raise NotFoundError(f"get ParityCheck {self.namespace}/{name}: 404", status=404)
         return copy.deepcopy(self.checks[name])
 
     def patch_check_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,7 +86,7 @@ class FakeApi:
         name = check["metadata"]["name"]
         current = self.checks[name]
         if check["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
-            raise CheckApiRetriableError(f"update ParityCheck {name} status: HTTP 409", 409)
+            raise ConflictError(f"update ParityCheck {name} status: 409", status=409)
         current["status"] = copy.deepcopy(dict(check["status"]))
         self._bump(current)
         self.status_writes.append(copy.deepcopy(dict(check["status"])))
