@@ -101,3 +101,17 @@ def _exec_vllm(args: argparse.Namespace, overrides: dict[str, float], name: str)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.execve(argv[0], argv, env)  # noqa: S606 - argv built from our own flags
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m infergate.commands.serve ...`: this command alone, so an engine venv
+    needs none of the other commands' dependencies."""
+    parser = argparse.ArgumentParser(prog="infergate")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

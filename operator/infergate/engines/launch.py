@@ -1,7 +1,7 @@
 """Start engine servers as subprocesses from their venvs and wait until they answer.
 
 Used by the engine tests and the experiment; the local cluster's executor can do the
-same. Each server runs `python -m infergate.cli serve ...` with the engine venv's
+same. Each server runs `python -m infergate.commands.serve ...` with the engine venv's
 Python and this checkout's source first on its path, binds to loopback on a free port,
 and never reads a hub (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE).
 """
@@ -74,7 +74,7 @@ class EngineServer:
     def argv(self) -> list[str]:
         spec = self.spec
         argv = [
-            str(engine_python(spec.engine)), "-m", "infergate.cli", "serve",
+            str(engine_python(spec.engine)), "-m", "infergate.commands.serve",
             "--engine", spec.engine, "--model", str(spec.model_dir), "--dtype", spec.dtype,
             "--host", self.host, "--port", str(self.port),
             "--served-model-name", spec.served_model_name, "--seed", str(spec.seed),
