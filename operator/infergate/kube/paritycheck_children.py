@@ -19,6 +19,7 @@ from infergate.kube.client import (
     Resource,
 )
 from infergate.kube.paritycheck_api import CheckClient
+from infergate.runner.naming import LABEL_ROLE, ROLE_PROBE
 
 JSON = dict[str, Any]
 JOBS = Resource("batch", "v1", "jobs", "Job")
@@ -49,14 +50,19 @@ class CheckChildren(CheckClient):
         return self.kube.list(PARITY_CHECKS, self.namespace)
 
     def children_exist(self, selector: str) -> bool:
-        """Whether any Pod, Service, Job, ServiceAccount, Role or RoleBinding of a check is left."""
-        for resource in (PODS, SERVICES, JOBS, SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS):
+        """Whether a probe (Pod, Service) or runner RBAC of a check is left; a finished
+        runner Job (and its pod) stays for its log and does not count."""
+        for resource in (PODS, SERVICES, SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS):
+            if resource is PODS:
+                selector_here = f"{selector},{LABEL_ROLE}={ROLE_PROBE}"
+            else:
+                selector_here = selector
             answer = self.kube.request(
                 "GET",
                 resource.path(self.namespace),
                 what=f"{resource.plural} in {self.namespace}",
                 resource=resource.plural,
-                query=[("labelSelector", selector), ("limit", "1")],
+                query=[("labelSelector", selector_here), ("limit", "1")],
             )
             if answer.get("items"):
                 return True

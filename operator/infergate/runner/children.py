@@ -53,7 +53,8 @@ _RUNNER_RESOURCES: JSON = {
     "requests": {"cpu": "100m", "memory": "512Mi"},
     "limits": {"memory": "4Gi"},
 }
-_FINISHED_JOB_TTL = 86400
+# A finished runner's Job (and its log) is kept this long, then removed by the TTL controller.
+_FINISHED_JOB_TTL = 3600
 
 
 def owner_reference(check: Mapping[str, Any]) -> JSON:

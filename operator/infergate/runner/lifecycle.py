@@ -8,8 +8,9 @@
               ended without a verdict, a probe cannot start, or the check's own
               deadline (from creation, waiting included) passed
 
-Once the check ended, its probes (which hold accelerators), its runner Job and the
-runner's RBAC are deleted; the report ConfigMap stays. Nothing here is kept in memory
+Once the check ended, its probes (which hold accelerators) and the runner's RBAC are
+deleted, and a runner still running is stopped; a finished runner Job stays for its log
+(until its ttlSecondsAfterFinished), the report ConfigMap for good. Nothing here is kept in memory
 between reconciles: a restarted operator decides the same from the same objects.
 """
 
@@ -77,7 +78,7 @@ class CheckActions:
     create_probes: list[SideName] = field(default_factory=list)
     start_runner: bool = False
     release: bool = False
-    """Delete probes, the runner Job (stopping it if it runs) and the runner's RBAC."""
+    """Delete probes and the runner's RBAC, and stop the runner Job if it still runs."""
     events: list[tuple[str, str, str]] = field(default_factory=list)
     """(type, reason, message) Events to post on the check."""
 
@@ -108,6 +109,11 @@ def _condition(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] |
     return next(
         (c for c in conditions if c.get("type") == type_ and c.get("status") == "True"), None
     )
+
+
+def job_finished(job: Mapping[str, Any]) -> bool:
+    """Whether a Job completed or failed (its pods are done)."""
+    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -164,11 +170,8 @@ def _terminal_error(obs: CheckObservation, reason: str, message: str) -> CheckAc
         message, reason, conditions=_conditions(obs.check),
         generation=_generation(obs.check), at=obs.now,
     )  # fmt: skip
-    return CheckActions(
-        terminal=fields,
-        release=obs.children,
-        events=[("Warning", reason, message)],
-    )
+    # Deleting what may not exist costs a 404: stop a runner and free probes either way.
+    return CheckActions(terminal=fields, release=True, events=[("Warning", reason, message)])
 
 
 def _pending(obs: CheckObservation, reason: str, message: str, extra: JSON) -> JSON | None:
@@ -225,13 +228,21 @@ def _after_end(obs: CheckObservation) -> CheckActions:
         return CheckActions()
     conditions = st.set_condition(
         _conditions(obs.check), COND_RELEASED, ConditionStatus.TRUE, REASON_RELEASED,
-        "probes, runner Job and runner RBAC deleted; the report ConfigMap is kept",
+        "probes and runner RBAC deleted, runner stopped if it still ran; the finished runner "
+        "Job stays for its log until ttlSecondsAfterFinished, the report ConfigMap for good",
         generation=_generation(obs.check), at=obs.now,
     )  # fmt: skip
-    return CheckActions(
+    actions = CheckActions(
         status=None if released else {"conditions": conditions},
         release=obs.children,
     )
+    if not released:
+        status = _status(obs.check)
+        phase = str(status.get("phase"))
+        summary = (status.get("verdict") or {}).get("summary") or f"check ended {phase}"
+        kind = "Normal" if phase == "Passed" else "Warning"
+        actions.events.append((kind, f"Check{phase}", str(summary)))
+    return actions
 
 
 def _with_runner(obs: CheckObservation) -> CheckActions:
