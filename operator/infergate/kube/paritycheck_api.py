@@ -25,6 +25,7 @@ ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "Endpoint
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 TERMINAL_PHASES = ("Passed", "Failed", "Error")
 _FINISH_ATTEMPTS = 5
+REPORT_KEYS = ("report.html", "report.html.gz", "result.json", "result.json.gz")
 
 
 class CheckClient:
@@ -79,26 +80,26 @@ class CheckClient:
         labels: Mapping[str, str],
         owner: Mapping[str, Any] | None,
     ) -> None:
-        """Replace the report ConfigMap's content (the controller made it), or create it
-        (a runner started by hand)."""
-        body: JSON = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels)},
-            "data": dict(data),
-            "binaryData": dict(binary_data),
+        """Set the report ConfigMap's content (the controller made it empty; the runner may
+        only patch it), or create it (a runner started by hand). Keys not written now are
+        removed, so a report stored compressed never keeps a stale plain copy."""
+        stale = dict.fromkeys(REPORT_KEYS)
+        patch: JSON = {
+            "data": {**{k: None for k in stale if k not in data}, **data},
+            "binaryData": {**{k: None for k in stale if k not in binary_data}, **binary_data},
         }
-        if owner is not None:
-            body["metadata"]["ownerReferences"] = [dict(owner)]
         try:
-            self.kube.request(
-                "PUT",
-                CONFIG_MAPS.path(self.namespace, name),
-                what=f"ConfigMap {self.namespace}/{name}",
-                resource=CONFIG_MAPS.plural,
-                body=body,
-            )
+            self.kube.merge_patch(CONFIG_MAPS, self.namespace, name, patch)
         except NotFoundError:
+            body: JSON = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": self.namespace, "labels": dict(labels)},
+                "data": dict(data),
+                "binaryData": dict(binary_data),
+            }
+            if owner is not None:
+                body["metadata"]["ownerReferences"] = [dict(owner)]
             self.kube.create(CONFIG_MAPS, self.namespace, body)
 
     def _optional(self, resource: Resource, name: str) -> JSON | None:

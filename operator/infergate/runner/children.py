@@ -182,7 +182,7 @@ def runner_rbac(
         _rule("", "services", ["get"], services),
         _rule("discovery.k8s.io", "endpointslices", ["list"]),
         _rule("", "configmaps", ["get"], [*config_maps, report]),
-        _rule("", "configmaps", ["update", "patch"], [report]),
+        _rule("", "configmaps", ["patch"], [report]),
     ]
     return [
         {

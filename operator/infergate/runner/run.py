@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import ParityCheck, ParityCheckSpec
@@ -509,7 +510,7 @@ def _meta(target: SideTarget, suite: Suite) -> RecordMeta:
 def _side_summary(target: SideTarget) -> dict[str, Any]:
     summary = asdict(target)
     summary.pop("effective_config", None)
-    return {k: v for k, v in summary.items() if v is not None}
+    return {to_camel(k): v for k, v in summary.items() if v is not None}
 
 
 def main_entry(

@@ -86,8 +86,8 @@ def test_matching_sides_pass_with_report_progress_and_resolved_sides() -> None:
     documents = read_report(report["data"], report["binaryData"])
     assert documents["report.html"].startswith("<!DOCTYPE html>")
     result = json.loads(documents["result.json"])
-    assert result["sides"]["baseline"]["probe_url"] == PROBE_URL  # vLLM's pooling probe
-    assert result["sides"]["candidate"]["probe_kind"] == "adapter"  # MindFormers serves its own
+    assert result["sides"]["baseline"]["probeUrl"] == PROBE_URL  # vLLM's pooling probe
+    assert result["sides"]["candidate"]["probeKind"] == "adapter"  # MindFormers serves its own
     assert result["sides"]["baseline"]["url"] == BASE_URL
     # Progress was shown while running, before the verdict.
     assert any(w.get("phase") == "Running" for w in api.status_writes)
