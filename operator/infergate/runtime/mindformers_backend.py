@@ -124,7 +124,8 @@ class MindFormersBackend:
         if not weights:
             raise BackendError(f"model: {model_dir} has no *.safetensors weights")
         converted = convert_qwen2_weights(weights, cfg.num_hidden_layers)
-        expected = {p.name for p in net.get_parameters()}
+        net_params = {p.name: p for p in net.get_parameters()}
+        expected = set(net_params)
         missing = sorted(expected - set(converted))
         unused = sorted(set(converted) - expected)
         if missing or unused:
@@ -132,9 +133,12 @@ class MindFormersBackend:
                 f"MindFormers weights: parameters without weights {missing[:5]}, weights "
                 f"without parameters {unused[:5]}"
             )
-        ms_dtype = _ms_dtype(self._ms, self._dtype)
+        # Each weight in the dtype MindFormers gave its parameter: matmul weights in the
+        # compute dtype, norm weights in float32 (layernorm_compute_type).
         params = {
-            name: self._ms.Parameter(self._ms.Tensor(value, dtype=ms_dtype), name=name)
+            name: self._ms.Parameter(
+                self._ms.Tensor(value, dtype=net_params[name].dtype), name=name
+            )
             for name, value in converted.items()
         }
         not_loaded, _ = self._ms.load_param_into_net(net, params, strict_load=True)
@@ -223,7 +227,3 @@ class MindFormersBackend:
         hidden = self._hidden(token_ids)
         out: NDArray[np.float32] = hidden.astype(self._ms.float32).asnumpy()[0]
         return out
-
-
-def _ms_dtype(ms: Any, dtype: str) -> Any:
-    return {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}[dtype]

@@ -137,7 +137,10 @@ class AdapterServer:
         except ValidationError as exc:
             first = exc.errors()[0]
             param = ".".join(str(p) for p in first["loc"]) or None
-            raise _BadRequestError(f"{param or 'request'}: {first['msg']}", param) from exc
+            message = str(first["msg"]).removeprefix("Value error, ")
+            # Model-level checks name their field in the message already.
+            text = f"{param}: {message}" if param else message
+            raise _BadRequestError(text, param) from exc
         name = getattr(parsed, "model", None)
         if name is not None and name != self._model:
             raise _BadRequestError(
