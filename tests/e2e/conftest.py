@@ -1,0 +1,38 @@
+"""Fixtures of the end-to-end tests: one operator per session, a namespace per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.support import Operator, install_operator
+from tests.harness import Cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster) -> Iterator[Operator]:
+    """The operator of this session, installed from manifests/ and Ready."""
+    yield from install_operator(cluster)
+
+
+@pytest.fixture
+def e2e_namespace(
+    operator: Operator, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace the session's operator watches; deleted afterwards."""
+    base = request.node.name.lower().replace("_", "-").removeprefix("test-")
+    short = "".join(ch for ch in base if ch.isalnum() or ch == "-")[:28].strip("-")
+    name = f"e2e-{operator.session}-{short}-{uuid.uuid4().hex[:4]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    for kind in ("inferencedeployments.infergate.io", "paritychecks.infergate.io"):
+        cluster.kubectl("delete", kind, "--all", "-n", name, "--wait=false", check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,234 @@
+"""End-to-end support: the operator installed from manifests/, engines as pods, checks.
+
+The operator runs as a pod on the local executor, under the ServiceAccount and the
+cluster roles of manifests/operator and manifests/runner (a missing permission fails
+a test), limited to this session's namespaces (`e2e-<session>-*`) so it never touches
+other people's objects. Engine pods run for real on the executor; the runner Job too.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infergate.fixture.generate import default_model_dir, is_complete
+from tests.harness import REPO, Cluster, wait_for
+
+MANIFEST_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
+CRD_FILES = sorted((REPO / "crds").glob("infergate.io_*.yaml"))
+TERMINAL = ("Passed", "Failed", "Error")
+VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
+MODEL_NAME = "fixture"
+
+
+def fixture_model() -> Path:
+    """The cached fixture model (`make engines` makes it); the test fails without it."""
+    model = default_model_dir()
+    if not is_complete(model):
+        pytest.fail(f"fixture model missing at {model}: run `make engines`")
+    return model
+
+
+@dataclass
+class Operator:
+    cluster: Cluster
+    session: str
+    namespace: str
+    cluster_roles: tuple[str, ...]
+
+    @property
+    def pattern(self) -> str:
+        return f"e2e-{self.session}-*"
+
+    def pod(self) -> dict[str, Any] | None:
+        pods = self.cluster.get_json(
+            "pods", "-n", self.namespace, "-l", "app.kubernetes.io/name=infergate-operator"
+        )["items"]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return live[0] if live else None
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        def ready() -> bool:
+            conditions = ((self.pod() or {}).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        wait_for(ready, timeout, "the operator pod to be Ready")
+
+    def log(self) -> str:
+        pod = self.pod()
+        return (
+            ""
+            if pod is None
+            else self.cluster.pod_log(self.namespace, pod["metadata"]["name"], "operator")
+        )
+
+
+def session_manifests(documents: list[dict[str, Any]], session: str) -> list[dict[str, Any]]:
+    """The install renamed for one session and limited to its namespaces; rules untouched."""
+    namespace = f"infergate-e2e-{session}"
+    out = []
+    for original in documents:
+        doc = copy.deepcopy(original)
+        kind, metadata = doc["kind"], doc["metadata"]
+        if kind == "Namespace":
+            metadata["name"] = namespace
+        elif kind in ("ClusterRole", "ClusterRoleBinding"):
+            metadata["name"] = f"{metadata['name']}-e2e-{session}"
+        else:
+            metadata["namespace"] = namespace
+        if kind == "ClusterRoleBinding":
+            doc["roleRef"]["name"] = f"{doc['roleRef']['name']}-e2e-{session}"
+            for subject in doc["subjects"]:
+                subject["namespace"] = namespace
+        if kind == "Deployment":
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["args"] = [
+                *container["args"],
+                f"--namespace=e2e-{session}-*",
+                "--resync-seconds=2",
+            ]
+        out.append(doc)
+    return out
+
+
+def install_operator(cluster: Cluster) -> Iterator[Operator]:
+    cluster.kubectl("apply", *(f"--filename={path}" for path in CRD_FILES))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/inferencedeployments.infergate.io", "crd/paritychecks.infergate.io",
+    )  # fmt: skip
+    documents = []
+    for directory in MANIFEST_DIRS:
+        built = cluster.kubectl("kustomize", str(directory)).stdout
+        documents += [d for d in yaml.safe_load_all(built) if d]
+    session = uuid.uuid4().hex[:6]
+    renamed = session_manifests(documents, session)
+    operator = Operator(
+        cluster=cluster,
+        session=session,
+        namespace=f"infergate-e2e-{session}",
+        cluster_roles=tuple(d["metadata"]["name"] for d in renamed if d["kind"] == "ClusterRole"),
+    )
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in renamed))
+    try:
+        operator.wait_ready()
+        yield operator
+    finally:
+        cluster.kubectl("delete", "namespace", operator.namespace, "--wait=false", check=False)
+        for role in operator.cluster_roles:
+            cluster.kubectl("delete", "clusterrolebinding", role, check=False)
+            cluster.kubectl("delete", "clusterrole", role, check=False)
+
+
+# -- engines as plain pods -----------------------------------------------------------------
+
+
+def adapter_pod(
+    name: str,
+    *,
+    engine: str = "transformers",
+    dtype: str = "float32",
+    config: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Our adapter server (transformers from the vLLM venv) as a pod on the executor."""
+    model = str(fixture_model())
+    args = [
+        "--engine",
+        engine,
+        "--model",
+        model,
+        "--dtype",
+        dtype,
+        "--served-model-name",
+        MODEL_NAME,
+        "--host",
+        "$(POD_IP)",
+        "--port",
+        "8000",
+    ]
+    for key, value in (config or {}).items():
+        args += ["--config", f"{key}={value}"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "engine",
+                    "image": VLLM_IMAGE,
+                    "command": ["python", "-m", "infergate.commands.serve"],
+                    "args": args,
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                    ],
+                    "ports": [{"name": "http", "containerPort": 8000}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/health", "port": "http"},
+                        "periodSeconds": 2,
+                    },
+                    "volumeMounts": [{"name": "model", "mountPath": model, "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "model", "hostPath": {"path": model, "type": "Directory"}}],
+        },
+    }
+
+
+def wait_pod_ready(
+    cluster: Cluster, namespace: str, name: str, timeout: float = 300
+) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        pod = cluster.get_json("pod", name, "-n", namespace)
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        return (
+            pod if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
+        )
+
+    try:
+        return wait_for(ready, timeout, f"pod {namespace}/{name} to be Ready", interval=1.0)
+    except AssertionError as err:
+        raise AssertionError(
+            f"{err}\nlog:\n{cluster.pod_log(namespace, name, 'engine')[-3000:]}"
+        ) from None
+
+
+# -- checks --------------------------------------------------------------------------------
+
+
+def check_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return cluster.get_json("paritychecks.infergate.io", name, "-n", namespace).get("status") or {}
+
+
+def wait_check_ended(cluster: Cluster, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        status = check_status(cluster, namespace, name)
+        return status if status.get("phase") in TERMINAL else None
+
+    return wait_for(ended, timeout, f"ParityCheck {namespace}/{name} to end", interval=1.0)
+
+
+def runner_log(cluster: Cluster, namespace: str) -> str:
+    logs = sorted((cluster.layout.logs / "pods").glob(f"{namespace}_*-runner-*_runner.log"))
+    return "\n".join(p.read_text(errors="replace") for p in logs)
+
+
+class Stopwatch:
+    """Wall time of the steps of a test, printed at the end (pytest -s shows it)."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.marks: list[tuple[str, float]] = []
+
+    def mark(self, what: str) -> None:
+        self.marks.append((what, time.monotonic() - self.start))
+        print(f"[e2e {time.monotonic() - self.start:7.1f}s] {what}", flush=True)  # noqa: T201

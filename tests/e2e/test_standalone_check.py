@@ -1,0 +1,143 @@
+"""A ParityCheck written by hand against two explicit endpoints, run by the operator.
+
+Three adapter servers run as pods on the executor (the transformers reference, fp32):
+two identical, one with a harmful RMSNorm epsilon. The operator starts the runner Job
+under its own ServiceAccount; the checks end Passed and Failed, with their metrics,
+reasons and HTML report, and the runner's RBAC is gone afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.support import (
+    MODEL_NAME,
+    Operator,
+    Stopwatch,
+    adapter_pod,
+    runner_log,
+    wait_check_ended,
+    wait_pod_ready,
+)
+from tests.harness import Cluster, wait_for
+
+SUITE = [
+    {"id": "en-weather", "text": "The weather today is"},
+    {"id": "en-story", "text": "Once upon a time there was"},
+    {"id": "zh-morning", "text": "今天早上"},
+    {"id": "ids", "tokenIds": [11, 42, 7, 99, 5]},
+]
+
+
+@pytest.fixture(scope="module")
+def servers(operator: Operator, cluster: Cluster) -> Iterator[tuple[str, dict[str, str]]]:
+    """A namespace with three adapter pods: ref-a, ref-b (identical) and bad-eps."""
+    namespace = f"e2e-{operator.session}-standalone-{uuid.uuid4().hex[:4]}"
+    cluster.kubectl("create", "namespace", namespace)
+    pods = {
+        "ref-a": adapter_pod("ref-a"),
+        "ref-b": adapter_pod("ref-b"),
+        "bad-eps": adapter_pod("bad-eps", config={"rms_norm_eps": 0.5}),
+    }
+    for pod in pods.values():
+        cluster.apply(pod, namespace)
+    urls = {
+        name: f"http://{wait_pod_ready(cluster, namespace, name)['status']['podIP']}:8000"
+        for name in pods
+    }
+    yield namespace, urls
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def check(name: str, baseline: str, candidate: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "ParityCheck",
+        "metadata": {"name": name},
+        "spec": {
+            "baseline": {"endpoint": {"url": baseline, "model": MODEL_NAME}},
+            "candidate": {"endpoint": {"url": candidate, "model": MODEL_NAME}},
+            "suite": {"inline": SUITE},
+            "sampling": {"maxTokens": 16, "topLogprobs": 5},
+            "profile": "fp32-cross-framework",
+            "runner": {"activeDeadlineSeconds": 300, "backoffLimit": 0},
+            "deadlineSeconds": 600,
+        },
+    }
+
+
+def report(cluster: Cluster, namespace: str, status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    ref = status["reportRef"]
+    data = cluster.get_json("configmap", ref["name"], "-n", namespace)["data"]
+    return data["report.html"], json.loads(data["result.json"])
+
+
+def test_identical_endpoints_pass_with_metrics_report_and_cleanup(
+    servers: tuple[str, dict[str, str]], cluster: Cluster
+) -> None:
+    namespace, urls = servers
+    clock = Stopwatch()
+    cluster.apply(check("same", urls["ref-a"], urls["ref-b"]), namespace)
+    status = wait_check_ended(cluster, namespace, "same", timeout=240)
+    clock.mark(f"standalone check ended {status['phase']}")
+    assert status["phase"] == "Passed", (status, runner_log(cluster, namespace))
+    assert status["verdict"]["passed"] is True
+    assert status["progress"] == {"done": 4, "total": 4}
+    assert status["metrics"]["tokenMatchRate"] == 1.0
+    assert status["metrics"]["hiddenCosineP1"] >= 0.99999
+    html, result = report(cluster, namespace, status)
+    assert "Parity" in html
+    assert "Passed" in html
+    assert result["sides"]["candidate"]["url"] == urls["ref-b"]
+    assert "verdict Passed" in runner_log(cluster, namespace)
+
+    # The runner's permissions are gone once the check ended.
+
+    def rbac_left() -> str:
+        return cluster.kubectl(
+            "get",
+            "serviceaccount,role,rolebinding",
+            "-n",
+            namespace,
+            "-l",
+            "infergate.io/paritycheck=same",
+            "-o",
+            "name",
+        ).stdout.strip()
+
+    wait_for(
+        lambda: rbac_left() == "",
+        30,
+        "the runner's ServiceAccount, Role and RoleBinding to be deleted",
+    )
+
+
+def test_a_harmful_norm_epsilon_fails_with_reasons_a_person_understands(
+    servers: tuple[str, dict[str, str]], cluster: Cluster
+) -> None:
+    namespace, urls = servers
+    cluster.apply(check("bad-eps", urls["ref-a"], urls["bad-eps"]), namespace)
+    status = wait_check_ended(cluster, namespace, "bad-eps", timeout=240)
+    assert status["phase"] == "Failed", (status, runner_log(cluster, namespace))
+    assert status["verdict"]["passed"] is False
+    reasons = {r["metric"]: r for r in status["verdict"]["reasons"]}
+    assert "rms_norm_eps: 1e-06 -> 0.5" in reasons["hygiene.ConfigDiffers"]["message"]
+    cosine = reasons["minHiddenCosineP1"]
+    assert cosine["value"] < cosine["threshold"] == 0.99999
+    assert cosine["prompts"]
+    events = cluster.kubectl(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        "involvedObject.name=bad-eps",
+        "-o",
+        "json",
+    ).stdout
+    assert "CheckFailed" in events
