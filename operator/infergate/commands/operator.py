@@ -63,6 +63,14 @@ def register(subparsers: Any) -> None:
         help=f"port of the kopf liveness endpoint /healthz, 0 to disable "
         f"(default: {_DEFAULT_HEALTH_PORT})",
     )
+    parser.add_argument(
+        "--disable-controller",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="do not load this handler module of infergate.controllers (repeatable), e.g. "
+        "paritycheck when something else writes ParityCheck verdicts",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(handler=run_operator)
 
@@ -85,7 +93,14 @@ def run_operator(args: argparse.Namespace) -> int:
     OPTIONS.resync_seconds = args.resync_seconds
     OPTIONS.kubeconfig = args.kubeconfig
     kopf.configure(verbose=args.verbose)
-    loaded = load_handlers()
+    if not args.verbose:
+        # kopf reports every handler call at INFO; keep its warnings and our own messages.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    try:
+        loaded = load_handlers(exclude=args.disable_controller)
+    except ValueError as error:
+        print(f"--disable-controller: {error}")
+        return 2
     logging.getLogger("infergate").info("handler modules: %s", ", ".join(loaded))
     if args.metrics_port:
         metrics.serve(args.bind_address, args.metrics_port)

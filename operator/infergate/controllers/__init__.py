@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Collection
 
 
-def load_handlers() -> list[str]:
-    """Import every handler module (registering its kopf handlers); their names."""
-    loaded: list[str] = []
-    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if module.name.startswith("_"):
-            continue
-        importlib.import_module(f"{__name__}.{module.name}")
-        loaded.append(module.name)
+def handler_modules() -> list[str]:
+    """Names of the handler modules of this package."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
+def load_handlers(exclude: Collection[str] = ()) -> list[str]:
+    """Import every handler module but `exclude` (registering its kopf handlers); their names."""
+    known = handler_modules()
+    unknown = sorted(set(exclude) - set(known))
+    if unknown:
+        raise ValueError(f"no controller module {', '.join(unknown)}; known: {', '.join(known)}")
+    loaded = [name for name in known if name not in exclude]
+    for name in loaded:
+        importlib.import_module(f"{__name__}.{name}")
     return loaded

@@ -27,6 +27,7 @@ from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
 from infergate.controllers._context import LOCKS, OPTIONS, WAKEUPS, client
 from infergate.errors import (
+    ConflictError,
     InfergateError,
     NotFoundError,
     PermanentKubeError,
@@ -47,6 +48,7 @@ GROUP, VERSION, PLURAL = "infergate.io", "v1alpha1", "inferencedeployments"
 _RETRIES = 12
 _BACKOFF = 3.0
 _RETRY_DELAY = 2.0
+_CONFLICT_DELAY = 0.2
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +169,8 @@ async def reconcile(namespace: str, name: str, indexes: Mapping[str, Any]) -> No
 
 
 def _kopf_error(error: InfergateError) -> Exception:
+    if isinstance(error, ConflictError):
+        return kopf.TemporaryError(str(error), delay=_CONFLICT_DELAY)
     if isinstance(error, RetriableKubeError):
         return kopf.TemporaryError(str(error), delay=_RETRY_DELAY)
     if isinstance(error, SpecError | PermanentKubeError):
@@ -210,6 +214,11 @@ async def resync(
             wake.clear()
             try:
                 await reconcile(namespace, name, kwargs)
+            except ConflictError as error:
+                # Someone (often kopf's own bookkeeping) wrote in between: read again soon.
+                logger.debug("conflict, reconciling again: %s", error)
+                await asyncio.sleep(_CONFLICT_DELAY)
+                wake.set()
             except SpecError as error:
                 logger.warning("not reconciled: %s", error)
             except InfergateError as error:

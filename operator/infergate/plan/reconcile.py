@@ -54,6 +54,7 @@ class ReconcilePlan:
 def condition_events(before: Sequence[Condition], after: Sequence[Condition]) -> list[Notice]:
     """One Event per condition whose status or reason changed; Warning when it turned bad."""
     events: list[Notice] = []
+    known = {c.type for c in before}
     for condition in changed_conditions(before, after):
         true = condition.status is ConditionStatus.TRUE
         warning = (
@@ -63,6 +64,9 @@ def condition_events(before: Sequence[Condition], after: Sequence[Condition]) ->
             or (condition.type == reasons.AVAILABLE and not true and condition.reason
                 == reasons.REPLICAS_UNAVAILABLE)
         )  # fmt: skip
+        # A condition's first appearance is news only when it is bad, or says what started.
+        if condition.type not in known and not warning and condition.type != reasons.PROGRESSING:
+            continue
         events.append(Notice(warning, condition.reason, f"{condition.type}: {condition.message}"))
     return events
 

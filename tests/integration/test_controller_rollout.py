@@ -1,0 +1,183 @@
+"""The InferenceDeployment controller against the real local cluster, with the operator
+running as a pod under its own ServiceAccount: first revision, in-place changes, canary
+with a parity gate (verdicts written by the test), rollback, rejection, deadlines,
+placement that cannot be satisfied, and what `kubectl get idep` shows along the way."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness import Cluster
+from tests.integration.controller_support import (
+    Idep,
+    deployment_manifest,
+    idep_namespace,
+    operator,
+    settle,
+)
+
+pytestmark = pytest.mark.cluster
+__all__ = ["idep_namespace", "operator"]
+
+
+def test_first_revision_becomes_stable(cluster: Cluster, idep_namespace: str) -> None:
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+
+    status = idep.status()
+    assert status["observedGeneration"] == idep.get()["metadata"]["generation"]
+    assert status["trafficMechanism"] == "ReplicaRatio"
+    assert status["endpoints"]["stable"] == {"service": "qwen", "port": 8000}
+    assert status["readyReplicas"] == 2
+    assert idep.condition("Available")["status"] == "True"
+    assert idep.condition("Progressing")["reason"] == "RolloutComplete"
+    assert idep.condition("Degraded")["status"] == "False"
+    assert idep.revisions() == {stable: 2}
+    # Everything it made is owned by it (garbage-collected with it).
+    for kind in ("deployment", "service", "configmap"):
+        owned = cluster.get_json(kind, "-n", idep_namespace, "-l", "infergate.io/deployment=qwen")
+        assert owned["items"], kind
+        for item in owned["items"]:
+            [owner] = item["metadata"]["ownerReferences"]
+            assert (owner["kind"], owner["name"], owner["controller"]) == (
+                "InferenceDeployment",
+                "qwen",
+                True,
+            )
+    table = idep.table()
+    assert table["PHASE"] == "Stable"
+    assert table["STABLE"] == stable
+    assert table["CANARY"] == ""
+    assert idep.wait_event("RolloutComplete")["type"] == "Normal"
+
+
+def test_replicas_change_applies_in_place(cluster: Cluster, idep_namespace: str) -> None:
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+    idep.apply(replicas=3)
+    idep.wait("3 ready replicas", lambda s: s.get("readyReplicas") == 3)
+    assert idep.revisions() == {stable: 3}
+    assert idep.status()["stableRevision"] == stable
+    assert cluster.get_json("pcheck", "-n", idep_namespace)["items"] == []
+
+
+def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace: str) -> None:
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+
+    idep.apply(dtype="float16")
+    canary, check = idep.wait_check()
+    assert canary != stable
+    assert idep.revisions() == {stable: 2, canary: 1}  # the stable keeps serving
+    assert check["spec"]["baseline"] == {
+        "inferenceDeploymentRef": {"name": "qwen"},
+        "revision": stable,
+    }
+    assert check["spec"]["candidate"] == {
+        "inferenceDeploymentRef": {"name": "qwen"},
+        "revision": canary,
+    }
+    assert check["spec"]["sampling"]["maxTokens"] == 16  # from spec.rollout.parity
+    [owner] = check["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("InferenceDeployment", "qwen")
+    # The runner reaches the canary through its own Service.
+    canary_service = cluster.get_json("service", f"qwen-{canary}", "-n", idep_namespace)
+    assert canary_service["spec"]["selector"]["infergate.io/revision"] == canary
+    idep.wait_phase("Verifying")
+    table = idep.table()
+    assert (table["PHASE"], table["STABLE"], table["CANARY"], table["PARITY"]) == (
+        "Verifying",
+        stable,
+        canary,
+        "Pending",
+    )
+    assert idep.status()["endpoints"]["canary"]["service"] == f"qwen-{canary}"
+
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+    idep.wait("promotion", lambda s: s.get("stableRevision") == canary)
+    idep.wait_phase("Stable")
+    idep.wait("old stable scaled down", lambda _: idep.revisions() == {stable: 0, canary: 2})
+    status = idep.status()
+    records = {r["hash"]: r for r in status["revisions"]}
+    assert records[canary]["verdict"] == "Passed"
+    assert records[canary]["metrics"] == {"tokenMatchRate": 1.0}
+    assert "promotedAt" in records[canary]
+    assert idep.condition("ParityPassed")["status"] == "True"
+    table = idep.table()
+    assert (table["PHASE"], table["STABLE"], table["CANARY"], table["PARITY"]) == (
+        "Stable",
+        canary,
+        "",
+        "Passed",
+    )
+    wide = idep.table("-o", "wide")
+    assert (wide["ENGINE"], wide["DTYPE"], wide["REPLICAS"]) == ("vllm", "float16", "2")
+    idep.wait_event("Promoting")
+    idep.wait_event("ParityCheckCreated")
+
+
+@pytest.mark.parametrize(("phase", "reason"), [("Failed", "CheckFailed"), ("Error", "CheckError")])
+def test_failed_or_erred_check_rolls_back_and_is_not_retried(
+    cluster: Cluster, idep_namespace: str, phase: str, reason: str
+) -> None:
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+    idep.apply(dtype="float16")
+    canary, check = idep.wait_check()
+
+    idep.verdict(check["metadata"]["name"], phase, passed=False if phase == "Failed" else None)
+    idep.wait_phase("RolledBack")
+    idep.wait("canary removed", lambda _: idep.revisions() == {stable: 2})
+    status = idep.status()
+    assert status["stableRevision"] == stable
+    assert "canaryRevision" not in status
+    record = {r["hash"]: r for r in status["revisions"]}[canary]
+    assert record["rejected"] is True
+    assert idep.condition("ParityPassed")["reason"] == reason
+    assert idep.condition("Progressing")["reason"] == "RolledBack"
+    assert idep.wait_event("RolledBack")["type"] == "Warning"
+
+    settle()  # not retried while the spec stays
+    assert idep.revisions() == {stable: 2}
+    assert idep.status()["phase"] == "RolledBack"
+
+    idep.apply(dtype="float32")  # the spec changes again: a new canary
+    next_canary, _ = idep.wait_check()
+    assert next_canary not in (stable, canary)
+
+
+def test_no_verdict_within_the_progress_deadline_rolls_back(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    idep = Idep(cluster, idep_namespace, deployment_manifest(deadline=60))
+    idep.apply()
+    stable = idep.wait_stable()
+    idep.apply(dtype="float16")
+    canary, check = idep.wait_check()
+    idep.verdict(check["metadata"]["name"], "Running")
+    status = idep.wait_phase("RolledBack", timeout=120)
+    assert status["stableRevision"] == stable
+    record = {r["hash"]: r for r in status["revisions"]}[canary]
+    assert "no verdict" in record["message"]
+    assert "60s" in idep.condition("Progressing")["message"]
+
+
+def test_impossible_placement_ends_in_a_clear_condition(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    # 16 GPUs per pod; the largest node has 8.
+    idep = Idep(cluster, idep_namespace, deployment_manifest(accelerator_count=16))
+    idep.apply()
+    status = idep.wait_phase("Failed")
+    degraded = idep.condition("Degraded")
+    assert degraded["status"] == "True"
+    assert degraded["reason"] == "Unschedulable"
+    assert "nvidia.com/gpu" in degraded["message"]
+    assert idep.condition("Progressing")["reason"] == "Unschedulable"
+    assert status.get("stableRevision") is None
+    assert idep.table()["PHASE"] == "Failed"
+    assert idep.wait_event("Unschedulable")["type"] == "Warning"
