@@ -1,0 +1,360 @@
+"""infergate, end to end on the local cluster: install, deploy, migrate, catch a bad change.
+
+    make demo            (sets up, brings the cluster up, then runs this)
+    .venv/bin/python demo/demo.py [--out out/demo] [--keep]
+
+What it does, as a user would, with kubectl against the local cluster (real control
+plane, engines running as real processes on the executor nodes):
+
+  0. install the CRDs and the operator from manifests/ (the operator runs as a pod
+     under its own ServiceAccount; the ParityCheck controller's role from
+     manifests/runner);
+  1. deploy the fixture model on vLLM / NVIDIA GPU in bfloat16 and wait until stable;
+  2. migrate it to MindFormers / Ascend. MindSpore has no bfloat16 CPU kernels, so
+     float16 is MindFormers' low-precision case here: the check compares vLLM bf16
+     with MindFormers fp16 under the dtype-change profile (bf16-class limits; a
+     change of dtype is expected). The canary runs, its parity check runs (with a
+     vLLM pooling probe for the GPU side's hidden states), it passes, it is promoted;
+  3. apply a harmful change (RMSNorm epsilon 1e-6 -> 0.5): the check fails with
+     reasons a person can read, the canary is rolled back, stable keeps serving;
+  4. print what happened: wall time per step, the parity figures, the reports.
+
+Every manifest applied is written to OUT/step-N.yaml, every report to OUT/*.html.
+"""
+
+# ruff: noqa: T201 - the demo talks to the terminal
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "operator"))
+
+from infergate.fixture.generate import default_model_dir, is_complete  # noqa: E402
+from infergate.localcluster.layout import ClusterLayout  # noqa: E402
+
+NAMESPACE = "infergate-demo"
+OPERATOR_NAMESPACE = "infergate-system"
+NAME = "qwen"
+TERMINAL = ("Passed", "Failed", "Error")
+
+SUITE = [
+    {"id": "en-weather", "text": "The weather today is", "tags": ["en"]},
+    {"id": "en-story", "text": "Once upon a time there was", "tags": ["en"]},
+    {"id": "en-recipe", "text": "To make bread you need", "tags": ["en"]},
+    {"id": "zh-morning", "text": "今天早上", "tags": ["zh"]},
+    {"id": "zh-city", "text": "这座城市的夜晚", "tags": ["zh"]},
+    {"id": "ids", "tokenIds": [11, 42, 7, 99, 5], "tags": ["ids"]},
+]
+# vLLM bf16 against MindFormers fp16 on CPU: the dtype-change profile's bf16-class
+# limits (KL, same-top, hidden cosine/relL2, legitimate forks). The first-divergence
+# floor is relaxed to 4 tokens: on this tiny model near-ties are frequent, and a
+# legitimate fork (both tokens in each other's top-5, gap under 0.1 nat) is judged
+# by minLegitimateDivergenceRate instead.
+PARITY = {
+    "suite": {"inline": SUITE},
+    "sampling": {"maxTokens": 16, "topLogprobs": 5, "seed": 42},
+    "profile": "dtype-change",
+    "thresholds": {"minFirstDivergenceP10": 4},
+    "runner": {"activeDeadlineSeconds": 900, "backoffLimit": 1},
+    "deadlineSeconds": 1500,
+}
+
+
+def base_manifest(model_dir: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "spec": {
+            "model": {"name": "fixture", "uri": f"file://{model_dir}"},
+            "engine": {
+                "kind": "vllm",
+                "image": "vllm/vllm-openai:v0.32.0",
+                "dtype": "bfloat16",
+                "maxModelLen": 2048,
+                "seed": 42,
+            },
+            "accelerator": {"kind": "nvidia-gpu"},
+            "replicas": 1,
+            "rollout": {
+                "canaryReplicas": 1,
+                "autoPromote": True,
+                "autoRollback": True,
+                "progressDeadlineSeconds": 1200,
+                "parity": copy.deepcopy(PARITY),
+            },
+        },
+    }
+
+
+def migrated(manifest: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(manifest)
+    out["spec"]["engine"] = {
+        "kind": "mindformers",
+        "image": "ghcr.io/infergate/engine-mindformers:1.9.0-ms2.9.0",
+        "dtype": "float16",
+        "maxModelLen": 2048,
+        "seed": 42,
+    }
+    out["spec"]["accelerator"] = {"kind": "ascend-npu"}
+    return out
+
+
+def harmful(manifest: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(manifest)
+    out["spec"]["engine"]["config"] = {"rms_norm_eps": 0.5}
+    return out
+
+
+class Demo:
+    def __init__(self, out: Path) -> None:
+        self.layout = ClusterLayout.default()
+        self.out = out
+        self.rows: list[dict[str, Any]] = []
+        self.started = time.monotonic()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [str(self.layout.bin / "kubectl"), f"--kubeconfig={self.layout.kubeconfig}", *args],
+            input=stdin, capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise SystemExit(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
+        return result.stdout
+
+    def get(self, *args: str) -> dict[str, Any]:
+        text = self.kubectl("get", *args, "-o", "json", check=False)
+        return json.loads(text) if text.strip() else {}
+
+    def status(self) -> dict[str, Any]:
+        return (
+            self.get("inferencedeployments.infergate.io", NAME, "-n", NAMESPACE).get("status") or {}
+        )
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:7.1f}s] {text}", flush=True)
+
+    def wait(self, probe: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = probe()
+            if last:
+                return last
+            time.sleep(2)
+        raise SystemExit(
+            f"timed out after {timeout:.0f}s waiting for {what}; status: {self.status()}"
+        )
+
+    def apply(self, manifest: dict[str, Any], step: int) -> None:
+        path = self.out / f"step-{step}.yaml"
+        path.write_text(yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True))
+        self.kubectl("apply", "-f", str(path))
+        self.say(f"applied {path.relative_to(REPO) if path.is_relative_to(REPO) else path}")
+
+    # -- steps ------------------------------------------------------------------------
+
+    def install(self) -> None:
+        self.kubectl("apply", "-k", str(REPO / "crds"))
+        crds = ("crd/inferencedeployments.infergate.io", "crd/paritychecks.infergate.io")
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds)
+        self.kubectl("apply", "-k", str(REPO / "manifests" / "operator"))
+        self.kubectl("apply", "-k", str(REPO / "manifests" / "runner"))
+        operator = ("deployment/infergate-operator", "-n", OPERATOR_NAMESPACE)
+        self.kubectl("rollout", "status", *operator, "--timeout=300s")
+        self.kubectl(
+            "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s"
+        )
+        self.kubectl("create", "namespace", NAMESPACE)
+        self.say("CRDs and operator installed (operator pod Ready in infergate-system)")
+
+    def wait_stable(self, timeout: float = 900) -> str:
+        def stable() -> dict[str, Any] | None:
+            status = self.status()
+            settled = status.get("phase") == "Stable" and not status.get("canaryRevision")
+            return status if settled else None
+
+        status = self.wait(stable, timeout, "a stable revision")
+        return str(status["stableRevision"])
+
+    def follow_canary(self, step: int, what: str, expect: str) -> dict[str, Any]:
+        begun = time.monotonic()
+        before = self.status().get("stableRevision")
+        canary = self.wait(lambda: self.status().get("canaryRevision"), 300, "the canary")
+        self.say(f"canary revision {canary} rolling out next to stable {before}")
+        check_name = f"{NAME}-{canary}"
+        served = 0
+
+        def ended() -> dict[str, Any] | None:
+            nonlocal served
+            served += self.stable_answers(before)
+            check = self.get("paritychecks.infergate.io", check_name, "-n", NAMESPACE)
+            status = check.get("status") or {}
+            if status.get("phase") in TERMINAL:
+                return status
+            progress = status.get("progress") or {}
+            if progress:
+                done, total = progress.get("done"), progress.get("total")
+                print(
+                    f"\r    check {status.get('phase')}: {done}/{total} prompts", end="", flush=True
+                )
+            return None
+
+        check = self.wait(ended, 1800, f"ParityCheck {check_name}")
+        print()
+        self.say(
+            f"ParityCheck {check_name}: {check['phase']} - {check['verdict'].get('summary', '')}"
+        )
+        for reason in check["verdict"].get("reasons", [])[:6]:
+            self.say(f"    reason: {reason.get('message', reason.get('metric'))[:300]}")
+        final = self.wait(
+            lambda: not (s := self.status()).get("canaryRevision") and s,
+            600,
+            "the rollout to settle",
+        )
+        self.say(f"rollout {final.get('phase')}: stable revision {final.get('stableRevision')}")
+        report = self.out / f"{check_name}.html"
+        subprocess.run(
+            [str(REPO / ".venv" / "bin" / "infergate"), "parity", "report", "--check",
+             f"{NAMESPACE}/{check_name}", "--kubeconfig", str(self.layout.kubeconfig),
+             "--out", str(report), "--json", str(report.with_suffix(".json"))],
+            check=False, capture_output=True, timeout=120,
+        )  # fmt: skip
+        metrics = check.get("metrics") or {}
+        self.rows.append(
+            {
+                "step": step,
+                "what": what,
+                "expected": expect,
+                "check": check["phase"],
+                "rollout": final.get("phase"),
+                "stable": final.get("stableRevision"),
+                "seconds": time.monotonic() - begun,
+                "tokenMatch": metrics.get("tokenMatchRate"),
+                "meanKl": metrics.get("meanKl"),
+                "cosineP1": metrics.get("hiddenCosineP1"),
+                "relL2P99": metrics.get("hiddenRelL2P99"),
+                "report": report,
+                "stableAnswers": served,
+            }
+        )
+        return check
+
+    def stable_answers(self, revision: str | None) -> int:
+        """1 when a pod of the stable revision answers a completion now (pod IP, not ClusterIP)."""
+        if revision is None:
+            return 0
+        pods = self.get("pods", "-n", NAMESPACE, "-l", f"infergate.io/revision={revision}").get(
+            "items", []
+        )
+        body = {"model": "fixture", "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+        for pod in pods:
+            ip = (pod.get("status") or {}).get("podIP")
+            if not ip or pod["metadata"].get("deletionTimestamp"):
+                continue
+            try:
+                answer = httpx.post(f"http://{ip}:8000/v1/completions", timeout=30, json=body)
+            except httpx.HTTPError:
+                return 0
+            return 1 if answer.status_code == 200 else 0
+        return 0
+
+    def table(self) -> None:
+        line = "=" * 104
+        print(f"\n{line}")
+        print(
+            f"{'step':<4} {'what':<40} {'check':<7} {'rollout':<11} {'s':>6} "
+            f"{'match':>6} {'meanKL':>9} {'cosP1':>9} {'relL2P99':>9}"
+        )
+        for row in self.rows:
+            print(
+                f"{row['step']:<4} {row['what']:<40} {row.get('check') or '-':<7} "
+                f"{row.get('rollout') or '-':<11} {row['seconds']:6.0f} "
+                f"{_num(row, 'tokenMatch', '.3f'):>6} {_num(row, 'meanKl', '.2e'):>9} "
+                f"{_num(row, 'cosineP1', '.6f'):>9} {_num(row, 'relL2P99', '.2e'):>9}"
+            )
+        print(line)
+        for row in self.rows:
+            if row.get("report"):
+                ok = "as expected" if row.get("check") == row.get("expected") else "NOT as expected"
+                print(
+                    f"step {row['step']}: check {row.get('check')} ({ok}); the stable revision "
+                    f"answered {row.get('stableAnswers', 0)} requests during the check; "
+                    f"HTML report: {row['report']}"
+                )
+        print(f"total wall time: {time.monotonic() - self.started:.0f}s")
+
+
+def _num(row: dict[str, Any], key: str, fmt: str) -> str:
+    value = row.get(key)
+    return format(value, fmt) if isinstance(value, int | float) else "-"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
+    parser.add_argument(
+        "--keep", action="store_true", help="leave the operator and the demo namespace"
+    )
+    args = parser.parse_args()
+    model_dir = default_model_dir()
+    if not is_complete(model_dir):
+        raise SystemExit(f"fixture model missing at {model_dir}: run `make engines` first")
+    args.out.mkdir(parents=True, exist_ok=True)
+    demo = Demo(args.out)
+    step_start = time.monotonic()
+    demo.install()
+    demo.rows.append(
+        {"step": 0, "what": "install CRDs + operator", "seconds": time.monotonic() - step_start}
+    )
+
+    step_start = time.monotonic()
+    first = base_manifest(model_dir)
+    demo.apply(first, 1)
+    stable = demo.wait_stable()
+    demo.say(f"step 1: vLLM bfloat16 on GPU stable at revision {stable}")
+    demo.rows.append({"step": 1, "what": "vLLM bf16 on GPU: deploy", "rollout": "Stable",
+                      "stable": stable, "seconds": time.monotonic() - step_start})  # fmt: skip
+
+    second = migrated(first)
+    demo.apply(second, 2)
+    demo.say("step 2: migrate to MindFormers on Ascend (fp16: MindSpore has no CPU bf16); "
+             "checked under profile dtype-change")  # fmt: skip
+    demo.follow_canary(2, "migrate to MindFormers fp16 on Ascend", "Passed")
+
+    third = harmful(second)
+    demo.apply(third, 3)
+    demo.say("step 3: a harmful change, RMSNorm epsilon 1e-6 -> 0.5")
+    demo.follow_canary(3, "harmful change: rms_norm_eps 0.5", "Failed")
+    demo.table()
+    if not args.keep:
+        demo.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+        demo.kubectl(
+            "delete", "-k", str(REPO / "manifests" / "runner"), "--ignore-not-found", check=False
+        )
+        demo.kubectl(
+            "delete", "-k", str(REPO / "manifests" / "operator"), "--ignore-not-found", check=False
+        )
+    expected = [row.get("check") == row.get("expected") for row in demo.rows if "expected" in row]
+    return 0 if all(expected) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
