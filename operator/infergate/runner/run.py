@@ -48,6 +48,7 @@ from infergate.parity.profiles import (
 )
 from infergate.parity.record import ParityInputError, RecordMeta
 from infergate.parity.report import render_report
+from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
 from infergate.runner import status as st
 from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
@@ -219,7 +220,7 @@ class _Runner:
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
         self._drive(spec, suite, baseline, candidate, comparison)
         result = comparison.finalize()
-        previous = self._previous_metrics()
+        previous = self._previous_metrics(profile)
         verdict = decide(
             result, resolve_warnings(profile, explicit), previous, spec.effective_regression()
         )
@@ -365,7 +366,13 @@ class _Runner:
             except (SideAnswerError, ParityInputError) as err:
                 raise CheckEndedError(st.REASON_MEASUREMENT, str(err)) from err
 
-    def _previous_metrics(self) -> ParityMetrics | None:
+    def _previous_metrics(self, profile: ProfileName) -> ParityMetrics | None:
+        """Metrics of the last passing check, when it judged the same kind of change.
+
+        A regression is a worsening against a comparable check: a previous check under
+        another profile (a migration, say, against a kernel update) measured a different
+        change, and its figures are no baseline for this one.
+        """
         name = self.options.previous_report
         if name is None:
             return None
@@ -378,10 +385,18 @@ class _Runner:
             document = json.loads(documents["result.json"])
             if document.get("status") != VerdictStatus.PASSED.value:
                 return None
-            return ParityMetrics.model_validate(document["result"]["metrics"])
+            if document.get("profile") != profile.value:
+                _say(
+                    f"previous passing check ran under profile {document.get('profile')}, this one "
+                    f"under {profile.value}; no regression test"
+                )
+                return None
+            metrics = ParityMetrics.model_validate(document["result"]["metrics"])
         except (KeyError, ValueError, ValidationError) as err:
             _say(f"previous report {name} unreadable ({err}); no regression test")
             return None
+        _say(f"regression test against the last passing check ({name})")
+        return metrics
 
     def _write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference:
         try:

@@ -238,3 +238,43 @@ def test_stable_revision_is_used_when_the_side_names_none() -> None:
     assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
     result = json.loads(read_report(api.config_maps["check-report"]["data"], {})["result.json"])
     assert result["sides"]["baseline"]["revision"] == "aaaaaaaaaa"
+
+
+def _passed_report(api: FakeApi, profile: str) -> str:
+    """Run an identical-sides check named `old` and return its report ConfigMap."""
+    api.add_check("old", spec(profile=profile))
+    api.add_service("old-probe-baseline", PROBE_IP)
+    assert run_check(api, "old", FAST, connector=engines().connector()) == EXIT_DONE
+    assert api.checks["old"]["status"]["phase"] == "Passed"
+    return str(api.checks["old"]["status"]["reportRef"]["name"])
+
+
+def test_a_worsening_against_the_last_passing_check_of_the_same_kind_fails() -> None:
+    api = cluster()
+    previous = _passed_report(api, "dtype-change")
+    options = RunOptions(
+        concurrency=2, wait_for_sides=0.2, progress_interval=0.0, previous_report=previous
+    )
+    slightly_off = engines(ToyEngine(shift=-0.002))
+    assert run_check(api, "check", options, connector=slightly_off.connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Failed"
+    metrics = {r["metric"] for r in s["verdict"]["reasons"]}
+    # Within every absolute limit: only the regression against the last pass fails it.
+    assert metrics
+    assert all(m.startswith("regression.") for m in metrics)
+    assert any("rose from 0" in r["message"] for r in s["verdict"]["reasons"])
+
+
+def test_a_passing_check_of_another_kind_is_no_baseline_for_regression() -> None:
+    api = cluster()
+    previous = _passed_report(api, "dtype-change")
+    report = api.config_maps[previous]["data"]
+    document = json.loads(report["result.json"])
+    report["result.json"] = json.dumps({**document, "profile": "gpu-to-ascend-bf16"})
+    options = RunOptions(
+        concurrency=2, wait_for_sides=0.2, progress_interval=0.0, previous_report=previous
+    )
+    slightly_off = engines(ToyEngine(shift=-0.002))
+    assert run_check(api, "check", options, connector=slightly_off.connector()) == EXIT_DONE
+    assert status(api)["phase"] == "Passed"
