@@ -40,10 +40,17 @@ class CheckClient:
     def get_check(self, name: str) -> JSON:
         return self.kube.get(PARITY_CHECKS, self.namespace, name)
 
-    def patch_check_status(self, name: str, status: Mapping[str, Any]) -> JSON:
-        """Merge `status` into the check's status (fields not given are kept)."""
+    def patch_check_status(
+        self, name: str, status: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> JSON:
+        """Merge `status` into the check's status (fields not given are kept). With
+        `resource_version`, only if the check is still at that version (409 otherwise), so
+        a write based on what was read never lands on a verdict written meanwhile."""
+        patch: JSON = {"status": dict(status)}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
         return self.kube.merge_patch(
-            PARITY_CHECKS, self.namespace, name, {"status": dict(status)}, subresource="status"
+            PARITY_CHECKS, self.namespace, name, patch, subresource="status"
         )
 
     def replace_check_status(self, check: Mapping[str, Any]) -> JSON:

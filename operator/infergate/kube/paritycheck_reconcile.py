@@ -205,7 +205,9 @@ def reconcile(api: CheckChildren, name: str, now: datetime, emit: Emit) -> Recon
     obs = observe(api, check, now)
     actions = lifecycle.decide(obs)
     if actions.status:
-        api.patch_check_status(name, actions.status)
+        # Conditional on what was observed: never lands on a verdict written meanwhile.
+        version = check["metadata"].get("resourceVersion")
+        api.patch_check_status(name, actions.status, resource_version=version)
     for side in actions.create_probes:
         template = obs.sides[side].probe_template
         assert template is not None  # noqa: S101 - a side needing a probe has its template

@@ -36,7 +36,13 @@ from pydantic.alias_generators import to_camel
 
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import ParityCheck, ParityCheckSpec
-from infergate.errors import ForbiddenError, KubeError, NotFoundError, RetriableKubeError
+from infergate.errors import (
+    ConflictError,
+    ForbiddenError,
+    KubeError,
+    NotFoundError,
+    RetriableKubeError,
+)
 from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.metrics import ParityMetrics
@@ -84,7 +90,9 @@ class RunnerApi(ClusterReads, Protocol):
 
     def get_check(self, name: str) -> dict[str, Any]: ...
 
-    def patch_check_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]: ...
+    def patch_check_status(
+        self, name: str, status: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> dict[str, Any]: ...
 
     def replace_check_status(self, check: Mapping[str, Any]) -> dict[str, Any]: ...
 
@@ -194,14 +202,8 @@ class _Runner:
             raise CheckEndedError(st.REASON_INVALID, f"spec is invalid: {err}") from err
         suite = self._suite(spec)
         started = time.monotonic()
-        self._patch(
-            {
-                "phase": "Running",
-                "observedGeneration": self.generation,
-                "progress": {"done": 0, "total": len(suite.prompts)},
-                **self._start_time(),
-            }
-        )
+        if not self._mark_running(len(suite.prompts)):
+            return EXIT_DONE
         baseline, candidate = self._resolve(spec)
         _say(f"baseline: {baseline.description} at {baseline.url}")
         _say(f"candidate: {candidate.description} at {candidate.url}")
@@ -439,6 +441,32 @@ class _Runner:
             return {}
         return {"startTime": self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")}
 
+    def _mark_running(self, total: int) -> bool:
+        """Phase Running, unless the check ended meanwhile (then False: nothing to do)."""
+        for _ in range(5):
+            fields = {
+                "phase": "Running",
+                "observedGeneration": self.generation,
+                "progress": {"done": 0, "total": total},
+                **self._start_time(),
+            }
+            version = self.check["metadata"].get("resourceVersion")
+            try:
+                self.check = self.api.patch_check_status(
+                    self.name, fields, resource_version=version
+                )
+            except ConflictError:
+                self.check = self._get()
+                phase = (self.check.get("status") or {}).get("phase")
+                if st.is_terminal(phase):
+                    _say(f"check ended ({phase}) before the runner started; nothing to do")
+                    return False
+                continue
+            except KubeError as err:
+                raise _api_failure(err) from err
+            return True
+        raise RetryableRunError("ApiConflict", "status kept changing while starting the run")
+
     def _patch(self, fields: Mapping[str, Any]) -> None:
         updated = self._api_call(lambda: self.api.patch_check_status(self.name, fields))
         if updated:
@@ -470,15 +498,24 @@ class _Runner:
 
     def record_attempt_failure(self, reason: str, message: str) -> None:
         try:
-            current = self._get()
-            conditions = st.runner_error_conditions(
-                (current.get("status") or {}).get("conditions") or [],
-                reason,
-                message,
-                generation=current["metadata"].get("generation"),
-                at=self.clock(),
-            )
-            self.api.patch_check_status(self.name, {"conditions": conditions})
+            for _ in range(3):
+                current = self._get()
+                conditions = st.runner_error_conditions(
+                    (current.get("status") or {}).get("conditions") or [],
+                    reason,
+                    message,
+                    generation=current["metadata"].get("generation"),
+                    at=self.clock(),
+                )
+                try:
+                    self.api.patch_check_status(
+                        self.name,
+                        {"conditions": conditions},
+                        resource_version=current["metadata"].get("resourceVersion"),
+                    )
+                except ConflictError:
+                    continue
+                return
         except (KubeError, RetryableRunError, CheckEndedError) as err:
             _say(f"could not record the failure in the status: {err}")
 

@@ -73,8 +73,15 @@ class FakeApi:
             raise NotFoundError(f"get ParityCheck {self.namespace}/{name}: 404", status=404)
         return copy.deepcopy(self.checks[name])
 
-    def patch_check_status(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    def patch_check_status(
+        self, name: str, status: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> dict[str, Any]:
         check = self.checks[name]
+        if (
+            resource_version is not None
+            and resource_version != check["metadata"]["resourceVersion"]
+        ):
+            raise ConflictError(f"patch ParityCheck {name} status: 409", status=409)
         check["status"] = {**(check.get("status") or {}), **copy.deepcopy(dict(status))}
         self._bump(check)
         self.status_writes.append(copy.deepcopy(dict(status)))

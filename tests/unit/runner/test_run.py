@@ -278,3 +278,21 @@ def test_a_passing_check_of_another_kind_is_no_baseline_for_regression() -> None
     slightly_off = engines(ToyEngine(shift=-0.002))
     assert run_check(api, "check", options, connector=slightly_off.connector()) == EXIT_DONE
     assert status(api)["phase"] == "Passed"
+
+
+def test_a_verdict_written_between_read_and_start_is_not_overwritten() -> None:
+    api = cluster()
+    read = api.get_check
+
+    def read_then_deadline(name: str) -> dict[str, Any]:
+        seen = read(name)
+        if "status" not in api.checks[name]:
+            api.checks[name]["status"] = {"phase": "Error"}  # the controller's deadline, meanwhile
+            api.checks[name]["metadata"]["resourceVersion"] = "999"
+        return seen
+
+    api.get_check = read_then_deadline  # type: ignore[method-assign]
+    connector = engines()
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    assert status(api) == {"phase": "Error"}
+    assert connector.engines[BASE_URL].completions == 0
