@@ -18,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 VENV_STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
 .PHONY: help setup venv control-plane test test-unit test-cluster lint fmt crds crds-check \
-        cluster-up cluster-down demo bench clean
+        cluster-up cluster-down demo bench bench-parity clean
 
 help:
 	@echo "make demo    bring up the local cluster and show infergate at work"
@@ -56,11 +56,13 @@ crds-check: venv
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
-test-cluster: setup cluster-up
+test-cluster: setup
 	$(BIN)/pytest tests/cluster tests/integration
 
-test: setup lint crds-check
-	$(BIN)/pytest tests
+# One pytest run: unit tests, then the cluster-backed ones (the session fixture
+# starts the local cluster if it is not up, and stops it again if it started it).
+test: setup engines lint crds-check
+	INFERGATE_REQUIRE_ENGINES=1 $(BIN)/pytest tests
 
 cluster-up: setup
 	$(BIN)/infergate localcluster up
@@ -68,11 +70,15 @@ cluster-up: setup
 cluster-down: venv
 	$(BIN)/infergate localcluster down
 
-demo: setup cluster-up
+# The main job: the local cluster with real engines, a canary flow end to end.
+demo: setup engines cluster-up
 	$(BIN)/infergate localcluster show
+	$(MAKE) --no-print-directory demo-flow
 
-bench: venv
-	@echo "no benchmarks yet"
+bench: bench-parity
+
+bench-parity: venv
+	$(PY) bench/parity_bench.py
 
 clean: cluster-down
 	rm -rf $(VENV) .cluster
