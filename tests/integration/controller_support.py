@@ -52,11 +52,15 @@ class OperatorInstall:
     def service_account(self) -> str:
         return f"system:serviceaccount:{self.namespace}:infergate-operator"
 
-    def pod(self) -> dict[str, Any] | None:
-        pods = self.cluster.get_json(
+    def pods(self) -> list[dict[str, Any]]:
+        """Operator pods, terminating ones included."""
+        listed: list[dict[str, Any]] = self.cluster.get_json(
             "pods", "-n", self.namespace, "-l", "app.kubernetes.io/name=infergate-operator"
         )["items"]
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return listed
+
+    def pod(self) -> dict[str, Any] | None:
+        live = [p for p in self.pods() if not p["metadata"].get("deletionTimestamp")]
         return live[0] if live else None
 
     def wait_ready(self, timeout: float = 120) -> dict[str, Any]:
@@ -86,7 +90,8 @@ class OperatorInstall:
         if replicas:
             self.wait_ready()
         else:
-            wait_for(lambda: self.pod() is None, 60, "the operator pod to be gone")
+            # Gone, not just terminating: a stopping process still acts until it exits.
+            wait_for(lambda: not self.pods(), 90, "the operator pod to be gone")
 
     def log(self) -> str:
         pod = self.pod()

@@ -1,8 +1,8 @@
-"""Process-wide state of the operator: options, the API client, wake-ups and locks.
+"""Process-wide state of the operator: options, the API client, the resync loop, locks.
 
-None of it is rollout truth: wake-ups only make a reconcile come sooner, locks
-only keep two reconciles of one deployment from interleaving, and the client
-is a connection pool. A restarted process starts with all of it empty.
+None of it is rollout truth: locks only keep two reconciles of one deployment
+from interleaving, the resync schedule only says when to look again, and the
+client is a connection pool. A restarted process starts with all of it empty.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
 
+from infergate.controllers._resync import Resyncer
 from infergate.kube.client import KubeClient
 from infergate.plan.observed import OwnerKey
 
@@ -44,23 +45,20 @@ def close_client() -> None:
         _client = None
 
 
-class Wakeups:
-    """One event per deployment: set by its children's changes, awaited by its resync loop."""
-
-    def __init__(self) -> None:
-        self._events: dict[OwnerKey, asyncio.Event] = {}
-
-    def event(self, key: OwnerKey) -> asyncio.Event:
-        return self._events.setdefault(key, asyncio.Event())
-
-    def wake(self, key: OwnerKey) -> None:
-        event = self._events.get(key)
-        if event is not None:
-            event.set()
-
-    def forget(self, key: OwnerKey) -> None:
-        self._events.pop(key, None)
-
-
-WAKEUPS = Wakeups()
 LOCKS: defaultdict[OwnerKey, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+
+class _Schedule:
+    """The process's resync loop, once started."""
+
+    resyncer: Resyncer | None = None
+    task: asyncio.Task[None] | None = None
+
+
+SCHEDULE = _Schedule()
+
+
+def wake(key: OwnerKey) -> None:
+    """Reconcile this deployment soon (a child of it changed)."""
+    if SCHEDULE.resyncer is not None:
+        SCHEDULE.resyncer.wake(key)

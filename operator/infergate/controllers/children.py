@@ -5,6 +5,9 @@ children (see `plan.observed`), kept current by kopf from the watch streams, so
 a reconcile reads its children from memory instead of listing them. A change
 of a child wakes its deployment's resync loop: a canary becoming available, a
 verdict, or a drifting edit is acted on at once rather than at the next resync.
+
+Indexes and event handlers add no finalizer: deleting anything never waits for
+the operator.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from infergate.controllers._context import WAKEUPS
+from infergate.controllers._context import wake
 from infergate.plan.observed import (
     ObservedCheck,
     ObservedDeployment,
@@ -76,4 +79,4 @@ async def wake_owner(body: kopf.Body, **_: Any) -> None:
     """Wake the owning deployment's resync loop."""
     key = owner_key(body)
     if key is not None:
-        WAKEUPS.wake(key)
+        wake(key)

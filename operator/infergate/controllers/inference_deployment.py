@@ -2,11 +2,12 @@
 
 Gather (the object from the API, its children from the indexes), decide
 (`plan.plan_reconcile`, pure), write (`kube.writer`), then post the Events and
-count the outcomes. A resync loop per deployment (a kopf daemon) re-observes
-every `resync_seconds`, and sooner when a child changes, so progress that no
-spec change announces (a canary becoming available, a verdict, a drifting
-edit) is acted on. No finalizer: children go with their owner through garbage
-collection, and deletion never waits for the operator.
+count the outcomes. One resync loop for the process re-observes every
+deployment every `resync_seconds`, and sooner when a child changes, so progress
+that no spec change announces (a canary becoming available, a verdict, a
+drifting edit) is acted on. No finalizer (hence no kopf daemon or timer, which would add
+one): children go with their owner through garbage collection, and deletion
+never waits for the operator.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 import kopf
 from pydantic import ValidationError
@@ -25,7 +26,8 @@ from pydantic import ValidationError
 from infergate import metrics
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
-from infergate.controllers._context import LOCKS, OPTIONS, WAKEUPS, client
+from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
+from infergate.controllers._resync import Resyncer
 from infergate.errors import (
     ConflictError,
     InfergateError,
@@ -35,6 +37,7 @@ from infergate.errors import (
     SpecError,
 )
 from infergate.kube.client import INFERENCE_DEPLOYMENTS, JSON
+from infergate.kube.events import post_event
 from infergate.kube.writer import PlanWriter, WriteResult
 from infergate.plan import reasons
 from infergate.plan.control import manual_requests
@@ -121,18 +124,21 @@ def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
         now=now,
     )
     plan = plan_reconcile(state)
-    return ReconcileResult(plan, writer.write(plan, body))
-
-
-def _post(body: JSON, events: list[Notice]) -> None:
+    written = writer.write(plan, body)
+    events = [
+        *plan.events,
+        *(
+            Notice(
+                False, reasons.PARITY_CHECK_CREATED, f"ParityCheck {name} created for the canary"
+            )
+            for name in written.created_checks
+        ),
+    ]
     for event in events:
-        kopf.event(
-            # A freshly read object; kopf only reads its apiVersion, kind and metadata.
-            cast(kopf.Body, body),
-            type="Warning" if event.warning else "Normal",
-            reason=event.reason,
-            message=event.message,
+        post_event(
+            client(), body, warning=event.warning, reason=event.reason, message=event.message
         )
+    return ReconcileResult(plan, written)
 
 
 async def reconcile(namespace: str, name: str, indexes: Mapping[str, Any]) -> None:
@@ -150,17 +156,7 @@ async def reconcile(namespace: str, name: str, indexes: Mapping[str, Any]) -> No
             observed = _snapshot(key, str(body["metadata"]["uid"]), indexes)
             outcome = await asyncio.to_thread(_reconcile_blocking, body, observed)
             result = "ok"
-            plan, written = outcome.plan, outcome.written
-            events = list(plan.events)
-            events += [
-                Notice(
-                    False,
-                    reasons.PARITY_CHECK_CREATED,
-                    f"ParityCheck {check} created for the canary",
-                )
-                for check in written.created_checks
-            ]
-            _post(body, events)
+            plan = outcome.plan
             metrics.record_outcomes(namespace, name, [(o.kind, o.reason) for o in plan.outcomes])
             if plan.status.phase is not None:
                 metrics.record_phase(namespace, name, plan.status.phase, len(plan.status.revisions))
@@ -189,50 +185,60 @@ async def reconcile_on_change(name: str, namespace: str | None, **kwargs: Any) -
         raise _kopf_error(error) from error
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-async def resync(
-    name: str,
-    namespace: str | None,
-    stopped: kopf.DaemonStopped,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-    **kwargs: Any,
-) -> None:
-    """Reconcile every resync_seconds, or as soon as a child changes."""
-    namespace = namespace or ""
-    key = OwnerKey(namespace, name)
-    wake = WAKEUPS.event(key)
-    stop = asyncio.ensure_future(stopped.wait())
+@kopf.index(GROUP, VERSION, PLURAL)
+async def known_deployments(name: str, namespace: str | None, **_: Any) -> dict[OwnerKey, bool]:
+    """Every InferenceDeployment the operator serves (the resync loop's work list)."""
+    return {OwnerKey(namespace or "", name): True}
+
+
+async def _resync_one(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
+    """One scheduled reconcile; how soon to retry after an error (None: the usual interval)."""
     try:
-        while not stopped:
-            waiting = asyncio.ensure_future(wake.wait())
-            await asyncio.wait(
-                {waiting, stop}, timeout=OPTIONS.resync_seconds, return_when=asyncio.FIRST_COMPLETED
-            )
-            waiting.cancel()
-            if stopped:
-                break
-            wake.clear()
-            try:
-                await reconcile(namespace, name, kwargs)
-            except ConflictError as error:
-                # Someone (often kopf's own bookkeeping) wrote in between: read again soon.
-                logger.debug("conflict, reconciling again: %s", error)
-                await asyncio.sleep(_CONFLICT_DELAY)
-                wake.set()
-            except SpecError as error:
-                logger.warning("not reconciled: %s", error)
-            except InfergateError as error:
-                logger.warning("reconcile failed, retrying in %.0fs: %s", _RETRY_DELAY, error)
-                await asyncio.sleep(_RETRY_DELAY)
-                wake.set()
-    finally:
-        stop.cancel()
+        await reconcile(key.namespace, key.name, indexes)
+    except ConflictError as error:
+        # Someone (often kopf's own bookkeeping) wrote in between: read again soon.
+        log.debug("%s/%s: conflict, reconciling again: %s", key.namespace, key.name, error)
+        return _CONFLICT_DELAY
+    except SpecError as error:
+        log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
+    except InfergateError as error:
+        log.warning("%s/%s: reconcile failed, retrying: %s", key.namespace, key.name, error)
+        return _RETRY_DELAY
+    except Exception:
+        log.exception("%s/%s: reconcile crashed, retrying", key.namespace, key.name)
+        return _RETRY_DELAY
+    return None
+
+
+@kopf.on.startup()
+async def start_resync(**kwargs: Any) -> None:
+    """Start the process's resync loop over every known deployment."""
+    indexes: Mapping[str, Any] = kwargs
+
+    async def one(key: OwnerKey) -> float | None:
+        return await _resync_one(key, indexes)
+
+    def known() -> list[OwnerKey]:
+        index = indexes.get("known_deployments")
+        return list(index) if index is not None else []
+
+    resyncer = Resyncer(one, OPTIONS.resync_seconds)
+    SCHEDULE.resyncer = resyncer
+    SCHEDULE.task = asyncio.create_task(resyncer.run(known), name="infergate-resync")
+
+
+@kopf.on.cleanup()
+async def stop_resync(**_: Any) -> None:
+    """Stop the resync loop and the reconciles it started."""
+    if SCHEDULE.task is not None:
+        SCHEDULE.task.cancel()
+    if SCHEDULE.resyncer is not None:
+        await SCHEDULE.resyncer.stop()
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 async def forget(name: str, namespace: str | None, **_: Any) -> None:
     """Drop the deployment's gauges; its children go through garbage collection."""
     key = OwnerKey(namespace or "", name)
-    WAKEUPS.forget(key)
     LOCKS.pop(key, None)
     metrics.forget(key.namespace, name)

@@ -207,7 +207,8 @@ class KubeClient:
         return self.request(
             "POST",
             resource.path(namespace),
-            what=f"{resource.kind} {namespace}/{body['metadata']['name']}",
+            what=f"{resource.kind} {namespace}/"
+            + str(body["metadata"].get("name") or body["metadata"].get("generateName", "")),
             resource=resource.plural,
             body=body,
         )

@@ -1,0 +1,77 @@
+"""Re-observation of every InferenceDeployment: on a timer, and at once when woken.
+
+One loop for the whole process (not a kopf daemon or timer per object: kopf
+guards those with a finalizer, and a finalizer would hang deletion while the
+operator is down). Each known deployment is reconciled every `interval`
+seconds, sooner when a child of it changed, never twice at the same time.
+Nothing here is rollout truth: a restarted process starts with an empty
+schedule and reconciles everything once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
+
+from infergate.plan.observed import OwnerKey
+
+# A reconcile returns how soon to try again (after an error), or None for the usual interval.
+Reconcile = Callable[[OwnerKey], Awaitable[float | None]]
+_MIN_WAIT = 0.05
+
+
+class Resyncer:
+    """Schedules reconciles of the deployments `known()` lists."""
+
+    def __init__(self, reconcile: Reconcile, interval: float) -> None:
+        self._reconcile = reconcile
+        self.interval = interval
+        self._due: dict[OwnerKey, float] = {}
+        self._woken: set[OwnerKey] = set()
+        self._running: dict[OwnerKey, asyncio.Task[None]] = {}
+        self._changed = asyncio.Event()
+
+    def wake(self, key: OwnerKey) -> None:
+        """Reconcile this deployment as soon as it is not already being reconciled."""
+        self._woken.add(key)
+        self._changed.set()
+
+    async def run(self, known: Callable[[], Iterable[OwnerKey]]) -> None:
+        """Forever: start the reconciles that are due, then sleep until the next one or a wake."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._changed.clear()
+            now = loop.time()
+            keys = set(known())
+            for key in set(self._due) - keys:
+                self._due.pop(key, None)
+                self._woken.discard(key)
+            for key in keys:
+                due = self._due.setdefault(key, now)
+                if key in self._running or (key not in self._woken and due > now):
+                    continue
+                self._woken.discard(key)
+                self._due[key] = now + self.interval
+                self._running[key] = asyncio.create_task(self._one(key))
+            idle = [due - now for key, due in self._due.items() if key not in self._running]
+            timeout = max(_MIN_WAIT, min(idle, default=self.interval))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def _one(self, key: OwnerKey) -> None:
+        try:
+            retry = await self._reconcile(key)
+            if retry is not None:
+                self._due[key] = asyncio.get_running_loop().time() + retry
+        finally:
+            self._running.pop(key, None)
+            self._changed.set()
+
+    async def stop(self) -> None:
+        """Cancel the reconciles in flight."""
+        for task in list(self._running.values()):
+            task.cancel()
+        for task in list(self._running.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
