@@ -15,7 +15,7 @@ plane, engines running as real processes on the executor nodes):
      with MindFormers fp16 under the dtype-change profile (bf16-class limits; a
      change of dtype is expected). The canary runs, its parity check runs (with a
      vLLM pooling probe for the GPU side's hidden states), it passes, it is promoted;
-  3. apply a harmful change (RMSNorm epsilon 1e-6 -> 0.5): the check fails with
+  3. apply a harmful change (RMSNorm epsilon 1e-6 -> 1e-4): the check fails with
      reasons a person can read, the canary is rolled back, stable keeps serving;
   4. print what happened: wall time per step, the parity figures, the reports.
 
@@ -58,16 +58,15 @@ SUITE = [
     {"id": "zh-city", "text": "这座城市的夜晚", "tags": ["zh"]},
     {"id": "ids", "tokenIds": [11, 42, 7, 99, 5], "tags": ["ids"]},
 ]
-# vLLM bf16 against MindFormers fp16 on CPU: the dtype-change profile's bf16-class
-# limits (KL, same-top, hidden cosine/relL2, legitimate forks). The first-divergence
-# floor is relaxed to 4 tokens: on this tiny model near-ties are frequent, and a
-# legitimate fork (both tokens in each other's top-5, gap under 0.1 nat) is judged
-# by minLegitimateDivergenceRate instead.
+# vLLM bf16 against MindFormers fp16 is judged under the dtype-change profile as it
+# stands (bf16-class limits: mean KL <= 1e-3, same-top >= 98.5%, hidden cosine P1 >=
+# 0.99, relL2 P99 <= 5e-2; the dtype itself may differ). Measured on the fixture model
+# (18 prompts x 64 tokens, engine experiment): identical greedy outputs, mean KL 1.2e-5,
+# hidden cosine P1 0.99995, relL2 P99 0.0096 - it passes on its merits, no limit relaxed.
 PARITY = {
     "suite": {"inline": SUITE},
     "sampling": {"maxTokens": 16, "topLogprobs": 5, "seed": 42},
     "profile": "dtype-change",
-    "thresholds": {"minFirstDivergenceP10": 4},
     "runner": {"activeDeadlineSeconds": 900, "backoffLimit": 1},
     "deadlineSeconds": 1500,
 }
@@ -115,7 +114,9 @@ def migrated(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def harmful(manifest: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(manifest)
-    out["spec"]["engine"]["config"] = {"rms_norm_eps": 0.5}
+    # The fixture's RMSNorm epsilon is 1e-6; 1e-4 is the kind of slip a copied config
+    # makes. Most greedy outputs stay identical, so only the parity figures catch it.
+    out["spec"]["engine"]["config"] = {"rms_norm_eps": 1e-4}
     return out
 
 
@@ -341,8 +342,8 @@ def main() -> int:
 
     third = harmful(second)
     demo.apply(third, 3)
-    demo.say("step 3: a harmful change, RMSNorm epsilon 1e-6 -> 0.5")
-    demo.follow_canary(3, "harmful change: rms_norm_eps 0.5", "Failed")
+    demo.say("step 3: a harmful change, RMSNorm epsilon 1e-6 -> 1e-4")
+    demo.follow_canary(3, "harmful change: rms_norm_eps 1e-4", "Failed")
     demo.table()
     if not args.keep:
         demo.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
