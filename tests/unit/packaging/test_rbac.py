@@ -16,6 +16,8 @@ import pytest
 
 from tests.unit.packaging.kustomize import MANIFESTS, build, kubectl_binary
 from tests.unit.packaging.rbac_usage import (
+    MISSING,
+    REDUNDANT,
     ApiUse,
     Permission,
     grants,
@@ -29,25 +31,6 @@ if not kubectl_binary().exists():
 
 FULL = operator_usage()
 IDEP_ONLY = operator_usage(disabled=("paritycheck",))
-
-# Known defects in other areas' manifests, each with the evidence; strict, so a fix
-# shows up as XPASS and the entry is removed.
-MISSING: dict[Permission, str] = {
-    Permission("infergate.io", "paritychecks", "patch"): (
-        "kopf's @kopf.timer follow_check requires a finalizer on each ParityCheck, added by "
-        "PATCH; neither role grants patch on paritychecks (the operator logs 403s on it)"
-    ),
-}
-REDUNDANT: dict[str, str] = dict.fromkeys(
-    (
-        "infergate.io/paritychecks:get,list,watch",
-        "infergate.io/inferencedeployments:get",
-        "apps/deployments:get",
-        "core/configmaps:get,list,create,patch",
-        "core,events.k8s.io/events:create,patch",
-    ),
-    "also granted by manifests/operator/clusterrole.yaml, which is always bound",
-)
 
 
 def _rules(directory: str) -> list[dict[str, Any]]:

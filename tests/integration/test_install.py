@@ -1,0 +1,403 @@
+"""The install, on the local cluster: `kubectl apply --dry-run=server -k manifests/` is
+accepted, and the real install comes up and works under its own RBAC.
+
+The real install is the kustomize output of manifests/ applied as it is, except for
+names: the namespace and the cluster-wide RBAC objects get a session suffix and the
+operator watches only this session's namespaces, so it never acts on objects of
+other tests (or of a demo install) sharing the cluster. The CRDs are applied
+unchanged. The operator runs as a real pod on the local executor, under the
+installed ServiceAccount and ClusterRoles; the API server's own authorizer answers
+the RBAC questions (SubjectAccessReviews) for every permission the code needs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.harness import REPO, Cluster, wait_for
+from tests.unit.packaging.rbac_usage import (
+    MISSING,
+    Permission,
+    grants,
+    operator_usage,
+    rule_label,
+)
+
+pytestmark = pytest.mark.cluster
+
+MANIFESTS = REPO / "manifests"
+INSTALL_NAMESPACE = "infergate-system"
+JSON = dict[str, Any]
+
+
+def _build(cluster: Cluster, directory: str) -> list[JSON]:
+    built = cluster.kubectl("kustomize", str(REPO / directory)).stdout
+    return [d for d in yaml.safe_load_all(built) if d]
+
+
+@pytest.fixture(scope="module")
+def install_namespace(cluster: Cluster) -> Iterator[None]:
+    """A server-side dry run creates nothing, so the namespaced objects need their
+    namespace to exist; made here if absent, and removed again if still empty."""
+
+    def phase() -> str | None:
+        found = cluster.kubectl(
+            "get", "namespace", INSTALL_NAMESPACE, "-o", "jsonpath={.status.phase}", check=False
+        )
+        return found.stdout.strip() if found.returncode == 0 else None
+
+    wait_for(lambda: phase() != "Terminating", 120, f"namespace {INSTALL_NAMESPACE} to go")
+    created = phase() is None
+    if created:
+        cluster.kubectl("create", "namespace", INSTALL_NAMESPACE)
+    yield
+    if created:
+        left = cluster.kubectl("get", "all", "-n", INSTALL_NAMESPACE, "-o", "name").stdout
+        if not left.strip():
+            cluster.kubectl("delete", "namespace", INSTALL_NAMESPACE, "--wait=false")
+
+
+def test_server_dry_run_of_the_install_is_accepted(
+    cluster: Cluster, install_namespace: None
+) -> None:
+    expected = {
+        f"{d['kind'].lower()}/{d['metadata']['name']}" for d in _build(cluster, "manifests")
+    }
+    result = cluster.kubectl("apply", "--dry-run=server", "-k", "manifests/")
+    applied = set()
+    for line in result.stdout.splitlines():
+        if "(server dry run)" in line:
+            kind, name = line.split(" ")[0].split("/", 1)
+            applied.add(f"{kind.split('.')[0]}/{name}")
+    assert applied == expected, result.stdout
+
+
+def test_server_dry_run_of_the_production_overlay_is_accepted(
+    cluster: Cluster, install_namespace: None
+) -> None:
+    """Everything but the ServiceMonitor, whose CRD (Prometheus Operator) is not here."""
+    documents = [
+        d for d in _build(cluster, "manifests/overlays/production") if d["kind"] != "ServiceMonitor"
+    ]
+    text = "\n---\n".join(json.dumps(d) for d in documents)
+    result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
+    assert "networkpolicy.networking.k8s.io/infergate-operator created" in result.stdout
+
+
+@dataclass
+class Install:
+    cluster: Cluster
+    session: str
+    documents: list[JSON]
+
+    @property
+    def namespace(self) -> str:
+        return f"infergate-inst-{self.session}"
+
+    @property
+    def watched(self) -> str:
+        """The namespace pattern this install's operator watches."""
+        return f"inst-{self.session}-*"
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:infergate-operator"
+
+    def operator_pod(self) -> JSON | None:
+        pods = self.cluster.get_json(
+            "pods", "-n", self.namespace, "-l", "app.kubernetes.io/name=infergate-operator"
+        )["items"]
+        ready = [
+            p
+            for p in pods
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        ]
+        return ready[0] if ready else None
+
+
+def _for_session(documents: list[JSON], session: str) -> list[JSON]:
+    """The install with session names; the rules and the Deployment otherwise as built."""
+    namespace = f"infergate-inst-{session}"
+    renamed = []
+    for original in documents:
+        doc = copy.deepcopy(original)
+        kind, metadata = doc["kind"], doc["metadata"]
+        if kind == "CustomResourceDefinition":
+            pass
+        elif kind == "Namespace":
+            metadata["name"] = namespace
+        elif kind in ("ClusterRole", "ClusterRoleBinding"):
+            metadata["name"] = f"{metadata['name']}-{session}"
+        else:
+            metadata["namespace"] = namespace
+        if kind == "ClusterRoleBinding":
+            doc["roleRef"]["name"] = f"{doc['roleRef']['name']}-{session}"
+            for subject in doc["subjects"]:
+                subject["namespace"] = namespace
+        if kind == "Deployment":
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["args"] = [*container["args"], f"--namespace=inst-{session}-*"]
+        renamed.append(doc)
+    return renamed
+
+
+def _apply(cluster: Cluster, documents: list[JSON]) -> None:
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents))
+
+
+@pytest.fixture(scope="module")
+def install(cluster: Cluster) -> Iterator[Install]:
+    session = uuid.uuid4().hex[:6]
+    documents = _for_session(_build(cluster, "manifests"), session)
+    installed = Install(cluster, session, documents)
+    _apply(cluster, documents)
+    try:
+        yield installed
+    finally:
+        for namespace in cluster.kubectl("get", "namespaces", "-o", "name").stdout.split():
+            if namespace.startswith(f"namespace/inst-{session}-"):
+                _strip_finalizers(cluster, namespace.split("/", 1)[1])
+                cluster.kubectl("delete", namespace, "--wait=false", check=False)
+        uninstall = [d for d in documents if d["kind"] != "CustomResourceDefinition"]
+        cluster.kubectl(
+            "delete", "--ignore-not-found", "--wait=false", "-f", "-",
+            input="\n---\n".join(json.dumps(d) for d in uninstall), check=False,
+        )  # fmt: skip
+
+
+def _strip_finalizers(cluster: Cluster, namespace: str) -> None:
+    for kind in ("inferencedeployments.infergate.io", "paritychecks.infergate.io"):
+        listed = cluster.kubectl("get", kind, "-n", namespace, "-o", "name", check=False)
+        for ref in listed.stdout.split():
+            cluster.kubectl(
+                "patch", ref, "-n", namespace, "--type=merge",
+                "-p", '{"metadata":{"finalizers":null}}', check=False,
+            )  # fmt: skip
+
+
+def test_the_installed_operator_becomes_ready_and_serves_metrics(install: Install) -> None:
+    pod = wait_for(install.operator_pod, 180, "the installed operator pod to be Ready")
+
+    # The metrics Service finds the pod, as Prometheus would.
+    def ready_addresses() -> set[str] | None:
+        slices = install.cluster.get_json(
+            "endpointslices", "-n", install.namespace,
+            "-l", "kubernetes.io/service-name=infergate-operator-metrics",
+        )["items"]  # fmt: skip
+        found = {
+            address
+            for endpoint_slice in slices
+            for endpoint in endpoint_slice.get("endpoints") or []
+            if (endpoint.get("conditions") or {}).get("ready")
+            for address in endpoint["addresses"]
+        }
+        return found if pod["status"]["podIP"] in found else None
+
+    wait_for(ready_addresses, 60, "the metrics Service to select the operator pod")
+    text = httpx.get(f"http://{pod['status']['podIP']}:9090/metrics", timeout=10).text
+    assert "# TYPE infergate_reconcile_duration_seconds histogram" in text
+
+
+def test_the_installed_operator_rolls_out_a_deployment(install: Install) -> None:
+    cluster = install.cluster
+    wait_for(install.operator_pod, 180, "the installed operator pod to be Ready")
+    namespace = f"inst-{install.session}-rollout"
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.apply(_inference_deployment(), namespace)
+
+    seen: list[JSON] = [{}]
+
+    def stable() -> JSON | None:
+        seen[0] = cluster.get_json("idep", "qwen", "-n", namespace).get("status") or {}
+        status = seen[0]
+        return status if status.get("phase") == "Stable" and status.get("stableRevision") else None
+
+    try:
+        status = wait_for(stable, 180, "InferenceDeployment qwen to be Stable")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; status: {json.dumps(seen[0])}") from None
+    deployments = cluster.get_json("deployments", "-n", namespace)["items"]
+    assert any(status["stableRevision"] in d["metadata"]["name"] for d in deployments)
+    pod = install.operator_pod()
+    assert pod is not None
+    metrics = httpx.get(f"http://{pod['status']['podIP']}:9090/metrics", timeout=10).text
+    phases = {
+        sample.labels["phase"]: sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "infergate_rollout_phase"
+        and sample.labels.get("namespace") == namespace
+        and sample.labels.get("name") == "qwen"
+    }
+    assert phases.get("Stable") == 1.0, phases
+    assert sum(phases.values()) == 1.0, phases
+    # Deleting it while the operator runs lets the operator remove its finalizer.
+    cluster.kubectl("delete", "idep", "qwen", "-n", namespace, "--timeout=60s")
+
+
+def _inference_deployment() -> JSON:
+    """A vLLM deployment whose pods land on KWOK's simulated GPU nodes (no engine runs)."""
+    return {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "qwen"},
+        "spec": {
+            "model": {"name": "tiny-qwen", "uri": "hf://infergate/tiny-qwen2"},
+            "engine": {"kind": "vllm", "dtype": "bfloat16", "maxModelLen": 2048},
+            "accelerator": {"kind": "nvidia-gpu", "count": 1},
+            "replicas": 1,
+            "rollout": {
+                "canaryReplicas": 1,
+                "parity": {"suite": {"inline": [{"id": "capital", "text": "Paris is"}]}},
+            },
+            "placement": {
+                "nodeSelector": {"type": "kwok"},
+                "tolerations": [
+                    {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+                ],
+            },
+        },
+    }
+
+
+def _review(user: str, permission: Permission) -> JSON:
+    resource, _, subresource = permission.resource.partition("/")
+    namespace = user.split(":")[2]
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{namespace}",
+                "system:authenticated",
+            ],
+            "resourceAttributes": {
+                "verb": permission.verb,
+                "group": permission.group,
+                "resource": resource,
+                "subresource": subresource,
+            },
+        },
+    }
+
+
+def _allowed(cluster: Cluster, questions: list[tuple[str, Permission]]) -> list[bool]:
+    """The API server's answers, in order, to 'may USER do PERMISSION (any namespace)?'."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": [_review(u, p) for u, p in questions]}
+    text = cluster.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(listed)).stdout
+    # One JSON document per review, one after the other.
+    decoder, items, position = json.JSONDecoder(), [], 0
+    while text[position:].strip():
+        item, end = decoder.raw_decode(text, len(text) - len(text[position:].lstrip()))
+        items.append(item)
+        position = end
+    assert len(items) == len(questions)
+    return [bool(item["status"].get("allowed")) for item in items]
+
+
+def test_the_api_server_allows_the_installed_operator_what_its_code_needs(
+    install: Install,
+) -> None:
+    needed = sorted(operator_usage().permissions())
+    answers = _allowed(install.cluster, [(install.user, p) for p in needed])
+    refused = [str(p) for p, ok in zip(needed, answers, strict=True) if not ok]
+    # Known gaps are listed (with their evidence) in tests/unit/packaging/test_rbac.py.
+    assert refused == [str(p) for p in needed if p in MISSING]
+
+
+def test_without_any_single_rule_the_api_server_refuses_something_needed(
+    install: Install,
+) -> None:
+    """For each rule: a copy of the installed roles without it, bound to an account of its
+    own; the API server refuses that account at least one permission the code needs."""
+    cluster = install.cluster
+    roles = [d for d in install.documents if d["kind"] == "ClusterRole"]
+    union = [rule for role in roles for rule in role["rules"]]
+    needed = operator_usage().reachable()
+    objects: list[JSON] = []
+    questions: list[tuple[str, Permission]] = []
+    expected: list[tuple[str, Permission]] = []
+    for index, rule in enumerate(union):
+        rest = [r for i, r in enumerate(union) if i != index]
+        broken = sorted(p for p in needed if grants(union, p) and not grants(rest, p))
+        if not broken:
+            continue  # a rule the unit tests list as redundant
+        name = f"without-{index}-{install.session}"
+        objects += [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": install.namespace},
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": name, "annotations": {"without": rule_label(rule)}},
+                "rules": rest,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": name,
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": name, "namespace": install.namespace}
+                ],
+            },
+        ]
+        user = f"system:serviceaccount:{install.namespace}:{name}"
+        questions += [(user, p) for p in broken]
+        # The same account is allowed what the rest of the rules grant (the binding works).
+        kept = next(p for p in sorted(needed) if grants(rest, p))
+        expected.append((user, kept))
+    assert questions, "no rule is needed by anything: the derivation found nothing"
+    _apply(cluster, objects)
+    try:
+
+        def settled() -> list[bool] | None:
+            answers = _allowed(cluster, expected)
+            return answers if all(answers) else None
+
+        wait_for(settled, 30, "the per-rule bindings to take effect")
+        answers = _allowed(cluster, questions)
+        still_allowed = [f"{u} {p}" for (u, p), ok in zip(questions, answers, strict=True) if ok]
+        assert still_allowed == []
+    finally:
+        for kind in ("clusterrolebinding", "clusterrole"):
+            names = [o["metadata"]["name"] for o in objects if o["kind"].lower() == kind]
+            cluster.kubectl("delete", kind, *names, "--ignore-not-found", check=False)
+
+
+def test_uninstall_removes_the_operator_and_its_rbac(cluster: Cluster, install: Install) -> None:
+    """Last in this module: `kubectl delete` of the install (CRDs kept, other tests use them)."""
+    wait_for(install.operator_pod, 180, "the installed operator pod to be Ready")
+    uninstall = [d for d in install.documents if d["kind"] != "CustomResourceDefinition"]
+    cluster.kubectl(
+        "delete", "-f", "-", "--timeout=120s",
+        input="\n---\n".join(json.dumps(d) for d in uninstall),
+    )  # fmt: skip
+    for document in uninstall:
+        if document["kind"] in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
+            gone = cluster.kubectl(
+                "get", document["kind"].lower(), document["metadata"]["name"], check=False
+            )
+            assert gone.returncode != 0, document["metadata"]["name"]
