@@ -16,9 +16,6 @@ from typing import Any
 from infergate.api.crd import render_crd_files
 
 _DIFF_LINES_SHOWN = 40
-# Hand-written files that live beside the CRDs: kustomize's list of them
-# (`kubectl apply -k crds/`, and the install in manifests/ builds on it).
-_NOT_GENERATED = frozenset({"kustomization.yaml"})
 
 
 def register(subparsers: Any) -> None:
@@ -84,7 +81,7 @@ def _check(directory: Path, generated: dict[str, str]) -> int:
 
 
 def _crd_files(directory: Path) -> set[str]:
-    return {path.name for path in directory.glob("*.yaml")} - _NOT_GENERATED
+    return {path.name for path in directory.glob("*.yaml")}
 
 
 def _diff_summary(path: Path, current: str, expected: str) -> str:
