@@ -30,8 +30,10 @@ image-locks: venv
 	$(PY) -m tests.unit.packaging.lockfiles
 
 test-packaging: venv
-	$(BIN)/pytest tests/unit/packaging
+	$(BIN)/pytest tests/unit/packaging tests/integration/test_install.py tests/integration/test_kubectl_plugin.py
 
-# What `kubectl apply -k manifests/` would create, validated by the local API server.
+# What `kubectl apply -k manifests/` would create, validated by the local API server
+# (a dry run creates nothing, so the install namespace must exist beforehand).
 manifests-check: cluster-up
+	$(KUBECTL) get namespace infergate-system >/dev/null 2>&1 || $(KUBECTL) create namespace infergate-system
 	$(KUBECTL) apply --dry-run=server -k manifests/
