@@ -160,10 +160,27 @@ class Demo:
             last = probe()
             if last:
                 return last
+            self.stop_on_crash_loop()
             time.sleep(2)
         raise SystemExit(
             f"timed out after {timeout:.0f}s waiting for {what}; status: {self.status()}"
         )
+
+    def stop_on_crash_loop(self) -> None:
+        """Stop with the pod's log when an engine pod keeps crashing (rather than waiting on)."""
+        pods = self.get("pods", "-n", NAMESPACE).get("items", [])
+        for pod in pods:
+            for container in (pod.get("status") or {}).get("containerStatuses") or []:
+                if int(container.get("restartCount") or 0) >= 3:
+                    name = pod["metadata"]["name"]
+                    log = self.layout.logs / "pods" / f"{NAMESPACE}_{name}_{container['name']}.log"
+                    tail = (
+                        log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+                    )
+                    raise SystemExit(
+                        f"pod {NAMESPACE}/{name} keeps crashing ({container['restartCount']} "
+                        f"restarts); the last lines of {log}:\n" + "\n".join(tail)
+                    )
 
     def apply(self, manifest: dict[str, Any], step: int) -> None:
         path = self.out / f"step-{step}.yaml"

@@ -1,0 +1,212 @@
+"""An InferenceDeployment on real engines, seen the way a user sees it (kubectl only)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import httpx
+
+from tests.e2e.support import MODEL_NAME, check_status, fixture_model, runner_log
+from tests.harness import Cluster, wait_for
+
+MINDFORMERS_IMAGE = "ghcr.io/infergate/engine-mindformers:1.9.0-ms2.9.0"
+SUITE = [
+    {"id": "en-weather", "text": "The weather today is"},
+    {"id": "en-story", "text": "Once upon a time there was"},
+    {"id": "zh-morning", "text": "今天早上"},
+    {"id": "ids", "tokenIds": [11, 42, 7, 99, 5]},
+]
+
+
+def mindformers_deployment(
+    name: str = "qwen",
+    *,
+    seed: int = 42,
+    config: dict[str, Any] | None = None,
+    auto_promote: bool = True,
+    max_tokens: int = 12,
+    suite: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """MindFormers (float32, its adapter serves its own hidden states) on the Ascend executor."""
+    return {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": MODEL_NAME, "uri": f"file://{fixture_model()}"},
+            "engine": {
+                "kind": "mindformers",
+                "image": MINDFORMERS_IMAGE,
+                "dtype": "float32",
+                "maxModelLen": 512,
+                "seed": seed,
+                "config": copy.deepcopy(config or {}),
+            },
+            "accelerator": {"kind": "ascend-npu"},
+            "replicas": 1,
+            "rollout": {
+                "canaryReplicas": 1,
+                "autoPromote": auto_promote,
+                "autoRollback": True,
+                "progressDeadlineSeconds": 900,
+                "parity": {
+                    "suite": {"inline": copy.deepcopy(suite or SUITE)},
+                    "sampling": {"maxTokens": max_tokens, "topLogprobs": 5},
+                    "profile": "fp32-cross-framework",
+                    "runner": {"activeDeadlineSeconds": 600, "backoffLimit": 0},
+                    "deadlineSeconds": 900,
+                },
+            },
+        },
+    }
+
+
+class Rollout:
+    """One InferenceDeployment in a test namespace."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str = "qwen") -> None:
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.cluster.apply(manifest, self.namespace)
+
+    def get(self) -> dict[str, Any]:
+        return self.cluster.get_json(
+            "inferencedeployments.infergate.io", self.name, "-n", self.namespace
+        )
+
+    def status(self) -> dict[str, Any]:
+        return self.get().get("status") or {}
+
+    def wait(self, predicate: Any, timeout: float, what: str) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            status = self.status()
+            return status if predicate(status) else None
+
+        try:
+            return wait_for(probe, timeout, what, interval=1.0)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\nstatus: {self.status()}\n{self.logs()}") from None
+
+    def wait_stable(self, timeout: float = 600) -> str:
+        status = self.wait(
+            lambda s: (
+                s.get("stableRevision")
+                and s.get("phase") == "Stable"
+                and not s.get("canaryRevision")
+            ),
+            timeout,
+            f"InferenceDeployment {self.name} to be Stable",
+        )
+        return str(status["stableRevision"])
+
+    def wait_canary(self, timeout: float = 120) -> str:
+        status = self.wait(lambda s: s.get("canaryRevision"), timeout, "a canary revision")
+        return str(status["canaryRevision"])
+
+    def check_name(self, revision: str) -> str:
+        return f"{self.name}-{revision}"
+
+    def wait_check(self, revision: str, timeout: float = 900) -> dict[str, Any]:
+        name = self.check_name(revision)
+
+        def ended() -> dict[str, Any] | None:
+            found = self.cluster.kubectl(
+                "get",
+                "paritychecks.infergate.io",
+                name,
+                "-n",
+                self.namespace,
+                "-o",
+                "name",
+                check=False,
+            )
+            if found.returncode != 0:
+                return None
+            status = check_status(self.cluster, self.namespace, name)
+            return status if status.get("phase") in ("Passed", "Failed", "Error") else None
+
+        try:
+            return wait_for(ended, timeout, f"ParityCheck {name} to end", interval=2.0)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{self.logs()}") from None
+
+    def revision_record(self, revision: str) -> dict[str, Any]:
+        return next(r for r in self.status().get("revisions", []) if r["hash"] == revision)
+
+    def pods(self, revision: str) -> list[dict[str, Any]]:
+        return self.cluster.get_json(
+            "pods", "-n", self.namespace, "-l", f"infergate.io/revision={revision}"
+        )["items"]
+
+    def live_pods(self, revision: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods(revision) if not p["metadata"].get("deletionTimestamp")]
+
+    def complete(self, revision: str, prompt: str = "The weather today is") -> list[int]:
+        """Greedy tokens from a pod of `revision`, called on its pod IP (never a ClusterIP)."""
+        [pod] = self.live_pods(revision)
+        url = f"http://{pod['status']['podIP']}:8000/v1/completions"
+        body = {
+            "model": MODEL_NAME,
+            "prompt": prompt,
+            "max_tokens": 4,
+            "temperature": 0,
+            "return_token_ids": True,
+        }
+        answer = httpx.post(url, json=body, timeout=120)
+        answer.raise_for_status()
+        return [int(t) for t in answer.json()["choices"][0]["token_ids"]]
+
+    def logs(self) -> str:
+        return f"runner log:\n{runner_log(self.cluster, self.namespace)[-3000:]}"
+
+
+def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str | None:
+    """Why the engine pods of `manifest` could not start on the local executor, if they could not.
+
+    Renders the revision as the operator does, maps its image to a local environment as
+    the executor does, and runs the rendered command line with `--help` there: a missing
+    program or one that fails before reading its arguments shows here in seconds rather
+    than as a pod crash-looping until a test's deadline.
+    """
+    import os
+    import shutil
+    import subprocess
+
+    from infergate.api.inference_deployment import InferenceDeploymentSpec
+    from infergate.localcluster.executor.images import load
+    from infergate.localcluster.executor.podspec import image_environment
+    from infergate.render.objects import render_revision
+
+    spec = InferenceDeploymentSpec.model_validate(manifest["spec"])
+    container = render_revision("probe", "default", spec).deployment["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    environment = image_environment(container["image"], load(cluster.layout.root / "executor.yaml"))
+    program = container["command"][0]
+    path = os.pathsep.join(
+        p
+        for p in (
+            str(environment.venv / "bin") if environment.venv else "",
+            os.environ.get("PATH", ""),
+        )
+        if p
+    )
+    found = shutil.which(program, path=path)
+    where = f"image {container['image']} (local environment {environment.venv or 'host PATH'})"
+    if found is None:
+        return f"{where}: the rendered command {program!r} does not exist there"
+    args = [a.replace("$(POD_IP)", "127.0.0.1") for a in container["args"]]
+    result = subprocess.run(
+        [found, *args, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PATH": path},
+    )
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"{where}: `{program} {' '.join(args[:2])} ... --help` exits {result.returncode}: {tail[0]}"
+    return None
