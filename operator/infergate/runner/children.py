@@ -177,7 +177,7 @@ def runner_rbac(
     report = report_name(name)
     rules = [
         _rule(GROUP, "paritychecks", ["get"], [name]),
-        _rule(GROUP, "paritychecks/status", ["get", "patch", "update"], [name]),
+        _rule(GROUP, "paritychecks/status", ["patch", "update"], [name]),
         _rule(GROUP, "inferencedeployments", ["get"], deployments),
         _rule("", "services", ["get"], services),
         _rule("discovery.k8s.io", "endpointslices", ["list"]),
