@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from infergate.controllers._resync import Resyncer
 from infergate.kube.client import KubeClient
+from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
 
 
@@ -24,10 +25,13 @@ class OperatorOptions:
     """Longest time between two reconciles of one deployment when nothing wakes it."""
     kubeconfig: str | None = None
     """Kubeconfig for the API client; None: in-cluster credentials, else the default file."""
+    workers: int = 16
+    """Threads for blocking API calls: reconciles of different deployments overlap their waits."""
 
 
 OPTIONS = OperatorOptions()
 _client: KubeClient | None = None
+_events: EventPoster | None = None
 
 
 def client() -> KubeClient:
@@ -38,8 +42,19 @@ def client() -> KubeClient:
     return _client
 
 
+def events() -> EventPoster:
+    """The process's Event poster, started on first use."""
+    global _events  # noqa: PLW0603 - one posting thread per process, started lazily
+    if _events is None:
+        _events = EventPoster(client())
+    return _events
+
+
 def close_client() -> None:
-    global _client  # noqa: PLW0603 - see client()
+    global _client, _events  # noqa: PLW0603 - see client() and events()
+    if _events is not None:
+        _events.close()
+        _events = None
     if _client is not None:
         _client.close()
         _client = None

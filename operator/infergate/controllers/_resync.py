@@ -24,17 +24,20 @@ _MIN_WAIT = 0.05
 class Resyncer:
     """Schedules reconciles of the deployments `known()` lists."""
 
-    def __init__(self, reconcile: Reconcile, interval: float) -> None:
+    def __init__(self, reconcile: Reconcile, interval: float, *, wake_delay: float = 0.5) -> None:
         self._reconcile = reconcile
         self.interval = interval
+        # A change of one child comes with changes of others (a Deployment, its pods, the
+        # Service's endpoints): wait a moment so one reconcile sees them together.
+        self.wake_delay = wake_delay
         self._due: dict[OwnerKey, float] = {}
-        self._woken: set[OwnerKey] = set()
         self._running: dict[OwnerKey, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
 
     def wake(self, key: OwnerKey) -> None:
-        """Reconcile this deployment as soon as it is not already being reconciled."""
-        self._woken.add(key)
+        """Reconcile this deployment soon (after the one in flight, if any)."""
+        soon = asyncio.get_running_loop().time() + self.wake_delay
+        self._due[key] = min(self._due.get(key, soon), soon)
         self._changed.set()
 
     async def run(self, known: Callable[[], Iterable[OwnerKey]]) -> None:
@@ -46,12 +49,10 @@ class Resyncer:
             keys = set(known())
             for key in set(self._due) - keys:
                 self._due.pop(key, None)
-                self._woken.discard(key)
             for key in keys:
                 due = self._due.setdefault(key, now)
-                if key in self._running or (key not in self._woken and due > now):
+                if key in self._running or due > now:
                     continue
-                self._woken.discard(key)
                 self._due[key] = now + self.interval
                 self._running[key] = asyncio.create_task(self._one(key))
             idle = [due - now for key, due in self._due.items() if key not in self._running]
@@ -63,7 +64,8 @@ class Resyncer:
         try:
             retry = await self._reconcile(key)
             if retry is not None:
-                self._due[key] = asyncio.get_running_loop().time() + retry
+                again = asyncio.get_running_loop().time() + retry
+                self._due[key] = min(self._due.get(key, again), again)
         finally:
             self._running.pop(key, None)
             self._changed.set()

@@ -12,6 +12,8 @@ the operator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import is_dataclass, replace
 from typing import Any
 
 import kopf
@@ -70,13 +72,49 @@ async def owned_pods(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedPod] |
     return {key: record} if key is not None and record is not None else None
 
 
+_OBSERVERS: dict[str, Callable[[kopf.Body], object | None]] = {
+    "Deployment": observe_deployment,
+    "ConfigMap": observe_object,
+    "Service": observe_object,
+    "Pod": observe_pod,
+    "ParityCheck": observe_check,
+}
+# What each child last looked like to the planner, so an event that changes nothing the
+# planner reads (a pod's IP, our own annotation write) wakes nobody.
+_LAST_SEEN: dict[tuple[str, str, str], object] = {}
+
+
+def _essence(record: object) -> object:
+    """The record without its resourceVersion (which every write moves)."""
+    if (
+        is_dataclass(record)
+        and not isinstance(record, type)
+        and hasattr(record, "resource_version")
+    ):
+        return replace(record, resource_version="")
+    return record
+
+
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED)
 @kopf.on.event("", "v1", "services", labels=MANAGED)
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
 @kopf.on.event(*PARITY_CHECKS, labels=MANAGED)
-async def wake_owner(body: kopf.Body, **_: Any) -> None:
-    """Wake the owning deployment's resync loop."""
+async def wake_owner(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
+    """Wake the owning deployment's resync loop when the child changed in a way that counts."""
     key = owner_key(body)
-    if key is not None:
+    if key is None:
+        return
+    kind = str(body.get("kind") or "")
+    ref = (kind, key.namespace, str(body.get("metadata", {}).get("name")))
+    if type == "DELETED":
+        _LAST_SEEN.pop(ref, None)
         wake(key)
+        return
+    observer = _OBSERVERS.get(kind)
+    record = _essence(observer(body)) if observer is not None else None
+    if record is not None and _LAST_SEEN.get(ref) == record:
+        return
+    if record is not None:
+        _LAST_SEEN[ref] = record
+    wake(key)

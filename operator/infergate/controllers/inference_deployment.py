@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +28,7 @@ from infergate import metrics
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
 from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
+from infergate.controllers._context import events as post_events
 from infergate.controllers._resync import Resyncer
 from infergate.errors import (
     ConflictError,
@@ -37,7 +39,6 @@ from infergate.errors import (
     SpecError,
 )
 from infergate.kube.client import INFERENCE_DEPLOYMENTS, JSON
-from infergate.kube.events import post_event
 from infergate.kube.writer import PlanWriter, WriteResult
 from infergate.plan import reasons
 from infergate.plan.control import manual_requests
@@ -99,60 +100,91 @@ def _parse_status(body: JSON) -> InferenceDeploymentStatus:
         return InferenceDeploymentStatus()
 
 
-def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
-    """Decide and write (runs in a worker thread: the API client blocks)."""
+def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
+    """What a reconcile decides from; a spec that cannot be acted on is a SpecError."""
     metadata = body["metadata"]
-    namespace, name = metadata["namespace"], metadata["name"]
-    writer = PlanWriter(client(), namespace, name)
-    now = datetime.now(UTC)
-    status = _parse_status(body)
-    generation = int(metadata.get("generation") or 0)
-    try:
-        spec = _parse_spec(body)
-    except SpecError as error:
-        invalid = invalid_spec_status(status, generation, str(error), now)
-        if invalid.to_kube() != status.to_kube():
-            writer.write_status(invalid, body)
-        raise
-    state = DeploymentState(
-        owner=Owner(name, namespace, str(metadata["uid"])),
-        generation=generation,
-        spec=spec,
-        status=status,
+    return DeploymentState(
+        owner=Owner(metadata["name"], metadata["namespace"], str(metadata["uid"])),
+        generation=int(metadata.get("generation") or 0),
+        spec=_parse_spec(body),
+        status=_parse_status(body),
         manual=manual_requests(metadata.get("annotations") or {}),
         observed=observed,
         now=now,
     )
+
+
+def _quiet(body: JSON, observed: Observed) -> bool:
+    """Whether a reconcile from this (cached, maybe stale) body would write nothing.
+
+    A resync that would write nothing costs no API call; one that would write reads the
+    object fresh first, so no write is ever decided from a stale copy.
+    """
+    try:
+        return plan_reconcile(_state(body, observed, datetime.now(UTC))).quiet
+    except (InfergateError, ValueError):
+        return False
+
+
+def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
+    """Decide and write (runs in a worker thread: the API client blocks)."""
+    metadata = body["metadata"]
+    writer = PlanWriter(client(), metadata["namespace"], metadata["name"])
+    now = datetime.now(UTC)
+    try:
+        state = _state(body, observed, now)
+    except SpecError as error:
+        status = _parse_status(body)
+        invalid = invalid_spec_status(status, int(metadata.get("generation") or 0), str(error), now)
+        if invalid.to_kube() != status.to_kube():
+            writer.write_status(invalid, body)
+        raise
     plan = plan_reconcile(state)
     written = writer.write(plan, body)
     events = [
         *plan.events,
         *(
             Notice(
-                False, reasons.PARITY_CHECK_CREATED, f"ParityCheck {name} created for the canary"
+                False, reasons.PARITY_CHECK_CREATED, f"ParityCheck {check} created for the canary"
             )
-            for name in written.created_checks
+            for check in written.created_checks
         ),
     ]
     for event in events:
-        post_event(
-            client(), body, warning=event.warning, reason=event.reason, message=event.message
-        )
+        post_events().post(body, warning=event.warning, reason=event.reason, message=event.message)
     return ReconcileResult(plan, written)
 
 
-async def reconcile(namespace: str, name: str, indexes: Mapping[str, Any]) -> None:
+def _cached(indexes: Mapping[str, Any], key: OwnerKey) -> JSON | None:
+    index = indexes.get("known_deployments")
+    if index is None or key not in index:
+        return None
+    return next(iter(index[key]), None)
+
+
+async def reconcile(
+    namespace: str, name: str, indexes: Mapping[str, Any], *, trigger: str = "resync"
+) -> None:
     """One reconcile of one deployment; errors are `infergate.errors`."""
     key = OwnerKey(namespace, name)
+    queued = time.monotonic()
     async with LOCKS[key]:
         started = time.monotonic()
         result = "error"
+        read = started
         try:
+            cached = _cached(indexes, key) if trigger == "resync" else None
+            if cached is not None:
+                seen = _snapshot(key, str(cached["metadata"]["uid"]), indexes)
+                if await asyncio.to_thread(_quiet, cached, seen):
+                    result = "quiet"
+                    return
             try:
                 body = await asyncio.to_thread(client().get, INFERENCE_DEPLOYMENTS, namespace, name)
             except NotFoundError:
                 result = "gone"
                 return
+            read = time.monotonic()
             observed = _snapshot(key, str(body["metadata"]["uid"]), indexes)
             outcome = await asyncio.to_thread(_reconcile_blocking, body, observed)
             result = "ok"
@@ -161,7 +193,12 @@ async def reconcile(namespace: str, name: str, indexes: Mapping[str, Any]) -> No
             if plan.status.phase is not None:
                 metrics.record_phase(namespace, name, plan.status.phase, len(plan.status.revisions))
         finally:
-            metrics.RECONCILE_DURATION.labels(result).observe(time.monotonic() - started)
+            done = time.monotonic()
+            metrics.RECONCILE_DURATION.labels(result).observe(done - started)
+            log.debug(
+                "%s/%s reconciled on %s (%s): lock %.3fs, read %.3fs, decide and write %.3fs",
+                namespace, name, trigger, result, started - queued, read - started, done - read,
+            )  # fmt: skip
 
 
 def _kopf_error(error: InfergateError) -> Exception:
@@ -180,15 +217,18 @@ def _kopf_error(error: InfergateError) -> Exception:
 async def reconcile_on_change(name: str, namespace: str | None, **kwargs: Any) -> None:
     """Create, resume and update share one reconcile."""
     try:
-        await reconcile(namespace or "", name, kwargs)
+        await reconcile(namespace or "", name, kwargs, trigger="change")
     except InfergateError as error:
         raise _kopf_error(error) from error
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-async def known_deployments(name: str, namespace: str | None, **_: Any) -> dict[OwnerKey, bool]:
-    """Every InferenceDeployment the operator serves (the resync loop's work list)."""
-    return {OwnerKey(namespace or "", name): True}
+async def known_deployments(
+    body: kopf.Body, name: str, namespace: str | None, **_: Any
+) -> dict[OwnerKey, JSON]:
+    """Every InferenceDeployment the operator serves (the resync loop's work list), with the
+    last copy the watch delivered (to tell whether a resync has anything to do)."""
+    return {OwnerKey(namespace or "", name): dict(body)}
 
 
 async def _resync_one(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
@@ -222,6 +262,10 @@ async def start_resync(**kwargs: Any) -> None:
         index = indexes.get("known_deployments")
         return list(index) if index is not None else []
 
+    # Blocking API calls run in threads; many deployments reconcile at once in a burst.
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=OPTIONS.workers, thread_name_prefix="infergate")
+    )
     resyncer = Resyncer(one, OPTIONS.resync_seconds)
     SCHEDULE.resyncer = resyncer
     SCHEDULE.task = asyncio.create_task(resyncer.run(known), name="infergate-resync")

@@ -9,7 +9,7 @@ request path, so every kind goes through one function that maps failures:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -71,9 +71,14 @@ BY_KIND: Mapping[str, Resource] = {
 }
 
 
+_POOL_SIZE = 32
+
+
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """Credentials from the pod's ServiceAccount when in a cluster, else from kubeconfig."""
     configuration = k8s_client.Configuration()
+    # One connection per worker thread, not the default 5 per CPU.
+    configuration.connection_pool_maxsize = _POOL_SIZE
     if kubeconfig is None:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
@@ -250,3 +255,35 @@ class KubeClient:
             resource=resource.plural,
             body={"propagationPolicy": "Background"},
         )
+
+    def watch(
+        self, resource: Resource, namespace: str, *, timeout_seconds: int = 60
+    ) -> Iterator[JSON]:
+        """Watch events ({type, object}) of a kind in a namespace until the server ends it."""
+        query = [("watch", "true"), ("timeoutSeconds", str(timeout_seconds))]
+        what = f"watch of {resource.plural} in {namespace}"
+        try:
+            serialized = self._api.param_serialize(
+                method="GET",
+                resource_path=resource.path(namespace),
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(*serialized, _request_timeout=(10, timeout_seconds + 30))
+            if not 200 <= response.status < 300:
+                _successful(response)
+            pending = b""
+            for chunk in response.response.stream(65536, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event: JSON = json.loads(line)
+                        yield event
+        except ApiException as error:
+            metrics.API_ERRORS.labels("WATCH", resource.plural, str(error.status or 0)).inc()
+            raise convert_error(error, "WATCH", what) from error
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            metrics.API_ERRORS.labels("WATCH", resource.plural, "0").inc()
+            raise RetriableKubeError(f"{what}: broken: {error}") from error

@@ -7,6 +7,9 @@ they never decide anything, so a failed post must not fail a reconcile.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,14 +53,51 @@ def event_manifest(
     }
 
 
-def post_event(
-    client: KubeClient, involved: JSON, *, warning: bool, reason: str, message: str
-) -> None:
-    """Post one Event; a failure is logged, not raised."""
-    manifest = event_manifest(
-        involved, warning=warning, reason=reason, message=message, now=datetime.now(UTC)
-    )
-    try:
-        client.create(EVENTS, involved["metadata"]["namespace"], manifest)
-    except KubeError as error:
-        log.warning("Event %s on %s not posted: %s", reason, involved["metadata"]["name"], error)
+@dataclass(frozen=True)
+class _Pending:
+    involved: JSON
+    warning: bool
+    reason: str
+    message: str
+    at: datetime
+
+
+class EventPoster:
+    """Posts Events from a thread of its own, so a reconcile never waits for them."""
+
+    def __init__(self, client: KubeClient, *, capacity: int = 10000) -> None:
+        self._client = client
+        self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=capacity)
+        self._thread = threading.Thread(target=self._run, name="infergate-events", daemon=True)
+        self._thread.start()
+
+    def post(self, involved: JSON, *, warning: bool, reason: str, message: str) -> None:
+        """Queue one Event (dropped, with a log line, if the queue is full)."""
+        try:
+            self._queue.put_nowait(_Pending(involved, warning, reason, message, datetime.now(UTC)))
+        except queue.Full:
+            log.warning("Event %s on %s dropped: queue full", reason, involved["metadata"]["name"])
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Post what is queued (up to `timeout`), then stop."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            manifest = event_manifest(
+                item.involved,
+                warning=item.warning,
+                reason=item.reason,
+                message=item.message,
+                now=item.at,
+            )
+            try:
+                self._client.create(EVENTS, item.involved["metadata"]["namespace"], manifest)
+            except KubeError as error:
+                log.warning(
+                    "Event %s on %s not posted: %s",
+                    item.reason,
+                    item.involved["metadata"]["name"],
+                    error,
+                )

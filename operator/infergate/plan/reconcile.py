@@ -50,6 +50,17 @@ class ReconcilePlan:
     events: list[Notice] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing to write: the children and the status already agree with the decision."""
+        return not (
+            self.status_changed
+            or self.sync.writes
+            or self.create_checks
+            or self.delete_checks
+            or self.remove_annotations
+        )
+
 
 def condition_events(before: Sequence[Condition], after: Sequence[Condition]) -> list[Notice]:
     """One Event per condition whose status or reason changed; Warning when it turned bad."""

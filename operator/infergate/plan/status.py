@@ -19,7 +19,7 @@ from infergate.api.deployment_status import (
     LastParityCheck,
     ServiceEndpoint,
 )
-from infergate.api.enums import ConditionStatus
+from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.plan import reasons
 from infergate.plan.conditions import (
@@ -142,6 +142,14 @@ def degraded_condition(
 
 def _last_check(inputs: StatusInput) -> LastParityCheck | None:
     check = inputs.decision.check
+    if check is None and inputs.decision.create_checks:
+        created = inputs.decision.create_checks[0]
+        return LastParityCheck(
+            name=created["metadata"]["name"],
+            revision=created["spec"]["candidate"]["revision"],
+            phase=CheckPhase.PENDING,
+            verdict=VerdictOutcome.PENDING,
+        )
     if check is None:
         return inputs.previous.last_parity_check
     verdict = next(

@@ -51,6 +51,7 @@ def test_first_revision_becomes_stable_once_available() -> None:
 def test_a_quiet_reconcile_writes_nothing() -> None:
     world, _ = _stable_world()
     plan = world.reconcile()
+    assert plan.quiet
     assert plan.sync.writes == []
     assert not plan.status_changed
     assert plan.create_checks == []
@@ -90,6 +91,9 @@ def test_canary_is_checked_and_promoted_when_parity_passes() -> None:
     assert check["metadata"]["ownerReferences"][0]["kind"] == "InferenceDeployment"
     assert world.status.phase is DeploymentPhase.VERIFYING
     assert world.condition("ParityPassed") == ("Unknown", "CheckPending")
+    assert world.status.last_parity_check is not None
+    assert world.status.last_parity_check.name == check_name
+    assert world.status.last_parity_check.verdict is VerdictOutcome.PENDING
 
     world.set_check(check_name, "Passed", passed=True, metrics={"tokenMatchRate": 1.0})
     plan = world.reconcile()

@@ -1,0 +1,189 @@
+"""The API boundary without a server: error mapping, the writer's order and idempotence,
+Event manifests, the resync schedule, and which handler modules the operator loads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from infergate.controllers import handler_modules, load_handlers
+from infergate.controllers._resync import Resyncer
+from infergate.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    PermanentKubeError,
+    RetriableKubeError,
+)
+from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, SERVICES, convert_error
+from infergate.kube.events import event_manifest
+from infergate.kube.writer import PlanWriter
+from infergate.plan.observed import OwnerKey
+from tests.unit.plan.world import NAME, NAMESPACE, World
+
+
+def _api_error(status: int, message: str = "nope") -> ApiException:
+    error = ApiException(status=status, reason="Reason")
+    error.body = json.dumps({"message": message})
+    return error
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (409, ConflictError),
+        (429, RetriableKubeError),
+        (500, RetriableKubeError),
+        (503, RetriableKubeError),
+        (404, NotFoundError),
+        (403, ForbiddenError),
+        (422, PermanentKubeError),
+        (400, PermanentKubeError),
+    ],
+)
+def test_api_errors_map_to_retriable_or_permanent(status: int, kind: type[Exception]) -> None:
+    error = convert_error(_api_error(status, "field is immutable"), "PATCH", "Deployment a/b")
+    assert type(error) is kind
+    assert str(error) == f"PATCH Deployment a/b: {status} field is immutable"
+    retriable = status in (409, 429) or status >= 500
+    assert isinstance(error, RetriableKubeError) is retriable
+
+
+def test_resource_paths() -> None:
+    assert DEPLOYMENTS.path("ns", "d") == "/apis/apps/v1/namespaces/ns/deployments/d"
+    assert SERVICES.path("ns") == "/api/v1/namespaces/ns/services"
+    assert (
+        INFERENCE_DEPLOYMENTS.path("ns", "q", "status")
+        == "/apis/infergate.io/v1alpha1/namespaces/ns/inferencedeployments/q/status"
+    )
+
+
+class FakeClient:
+    """Records requests; answers from a script of errors by (verb, name)."""
+
+    def __init__(self, failures: dict[tuple[str, str], Exception] | None = None) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self.patches: list[Any] = []
+        self.failures = failures or {}
+
+    def _do(self, verb: str, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        assert namespace == NAMESPACE
+        self.calls.append((verb, kind, name))
+        failure = self.failures.get((verb, name))
+        if failure is not None:
+            raise failure
+        return {}
+
+    def create(self, resource: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._do("create", resource.kind, body["metadata"]["name"], namespace)
+
+    def merge_patch(
+        self, resource: Any, namespace: str, name: str, patch: Any, **_: Any
+    ) -> dict[str, Any]:
+        self.patches.append(patch)
+        return self._do("patch", resource.kind, name, namespace)
+
+    def replace_status(self, resource: Any, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        assert body["metadata"]["resourceVersion"] == "41"
+        return self._do("status", resource.kind, name, namespace)
+
+    def delete(self, resource: Any, namespace: str, name: str) -> None:
+        self._do("delete", resource.kind, name, namespace)
+
+
+def _body() -> dict[str, Any]:
+    return {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "u", "resourceVersion": "41"},
+        "spec": {},
+    }
+
+
+def test_writer_commits_status_first_then_children() -> None:
+    world = World()
+    plan = world.reconcile()
+    client = FakeClient()
+    PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
+    verbs = [verb for verb, _, _ in client.calls]
+    assert verbs[0] == "status"
+    kinds = [kind for verb, kind, _ in client.calls if verb == "create"]
+    assert kinds == ["ConfigMap", "Deployment", "Service", "Service"]
+
+
+def test_a_stale_status_write_stops_the_whole_write() -> None:
+    world = World()
+    plan = world.reconcile()
+    client = FakeClient({("status", NAME): ConflictError("stale", status=409)})
+    with pytest.raises(ConflictError):
+        PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
+    assert len(client.calls) == 1
+
+
+def test_repeated_creates_and_deletes_count_as_done() -> None:
+    world = World()
+    plan = world.reconcile()
+    failures: dict[tuple[str, str], Exception] = {
+        ("create", name): ConflictError("exists", status=409)
+        for name in (f"{NAME}-{plan.status.revisions[0].hash}", NAME)
+    }
+    result = PlanWriter(FakeClient(failures), NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
+    assert result.created == []
+    world.status = type(world.status)()
+    gone = NotFoundError("gone", status=404)
+    client = FakeClient({("delete", "anything"): gone})
+    PlanWriter(client, NAMESPACE, NAME)._delete("Deployment", "anything")
+    assert client.calls == [("delete", "Deployment", "anything")]
+
+
+def test_event_manifest_names_the_object_and_cuts_long_messages() -> None:
+    manifest = event_manifest(
+        _body(), warning=True, reason="DriftReverted", message="x" * 5000,
+        now=datetime(2026, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    assert manifest["type"] == "Warning"
+    assert manifest["involvedObject"]["kind"] == "InferenceDeployment"
+    assert manifest["involvedObject"]["uid"] == "u"
+    assert manifest["firstTimestamp"] == "2026-01-01T00:00:00Z"
+    assert len(manifest["message"]) == 1024
+
+
+def test_resync_runs_each_known_deployment_and_wakes_early() -> None:
+    async def scenario() -> list[OwnerKey]:
+        calls: list[OwnerKey] = []
+        running: set[OwnerKey] = set()
+        a, b = OwnerKey("ns", "a"), OwnerKey("ns", "b")
+
+        async def reconcile(key: OwnerKey) -> float | None:
+            assert key not in running, "two reconciles of one deployment at once"
+            running.add(key)
+            calls.append(key)
+            await asyncio.sleep(0.05)
+            running.discard(key)
+            return None
+
+        resyncer = Resyncer(reconcile, interval=60, wake_delay=0.01)
+        task = asyncio.create_task(resyncer.run(lambda: [a, b]))
+        await asyncio.sleep(0.2)  # both reconciled once at start, then not for 60s
+        resyncer.wake(a)
+        resyncer.wake(a)  # woken twice while idle: one more reconcile
+        await asyncio.sleep(0.3)
+        task.cancel()
+        await resyncer.stop()
+        return calls
+
+    calls = asyncio.run(scenario())
+    assert sorted(k.name for k in calls) == ["a", "a", "b"]
+
+
+def test_handler_modules_are_discovered_and_can_be_left_out() -> None:
+    modules = handler_modules()
+    assert {"children", "inference_deployment", "startup"} <= set(modules)
+    assert all(not name.startswith("_") for name in modules)
+    with pytest.raises(ValueError, match="no controller module nope"):
+        load_handlers(exclude=["nope"])
