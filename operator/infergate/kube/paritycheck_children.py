@@ -46,7 +46,7 @@ class CheckChildren(CheckClient):
     def pods(self, selector: str) -> list[JSON]:
         return self.kube.list(PODS, self.namespace, selector=selector)
 
-    def checks(self) -> list[JSON]:
+    def list_checks(self) -> list[JSON]:
         return self.kube.list(PARITY_CHECKS, self.namespace)
 
     def children_exist(self, selector: str) -> bool:

@@ -137,7 +137,7 @@ def _previous_report(
     if ref is None:
         return None
     passed = []
-    for other in api.checks():
+    for other in api.list_checks():
         if other["metadata"]["name"] == check["metadata"]["name"]:
             continue
         other_ref = (other.get("spec") or {}).get("candidate", {}).get("inferenceDeploymentRef")
