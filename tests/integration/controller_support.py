@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import REPO, Cluster, wait_for
+from tests.harness import FINALIZED_KINDS, REPO, Cluster, wait_for
 
 OPERATOR_DIR = REPO / "manifests" / "operator"
 CRD_FILES = sorted((REPO / "crds").glob("infergate.io_*.yaml"))
@@ -204,6 +204,15 @@ def idep_namespace(
     name = f"idep-{operator.session}-{short}-{uuid.uuid4().hex[:4]}"
     cluster.kubectl("create", "namespace", name)
     yield name
+    # As the shared `namespace` fixture does: finalizers (kopf timers of other controllers
+    # add some) must not keep the namespace from going when no operator runs.
+    for kind in FINALIZED_KINDS:
+        listed = cluster.kubectl("get", kind, "-n", name, "-o", "name", check=False)
+        for ref in listed.stdout.split() if listed.returncode == 0 else []:
+            cluster.kubectl(
+                "patch", ref, "-n", name, "--type=merge",
+                "-p", '{"metadata":{"finalizers":null}}', check=False,
+            )  # fmt: skip
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
