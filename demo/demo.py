@@ -83,7 +83,7 @@ def base_manifest(model_dir: Path) -> dict[str, Any]:
                 "kind": "vllm",
                 "image": "vllm/vllm-openai:v0.32.0",
                 "dtype": "bfloat16",
-                "maxModelLen": 2048,
+                "maxModelLen": 512,
                 "seed": 42,
                 # vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1) fail on the CPU
                 # build's first request (batch_invariant.mean_dim); on GPUs keep it on.
@@ -108,7 +108,7 @@ def migrated(manifest: dict[str, Any]) -> dict[str, Any]:
         "kind": "mindformers",
         "image": "ghcr.io/infergate/engine-mindformers:1.9.0-ms2.9.0",
         "dtype": "float16",
-        "maxModelLen": 2048,
+        "maxModelLen": 512,
         "seed": 42,
     }
     out["spec"]["accelerator"] = {"kind": "ascend-npu"}
