@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.support import Operator, install_operator
+from tests.e2e.support import Operator, install_operator, release_namespace
 from tests.harness import Cluster
 
 
@@ -33,6 +33,4 @@ def e2e_namespace(
     name = f"e2e-{operator.session}-{short}-{uuid.uuid4().hex[:4]}"
     cluster.kubectl("create", "namespace", name)
     yield name
-    for kind in ("inferencedeployments.infergate.io", "paritychecks.infergate.io"):
-        cluster.kubectl("delete", kind, "--all", "-n", name, "--wait=false", check=False)
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    release_namespace(cluster, name)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from infergate.fixture.generate import default_model_dir, is_complete
-from tests.harness import REPO, Cluster, wait_for
+from tests.harness import FINALIZED_KINDS, REPO, Cluster, wait_for
 
 MANIFEST_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
 CRD_FILES = sorted((REPO / "crds").glob("infergate.io_*.yaml"))
@@ -127,6 +127,25 @@ def install_operator(cluster: Cluster) -> Iterator[Operator]:
         for role in operator.cluster_roles:
             cluster.kubectl("delete", "clusterrolebinding", role, check=False)
             cluster.kubectl("delete", "clusterrole", role, check=False)
+
+
+def release_namespace(cluster: Cluster, namespace: str) -> None:
+    """Delete a test namespace without leaving it Terminating: kopf keeps finalizers on
+    the objects it follows, and the session's operator may be gone before they clear."""
+    for kind in FINALIZED_KINDS:
+        cluster.kubectl("delete", kind, "--all", "-n", namespace, "--wait=false", check=False)
+        listed = cluster.kubectl("get", kind, "-n", namespace, "-o", "name", check=False)
+        for ref in listed.stdout.split() if listed.returncode == 0 else []:
+            cluster.kubectl(
+                "patch", ref, "-n", namespace, "--type=merge",
+                "-p", '{"metadata":{"finalizers":null}}', check=False,
+            )  # fmt: skip
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    # The executor does not always confirm the deletion of a pod that had already
+    # succeeded (a finished runner), which leaves the namespace Terminating.
+    cluster.kubectl(
+        "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", check=False
+    )
 
 
 # -- engines as plain pods -----------------------------------------------------------------

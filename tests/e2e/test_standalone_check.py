@@ -21,6 +21,7 @@ from tests.e2e.support import (
     Operator,
     Stopwatch,
     adapter_pod,
+    release_namespace,
     runner_log,
     wait_check_ended,
     wait_pod_ready,
@@ -52,7 +53,7 @@ def servers(operator: Operator, cluster: Cluster) -> Iterator[tuple[str, dict[st
         for name in pods
     }
     yield namespace, urls
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    release_namespace(cluster, namespace)
 
 
 def check(name: str, baseline: str, candidate: str) -> dict[str, Any]:
