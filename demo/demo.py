@@ -366,6 +366,9 @@ def main() -> int:
     demo.follow_canary(3, "harmful change: rms_norm_eps 1e-4", "Failed")
     demo.table()
     if not args.keep:
+        # While the operator still runs, so that it clears kopf's finalizers.
+        kinds = "inferencedeployments.infergate.io,paritychecks.infergate.io"
+        demo.kubectl("delete", kinds, "--all", "-n", NAMESPACE, "--timeout=120s", check=False)
         demo.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
         demo.kubectl(
             "delete", "-k", str(REPO / "manifests" / "runner"), "--ignore-not-found", check=False
