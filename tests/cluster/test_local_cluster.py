@@ -196,6 +196,9 @@ def test_job_on_the_executor_runs_a_real_process_and_ends_by_its_exit_code(
     terminated = failed_pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 3
     assert failed_pod["status"]["phase"] == "Failed"
+    # A finished pod's deletion is confirmed like any other: nothing stays Terminating.
+    cluster.kubectl("delete", "job", "ok", "fails", "-n", namespace, "--cascade=foreground")
+    wait_for(lambda: not _pods(cluster, namespace, "batch.kubernetes.io/job-name"), 30, "pods gone")
 
 
 def test_service_endpointslice_lists_a_loopback_pod_ip_that_answers(

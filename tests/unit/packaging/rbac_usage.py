@@ -546,12 +546,7 @@ def iter_rule_permissions(rule: Mapping[str, Any]) -> Iterator[Permission]:
 
 # Known defects in other areas' manifests, each with the evidence; strict, so a fix
 # shows up as XPASS and the entry is removed.
-MISSING: dict[Permission, str] = {
-    Permission("infergate.io", "paritychecks", "patch"): (
-        "kopf's @kopf.timer follow_check requires a finalizer on each ParityCheck, added by "
-        "PATCH; neither role grants patch on paritychecks (the operator logs 403s on it)"
-    ),
-}
+MISSING: dict[Permission, str] = {}
 REDUNDANT: dict[str, str] = dict.fromkeys(
     (
         "infergate.io/paritychecks:get,list,watch",

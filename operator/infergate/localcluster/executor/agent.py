@@ -17,6 +17,7 @@ from infergate.localcluster import nodes
 from infergate.localcluster.executor import endpoints, images
 from infergate.localcluster.executor.container import kill_leftovers, now_rfc3339
 from infergate.localcluster.executor.pod import PodRunner, Site
+from infergate.localcluster.executor.volumes import remove_pod_dir
 from infergate.localcluster.layout import EXECUTOR_POD_CIDR, cache_dir
 from infergate.localcluster.rest import RestClient
 
@@ -232,9 +233,15 @@ class Executor:
             runner = self.runners.get(uid)
             if pod["metadata"].get("deletionTimestamp"):
                 grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
-                if runner is None:
-                    self.api.delete_pod_now(pod)
+                if runner is None or not runner.is_alive():
+                    # Nothing of ours runs (never started, or its process ended):
+                    # confirm the deletion as the kubelet does.
                     kill_leftovers(self.site.pods_root / uid)
+                    self.api.delete_pod_now(pod)
+                    remove_pod_dir(self.site.pods_root / uid)
+                    if runner is not None:
+                        self.ips.release(runner.pod_ip)
+                        del self.runners[uid]
                 elif not runner.stop_requested:
                     runner.request_stop(grace, delete=True)
                 continue
