@@ -26,11 +26,10 @@ $(MINDFORMERS_VENV)/$(ENGINE_STAMP):
 	hack/engine-venv.sh mindformers $(MINDFORMERS_VENV) $(ENGINE_PYTHON)
 	touch $@
 
-# Point each engine venv at this clone's source (cheap; re-done every time).
+# Point each engine venv at this clone's source and put the commands engine pods
+# run (infergate, vllm) on its PATH (cheap; re-done every time).
 define _link_source
-	$(1)/bin/python -c 'import pathlib, sys, sysconfig; \
-	  pathlib.Path(sysconfig.get_paths()["purelib"], "infergate-src.pth").write_text(sys.argv[1] + "\n")' \
-	  $(CURDIR)/operator
+	$(1)/bin/python hack/engine-commands.py $(CURDIR)/operator
 endef
 
 vllm-venv: $(VLLM_VENV)/$(ENGINE_STAMP)

@@ -29,8 +29,16 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--engine", required=True, choices=_ENGINES)
-    parser.add_argument("--model", required=True, type=Path, help="model directory (HF layout)")
-    parser.add_argument("--dtype", required=True, choices=ALLOWED_DTYPES)
+    parser.add_argument(
+        "--engine-config",
+        type=Path,
+        default=None,
+        metavar="ENGINE_JSON",
+        help="the pinned engine.json an engine pod mounts from its revision's ConfigMap; "
+        "gives the model, dtype, max length, seed, served name and numeric overrides",
+    )
+    parser.add_argument("--model", type=Path, help="model directory (HF layout)")
+    parser.add_argument("--dtype", choices=ALLOWED_DTYPES)
     parser.add_argument(
         "--config",
         action="append",
@@ -51,6 +59,9 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        if args.engine_config is not None:
+            _apply_engine_config(args)
+        _require_model(args)
         overrides = parse_config_overrides(args.config)
         name = args.served_model_name or args.model.name
         if args.engine == "vllm":
@@ -63,6 +74,33 @@ def _run(args: argparse.Namespace) -> int:
 
     serve(backend, name, args.host, args.port)
     return 0
+
+
+def _require_model(args: argparse.Namespace) -> None:
+    if args.model is None or args.dtype is None:
+        raise BackendError("--model and --dtype are required unless --engine-config gives them")
+
+
+def _apply_engine_config(args: argparse.Namespace) -> None:
+    """Fill the flags from the pinned engine.json; flags given explicitly are errors."""
+    import json
+
+    from infergate.runtime.engine_config import EngineConfigError, serve_settings
+
+    try:
+        settings = serve_settings(json.loads(args.engine_config.read_text()))
+    except (OSError, ValueError, EngineConfigError) as exc:
+        raise BackendError(f"--engine-config {args.engine_config}: {exc}") from exc
+    if args.model is not None or args.dtype is not None or args.config:
+        raise BackendError("--engine-config pins the model, dtype and config; drop those flags")
+    args.model = settings.model
+    args.dtype = settings.dtype
+    args.config = [f"{key}={value}" for key, value in settings.overrides.items()]
+    args.max_model_len = args.max_model_len or settings.max_model_len
+    args.seed = settings.seed
+    args.served_model_name = args.served_model_name or settings.served_model_name
+    for note in settings.notes:
+        print(f"infergate serve: {note}", file=sys.stderr)
 
 
 def _backend(args: argparse.Namespace, overrides: dict[str, float]) -> Any:

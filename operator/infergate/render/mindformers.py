@@ -1,6 +1,6 @@
 """MindFormers on Ascend: infergate's adapter server driven by a pinned MindFormers config.
 
-The adapter (`infergate serve --engine mindformers --config engine.json`) reads
+The adapter (`infergate serve --engine mindformers --engine-config engine.json`) reads
 the ConfigMap's `engine.json`: the MindSpore context, the parallel layout and
 the MindFormers `model_config`, whose numeric types are pinned here
 (low-precision compute with float32 layer norm, softmax and rotary embedding,
@@ -49,7 +49,7 @@ def mindformers_launch(revision: RevisionInput) -> EngineLaunch:
         "serve",
         "--engine",
         "mindformers",
-        "--config",
+        "--engine-config",
         CONFIG_PATH,
         "--host",
         POD_IP_REF,

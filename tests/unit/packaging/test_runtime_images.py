@@ -188,15 +188,7 @@ def _example_spec(name: str) -> InferenceDeploymentSpec:
     "example",
     [
         "vllm-gpu.yaml",
-        pytest.param(
-            "mindformers-ascend.yaml",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the operator renders `infergate serve --engine mindformers --config "
-                "/etc/infergate/engine/engine.json`; `infergate serve` wants --model and "
-                "--dtype and reads --config as KEY=VALUE",
-            ),
-        ),
+        "mindformers-ascend.yaml",
     ],
 )
 def test_what_the_operator_runs_in_engine_pods_is_a_real_command(example: str) -> None:

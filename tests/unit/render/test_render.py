@@ -111,7 +111,7 @@ def test_mindformers_runs_the_adapter_on_the_mounted_config() -> None:
         "serve",
         "--engine",
         "mindformers",
-        "--config",
+        "--engine-config",
         "/etc/infergate/engine/engine.json",
     ]
     mount = next(m for m in container["volumeMounts"] if m["name"] == "engine-config")

@@ -1,0 +1,64 @@
+"""The pinned engine.json of a MindFormers revision, as the adapter server reads it.
+
+The operator renders it into the revision's ConfigMap (render/mindformers.py);
+`infergate serve --engine mindformers --engine-config engine.json` takes the
+model, dtype, length, seed and numeric overrides from it, so what runs is
+exactly what was hashed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infergate.runtime.backend import CONFIG_KEYS
+
+
+class EngineConfigError(ValueError):
+    """engine.json lacks a field the adapter needs, or holds one it cannot honour."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model: Path
+    dtype: str
+    max_model_len: int | None
+    seed: int
+    served_model_name: str | None
+    overrides: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+
+
+def _required(config: dict[str, Any], *path: str) -> Any:
+    value: Any = config
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            raise EngineConfigError(f"field {'.'.join(path)} is missing")
+        value = value[key]
+    return value
+
+
+def serve_settings(config: dict[str, Any]) -> ServeSettings:
+    model = config.get("model") or {}
+    if "path" not in model:
+        raise EngineConfigError(
+            "field model.path is missing: this adapter serves weights from a local path "
+            f"(file:// or pvc:// model URIs), got model {model!r}"
+        )
+    model_config: dict[str, Any] = (config.get("mindformers") or {}).get("model_config") or {}
+    overrides = {k: float(model_config[k]) for k in CONFIG_KEYS if k in model_config}
+    notes = []
+    if model_config.get("use_past"):
+        # The CPU path recomputes the whole sequence each step: the same arithmetic as
+        # incremental inference, without the KV-cache kernels CPU MindSpore lacks.
+        notes.append("use_past requested: on CPU each decode step recomputes the full sequence")
+    return ServeSettings(
+        model=Path(str(model["path"])),
+        dtype=str(_required(config, "dtype")),
+        max_model_len=int(config["maxModelLen"]) if "maxModelLen" in config else None,
+        seed=int(config.get("seed", 42)),
+        served_model_name=config.get("servedModelName"),
+        overrides=overrides,
+        notes=notes,
+    )
