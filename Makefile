@@ -62,7 +62,7 @@ test-cluster: setup
 # One pytest run: unit tests, then the cluster-backed ones (the session fixture
 # starts the local cluster if it is not up, and stops it again if it started it).
 test: setup engines lint crds-check
-	INFERGATE_REQUIRE_ENGINES=1 $(BIN)/pytest tests
+	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 $(BIN)/pytest tests
 
 cluster-up: setup
 	$(BIN)/infergate localcluster up
