@@ -21,13 +21,13 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infergate.engines.client import EngineClient, HiddenStateProbe
+from infergate.engines.client import EngineClient, HiddenStateProbe, ProbeKind
 from infergate.engines.launch import EngineServer, ServerSpec
 from infergate.engines.record import RecordSettings, RecordStats, make_meta, record_suite
 from infergate.fixture.generate import default_model_dir, is_complete
@@ -38,7 +38,7 @@ from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import decide
 from infergate.recordio import MANIFEST, RecordReader
 from infergate.runtime.model_config import load_model_config
-from infergate.suite import Suite, load_suite
+from infergate.suite import PromptSpec, Suite, load_suite
 
 MODEL_NAME = "fixture"
 MINDFORMERS_MAX_LEN = 9216
@@ -84,33 +84,79 @@ def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)  # noqa: T201 - progress
 
 
-@contextmanager
-def _servers(side: Side, model: Path, logs: Path) -> Iterator[tuple[EngineClient, Any, float]]:
-    with ExitStack() as stack:
-        # MindFormers' CPU attention holds several [len, len] tensors at once (12+ GiB at
-        # 8.6K tokens in float16); a causal mask no longer than needed saves a little.
+class _SideServers:
+    """The servers of one side, restartable: MindSpore's CPU memory pool never shrinks,
+    so a MindFormers server gets a fresh process before each 8K+ prompt (its attention
+    holds several [len, len] tensors: 12+ GiB at 8.6K tokens in float16)."""
+
+    def __init__(self, side: Side, model: Path, logs: Path) -> None:
+        self.side = side
+        self._model = model
+        self._logs = logs
+        self._stack = ExitStack()
+        self._starts = 0
+        self.load_seconds = 0.0
+        self.client: EngineClient
+        self.probe: HiddenStateProbe
+
+    def start(self) -> None:
+        side = self.side
+        self._stack.close()
+        self._stack = ExitStack()
+        self._starts += 1
+        # A causal mask no longer than the suite needs saves a little MindFormers memory.
         max_len = MINDFORMERS_MAX_LEN if side.engine == "mindformers" else None
         spec = ServerSpec(
-            side.engine, model, side.dtype, served_model_name=MODEL_NAME, max_model_len=max_len
-        )
-        main = stack.enter_context(EngineServer(spec, logs / f"{side.key}.log"))
+            side.engine, self._model, side.dtype, served_model_name=MODEL_NAME,
+            max_model_len=max_len,
+        )  # fmt: skip
+        log = self._logs / f"{side.key}-{self._starts}.log"
+        main = self._stack.enter_context(EngineServer(spec, log))
         main.start(timeout=600)
-        load = main.load_seconds or 0.0
-        _log(f"{side.label}: server up in {load:.1f}s at {main.url}")
+        if self._starts == 1:
+            self.load_seconds = main.load_seconds or 0.0
+        _log(f"{side.label}: server up in {main.load_seconds:.1f}s at {main.url}")
+        kind: ProbeKind
         if side.engine == "vllm":
             pooling_spec = ServerSpec(
-                side.engine, model, side.dtype, probe=True, served_model_name=MODEL_NAME
+                side.engine, self._model, side.dtype, probe=True, served_model_name=MODEL_NAME
             )
-            pooling = stack.enter_context(
-                EngineServer(pooling_spec, logs / f"{side.key}-pooling.log")
+            pooling = self._stack.enter_context(
+                EngineServer(pooling_spec, self._logs / f"{side.key}-pooling-{self._starts}.log")
             )
             pooling.start(timeout=600)
             _log(f"{side.label}: pooling server up in {pooling.load_seconds:.1f}s")
-            probe = stack.enter_context(HiddenStateProbe(pooling.url, MODEL_NAME, "vllm-pooling"))
+            probe_url, kind = pooling.url, "vllm-pooling"
         else:
-            probe = stack.enter_context(HiddenStateProbe(main.url, MODEL_NAME, "adapter"))
-        client = stack.enter_context(EngineClient(main.url, MODEL_NAME))
-        yield client, probe, load
+            probe_url, kind = main.url, "adapter"
+        self.probe = self._stack.enter_context(HiddenStateProbe(probe_url, MODEL_NAME, kind))
+        self.client = self._stack.enter_context(EngineClient(main.url, MODEL_NAME))
+
+    def before_prompt(self, prompt: PromptSpec) -> None:
+        if self.side.engine == "mindformers" and prompt.is_long:
+            self.start()
+
+    # The serving and probe channels, forwarded to the current servers.
+    def tokenize(self, text: str) -> list[int]:
+        return self.client.tokenize(text)
+
+    def complete(
+        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
+    ) -> Any:
+        return self.client.complete(
+            prompt, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed
+        )
+
+    def score(
+        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
+    ) -> Any:
+        return self.client.score(prompt, forced, top_logprobs=top_logprobs, seed=seed)
+
+    def hidden_states(self, token_ids: Sequence[int]) -> Any:
+        return self.probe.hidden_states(token_ids)
+
+    def close(self) -> None:
+        self._stack.close()
 
 
 def _meta(side: Side, client: EngineClient, model: Path, suite: Suite) -> Any:
@@ -158,18 +204,23 @@ def run_side(
     if not todo:
         _log(f"{side.label}: records present, skipped")
         return
-    with _servers(side, model, out / "logs") as (client, probe, load):
-        meta = _meta(side, client, model, suite)
+    servers = _SideServers(side, model, out / "logs")
+    try:
+        servers.start()
+        meta = _meta(side, servers.client, model, suite)
         side_timing = timings.setdefault(side.key, {"label": side.label, "engine": side.engine})
-        side_timing.update(loadSeconds=round(load, 1), engineVersion=meta.engine_version)
+        side_timing.update(
+            loadSeconds=round(servers.load_seconds, 1), engineVersion=meta.engine_version
+        )
         # The first request warms the engine up; keep it out of the speed figures.
-        client.complete([1, 2, 3], max_tokens=4, top_logprobs=0, seed=settings.seed)
+        servers.client.complete([1, 2, 3], max_tokens=4, top_logprobs=0, seed=settings.seed)
         for record_dir, baseline_dir in todo:
             baseline = RecordReader(baseline_dir) if baseline_dir else None
             _log(f"{side.label}: recording {record_dir.name}")
             stats = record_suite(
-                suite, client, probe, meta=meta, out=record_dir, settings=settings,
+                suite, servers, servers, meta=meta, out=record_dir, settings=settings,
                 baseline=baseline, progress=lambda pid: _log(f"  {pid}"),
+                before_prompt=servers.before_prompt,
             )  # fmt: skip
             side_timing.setdefault("records", {})[record_dir.name] = {
                 "short": _speed(stats, long=False),
@@ -177,6 +228,8 @@ def run_side(
                 "scoreSeconds": round(stats.score_seconds, 2),
                 "hiddenSeconds": round(stats.hidden_seconds, 2),
             }
+    finally:
+        servers.close()
 
 
 def _rate(prompts: list[Any], long: bool) -> dict[str, Any]:

@@ -117,11 +117,19 @@ def record_suite(
     settings: RecordSettings,
     baseline: RecordReader | None = None,
     progress: Callable[[str], None] | None = None,
+    before_prompt: Callable[[PromptSpec], None] | None = None,
 ) -> RecordStats:
-    """Record every prompt of `suite` into `out`; returns timing figures."""
+    """Record every prompt of `suite` into `out`; returns timing figures.
+
+    `before_prompt` runs before each prompt is sent (the experiment restarts a
+    MindFormers server there before long prompts: MindSpore's CPU memory pool never
+    shrinks).
+    """
     stats = RecordStats()
     with RecordWriter(out, meta) as writer:
         for prompt in suite.prompts:
+            if before_prompt is not None:
+                before_prompt(prompt)
             writer.add(
                 _record_prompt(
                     prompt, serving, probe, settings=settings, baseline=baseline, stats=stats
