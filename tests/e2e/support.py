@@ -225,7 +225,15 @@ def wait_pod_ready(
 
 
 def check_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return cluster.get_json("paritychecks.infergate.io", name, "-n", namespace).get("status") or {}
+    """The check's status; empty while the operator has not created the check yet."""
+    result = cluster.kubectl(
+        "get", "paritychecks.infergate.io", name, "-n", namespace, "-o", "json",
+        "--ignore-not-found",
+    )  # fmt: skip
+    if not result.stdout.strip():
+        return {}
+    status: dict[str, Any] = json.loads(result.stdout).get("status") or {}
+    return status
 
 
 def wait_check_ended(cluster: Cluster, namespace: str, name: str, timeout: float) -> dict[str, Any]:

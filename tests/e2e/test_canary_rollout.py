@@ -102,10 +102,8 @@ def test_a_candidate_dying_mid_check_is_an_error_and_stable_is_untouched(
     stable, canary = _stable_then(
         rollout,
         clock,
+        {"seed": 43, "suite": long_suite, "max_tokens": 24},
         first={"suite": long_suite, "max_tokens": 24},
-        seed=43,
-        suite=long_suite,
-        max_tokens=24,
     )
     stable_pod = rollout.live_pods(stable)[0]
     name = rollout.check_name(canary)
@@ -154,7 +152,7 @@ def test_with_auto_promote_off_a_passed_canary_waits_for_a_person(
 ) -> None:
     rollout, clock = Rollout(cluster, e2e_namespace), Stopwatch()
     stable, canary = _stable_then(
-        rollout, clock, first={"auto_promote": False}, seed=43, auto_promote=False
+        rollout, clock, {"seed": 43, "auto_promote": False}, first={"auto_promote": False}
     )
     check = rollout.wait_check(canary)
     assert check["phase"] == "Passed", check

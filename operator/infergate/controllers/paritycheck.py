@@ -1,4 +1,4 @@
-"""kopf handlers of ParityChecks: one level-triggered reconcile, on a short timer.
+"""kopf handlers of ParityChecks: one level-triggered reconcile, every few seconds.
 
 Every few seconds, for every check that has not ended and released its children,
 `kube.paritycheck_reconcile.reconcile` gathers what is observed (sides, probes, the
@@ -11,6 +11,7 @@ are owned by the check and go with it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -18,10 +19,12 @@ from typing import Any
 
 import kopf
 
-from infergate.controllers._context import client
+from infergate.controllers._context import client, events
+from infergate.controllers._resync import Resyncer
 from infergate.errors import ConflictError, InfergateError, PermanentKubeError
 from infergate.kube.paritycheck_children import CheckChildren
 from infergate.kube.paritycheck_reconcile import reconcile
+from infergate.plan.observed import OwnerKey
 from infergate.runner.lifecycle import COND_RELEASED
 
 GROUP, VERSION, PLURAL = "infergate.io", "v1alpha1", "paritychecks"
@@ -40,28 +43,76 @@ def _active(status: Mapping[str, Any], **_: Any) -> bool:
     return True
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=INTERVAL_SECONDS, when=_active)
-def follow_check(
-    body: kopf.Body,
-    name: str,
-    namespace: str | None,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-    **_: Any,
-) -> None:
-    """Reconcile one check (a sync handler: kopf runs it in a worker thread)."""
+@kopf.index(GROUP, VERSION, PLURAL)
+async def active_checks(
+    body: kopf.Body, name: str, namespace: str | None, status: Mapping[str, Any], **_: Any
+) -> dict[OwnerKey, dict[str, Any]]:
+    """The checks still to follow (the resync loop's work list), with their last copy."""
+    return {OwnerKey(namespace or "", name): dict(body)} if _active(status) else {}
+
+
+def _follow_blocking(namespace: str, name: str, body: dict[str, Any]) -> None:
+    """Reconcile one check (blocking API calls: run in a worker thread)."""
+    api = CheckChildren(client(), namespace)
 
     def emit(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        events().post(body, warning=type_ == "Warning", reason=reason, message=message)
 
-    api = CheckChildren(client(), namespace or "")
-    try:
-        result = reconcile(api, name, datetime.now(UTC).replace(microsecond=0), emit)
-    except ConflictError as error:
-        raise kopf.TemporaryError(str(error), delay=_CONFLICT_DELAY) from error
-    except PermanentKubeError as error:
-        logger.warning("ParityCheck %s/%s: %s", namespace, name, error)
-        raise kopf.TemporaryError(str(error), delay=_RETRY_DELAY * 5) from error
-    except InfergateError as error:
-        raise kopf.TemporaryError(str(error), delay=_RETRY_DELAY) from error
+    result = reconcile(api, name, datetime.now(UTC).replace(microsecond=0), emit)
     if result.actions.terminal is not None:
-        logger.info("ParityCheck %s/%s ended: %s", namespace, name, result.phase)
+        log.info("ParityCheck %s/%s ended: %s", namespace, name, result.phase)
+
+
+async def _follow(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
+    """One scheduled reconcile; how soon to retry after an error (None: the usual interval)."""
+    index = indexes.get("active_checks")
+    body = next(iter(index[key]), None) if index is not None and key in index else None
+    if body is None:
+        return None
+    try:
+        await asyncio.to_thread(_follow_blocking, key.namespace, key.name, body)
+    except ConflictError:
+        return _CONFLICT_DELAY
+    except PermanentKubeError as error:
+        log.warning("ParityCheck %s/%s: %s", key.namespace, key.name, error)
+        return _RETRY_DELAY * 5
+    except InfergateError as error:
+        log.warning("ParityCheck %s/%s: retrying: %s", key.namespace, key.name, error)
+        return _RETRY_DELAY
+    except Exception:
+        log.exception("ParityCheck %s/%s: reconcile crashed, retrying", key.namespace, key.name)
+        return _RETRY_DELAY
+    return None
+
+
+class _CheckSchedule:
+    resyncer: Resyncer | None = None
+    task: asyncio.Task[None] | None = None
+
+
+_SCHEDULE = _CheckSchedule()
+
+
+@kopf.on.startup()
+async def start_following(**kwargs: Any) -> None:
+    """One loop follows every active check (a kopf timer per check would put a
+    finalizer on it, which hangs deletion while the operator is down)."""
+    indexes: Mapping[str, Any] = kwargs
+
+    def known() -> list[OwnerKey]:
+        index = indexes.get("active_checks")
+        return list(index) if index is not None else []
+
+    async def follow(key: OwnerKey) -> float | None:
+        return await _follow(key, indexes)
+
+    _SCHEDULE.resyncer = Resyncer(follow, INTERVAL_SECONDS)
+    _SCHEDULE.task = asyncio.create_task(_SCHEDULE.resyncer.run(known), name="paritycheck-follow")
+
+
+@kopf.on.cleanup()
+async def stop_following(**_: Any) -> None:
+    if _SCHEDULE.task is not None:
+        _SCHEDULE.task.cancel()
+    if _SCHEDULE.resyncer is not None:
+        await _SCHEDULE.resyncer.stop()
