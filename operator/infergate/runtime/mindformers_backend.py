@@ -7,6 +7,10 @@ fused_rms_norm=False, use_flash_attention=False` in PyNative mode, and MindForme
 `generate` fails (no ArgMaxExt CPU kernel), so decoding is our own greedy loop over
 full forward passes (`use_past=False`: the CPU incremental path fails too).
 
+Memory: MindSpore's CPU attention materialises several [len, len] tensors and its
+memory pool never shrinks; at 8.6K tokens a float16 server grows past 16 GiB (float32
+stays near 12 GiB). Restart the server between long prompts where memory is tight.
+
 Precision follows MindFormers' practice: compute and parameters in the requested
 dtype, RMSNorm, softmax and rotary embedding in float32. bfloat16 does not run on
 MindSpore's CPU kernels; on CPU it is refused with a clear error rather than silently
