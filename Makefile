@@ -75,7 +75,7 @@ demo: setup engines cluster-up
 	$(BIN)/infergate localcluster show
 	$(MAKE) --no-print-directory demo-flow
 
-bench: bench-parity
+bench: bench-parity bench-rollout
 
 bench-parity: venv
 	$(PY) bench/parity_bench.py
