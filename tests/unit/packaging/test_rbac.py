@@ -27,7 +27,7 @@ from tests.unit.packaging.rbac_usage import (
 )
 
 if not kubectl_binary().exists():
-    pytest.skip("no kubectl to build the manifests (make setup)", allow_module_level=True)
+    pytest.fail("no kubectl to build the manifests (make setup builds it)", pytrace=False)
 
 FULL = operator_usage()
 IDEP_ONLY = operator_usage(disabled=("paritycheck",))
