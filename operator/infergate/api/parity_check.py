@@ -209,11 +209,11 @@ class Endpoint(KubeModel):
             cel(
                 "isURL(self) && url(self).getScheme() in ['http', 'https'] "
                 "&& url(self).getHostname() != ''",
-                "url must be an absolute http:// or https:// URL, e.g. http://10.0.0.7:8000",
+                "url must be an absolute http:// or https:// URL, e.g. http://qwen-baseline.llm.svc:8000",
             )
         ),
     )
-    """Base URL of the server, e.g. http://10.0.0.7:8000 (the runner calls /v1/completions under
+    """Base URL of the server, e.g. http://qwen-baseline.llm.svc:8000 (the runner calls /v1/completions under
     it).
     """
     model: str = Field(min_length=1, max_length=SHORT_TEXT_MAX)
@@ -225,7 +225,7 @@ class Endpoint(KubeModel):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
                 f"endpoint.url: {self.url!r} is not allowed; give an absolute http:// or "
-                "https:// URL, e.g. http://10.0.0.7:8000"
+                "https:// URL, e.g. http://qwen-baseline.llm.svc:8000"
             )
         return self
 
