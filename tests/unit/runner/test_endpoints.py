@@ -62,11 +62,11 @@ def test_fqdn_slice_of_the_local_executor_resolves_to_its_loopback_ip() -> None:
 
 def test_ipv4_and_ipv6_slices_resolve_with_ipv6_bracketed() -> None:
     slices = [
-        endpoint_slice("IPv4", [ep("10.1.2.3")], name="a"),
+        endpoint_slice("IPv4", [ep("192.0.2.3")], name="a"),
         endpoint_slice("IPv6", [ep("fd00::7")], name="b"),
     ]
     urls = sorted(e.url for e in ready_endpoints(service(), slices))
-    assert urls == ["http://10.1.2.3:8000", "http://[fd00::7]:8000"]
+    assert urls == ["http://192.0.2.3:8000", "http://[fd00::7]:8000"]
 
 
 def test_not_ready_and_terminating_endpoints_are_skipped_unknown_readiness_counts() -> None:
@@ -100,9 +100,9 @@ def test_slices_of_another_service_or_unknown_address_types_are_ignored() -> Non
 
 def test_unnamed_single_port_matches_the_unnamed_slice_port() -> None:
     svc = service(ports=[{"port": 8000}])
-    slices = [endpoint_slice("IPv4", [ep("10.0.0.1")], ports=[{"name": "", "port": 8000}])]
+    slices = [endpoint_slice("IPv4", [ep("192.0.2.1")], ports=[{"name": "", "port": 8000}])]
     assert service_port_name(svc, 8000) == ""
-    assert first_ready_url(svc, slices, port=8000) == "http://10.0.0.1:8000"
+    assert first_ready_url(svc, slices, port=8000) == "http://192.0.2.1:8000"
 
 
 def test_first_ready_url_is_stable_across_slice_order() -> None:
