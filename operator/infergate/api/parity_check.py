@@ -213,8 +213,9 @@ class Endpoint(KubeModel):
             )
         ),
     )
-    """Base URL of the server, e.g. http://qwen-baseline.llm.svc:8000 (the runner calls /v1/completions under
-    it).
+    """Base URL of the server, e.g. http://qwen-baseline.llm.svc:8000.
+
+    The runner calls /v1/completions under it.
     """
     model: str = Field(min_length=1, max_length=SHORT_TEXT_MAX)
     """Model name the server expects in requests (its served model name)."""
