@@ -542,18 +542,3 @@ def iter_rule_permissions(rule: Mapping[str, Any]) -> Iterator[Permission]:
         for resource in rule.get("resources", []):
             for verb in rule.get("verbs", []):
                 yield Permission(group, resource, verb)
-
-
-# Known defects in other areas' manifests, each with the evidence; strict, so a fix
-# shows up as XPASS and the entry is removed.
-MISSING: dict[Permission, str] = {}
-REDUNDANT: dict[str, str] = dict.fromkeys(
-    (
-        "infergate.io/paritychecks:get,list,watch",
-        "infergate.io/inferencedeployments:get",
-        "apps/deployments:get",
-        "core/configmaps:get,list,create,patch",
-        "core,events.k8s.io/events:create,patch",
-    ),
-    "also granted by manifests/operator/clusterrole.yaml, which is always bound",
-)

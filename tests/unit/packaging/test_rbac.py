@@ -16,8 +16,6 @@ import pytest
 
 from tests.unit.packaging.kustomize import MANIFESTS, build, kubectl_binary
 from tests.unit.packaging.rbac_usage import (
-    MISSING,
-    REDUNDANT,
     ApiUse,
     Permission,
     grants,
@@ -44,10 +42,6 @@ def _operator_rules() -> list[dict[str, Any]]:
 
 def _all_rules() -> list[dict[str, Any]]:
     return [*_rules("operator"), *_rules("runner")]
-
-
-def _xfail(reason: str | None) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
 
 
 def test_scanner_resolves_every_api_call() -> None:
@@ -79,11 +73,7 @@ def test_inference_deployment_controller_runs_under_the_operator_role(
     assert grants(_operator_rules(), permission), IDEP_ONLY.why(permission)
 
 
-@pytest.mark.parametrize(
-    "permission",
-    [pytest.param(p, marks=_xfail(MISSING.get(p))) for p in sorted(FULL.permissions())],
-    ids=str,
-)
+@pytest.mark.parametrize("permission", sorted(FULL.permissions()), ids=str)
 def test_operator_with_every_controller_runs_under_both_roles(permission: Permission) -> None:
     assert grants(_all_rules(), permission), FULL.why(permission)
 
@@ -109,13 +99,7 @@ def test_removing_any_operator_role_rule_refuses_something_the_controller_does(
     assert _broken_without(rules, rule, IDEP_ONLY.reachable()), f"nothing needs {label}"
 
 
-@pytest.mark.parametrize(
-    "label",
-    [
-        pytest.param(rule_label(r), marks=_xfail(REDUNDANT.get(rule_label(r))))
-        for r in _rules("runner")
-    ],
-)
+@pytest.mark.parametrize("label", [rule_label(r) for r in _rules("runner")])
 def test_removing_any_paritycheck_role_rule_refuses_something_the_controller_does(
     label: str,
 ) -> None:
@@ -124,12 +108,6 @@ def test_removing_any_paritycheck_role_rule_refuses_something_the_controller_doe
     assert _broken_without(rules, rule, FULL.reachable()), f"nothing needs {label} alone"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verbs no code path uses: get/patch on inferencedeployments/status, get on "
-    "namespaces, CRDs, serviceaccounts, roles, rolebindings, endpointslices; watch on "
-    "endpointslices; list/watch on jobs; patch on events; the events.k8s.io group",
-)
 def test_every_granted_verb_is_used() -> None:
     used = FULL.reachable()
     unused = sorted(
