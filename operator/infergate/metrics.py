@@ -8,7 +8,7 @@ of InferenceDeployments, not with time.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -40,6 +40,12 @@ PARITY_VERDICTS = Counter(
     "Parity verdicts observed for canaries, by outcome (Passed, Failed, Error, Inconclusive).",
     ["namespace", "name", "outcome"],
 )
+PARITY_METRIC = Gauge(
+    "infergate_parity_metric",
+    "Headline figures of the latest parity verdict of an InferenceDeployment's canary "
+    "(the ParityCheck's status.metrics: tokenMatchRate, meanKl, hiddenCosineP1, ...), by metric.",
+    ["namespace", "name", "metric"],
+)
 RECONCILE_DURATION = Histogram(
     "infergate_reconcile_duration_seconds",
     "Time of one reconcile of an InferenceDeployment (gather, decide, write), by result.",
@@ -52,6 +58,10 @@ API_ERRORS = Counter(
     "(0: no answer).",
     ["verb", "resource", "code"],
 )
+
+
+# The metric labels each deployment's parity gauge carries now (to drop them on replace).
+_PARITY_SHOWN: dict[tuple[str, str], set[str]] = {}
 
 
 def record_phase(namespace: str, name: str, phase: DeploymentPhase, revisions: int) -> None:
@@ -70,8 +80,32 @@ def record_outcomes(namespace: str, name: str, outcomes: Iterable[tuple[str, str
         counters[kind].labels(namespace, name, reason).inc()
 
 
+def record_parity(namespace: str, name: str, figures: Mapping[str, float]) -> None:
+    """Replace a deployment's parity gauges with the figures of its latest verdict.
+
+    Nothing changes while no check has finished with figures. Figures the new verdict
+    lacks (no hidden states measured this time, say) are dropped rather than left showing
+    an older check's value.
+    """
+    if not figures:
+        return
+    for metric in _PARITY_SHOWN.get((namespace, name), set()) - set(figures):
+        with contextlib.suppress(KeyError):
+            PARITY_METRIC.remove(namespace, name, metric)
+    for metric, value in figures.items():
+        PARITY_METRIC.labels(namespace, name, metric).set(value)
+    _PARITY_SHOWN[namespace, name] = set(figures)
+
+
+def _forget_parity(namespace: str, name: str) -> None:
+    for metric in _PARITY_SHOWN.pop((namespace, name), set()):
+        with contextlib.suppress(KeyError):
+            PARITY_METRIC.remove(namespace, name, metric)
+
+
 def forget(namespace: str, name: str) -> None:
     """Drop the gauges of a deleted deployment (counters stay: they are history)."""
+    _forget_parity(namespace, name)
     with contextlib.suppress(KeyError):
         for phase in DeploymentPhase:
             ROLLOUT_PHASE.remove(namespace, name, phase.value)

@@ -46,6 +46,7 @@ from infergate.plan.desired import Owner
 from infergate.plan.observed import Observed, OwnerKey, collect
 from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.rollout import DeploymentState, Notice
+from infergate.plan.status import latest_parity_figures
 
 GROUP, VERSION, PLURAL = "infergate.io", "v1alpha1", "inferencedeployments"
 # Handler retries: a conflict or a busy API server passes in seconds; a spec problem does not.
@@ -190,6 +191,7 @@ async def reconcile(
             result = "ok"
             plan = outcome.plan
             metrics.record_outcomes(namespace, name, [(o.kind, o.reason) for o in plan.outcomes])
+            metrics.record_parity(namespace, name, latest_parity_figures(plan.status))
             if plan.status.phase is not None:
                 metrics.record_phase(namespace, name, plan.status.phase, len(plan.status.revisions))
         finally:

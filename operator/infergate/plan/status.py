@@ -215,3 +215,18 @@ def _kept_parity(previous: Sequence[Condition]) -> ConditionUpdate:
         reasons.NO_PARITY_CHECK,
         "no revision has been checked yet",
     )
+
+
+def latest_parity_figures(status: InferenceDeploymentStatus) -> dict[str, float]:
+    """Headline figures of the latest finished check (empty while none has figures).
+
+    The latest check is `status.lastParityCheck`; its figures are kept on the revision
+    it measured, so they survive the check being deleted and the operator restarting.
+    """
+    last = status.last_parity_check
+    if last is None or last.revision is None:
+        return {}
+    record = next((r for r in status.revisions if r.hash == last.revision), None)
+    if record is None or record.verdict in (None, VerdictOutcome.PENDING):
+        return {}
+    return dict(record.metrics or {})

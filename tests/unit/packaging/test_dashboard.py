@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -104,3 +105,22 @@ def test_exported_series_are_what_the_metrics_endpoint_serves() -> None:
     }
     assert served <= exported_series()
     assert "infergate_api_errors_total" in served
+
+
+def test_parity_panels_name_figures_the_runner_writes_to_status() -> None:
+    """A `metric="..."` selector on infergate_parity_metric must match a status.metrics key."""
+    from infergate.runner.status import headline_metrics
+    from tests.unit.parity.builders import record, suite
+    from tests.unit.runner.test_status import forced, judged
+
+    prompts = suite(4)
+    result, _ = judged(record(prompts), record(forced(prompts)))
+    written = set(headline_metrics(result.metrics))
+    named = {
+        match
+        for _, expression in EXPRESSIONS
+        if "infergate_parity_metric" in expression
+        for match in re.findall(r'metric="([^"]+)"', expression)
+    }
+    assert {"tokenMatchRate", "meanKl", "hiddenCosineP1"} <= named
+    assert named <= written, f"no such figure in status.metrics: {sorted(named - written)}"

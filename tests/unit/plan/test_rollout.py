@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from infergate.api.enums import DeploymentPhase, VerdictOutcome
 from infergate.plan.control import ABORT, PROMOTE, ROLLBACK_TO
+from infergate.plan.status import latest_parity_figures
 from tests.unit.plan.world import NAME, World
 
 
@@ -353,3 +354,26 @@ def test_a_restart_mid_canary_continues_from_status_and_children() -> None:
     restarted.settle()
     assert restarted.status.stable_revision == canary
     assert restarted.status.phase is DeploymentPhase.STABLE
+
+
+def test_latest_parity_figures_follow_the_last_finished_check() -> None:
+    world, _ = _stable_world()
+    assert latest_parity_figures(world.status) == {}
+
+    first = _canary(world, dtype="float16")
+    world.make_available(first)
+    world.reconcile()
+    assert latest_parity_figures(world.status) == {}  # pending: nothing measured yet
+    world.set_check(f"{NAME}-{first}", "Passed", passed=True, metrics={"tokenMatchRate": 1.0})
+    world.settle()
+    assert latest_parity_figures(world.status) == {"tokenMatchRate": 1.0}
+
+    second = _canary(world, dtype="float32")
+    world.make_available(second)
+    world.reconcile()
+    assert latest_parity_figures(world.status) == {}
+    figures = {"tokenMatchRate": 0.5, "meanKl": 0.2}
+    world.set_check(f"{NAME}-{second}", "Failed", passed=False, metrics=figures)
+    world.settle()
+    assert world.status.stable_revision == first
+    assert latest_parity_figures(world.status) == figures

@@ -1,0 +1,44 @@
+"""The operator's parity gauges: what a Prometheus scrape of /metrics shows."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, generate_latest
+
+from infergate import metrics
+
+
+def _parity_samples(namespace: str, name: str) -> dict[str, float]:
+    return {
+        sample.labels["metric"]: sample.value
+        for family in REGISTRY.collect()
+        if family.name == "infergate_parity_metric"
+        for sample in family.samples
+        if sample.labels["namespace"] == namespace and sample.labels["name"] == name
+    }
+
+
+def test_parity_figures_are_scraped_per_deployment_and_metric() -> None:
+    metrics.record_parity("llm", "qwen-a", {"tokenMatchRate": 0.96875, "meanKl": 1.5e-5})
+    metrics.record_parity("llm", "qwen-b", {"tokenMatchRate": 1.0})
+    assert _parity_samples("llm", "qwen-a") == {"tokenMatchRate": 0.96875, "meanKl": 1.5e-5}
+    assert _parity_samples("llm", "qwen-b") == {"tokenMatchRate": 1.0}
+    text = generate_latest(REGISTRY).decode()
+    assert 'infergate_parity_metric{metric="tokenMatchRate",name="qwen-a",namespace="llm"}' in text
+
+
+def test_a_new_verdict_replaces_the_figures_and_drops_those_it_lacks() -> None:
+    metrics.record_parity("llm", "qwen-c", {"tokenMatchRate": 1.0, "hiddenCosineP1": 0.9999})
+    metrics.record_parity("llm", "qwen-c", {"tokenMatchRate": 0.5})
+    assert _parity_samples("llm", "qwen-c") == {"tokenMatchRate": 0.5}
+
+
+def test_no_figures_keep_the_last_verdict_showing() -> None:
+    metrics.record_parity("llm", "qwen-d", {"tokenMatchRate": 0.75})
+    metrics.record_parity("llm", "qwen-d", {})
+    assert _parity_samples("llm", "qwen-d") == {"tokenMatchRate": 0.75}
+
+
+def test_a_deleted_deployment_stops_showing_figures() -> None:
+    metrics.record_parity("llm", "qwen-e", {"tokenMatchRate": 1.0, "meanKl": 0.0})
+    metrics.forget("llm", "qwen-e")
+    assert _parity_samples("llm", "qwen-e") == {}
