@@ -201,6 +201,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the HTML report (and, with --json, the result) of a check."""
+    from infergate.commands.parity_run import html_from_json
     from infergate.runner.naming import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
     from infergate.runner.report_store import read_report
 
@@ -226,7 +227,7 @@ def run_report(args: argparse.Namespace) -> int:
         _complain(f"error: {error}")
         return 1
     documents = read_report(config_map.get("data"), config_map.get("binaryData"))
-    html = documents.get(REPORT_HTML_KEY) or _html_from_result(documents.get(REPORT_JSON_KEY))
+    html = documents.get(REPORT_HTML_KEY) or html_from_json(documents.get(REPORT_JSON_KEY))
     if html is None:
         _say(f"ParityCheck {session.namespace}/{check_name}: the report ConfigMap holds no report")
         return 1
@@ -240,13 +241,6 @@ def run_report(args: argparse.Namespace) -> int:
         args.json.write_text(documents[REPORT_JSON_KEY], encoding="utf-8")
         _say(f"wrote {args.json}")
     return 0
-
-
-def _html_from_result(text: str | None) -> str | None:
-    """The report rebuilt from result.json, when the ConfigMap had no room for the HTML."""
-    from infergate.commands.parity_run import _rebuild_html
-
-    return _rebuild_html(text)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from infergate.runner.naming import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
 
@@ -104,7 +103,7 @@ def report_command(args: argparse.Namespace) -> int:
         )
         return 2
     documents = read_report(config_map.get("data"), config_map.get("binaryData"))
-    html = documents.get(REPORT_HTML_KEY) or _rebuild_html(documents.get(REPORT_JSON_KEY))
+    html = documents.get(REPORT_HTML_KEY) or html_from_json(documents.get(REPORT_JSON_KEY))
     if args.out is not None and html is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(html, encoding="utf-8")
@@ -119,15 +118,10 @@ def report_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rebuild_html(text: str | None) -> str | None:
-    """The HTML report from result.json, when the ConfigMap had no room for the HTML."""
+def html_from_json(text: str | None) -> str | None:
+    """The HTML report rebuilt from result.json, when the ConfigMap had no room for the HTML."""
     if text is None:
         return None
-    from infergate.parity.metrics import ParityResult
-    from infergate.parity.report import render_report
-    from infergate.parity.verdict import Verdict
+    from infergate.parity.report import render_report_from_json
 
-    document: dict[str, Any] = json.loads(text)
-    result = ParityResult.model_validate(document["result"])
-    verdict = Verdict.model_validate(document["verdict"])
-    return render_report(result, verdict, document.get("profile"))
+    return render_report_from_json(text)

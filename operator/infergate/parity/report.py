@@ -5,6 +5,7 @@ A pure function of the result and the verdict; the caller writes the string.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from html import escape
@@ -72,6 +73,18 @@ def render_report(result: ParityResult, verdict: Verdict, profile: str | None = 
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def render_report_from_json(text: str) -> str:
+    """The report of a result document (result.json: result, verdict and profile).
+
+    Used when a report ConfigMap had no room for the HTML and kept only the JSON.
+    """
+    document = json.loads(text)
+    result = ParityResult.model_validate(document["result"])
+    verdict = Verdict.model_validate(document["verdict"])
+    profile, why = document.get("profile"), document.get("profileReason")
+    return render_report(result, verdict, f"{profile} ({why})" if profile and why else profile)
 
 
 def _sides(result: ParityResult, profile: str | None) -> str:

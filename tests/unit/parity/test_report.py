@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from infergate.parity.compare import compare_sources
 from infergate.parity.profiles import resolve_thresholds
-from infergate.parity.report import render_report
+from infergate.parity.report import render_report, render_report_from_json
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import decide
 
@@ -56,3 +57,22 @@ def test_report_escapes_engine_text() -> None:
     html = _report("<script>alert(1)</script>")
     assert "<script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_report_rebuilt_from_result_json_matches_the_rendered_one() -> None:
+    """A report ConfigMap that kept only result.json still yields the same HTML report."""
+    pairs = [fork_pair(p, at=2, legitimate=False) for p in suite(3)]
+    result = compare_sources(
+        record([b for b, _ in pairs]),
+        record([c for _, c in pairs]),
+        resolve_thresholds(ProfileName.BF16_KERNEL),
+    )
+    verdict = decide(result)
+    document = {
+        "profile": "bf16-kernel",
+        "profileReason": "chosen by the spec",
+        "verdict": verdict.model_dump(mode="json", by_alias=True),
+        "result": result.model_dump(mode="json", by_alias=True),
+    }
+    rebuilt = render_report_from_json(json.dumps(document))
+    assert rebuilt == render_report(result, verdict, "bf16-kernel (chosen by the spec)")
