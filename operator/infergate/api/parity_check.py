@@ -114,8 +114,6 @@ class HiddenStates(KubeModel):
     max_positions_per_prompt: int = Field(default=16384, ge=1, le=1048576)
     """Positions (prompt and generated) compared per prompt, from the start; later ones are skipped.
     """
-    chunk_tokens: int = Field(default=1024, ge=16, le=65536)
-    """Positions fetched per probe request; states are compared as they stream, never held whole."""
 
 
 class Runner(KubeModel):
