@@ -114,6 +114,33 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
     return handler
 
 
+def _make_stable(
+    target: _Target,
+    annotation: str,
+    revision: str,
+    args: argparse.Namespace,
+    *,
+    requested: str,
+    failed: str,
+) -> int:
+    """Request `revision` be made stable through `annotation`; with --wait, see it happen.
+
+    The operator removes the annotation once it has acted on it, so the wait ends there.
+    """
+    target.annotate(annotation, revision)
+    print(f"{target}: {requested} requested")
+    if not args.wait:
+        return 0
+    body = target.wait(
+        lambda b: annotation not in (b["metadata"].get("annotations") or {}), args.timeout
+    )
+    if body is not None and _status(body).get("stableRevision") == revision:
+        print(f"{target}: revision {revision} is stable")
+        return 0
+    print(f"{target}: {failed}; see `kubectl describe idep {args.name}`")
+    return 1
+
+
 @_guarded
 def run_promote(args: argparse.Namespace) -> int:
     target = _Target(args)
@@ -122,18 +149,14 @@ def run_promote(args: argparse.Namespace) -> int:
     if not canary:
         print(f"{target} has no canary to promote (phase {status.get('phase')})")
         return 1
-    target.annotate(PROMOTE, canary)
-    print(f"{target}: promotion of canary {canary} requested")
-    if not args.wait:
-        return 0
-    body = target.wait(
-        lambda b: PROMOTE not in (b["metadata"].get("annotations") or {}), args.timeout
+    return _make_stable(
+        target,
+        PROMOTE,
+        canary,
+        args,
+        requested=f"promotion of canary {canary}",
+        failed=f"canary {canary} was not promoted",
     )
-    if body is not None and _status(body).get("stableRevision") == canary:
-        print(f"{target}: revision {canary} is stable")
-        return 0
-    print(f"{target}: canary {canary} was not promoted; see `kubectl describe idep {args.name}`")
-    return 1
 
 
 @_guarded
@@ -176,18 +199,14 @@ def run_rollback(args: argparse.Namespace) -> int:
     if revision == status.get("stableRevision"):
         print(f"{target}: revision {revision} is already stable")
         return 1
-    target.annotate(ROLLBACK_TO, revision)
-    print(f"{target}: rollback to revision {revision} requested")
-    if not args.wait:
-        return 0
-    body = target.wait(
-        lambda b: ROLLBACK_TO not in (b["metadata"].get("annotations") or {}), args.timeout
+    return _make_stable(
+        target,
+        ROLLBACK_TO,
+        revision,
+        args,
+        requested=f"rollback to revision {revision}",
+        failed=f"not rolled back to {revision}",
     )
-    if body is not None and _status(body).get("stableRevision") == revision:
-        print(f"{target}: revision {revision} is stable")
-        return 0
-    print(f"{target}: not rolled back to {revision}; see `kubectl describe idep {args.name}`")
-    return 1
 
 
 @_guarded
