@@ -11,7 +11,7 @@ import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
 
-from infergate.controllers._resync import Resyncer
+from infergate.controllers._resync import Schedule
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
@@ -63,17 +63,10 @@ def close_client() -> None:
 LOCKS: defaultdict[OwnerKey, asyncio.Lock] = defaultdict(asyncio.Lock)
 
 
-class _Schedule:
-    """The process's resync loop, once started."""
-
-    resyncer: Resyncer | None = None
-    task: asyncio.Task[None] | None = None
-
-
-SCHEDULE = _Schedule()
+# The process's resync loop over InferenceDeployments, once started.
+SCHEDULE = Schedule()
 
 
 def wake(key: OwnerKey) -> None:
     """Reconcile this deployment soon (a child of it changed)."""
-    if SCHEDULE.resyncer is not None:
-        SCHEDULE.resyncer.wake(key)
+    SCHEDULE.wake(key)

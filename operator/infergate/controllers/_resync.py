@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from infergate.plan.observed import OwnerKey
 
@@ -77,3 +78,35 @@ class Resyncer:
         for task in list(self._running.values()):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class Schedule:
+    """A process's resync loop over the objects one kopf index holds, once started."""
+
+    def __init__(self) -> None:
+        self.resyncer: Resyncer | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def start(
+        self, reconcile: Reconcile, interval: float, index: str, indexes: Mapping[str, Any]
+    ) -> None:
+        """Reconcile every key of the kopf index `index` every `interval` seconds."""
+
+        def known() -> list[OwnerKey]:
+            found = indexes.get(index)
+            return list(found) if found is not None else []
+
+        self.resyncer = Resyncer(reconcile, interval)
+        self.task = asyncio.create_task(self.resyncer.run(known), name=f"resync-{index}")
+
+    def wake(self, key: OwnerKey) -> None:
+        """Reconcile `key` soon, when the loop runs."""
+        if self.resyncer is not None:
+            self.resyncer.wake(key)
+
+    async def stop(self) -> None:
+        """Stop the loop and the reconciles it started."""
+        if self.task is not None:
+            self.task.cancel()
+        if self.resyncer is not None:
+            await self.resyncer.stop()

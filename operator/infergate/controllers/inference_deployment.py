@@ -29,7 +29,6 @@ from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
 from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
 from infergate.controllers._context import events as post_events
-from infergate.controllers._resync import Resyncer
 from infergate.errors import (
     ConflictError,
     InfergateError,
@@ -260,26 +259,17 @@ async def start_resync(**kwargs: Any) -> None:
     async def one(key: OwnerKey) -> float | None:
         return await _resync_one(key, indexes)
 
-    def known() -> list[OwnerKey]:
-        index = indexes.get("known_deployments")
-        return list(index) if index is not None else []
-
     # Blocking API calls run in threads; many deployments reconcile at once in a burst.
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=OPTIONS.workers, thread_name_prefix="infergate")
     )
-    resyncer = Resyncer(one, OPTIONS.resync_seconds)
-    SCHEDULE.resyncer = resyncer
-    SCHEDULE.task = asyncio.create_task(resyncer.run(known), name="infergate-resync")
+    SCHEDULE.start(one, OPTIONS.resync_seconds, "known_deployments", indexes)
 
 
 @kopf.on.cleanup()
 async def stop_resync(**_: Any) -> None:
     """Stop the resync loop and the reconciles it started."""
-    if SCHEDULE.task is not None:
-        SCHEDULE.task.cancel()
-    if SCHEDULE.resyncer is not None:
-        await SCHEDULE.resyncer.stop()
+    await SCHEDULE.stop()
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from infergate.controllers._context import client, events
-from infergate.controllers._resync import Resyncer
+from infergate.controllers._resync import Schedule
 from infergate.errors import ConflictError, InfergateError, PermanentKubeError
 from infergate.kube.paritycheck_children import CheckChildren
 from infergate.kube.paritycheck_reconcile import reconcile
@@ -85,12 +85,7 @@ async def _follow(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
     return None
 
 
-class _CheckSchedule:
-    resyncer: Resyncer | None = None
-    task: asyncio.Task[None] | None = None
-
-
-_SCHEDULE = _CheckSchedule()
+_SCHEDULE = Schedule()
 
 
 @kopf.on.startup()
@@ -99,20 +94,12 @@ async def start_following(**kwargs: Any) -> None:
     finalizer on it, which hangs deletion while the operator is down)."""
     indexes: Mapping[str, Any] = kwargs
 
-    def known() -> list[OwnerKey]:
-        index = indexes.get("active_checks")
-        return list(index) if index is not None else []
-
     async def follow(key: OwnerKey) -> float | None:
         return await _follow(key, indexes)
 
-    _SCHEDULE.resyncer = Resyncer(follow, INTERVAL_SECONDS)
-    _SCHEDULE.task = asyncio.create_task(_SCHEDULE.resyncer.run(known), name="paritycheck-follow")
+    _SCHEDULE.start(follow, INTERVAL_SECONDS, "active_checks", indexes)
 
 
 @kopf.on.cleanup()
 async def stop_following(**_: Any) -> None:
-    if _SCHEDULE.task is not None:
-        _SCHEDULE.task.cancel()
-    if _SCHEDULE.resyncer is not None:
-        await _SCHEDULE.resyncer.stop()
+    await _SCHEDULE.stop()
