@@ -36,12 +36,11 @@ from infergate.runtime.backend import (
     check_dtype,
     log_softmax,
 )
+from infergate.runtime.loaded_model import LoadedModel
 from infergate.runtime.mindformers_weights import convert_qwen2_weights
-from infergate.runtime.model_config import ModelConfig, load_model_config
-from infergate.runtime.tokenizer import ModelTokenizer
 
 
-class MindFormersBackend:
+class MindFormersBackend(LoadedModel):
     """A Qwen2 model served by MindFormers' LlamaForCausalLM."""
 
     def __init__(
@@ -74,13 +73,7 @@ class MindFormersBackend:
         ms.set_context(mode=ms.PYNATIVE_MODE)
         ms.set_seed(seed)
         self._ms = ms
-        self._dtype = dtype
-        self._config = load_model_config(model_dir).with_overrides(overrides)
-        self._max_len = min(
-            max_model_len or self._config.max_position_embeddings,
-            self._config.max_position_embeddings,
-        )
-        self._tokenizer = ModelTokenizer(model_dir)
+        super().__init__(model_dir, dtype, overrides, max_model_len)
         self._last: tuple[tuple[int, ...], Any] | None = None
         self._net = self._build(model_dir)
 
@@ -162,34 +155,6 @@ class MindFormersBackend:
             f"mindformers {metadata.version('mindformers')} / "
             f"mindspore {metadata.version('mindspore')}"
         )
-
-    @property
-    def dtype(self) -> str:
-        return self._dtype
-
-    @property
-    def max_model_len(self) -> int:
-        return self._max_len
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self._config.eos_token_id
-
-    @property
-    def config(self) -> ModelConfig:
-        return self._config
-
-    def effective_config(self) -> dict[str, Any]:
-        return self._config.effective(self._dtype)
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text)
-
-    def detokenize(self, token_ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(token_ids)
-
-    def token_text(self, token_id: int) -> str:
-        return self._tokenizer.token_text(token_id)
 
     def _hidden(self, token_ids: Sequence[int]) -> Any:
         # Without a KV cache every call is a full forward pass (22 s for 8.6K tokens on

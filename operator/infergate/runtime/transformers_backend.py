@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from infergate.runtime.backend import GreedyLoop, GreedyOutput, check_dtype
-from infergate.runtime.model_config import ModelConfig, load_model_config
-from infergate.runtime.tokenizer import ModelTokenizer
+from infergate.runtime.backend import GreedyLoop, GreedyOutput
+from infergate.runtime.loaded_model import LoadedModel
 
 
-class TransformersBackend:
+class TransformersBackend(LoadedModel):
     """A causal LM served by transformers on PyTorch (CPU here)."""
 
     def __init__(
@@ -33,18 +32,12 @@ class TransformersBackend:
         seed: int = 42,
         max_model_len: int | None = None,
     ) -> None:
+        super().__init__(model_dir, dtype, overrides, max_model_len)
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        check_dtype(dtype)
         torch.manual_seed(seed)
         self._torch = torch
-        self._dtype = dtype
-        self._config: ModelConfig = load_model_config(model_dir).with_overrides(overrides)
-        self._max_len = min(
-            max_model_len or self._config.max_position_embeddings,
-            self._config.max_position_embeddings,
-        )
         hf_config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
         if "rms_norm_eps" in overrides:
             hf_config.rms_norm_eps = float(overrides["rms_norm_eps"])
@@ -53,7 +46,6 @@ class TransformersBackend:
             params = dict(getattr(hf_config, "rope_parameters", None) or {"rope_type": "default"})
             params["rope_theta"] = float(overrides["rope_theta"])
             hf_config.rope_parameters = params
-        self._tokenizer = ModelTokenizer(model_dir)
         self._model: Any = AutoModelForCausalLM.from_pretrained(
             model_dir,
             config=hf_config,
@@ -71,34 +63,6 @@ class TransformersBackend:
         return (
             f"transformers {metadata.version('transformers')} / torch {metadata.version('torch')}"
         )
-
-    @property
-    def dtype(self) -> str:
-        return self._dtype
-
-    @property
-    def max_model_len(self) -> int:
-        return self._max_len
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self._config.eos_token_id
-
-    @property
-    def config(self) -> ModelConfig:
-        return self._config
-
-    def effective_config(self) -> dict[str, Any]:
-        return self._config.effective(self._dtype)
-
-    def tokenize(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text)
-
-    def detokenize(self, token_ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(token_ids)
-
-    def token_text(self, token_id: int) -> str:
-        return self._tokenizer.token_text(token_id)
 
     def _ids(self, token_ids: Sequence[int]) -> Any:
         return self._torch.tensor([list(token_ids)], dtype=self._torch.long)
