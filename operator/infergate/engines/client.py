@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 import numpy as np
@@ -117,6 +117,29 @@ def parse_prompt_logprobs(
     return TeacherForced(
         token_ids=np.asarray(forced, np.int64), target_logprobs=np.asarray(targets), top=top
     )
+
+
+class ServingChannel(Protocol):
+    """What a parity record is made through: tokenize, greedy completion, teacher forcing.
+
+    `EngineClient` speaks it over HTTP; `engines.inprocess` calls a backend directly.
+    """
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def complete(
+        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
+    ) -> Completion: ...
+
+    def score(
+        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
+    ) -> TeacherForced: ...
+
+
+class ProbeChannel(Protocol):
+    """Where last-layer hidden states of a token sequence come from."""
+
+    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]: ...
 
 
 class EngineClient:

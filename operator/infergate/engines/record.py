@@ -16,34 +16,17 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from infergate.engines.client import Completion
-from infergate.parity.record import PromptRecord, RecordMeta, TeacherForced
+from infergate.engines.client import ProbeChannel, ServingChannel
+from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.recordio import RecordReader, RecordWriter
 from infergate.suite import PromptSpec, Suite
-
-
-class ServingChannel(Protocol):
-    def tokenize(self, text: str) -> list[int]: ...
-
-    def complete(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
-    ) -> Completion: ...
-
-    def score(
-        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
-    ) -> TeacherForced: ...
-
-
-class ProbeChannel(Protocol):
-    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]: ...
 
 
 class RecordError(RuntimeError):

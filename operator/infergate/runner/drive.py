@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import httpx
 import numpy as np
 from numpy.typing import NDArray
 
-from infergate.engines.client import Completion, EngineClientError
-from infergate.parity.record import PromptRecord, TeacherForced
+from infergate.engines.client import (
+    Completion,
+    EngineClientError,
+    ProbeChannel,
+    ServingChannel,
+)
+from infergate.parity.record import PromptRecord
 from infergate.suite import PromptSpec
 
 _HTTP_STATUS = re.compile(r"HTTP (\d{3})")
@@ -45,29 +50,13 @@ class SideAnswerError(RuntimeError):
     """A side answered something the runner cannot use; a retry will not help."""
 
 
-class Serving(Protocol):
-    def tokenize(self, text: str) -> list[int]: ...
-
-    def complete(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
-    ) -> Completion: ...
-
-    def score(
-        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
-    ) -> TeacherForced: ...
-
-
-class Probe(Protocol):
-    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]: ...
-
-
 @dataclass(frozen=True)
 class Channels:
     """One side's channels; `probe` is None when hidden states are not compared."""
 
     name: str
-    serving: Serving
-    probe: Probe | None
+    serving: ServingChannel
+    probe: ProbeChannel | None
 
 
 @dataclass(frozen=True)
