@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Self
 
 import httpx
 import numpy as np
@@ -142,21 +142,28 @@ class ProbeChannel(Protocol):
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]: ...
 
 
-class EngineClient:
-    """The serving channel of one engine endpoint (OpenAI completions, vLLM extensions)."""
+class _Endpoint:
+    """An HTTP connection to one served model; a context manager that closes it."""
 
-    def __init__(self, base_url: str, model: str, *, timeout: float = 600.0) -> None:
+    def __init__(self, base_url: str, model: str, *, timeout: float) -> None:
         self._model = model
         self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> EngineClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class EngineClient(_Endpoint):
+    """The serving channel of one engine endpoint (OpenAI completions, vLLM extensions)."""
+
+    def __init__(self, base_url: str, model: str, *, timeout: float = 600.0) -> None:
+        super().__init__(base_url, model, timeout=timeout)
 
     def _post(self, path: str, body: Mapping[str, Any]) -> Any:
         response = self._http.post(path, json=dict(body))
@@ -273,24 +280,14 @@ def decode_float32(item: Mapping[str, Any]) -> NDArray[np.float32]:
     return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
 
 
-class HiddenStateProbe:
+class HiddenStateProbe(_Endpoint):
     """The probe channel: last-layer hidden states [tokens, hidden] of token ids."""
 
     def __init__(
         self, base_url: str, model: str, kind: ProbeKind, *, timeout: float = 600.0
     ) -> None:
-        self._model = model
+        super().__init__(base_url, model, timeout=timeout)
         self._kind = kind
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> HiddenStateProbe:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         if self._kind == "adapter":
