@@ -3,15 +3,13 @@ a fresh namespace per test, torn down with finalizers stripped."""
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from infergate.localcluster import controlplane, processes
 from infergate.localcluster.layout import ClusterLayout
-from tests.harness import FINALIZED_KINDS, Cluster
+from tests.harness import Cluster, namespace_for, release_namespace
 
 
 @pytest.fixture(scope="session")
@@ -28,17 +26,7 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    base = request.node.name.lower().replace("_", "-")
-    name = "".join(ch for ch in base if ch.isalnum() or ch == "-")[:40].strip("-")
-    name = f"{name}-{uuid.uuid4().hex[:5]}"
+    name = namespace_for(request.node.name, "test", 40)
     cluster.kubectl("create", "namespace", name)
     yield name
-    for kind in FINALIZED_KINDS:
-        listed = cluster.kubectl("get", kind, "-n", name, "-o", "name", check=False)
-        for ref in listed.stdout.split() if listed.returncode == 0 else []:
-            with contextlib.suppress(AssertionError):
-                cluster.kubectl(
-                    "patch", ref, "-n", name, "--type=merge",
-                    "-p", '{"metadata":{"finalizers":null}}',
-                )  # fmt: skip
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    release_namespace(cluster, name)

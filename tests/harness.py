@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,3 +82,80 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval:
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+# -- test namespaces and session installs of the operator ------------------------------------
+
+CRD_FILES = sorted((REPO / "crds").glob("infergate.io_*.yaml"))
+
+
+def apply_crds(cluster: Cluster) -> None:
+    """Install (or update) the CRDs and wait until the API server serves them."""
+    cluster.kubectl("apply", *(f"--filename={path}" for path in CRD_FILES))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/inferencedeployments.infergate.io", "crd/paritychecks.infergate.io",
+    )  # fmt: skip
+
+
+def namespace_for(test_name: str, prefix: str, limit: int) -> str:
+    """A fresh namespace name: `prefix`, up to `limit` characters of the test's name, a nonce."""
+    base = test_name.lower().replace("_", "-").removeprefix("test-")
+    short = "".join(ch for ch in base if ch.isalnum() or ch == "-")[:limit].strip("-")
+    return f"{prefix}-{short}-{uuid.uuid4().hex[:4]}"
+
+
+def release_namespace(cluster: Cluster, namespace: str) -> None:
+    """Delete a test namespace without leaving it Terminating.
+
+    Its InferenceDeployments and ParityChecks go first, with any finalizer stripped: the
+    operator that would clear one may be gone by teardown.
+    """
+    for kind in FINALIZED_KINDS:
+        cluster.kubectl("delete", kind, "--all", "-n", namespace, "--wait=false", check=False)
+        listed = cluster.kubectl("get", kind, "-n", namespace, "-o", "name", check=False)
+        for ref in listed.stdout.split() if listed.returncode == 0 else []:
+            cluster.kubectl(
+                "patch", ref, "-n", namespace, "--type=merge",
+                "-p", '{"metadata":{"finalizers":null}}', check=False,
+            )  # fmt: skip
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    # The executor does not always confirm the deletion of a pod that had already
+    # succeeded (a finished runner), which leaves the namespace Terminating.
+    cluster.kubectl(
+        "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", check=False
+    )
+
+
+def install_for_session(
+    documents: list[dict[str, Any]],
+    *,
+    namespace: str,
+    cluster_role: Callable[[str], str],
+    operator_args: list[str],
+) -> list[dict[str, Any]]:
+    """The operator's install renamed for one test session, so sessions never collide.
+
+    Only names change: namespaced objects move to `namespace`, ClusterRoles and their
+    bindings take `cluster_role(original name)`, and the operator's container gains
+    `operator_args` (its `--namespace` pattern, say). Rules and CRDs stay exactly as built.
+    """
+    renamed = []
+    for original in documents:
+        doc = copy.deepcopy(original)
+        kind, metadata = doc["kind"], doc["metadata"]
+        if kind == "Namespace":
+            metadata["name"] = namespace
+        elif kind in ("ClusterRole", "ClusterRoleBinding"):
+            metadata["name"] = cluster_role(metadata["name"])
+        elif kind != "CustomResourceDefinition":
+            metadata["namespace"] = namespace
+        if kind == "ClusterRoleBinding":
+            doc["roleRef"]["name"] = cluster_role(doc["roleRef"]["name"])
+            for subject in doc["subjects"]:
+                subject["namespace"] = namespace
+        if kind == "Deployment":
+            container = doc["spec"]["template"]["spec"]["containers"][0]
+            container["args"] = [*container["args"], *operator_args]
+        renamed.append(doc)
+    return renamed

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.support import Operator, install_operator, release_namespace
-from tests.harness import Cluster
+from tests.e2e.support import Operator, install_operator
+from tests.harness import Cluster, namespace_for, release_namespace
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -28,9 +27,7 @@ def e2e_namespace(
     operator: Operator, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     """A fresh namespace the session's operator watches; deleted afterwards."""
-    base = request.node.name.lower().replace("_", "-").removeprefix("test-")
-    short = "".join(ch for ch in base if ch.isalnum() or ch == "-")[:28].strip("-")
-    name = f"e2e-{operator.session}-{short}-{uuid.uuid4().hex[:4]}"
+    name = namespace_for(request.node.name, f"e2e-{operator.session}", 28)
     cluster.kubectl("create", "namespace", name)
     yield name
     release_namespace(cluster, name)

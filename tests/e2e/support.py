@@ -8,7 +8,6 @@ other people's objects. Engine pods run for real on the executor; the runner Job
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 import uuid
@@ -21,10 +20,9 @@ import pytest
 import yaml
 
 from infergate.fixture.generate import default_model_dir, is_complete
-from tests.harness import FINALIZED_KINDS, REPO, Cluster, wait_for
+from tests.harness import REPO, Cluster, apply_crds, install_for_session, wait_for
 
 MANIFEST_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
-CRD_FILES = sorted((REPO / "crds").glob("infergate.io_*.yaml"))
 TERMINAL = ("Passed", "Failed", "Error")
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 MODEL_NAME = "fixture"
@@ -72,46 +70,19 @@ class Operator:
         )
 
 
-def session_manifests(documents: list[dict[str, Any]], session: str) -> list[dict[str, Any]]:
-    """The install renamed for one session and limited to its namespaces; rules untouched."""
-    namespace = f"infergate-e2e-{session}"
-    out = []
-    for original in documents:
-        doc = copy.deepcopy(original)
-        kind, metadata = doc["kind"], doc["metadata"]
-        if kind == "Namespace":
-            metadata["name"] = namespace
-        elif kind in ("ClusterRole", "ClusterRoleBinding"):
-            metadata["name"] = f"{metadata['name']}-e2e-{session}"
-        else:
-            metadata["namespace"] = namespace
-        if kind == "ClusterRoleBinding":
-            doc["roleRef"]["name"] = f"{doc['roleRef']['name']}-e2e-{session}"
-            for subject in doc["subjects"]:
-                subject["namespace"] = namespace
-        if kind == "Deployment":
-            container = doc["spec"]["template"]["spec"]["containers"][0]
-            container["args"] = [
-                *container["args"],
-                f"--namespace=e2e-{session}-*",
-                "--resync-seconds=2",
-            ]
-        out.append(doc)
-    return out
-
-
 def install_operator(cluster: Cluster) -> Iterator[Operator]:
-    cluster.kubectl("apply", *(f"--filename={path}" for path in CRD_FILES))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/inferencedeployments.infergate.io", "crd/paritychecks.infergate.io",
-    )  # fmt: skip
+    apply_crds(cluster)
     documents = []
     for directory in MANIFEST_DIRS:
         built = cluster.kubectl("kustomize", str(directory)).stdout
         documents += [d for d in yaml.safe_load_all(built) if d]
     session = uuid.uuid4().hex[:6]
-    renamed = session_manifests(documents, session)
+    renamed = install_for_session(
+        documents,
+        namespace=f"infergate-e2e-{session}",
+        cluster_role=lambda name: f"{name}-e2e-{session}",
+        operator_args=[f"--namespace=e2e-{session}-*", "--resync-seconds=2"],
+    )
     operator = Operator(
         cluster=cluster,
         session=session,
@@ -127,25 +98,6 @@ def install_operator(cluster: Cluster) -> Iterator[Operator]:
         for role in operator.cluster_roles:
             cluster.kubectl("delete", "clusterrolebinding", role, check=False)
             cluster.kubectl("delete", "clusterrole", role, check=False)
-
-
-def release_namespace(cluster: Cluster, namespace: str) -> None:
-    """Delete a test namespace without leaving it Terminating: kopf keeps finalizers on
-    the objects it follows, and the session's operator may be gone before they clear."""
-    for kind in FINALIZED_KINDS:
-        cluster.kubectl("delete", kind, "--all", "-n", namespace, "--wait=false", check=False)
-        listed = cluster.kubectl("get", kind, "-n", namespace, "-o", "name", check=False)
-        for ref in listed.stdout.split() if listed.returncode == 0 else []:
-            cluster.kubectl(
-                "patch", ref, "-n", namespace, "--type=merge",
-                "-p", '{"metadata":{"finalizers":null}}', check=False,
-            )  # fmt: skip
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-    # The executor does not always confirm the deletion of a pod that had already
-    # succeeded (a finished runner), which leaves the namespace Terminating.
-    cluster.kubectl(
-        "delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", check=False
-    )
 
 
 # -- engines as plain pods -----------------------------------------------------------------

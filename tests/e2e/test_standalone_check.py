@@ -21,12 +21,11 @@ from tests.e2e.support import (
     Operator,
     Stopwatch,
     adapter_pod,
-    release_namespace,
     runner_log,
     wait_check_ended,
     wait_pod_ready,
 )
-from tests.harness import Cluster, wait_for
+from tests.harness import Cluster, release_namespace, wait_for
 
 SUITE = [
     {"id": "en-weather", "text": "The weather today is"},

@@ -24,10 +24,17 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import FINALIZED_KINDS, REPO, Cluster, wait_for
+from tests.harness import (
+    REPO,
+    Cluster,
+    apply_crds,
+    install_for_session,
+    namespace_for,
+    release_namespace,
+    wait_for,
+)
 
 OPERATOR_DIR = REPO / "manifests" / "operator"
-CRD_FILES = sorted((REPO / "crds").glob("infergate.io_*.yaml"))
 RESYNC_SECONDS = 2
 # Tolerations and selector that put engine pods on KWOK's simulated accelerator nodes,
 # where they become Ready at once and no engine process runs.
@@ -117,39 +124,22 @@ def _documents(cluster: Cluster) -> list[dict[str, Any]]:
 def session_manifests(
     documents: list[dict[str, Any]], session: str, pattern: str
 ) -> list[dict[str, Any]]:
-    """The operator's manifests renamed for one test session and limited to its namespaces.
+    """The operator's manifests for one test session, watching the namespaces of `pattern`.
 
-    Only names change, and the operator's arguments gain `--namespace`, a short resync and
+    Besides the names, the operator's arguments gain a short resync and
     `--disable-controller=paritycheck` (the tests write verdicts themselves): the rules of
     the ClusterRole are applied exactly as written.
     """
-    namespace = f"infergate-it-{session}"
-    cluster_role = f"infergate-operator-it-{session}"
-    result: list[dict[str, Any]] = []
-    for original in documents:
-        doc = copy.deepcopy(original)
-        kind, metadata = doc["kind"], doc["metadata"]
-        if kind == "Namespace":
-            metadata["name"] = namespace
-        elif kind in ("ClusterRole", "ClusterRoleBinding"):
-            metadata["name"] = cluster_role
-        else:
-            metadata["namespace"] = namespace
-        if kind == "ClusterRoleBinding":
-            doc["roleRef"]["name"] = cluster_role
-            for subject in doc["subjects"]:
-                subject["namespace"] = namespace
-        if kind == "Deployment":
-            container = doc["spec"]["template"]["spec"]["containers"][0]
-            container["args"] = [
-                *container["args"],
-                f"--namespace={pattern}",
-                f"--resync-seconds={RESYNC_SECONDS}",
-                # The tests play the ParityCheck controller: they write the verdicts.
-                "--disable-controller=paritycheck",
-            ]
-        result.append(doc)
-    return result
+    return install_for_session(
+        documents,
+        namespace=f"infergate-it-{session}",
+        cluster_role=lambda _: f"infergate-operator-it-{session}",
+        operator_args=[
+            f"--namespace={pattern}",
+            f"--resync-seconds={RESYNC_SECONDS}",
+            "--disable-controller=paritycheck",
+        ],
+    )
 
 
 _INSTALL: OperatorInstall | None = None
@@ -160,11 +150,7 @@ def install_operator(request: pytest.FixtureRequest, cluster: Cluster) -> Operat
     global _INSTALL  # noqa: PLW0603 - one install per test session, shared by modules
     if _INSTALL is not None:
         return _INSTALL
-    cluster.kubectl("apply", *(f"--filename={path}" for path in CRD_FILES))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/inferencedeployments.infergate.io", "crd/paritychecks.infergate.io",
-    )  # fmt: skip
+    apply_crds(cluster)
     session = uuid.uuid4().hex[:6]
     documents = session_manifests(_documents(cluster), session, f"idep-{session}-*")
     install = OperatorInstall(
@@ -199,21 +185,10 @@ def idep_namespace(
     operator: OperatorInstall, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     """A fresh namespace the session's operator watches."""
-    base = request.node.name.lower().replace("_", "-").removeprefix("test-")
-    short = "".join(ch for ch in base if ch.isalnum() or ch == "-")[:30].strip("-")
-    name = f"idep-{operator.session}-{short}-{uuid.uuid4().hex[:4]}"
+    name = namespace_for(request.node.name, f"idep-{operator.session}", 30)
     cluster.kubectl("create", "namespace", name)
     yield name
-    # As the shared `namespace` fixture does: finalizers (kopf timers of other controllers
-    # add some) must not keep the namespace from going when no operator runs.
-    for kind in FINALIZED_KINDS:
-        listed = cluster.kubectl("get", kind, "-n", name, "-o", "name", check=False)
-        for ref in listed.stdout.split() if listed.returncode == 0 else []:
-            cluster.kubectl(
-                "patch", ref, "-n", name, "--type=merge",
-                "-p", '{"metadata":{"finalizers":null}}', check=False,
-            )  # fmt: skip
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    release_namespace(cluster, name)
 
 
 # -- InferenceDeployments ------------------------------------------------------------------
