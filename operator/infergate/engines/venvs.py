@@ -1,15 +1,23 @@
 """Where each engine's venv is (built by `make engine-venvs`, see mk/engines.mk).
 
 The Makefile exports INFERGATE_VLLM_VENV and INFERGATE_MINDFORMERS_VENV; without them
-the defaults below match the Makefile's cache paths.
+the defaults below match the Makefile's cache paths. The venvs are shared by every
+checkout on the machine and hold no trace of one: a process started from a venv gets
+this checkout's source through PYTHONPATH (`engine_environment`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
+import infergate
 from infergate.fixture.generate import default_cache_root
+
+SOURCE_ROOT = Path(infergate.__file__).resolve().parent.parent
+"""The directory holding this checkout's `infergate` package (operator/)."""
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 ENGINES: tuple[str, ...] = ("vllm", "mindformers", "transformers")
 
@@ -41,3 +49,13 @@ def engine_python(engine: str) -> Path:
             f"engine {engine!r}: no venv at {python.parent.parent}; run `make engine-venvs`"
         )
     return python
+
+
+def engine_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) for a process run from an engine venv:
+    this checkout's source first on PYTHONPATH, and the model hubs offline."""
+    env = dict(os.environ if base is None else base)
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = f"{SOURCE_ROOT}{os.pathsep}{path}" if path else str(SOURCE_ROOT)
+    env.update(OFFLINE)
+    return env

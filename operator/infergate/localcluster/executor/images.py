@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,20 @@ def default_table() -> list[dict[str, Any]]:
     """
     venvs = cache_dir() / "venvs"
     dev = repo_root() / ".venv"
+    # Engine venvs are shared by every checkout; this one's source comes by PYTHONPATH.
+    engine = {**_OFFLINE, "PYTHONPATH": str(repo_root() / "operator")}
     return [
         {
             "pattern": "vllm/vllm-openai*",
             "venv": str(_newest(venvs, "vllm-")),
             "entrypoint": ["vllm", "serve"],
-            "env": {**_OFFLINE, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu"},
+            "env": {**engine, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu"},
         },
         {
             "pattern": "*infergate*mindformers*",
             "venv": str(_newest(venvs, "mindformers-")),
             "entrypoint": ["infergate"],
-            "env": dict(_OFFLINE),
+            "env": engine,
         },
         {
             "pattern": "*infergate*",
@@ -70,9 +73,30 @@ def load(path: Path) -> list[ImageEnvironment]:
     return table
 
 
+_HEADER = "# Image -> local environment for the local executor (first match wins).\n"
+_STAMP = "# generated {digest}: rewritten while unedited; an edited file is kept as it is.\n"
+
+
+def _digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
 def write_default(path: Path) -> None:
-    if not path.exists():
-        path.write_text(
-            "# Image -> local environment for the local executor (first match wins).\n"
-            + yaml.safe_dump(default_table(), sort_keys=False)
-        )
+    """Write the default table, unless the file there has been edited by hand.
+
+    A file still as generated is replaced, so a newer default (another checkout's
+    paths, a new image) reaches a cluster whose table nobody has touched.
+    """
+    if path.exists():
+        lines = path.read_text().split("\n", 2)
+        stamped = len(lines) == 3 and lines[1].startswith("# generated ")
+        digest = lines[1].removeprefix("# generated ").split(":", 1)[0] if stamped else None
+        if digest is None or _digest(lines[2]) != digest:
+            return  # edited by hand (or from before tables were stamped): kept
+    path.write_text(render_table(default_table()))
+
+
+def render_table(entries: list[dict[str, Any]]) -> str:
+    """The file text of a table, stamped with the digest of its entries as written."""
+    body = yaml.safe_dump(entries, sort_keys=False)
+    return _HEADER + _STAMP.format(digest=_digest(body)) + body
