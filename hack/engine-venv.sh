@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build one engine venv (vllm | mindformers) in DEST, the way ENGINES.md found
 # working on a CPU machine. The venv holds the engine and the light
-# dependencies of infergate's runtime adapters; infergate itself is put on the
-# path by a .pth file (see mk/engines.mk), so one cached venv serves any clone.
+# dependencies of infergate's runtime adapters. infergate itself is not
+# installed: whoever starts a process from the venv puts its checkout's
+# operator/ on PYTHONPATH, so one cached venv serves any clone.
 #
 # usage: hack/engine-venv.sh vllm|mindformers DEST PYTHON
 set -euo pipefail

@@ -165,8 +165,8 @@ class Rollout:
 def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str | None:
     """Why the engine pods of `manifest` could not start on the local executor, if they could not.
 
-    Renders the revision as the operator does, maps its image to a local environment as
-    the executor does, and runs the rendered command line with `--help` there: a missing
+    Renders the revision as the operator does, maps its image to a local environment (and
+    its environment variables) as the executor does, and runs the rendered command line with `--help` there: a missing
     program or one that fails before reading its arguments shows here in seconds rather
     than as a pod crash-looping until a test's deadline.
     """
@@ -204,7 +204,7 @@ def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str |
         text=True,
         timeout=120,
         check=False,
-        env={**os.environ, "PATH": path},
+        env={**os.environ, **dict(environment.extra_env), "PATH": path},
     )
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -10,12 +10,42 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def _own_requirements(roots: tuple[str, ...]) -> list[str]:
+    """`roots` with each `infergate[extras]` replaced by what pyproject.toml makes it need.
+
+    Read from the checkout, not from installed metadata: the engine venvs never install
+    infergate (its source comes by PYTHONPATH), so they hold no record of what it needs.
+    """
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    out: list[str] = []
+    todo = list(roots)
+    seen: set[str] = set()
+    while todo:
+        root = todo.pop(0)
+        own = re.fullmatch(r"infergate(?:\[([\w,\s-]*)\])?", root.strip())
+        if own is None:
+            out.append(root)
+            continue
+        extras = [e.strip() for e in (own.group(1) or "").split(",") if e.strip()]
+        for group in ["", *extras]:
+            if group in seen:
+                continue
+            seen.add(group)
+            todo.extend(
+                project["dependencies"] if group == "" else project["optional-dependencies"][group]
+            )
+    return out
+
 
 # Runs inside the target interpreter (only the standard library and `packaging`):
 # walks Requires-Dist from the roots, with their extras, and prints name==version.
@@ -28,7 +58,6 @@ def norm(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 roots = [Requirement(text) for text in json.loads(sys.argv[1])]
-exclude = {norm(name) for name in json.loads(sys.argv[2])}
 todo = [(root.name, set(root.extras)) for root in roots]
 extras_seen = {}
 while todo:
@@ -47,8 +76,6 @@ while todo:
             todo.append((req.name, set(req.extras)))
 lines = []
 for key in extras_seen:
-    if key in exclude:
-        continue
     dist = metadata.distribution(key)
     lines.append((key, f"{dist.metadata['Name']}=={dist.version}"))
 print("\n".join(line for _, line in sorted(lines)))
@@ -75,8 +102,7 @@ class ImageLock:
                 str(self.python),
                 "-c",
                 _CLOSURE_SCRIPT,
-                json.dumps(list(self.roots)),
-                json.dumps(["infergate"]),
+                json.dumps(_own_requirements(self.roots)),
             ],
             capture_output=True,
             text=True,
