@@ -141,7 +141,10 @@ class LongSequenceMetrics(_Model):
     prompts: int
     divergence_rate: Rate | None
     diverged_prompts: list[str]
-    kl_ratio: float | None = Field(description="Mean KL in the 8K+ bucket over the 0-1K bucket.")
+    kl_ratio: float | None = Field(
+        description="Mean KL in the 8K+ bucket over the 0-1K bucket, each plus a noise floor "
+        "of 1% of maxMeanKl, so that KLs both far below the limit do not make a ratio."
+    )
     same_top_drop: float | None = Field(description="Same-top rate of 0-1K minus that of 8K+.")
 
 

@@ -132,7 +132,8 @@ class Thresholds(BaseModel):
     max_long_to_short_kl_ratio: float | None = Field(
         default=None,
         ge=0.0,
-        description="Largest ratio of mean KL in the 8K+ position bucket to the 0-1K bucket.",
+        description="Largest ratio of mean KL in the 8K+ position bucket to the 0-1K bucket "
+        "(both plus 1% of maxMeanKl, a noise floor).",
     )
     max_long_same_top_drop: float | None = Field(
         default=None,

@@ -416,3 +416,26 @@ def test_a_blocking_failure_is_not_repeated_as_a_warning() -> None:
     _, verdict = run(*_kl_shift(math.log(0.8))())
     assert any(r.startswith("maxMeanKl:") for r in verdict.reasons)
     assert not any(w.startswith("maxMeanKl") for w in verdict.warnings)
+
+
+def test_long_to_short_kl_ratio_ignores_noise_far_below_the_kl_limit() -> None:
+    # Identical configs still differ by rounding between prefill and decode kernels:
+    # KL of ~3e-7 nats at 8K+ against 0 at 0-1K is no evidence of a long-context bug.
+    def pair(pid: str, tokens: int, shift: float) -> tuple[PromptRecord, PromptRecord]:
+        p = prompt(pid, prompt_tokens=tokens)
+        return p, replace(p, teacher_forced=teacher_forced_on(p, shift=shift))
+
+    def judged(long_shift: float) -> tuple[float, VerdictStatus, list[str]]:
+        pairs = [pair("short0", 200, 0.0), pair("long0", 9000, long_shift)]
+        result, verdict = run(record([b for b, _ in pairs]), record([c for _, c in pairs]))
+        ratio = result.metrics.long_sequence.kl_ratio
+        assert ratio is not None
+        return ratio, verdict.status, verdict.reasons
+
+    noise_ratio, noise_status, reasons = judged(math.log(1 - 1e-4))
+    assert noise_ratio < 3
+    assert noise_status == VerdictStatus.PASSED, reasons
+    harm_ratio, harm_status, reasons = judged(math.log(0.9))
+    assert harm_ratio > 3
+    assert harm_status == VerdictStatus.FAILED
+    assert any("maxLongToShortKlRatio" in reason for reason in reasons)
