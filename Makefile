@@ -14,8 +14,11 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-# Hashing the dependency declaration re-installs only when it changes.
-VENV_STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+# The operator image's lock pins the operator's dependencies in the dev venv too, so
+# the tests run what the image ships and a fresh clone gets the versions last tested.
+OPERATOR_LOCK := runtime_images/operator/requirements.txt
+# Hashing the dependency declarations re-installs only when they change.
+VENV_STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(OPERATOR_LOCK) | sha256sum | cut -c1-12)
 
 .PHONY: help setup venv control-plane test test-unit test-cluster lint fmt crds crds-check \
         cluster-up cluster-down demo bench bench-parity clean
@@ -25,10 +28,10 @@ help:
 	@echo "make test    lint, unit, cluster integration and end-to-end tests"
 	@echo "other: setup lint crds crds-check cluster-up cluster-down bench clean"
 
-$(VENV_STAMP): pyproject.toml
+$(VENV_STAMP): pyproject.toml $(OPERATOR_LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -c $(OPERATOR_LOCK)
 	@rm -f $(VENV)/.installed-*; touch $@
 
 venv: $(VENV_STAMP)

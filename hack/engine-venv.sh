@@ -69,10 +69,13 @@ PY
   ;;
 mindformers)
   # mindformers pins transformers 4.57.1 and numpy<2: it cannot share the vLLM venv.
-  "${pip[@]}" install mindspore=="$MINDSPORE_VERSION" mindformers=="$MINDFORMERS_VERSION"
+  # The MindFormers image's lock pins every distribution, so this venv holds what the
+  # image ships and a fresh machine gets the versions last tested.
+  lock="$(cd "$(dirname "$0")/.." && pwd)/runtime_images/mindformers/requirements.txt"
+  "${pip[@]}" install mindspore=="$MINDSPORE_VERSION" mindformers=="$MINDFORMERS_VERSION" -c "$lock"
   pins=$(mktemp)
   "${pip[@]}" freeze | grep -iE '^(numpy|mindspore|mindformers|transformers|tokenizers)==' >"$pins"
-  "${pip[@]}" install "${ADAPTER_DEPS[@]}" -c "$pins"
+  "${pip[@]}" install "${ADAPTER_DEPS[@]}" -c "$pins" -c "$lock"
   rm -f "$pins"
   ;;
 *)

@@ -4,7 +4,8 @@
 # The venvs hold nothing of a checkout: processes started from them get this
 # clone's operator/ on PYTHONPATH, so one cached venv serves every checkout at once.
 
-# Bump the -rN suffix when hack/engine-venv.sh changes what a venv holds.
+# Bump the -rN suffix when hack/engine-venv.sh or the MindFormers image lock
+# (runtime_images/mindformers/requirements.txt) changes what a venv holds.
 VLLM_VENV ?= $(INFERGATE_CACHE)/venvs/vllm-0.32.0-torch2.13.0-r1
 MINDFORMERS_VENV ?= $(INFERGATE_CACHE)/venvs/mindformers-1.9.0-ms2.9.0-r1
 ENGINE_PYTHON ?= python3.11

@@ -2,8 +2,10 @@
 
 `runtime_images/<image>/requirements.txt` pins every distribution in the dependency
 closure of the image's roots (e.g. `infergate[operator]`) to the version installed in
-the venv the tests ran with, so an image runs what was tested. Regenerate with
-`make image-locks` after a dependency change; a unit test compares.
+the venv the tests ran with, so an image runs what was tested. The venvs are installed
+under these locks as constraints (Makefile, hack/engine-venv.sh), so a fresh machine
+gets the tested versions, not the newest. To move a pin: edit or delete its line,
+rebuild the venv, then `make image-locks`; a unit test compares lock and venv.
 """
 
 from __future__ import annotations
