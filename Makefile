@@ -41,14 +41,19 @@ control-plane:
 
 setup: venv control-plane
 
+# Every Python file in the repo; mypy strict on the package and the scripts beside it.
+PY_DIRS := operator tests demo bench experiments hack
+SCRIPTS := demo bench experiments
+
 lint: venv
-	$(BIN)/ruff check operator tests
-	$(BIN)/ruff format --check operator tests
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
+	$(BIN)/mypy $(SCRIPTS)
 
 fmt: venv
-	$(BIN)/ruff format operator tests
-	$(BIN)/ruff check --fix operator tests
+	$(BIN)/ruff format $(PY_DIRS)
+	$(BIN)/ruff check --fix $(PY_DIRS)
 
 crds: venv
 	$(BIN)/infergate crds --out crds

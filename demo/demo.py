@@ -220,24 +220,28 @@ class Demo:
         self.say(f"canary revision {canary} rolling out next to stable {before}")
         check_name = f"{NAME}-{canary}"
         served = 0
+        shown = ""
+        # A terminal gets one line rewritten in place; a log gets a line per change.
+        live = sys.stdout.isatty()
 
         def ended() -> dict[str, Any] | None:
-            nonlocal served
+            nonlocal served, shown
             served += self.stable_answers(before)
             check = self.get("paritychecks.infergate.io", check_name, "-n", NAMESPACE)
             status = check.get("status") or {}
             if status.get("phase") in TERMINAL:
                 return status
             progress = status.get("progress") or {}
-            if progress:
-                done, total = progress.get("done"), progress.get("total")
-                print(
-                    f"\r    check {status.get('phase')}: {done}/{total} prompts", end="", flush=True
-                )
+            done, total = progress.get("done"), progress.get("total")
+            line = f"    check {status.get('phase')}: {done}/{total} prompts"
+            if progress and line != shown:
+                shown = line
+                print(f"\r{line}" if live else line, end="" if live else "\n", flush=True)
             return None
 
-        check = self.wait(ended, 1800, f"ParityCheck {check_name}")
-        print()
+        check: dict[str, Any] = self.wait(ended, 1800, f"ParityCheck {check_name}")
+        if live and shown:
+            print()
         self.say(
             f"ParityCheck {check_name}: {check['phase']} - {check['verdict'].get('summary', '')}"
         )
