@@ -44,7 +44,7 @@ KL_RATIO_NOISE_SHARE = 0.01
 """Share of the profile's maxMeanKl that is noise for the long/short ratio: two runs of
 one bf16 config on CPU gave 8K+ / 0-1K KLs of ~2e-7 / ~1e-9 nats (a ratio of 179)
 because prefill and decode take different kernels; 1% of the mean-KL limit keeps such
-noise out while a change that costs 2e-5 nats at 8K+ still fails under bf16."""
+noise out while more than 2e-5 nats at 8K+ over ~0 at 0-1K still fails under bf16."""
 WORST_PER_CRITERION = 5
 _NAN_HIDDEN = "NaN or Inf in hidden states"
 
