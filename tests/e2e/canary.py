@@ -165,10 +165,11 @@ class Rollout:
 def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str | None:
     """Why the engine pods of `manifest` could not start on the local executor, if they could not.
 
-    Renders the revision as the operator does, maps its image to a local environment (and
-    its environment variables) as the executor does, and runs the rendered command line with `--help` there: a missing
-    program or one that fails before reading its arguments shows here in seconds rather
-    than as a pod crash-looping until a test's deadline.
+    Renders the revision as the operator does, maps its image to a local environment and
+    its process environment as the executor does, and runs the rendered command line
+    with `--help` there: a missing program or one that fails before reading its
+    arguments shows here in seconds rather than as a pod crash-looping until a test's
+    deadline.
     """
     import os
     import shutil
@@ -176,7 +177,7 @@ def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str |
 
     from infergate.api.inference_deployment import InferenceDeploymentSpec
     from infergate.localcluster.executor.images import load
-    from infergate.localcluster.executor.podspec import image_environment
+    from infergate.localcluster.executor.podspec import image_environment, image_process_env
     from infergate.render.objects import render_revision
 
     spec = InferenceDeploymentSpec.model_validate(manifest["spec"])
@@ -185,15 +186,8 @@ def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str |
     ][0]
     environment = image_environment(container["image"], load(cluster.layout.root / "executor.yaml"))
     program = container["command"][0]
-    path = os.pathsep.join(
-        p
-        for p in (
-            str(environment.venv / "bin") if environment.venv else "",
-            os.environ.get("PATH", ""),
-        )
-        if p
-    )
-    found = shutil.which(program, path=path)
+    env = {**os.environ, **image_process_env(environment, os.environ.get("PATH", ""))}
+    found = shutil.which(program, path=env["PATH"])
     where = f"image {container['image']} (local environment {environment.venv or 'host PATH'})"
     if found is None:
         return f"{where}: the rendered command {program!r} does not exist there"
@@ -204,7 +198,7 @@ def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str |
         text=True,
         timeout=120,
         check=False,
-        env={**os.environ, **dict(environment.extra_env), "PATH": path},
+        env=env,
     )
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -18,7 +18,7 @@ from infergate.localcluster.executor.podspec import (
     container_argv,
     container_env,
     image_environment,
-    process_path,
+    image_process_env,
 )
 from infergate.localcluster.executor.volumes import (
     VolumeSources,
@@ -195,17 +195,14 @@ class PodRunner(threading.Thread):
             image = container.spec.get("image", "")
             image_env = image_environment(image, self.site.images)
             base = {
-                "PATH": process_path(image_env, os.environ.get("PATH", "/usr/bin:/bin")),
                 "HOME": "/root",
                 "HOSTNAME": self.pod["metadata"]["name"],
                 "LANG": "C.UTF-8",
                 "KUBERNETES_SERVICE_HOST": self.site.api_host,
                 "KUBERNETES_SERVICE_PORT": str(self.site.api_port),
                 "KUBERNETES_SERVICE_PORT_HTTPS": str(self.site.api_port),
-                **dict(image_env.extra_env),
+                **image_process_env(image_env, os.environ.get("PATH", "/usr/bin:/bin")),
             }
-            if image_env.venv is not None:
-                base["VIRTUAL_ENV"] = str(image_env.venv)
             env = container_env(self.pod, container.spec, self._lookup(), base)
             argv = container_argv(container.spec, image_env, env)
             mounts = container_mounts(container.spec, volume_paths)

@@ -143,10 +143,16 @@ def container_argv(container: JSON, image_env: ImageEnvironment, env: dict[str, 
     return argv
 
 
-def process_path(image_env: ImageEnvironment, system_path: str) -> str:
+def image_process_env(image_env: ImageEnvironment, system_path: str) -> dict[str, str]:
+    """What an image's local environment puts in its processes' environment: the venv's
+    programs first on PATH, VIRTUAL_ENV, and the table's own variables."""
     if image_env.venv is None:
-        return system_path
-    return f"{image_env.venv / 'bin'}:{system_path}"
+        return {"PATH": system_path, **dict(image_env.extra_env)}
+    return {
+        "PATH": f"{image_env.venv / 'bin'}:{system_path}",
+        **dict(image_env.extra_env),
+        "VIRTUAL_ENV": str(image_env.venv),
+    }
 
 
 def resolve_port(container: JSON, port: int | str) -> int:
