@@ -12,40 +12,33 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _own_requirements(roots: tuple[str, ...]) -> list[str]:
+def _own_requirements(roots: tuple[str, ...] | list[str], project: dict[str, Any]) -> list[str]:
     """`roots` with each `infergate[extras]` replaced by what pyproject.toml makes it need.
 
     Read from the checkout, not from installed metadata: the engine venvs never install
     infergate (its source comes by PYTHONPATH), so they hold no record of what it needs.
     """
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     out: list[str] = []
-    todo = list(roots)
-    seen: set[str] = set()
-    while todo:
-        root = todo.pop(0)
-        own = re.fullmatch(r"infergate(?:\[([\w,\s-]*)\])?", root.strip())
-        if own is None:
-            out.append(root)
+    for text in roots:
+        req = Requirement(text)
+        if req.name != "infergate":
+            out.append(text)
             continue
-        extras = [e.strip() for e in (own.group(1) or "").split(",") if e.strip()]
-        for group in ["", *extras]:
-            if group in seen:
-                continue
-            seen.add(group)
-            todo.extend(
-                project["dependencies"] if group == "" else project["optional-dependencies"][group]
-            )
+        out += project["dependencies"]
+        for extra in sorted(req.extras):
+            out += _own_requirements(project["optional-dependencies"][extra], project)
     return out
 
 
@@ -99,12 +92,13 @@ class ImageLock:
 
     def generate(self) -> str:
         """The lock text as the venv's installed distributions give it."""
+        project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
         result = subprocess.run(
             [
                 str(self.python),
                 "-c",
                 _CLOSURE_SCRIPT,
-                json.dumps(_own_requirements(self.roots)),
+                json.dumps(_own_requirements(self.roots, project)),
             ],
             capture_output=True,
             text=True,
