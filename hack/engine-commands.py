@@ -39,27 +39,16 @@ sys.argv = ["vllm serve", *rest]
 runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 """
 
+# One syscall, no file read: where the CPU or kernel has no AMX, Linux answers EINVAL
+# and nothing changes. 158 is arch_prctl on x86_64 only, hence the machine check.
 AMX_HOOK = """# Written by hack/engine-commands.py: see there.
 import os
 
+if os.uname().machine == "x86_64":
+    import ctypes
 
-def request_amx_tiles():
-    if os.uname().machine != "x86_64":
-        return
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            if " amx_tile" not in cpuinfo.read(8192):
-                return
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        # syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
-        libc.syscall(158, 0x1023, 18)
-    except OSError:
-        pass
-
-
-request_amx_tiles()
+    # syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)
+    ctypes.CDLL(None).syscall(158, 0x1023, 18)
 """
 
 INFERGATE = """#!{python}
