@@ -25,9 +25,9 @@ from typing import Any
 
 from infergate.commands import control
 from infergate.errors import InfergateError, NotFoundError
+from infergate.jsontypes import JSON
 
 _CONNECTION_FLAGS = ("namespace", "kubeconfig", "context")
-JSON = dict[str, Any]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,7 +202,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """Write the HTML report (and, with --json, the result) of a check."""
     from infergate.commands.parity_run import html_from_json
-    from infergate.runner.naming import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
+    from infergate.render.check_names import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
     from infergate.runner.report_store import read_report
 
     try:

@@ -62,6 +62,12 @@ class Verdict(KubeModel):
         default_factory=list, max_length=64
     )
     """Limits passed at the block level but past the warn level, for people."""
+    spec_digest: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """sha256 of the spec the verdict judged (canonical JSON); the operator acts on a verdict only
+    when it equals the digest it stamped on the check (infergate.io/spec-digest).
+    """
+    generation: int | None = Field(default=None, ge=0)
+    """metadata.generation of the check the verdict judged."""
 
 
 class ParityCheckStatus(KubeModel):

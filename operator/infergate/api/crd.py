@@ -13,7 +13,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from infergate.api.base import GROUP, VERSION, cel
+from infergate.api.base import (
+    GROUP,
+    INFERENCE_DEPLOYMENT_KIND,
+    INFERENCE_DEPLOYMENTS_PLURAL,
+    PARITY_CHECK_KIND,
+    PARITY_CHECKS_PLURAL,
+    VERSION,
+    cel,
+)
 from infergate.api.check_status import ParityCheckStatus
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import (
@@ -73,8 +81,8 @@ def _column(
 _AGE = _column("Age", ".metadata.creationTimestamp", "Time since creation.", "date")
 
 INFERENCE_DEPLOYMENT = ResourceKind(
-    kind="InferenceDeployment",
-    plural="inferencedeployments",
+    kind=INFERENCE_DEPLOYMENT_KIND,
+    plural=INFERENCE_DEPLOYMENTS_PLURAL,
     short_names=("idep", "infdep"),
     description=(
         "InferenceDeployment serves one model on vLLM (NVIDIA GPU) or MindFormers (Huawei "
@@ -109,8 +117,8 @@ INFERENCE_DEPLOYMENT = ResourceKind(
 )
 
 PARITY_CHECK = ResourceKind(
-    kind="ParityCheck",
-    plural="paritychecks",
+    kind=PARITY_CHECK_KIND,
+    plural=PARITY_CHECKS_PLURAL,
     # Not "pc": kubectl resolves that to the built-in PriorityClass.
     short_names=("pcheck",),
     description=(

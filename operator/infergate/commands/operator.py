@@ -83,6 +83,7 @@ def run_operator(args: argparse.Namespace) -> int:
     from infergate import metrics
     from infergate.controllers import load_handlers
     from infergate.controllers._context import OPTIONS
+    from infergate.render.check_children import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
 
     if args.resync_seconds <= 0:
         print(f"--resync-seconds: {args.resync_seconds} is not allowed; give a positive number")
@@ -92,6 +93,7 @@ def run_operator(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
     OPTIONS.resync_seconds = args.resync_seconds
     OPTIONS.kubeconfig = args.kubeconfig
+    OPTIONS.runner_image = os.environ.get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE
     kopf.configure(verbose=args.verbose)
     if not args.verbose:
         # kopf reports every handler call at INFO; keep its warnings and our own messages.

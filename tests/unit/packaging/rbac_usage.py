@@ -448,7 +448,7 @@ def owner_finalizer_needs(closure: Iterable[_Module]) -> list[Need]:
 
 def runner_role_needs() -> list[Need]:
     """The runner Role's rules: the operator must hold what it grants."""
-    from infergate.runner.children import runner_rbac
+    from infergate.render.check_children import runner_rbac
 
     check = {"metadata": {"name": "check", "namespace": "ns", "uid": "uid"}}
     objects = runner_rbac(check, deployments=["d"], services=["s"], config_maps=["c"])

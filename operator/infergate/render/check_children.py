@@ -16,14 +16,19 @@ read other ConfigMaps nor change any rollout.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from infergate.api.base import API_VERSION, GROUP
-from infergate.api.parity_check import ParityCheckSpec
-from infergate.engines.vllm_args import POOLER_CONFIG
-from infergate.runner.naming import (
+from infergate.api.base import (
+    API_VERSION,
+    GROUP,
+    INFERENCE_DEPLOYMENTS_PLURAL,
+    PARITY_CHECK_KIND,
+    PARITY_CHECKS_PLURAL,
+)
+from infergate.jsontypes import JSON
+from infergate.render.check_names import (
     LABEL_SIDE,
     ROLE_PROBE,
     ROLE_RUNNER,
@@ -33,22 +38,14 @@ from infergate.runner.naming import (
     report_name,
     runner_name,
 )
-
-JSON = dict[str, Any]
+from infergate.render.vllm import pooling_args
 
 DEFAULT_RUNNER_IMAGE = "ghcr.io/infergate/infergate:0.1.0"
+# The operator's own image, which every runner Job runs (set by the install next to the
+# operator's image, so the two move together); never taken from a check's spec.
+RUNNER_IMAGE_ENV = "INFERGATE_RUNNER_IMAGE"
 RUNNER_CONTAINER = "runner"
 PROBE_CONTAINER = "engine"
-POOLING_ARGS: tuple[str, ...] = (
-    "--runner",
-    "pooling",
-    "--convert",
-    "embed",
-    "--pooler-config",
-    json.dumps(POOLER_CONFIG, sort_keys=True),
-)
-# Flags of the serving runner that the pooling runner has no use for.
-_SERVING_ONLY_FLAGS = {"--max-logprobs": 1}
 _RUNNER_RESOURCES: JSON = {
     "requests": {"cpu": "100m", "memory": "512Mi"},
     "limits": {"memory": "4Gi"},
@@ -62,7 +59,7 @@ def owner_reference(check: Mapping[str, Any]) -> JSON:
     meta = check["metadata"]
     return {
         "apiVersion": API_VERSION,
-        "kind": "ParityCheck",
+        "kind": PARITY_CHECK_KIND,
         "name": meta["name"],
         "uid": meta["uid"],
         "controller": True,
@@ -77,22 +74,6 @@ def _metadata(check: Mapping[str, Any], name: str, labels: Mapping[str, str]) ->
         "labels": dict(labels),
         "ownerReferences": [owner_reference(check)],
     }
-
-
-def pooling_args(args: Sequence[str]) -> list[str]:
-    """A `vllm serve` argument list switched to the pooling runner (hidden states)."""
-    out: list[str] = []
-    skip = 0
-    for arg in args:
-        if skip:
-            skip -= 1
-            continue
-        flag = arg.split("=", 1)[0]
-        if flag in _SERVING_ONLY_FLAGS:
-            skip = 0 if "=" in arg else _SERVING_ONLY_FLAGS[flag]
-            continue
-        out.append(arg)
-    return [*out, *POOLING_ARGS]
 
 
 def probe_pod(
@@ -176,9 +157,9 @@ def runner_rbac(
     labels = child_labels(name, ROLE_RUNNER)
     report = report_name(name)
     rules = [
-        _rule(GROUP, "paritychecks", ["get"], [name]),
-        _rule(GROUP, "paritychecks/status", ["patch", "update"], [name]),
-        _rule(GROUP, "inferencedeployments", ["get"], deployments),
+        _rule(GROUP, PARITY_CHECKS_PLURAL, ["get"], [name]),
+        _rule(GROUP, f"{PARITY_CHECKS_PLURAL}/status", ["patch", "update"], [name]),
+        _rule(GROUP, INFERENCE_DEPLOYMENTS_PLURAL, ["get"], deployments),
         _rule("", "services", ["get"], services),
         _rule("discovery.k8s.io", "endpointslices", ["list"]),
         _rule("", "configmaps", ["get"], [*config_maps, report]),
@@ -213,9 +194,18 @@ def runner_rbac(
     ]
 
 
+@dataclass(frozen=True)
+class RunnerSettings:
+    """What the runner Job is rendered with (from the check's spec.runner)."""
+
+    active_deadline_seconds: int
+    backoff_limit: int
+    resources: Mapping[str, Any] | None = None
+
+
 def runner_job(
     check: Mapping[str, Any],
-    spec: ParityCheckSpec,
+    runner: RunnerSettings,
     *,
     image: str,
     previous_report: str | None = None,
@@ -227,14 +217,14 @@ def runner_job(
     args = ["parity", "run", "--check", f"{meta['namespace']}/{name}"]
     if previous_report:
         args += ["--previous-report", previous_report]
-    resources = spec.runner.resources.to_kube() if spec.runner.resources else _RUNNER_RESOURCES
+    resources = dict(runner.resources) if runner.resources else _RUNNER_RESOURCES
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": _metadata(check, runner_name(name), labels),
         "spec": {
-            "backoffLimit": spec.runner.backoff_limit,
-            "activeDeadlineSeconds": spec.runner.active_deadline_seconds,
+            "backoffLimit": runner.backoff_limit,
+            "activeDeadlineSeconds": runner.active_deadline_seconds,
             "ttlSecondsAfterFinished": _FINISHED_JOB_TTL,
             "template": {
                 "metadata": {"labels": labels},

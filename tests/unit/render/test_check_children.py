@@ -8,17 +8,17 @@ from typing import Any
 
 from infergate.api.enums import EngineKind
 from infergate.api.inference_deployment import InferenceDeploymentSpec
-from infergate.api.parity_check import ParityCheck
+from infergate.plan.check_observed import observe_parity_check
 from infergate.render.labels import engine_pod_selector
 from infergate.render.objects import render_revision
-from infergate.runner.children import (
+from infergate.render.check_children import (
     pooling_args,
     probe_pod,
     probe_service,
     runner_job,
     runner_rbac,
 )
-from infergate.runner.naming import child_name, probe_name
+from infergate.render.check_names import child_name, probe_name
 
 CHECK: dict[str, Any] = {
     "apiVersion": "infergate.io/v1alpha1",
@@ -144,9 +144,13 @@ def test_an_empty_name_list_drops_the_rule_rather_than_granting_every_object() -
 
 
 def test_the_runner_job_runs_the_check_under_its_account_with_the_checks_limits() -> None:
-    spec = ParityCheck.model_validate(CHECK).spec
+    spec = observe_parity_check(CHECK).spec
+    assert spec is not None
     job = runner_job(
-        CHECK, spec, image="ghcr.io/infergate/infergate:0.1.0", previous_report="qwen-old-report"
+        CHECK,
+        spec.runner,
+        image="ghcr.io/infergate/infergate:0.1.0",
+        previous_report="qwen-old-report",
     )
     pod = job["spec"]["template"]["spec"]
     [container] = pod["containers"]
@@ -174,7 +178,7 @@ def test_long_check_names_give_valid_distinct_child_names() -> None:
 
 
 def test_engine_kinds_the_probe_applies_to() -> None:
-    from infergate.runner.sides import needs_probe
+    from infergate.plan.check_sides import needs_probe
 
     assert needs_probe(EngineKind.VLLM.value, hidden_states=True)
     assert not needs_probe(EngineKind.VLLM.value, hidden_states=False)

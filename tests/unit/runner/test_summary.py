@@ -1,4 +1,5 @@
-"""The runner's result -> ParityCheck status mapping: phases, reasons, metrics, conditions."""
+"""The runner's result -> ParityCheck status mapping: phases, reasons, metrics, conditions,
+and the binding of a verdict to the spec and revisions it judged."""
 
 from __future__ import annotations
 
@@ -17,11 +18,20 @@ from infergate.parity.profiles import PROFILES, resolve_thresholds, resolve_warn
 from infergate.parity.record import ParityRecord, PromptRecord
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import Verdict, decide
-from infergate.runner import status as st
+from infergate.plan import check_status as st
+from infergate.plan import reasons
+from infergate.plan.conditions import ConditionUpdate
+from infergate.runner.summary import headline_metrics, judgement
 from tests.unit.parity.builders import record, replace, suite, teacher_forced_on
 
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 REPORT = ConfigMapKeyReference(name="qwen-abc-report", key="report.html")
+BINDING = st.Binding(
+    spec_digest=st.spec_digest({"suite": {"inline": []}}),
+    generation=3,
+    baseline_revision="aaaaaaaaaa",
+    candidate_revision="bbbbbbbbbb",
+)
 
 
 def judged(baseline: ParityRecord, candidate: ParityRecord) -> tuple[ParityResult, Verdict]:
@@ -43,9 +53,12 @@ def status_of(
     result: ParityResult, verdict: Verdict, conditions: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     fields = st.verdict_status(
-        result, verdict, profile="dtype-change", report=REPORT,
-        conditions=conditions or [], generation=3, at=T0,
-    )  # fmt: skip
+        judgement(result, verdict, "dtype-change"),
+        BINDING,
+        status={"conditions": conditions or []},
+        report=REPORT,
+        at=T0,
+    )
     # Every field must survive the CRD schema: the models are the schema's source.
     ParityCheckStatus.model_validate(fields)
     return fields
@@ -68,6 +81,10 @@ def test_identical_sides_pass_with_their_metrics_and_report() -> None:
     assert math.isclose(fields["metrics"]["hiddenCosineP1"], 1.0, abs_tol=1e-6)
     assert fields["reportRef"] == {"name": "qwen-abc-report", "key": "report.html"}
     assert fields["completionTime"] == "2026-12-02T12:00:00Z"
+    # The verdict names what it judged, so the operator can tell it from any other.
+    assert fields["verdict"]["specDigest"] == BINDING.spec_digest
+    assert fields["verdict"]["generation"] == 3
+    assert (fields["baselineRevision"], fields["candidateRevision"]) == ("aaaaaaaaaa", "bbbbbbbbbb")
     conds = conditions_by_type(fields)
     assert conds["Complete"]["status"] == "True"
     assert conds["Passed"]["status"] == "True"
@@ -141,7 +158,7 @@ def test_a_threshold_that_cannot_be_measured_is_error() -> None:
 def test_error_status_is_never_passed_and_names_the_reason() -> None:
     fields = st.error_status(
         "candidate (http://127.64.0.7:8000) completion of 'p3': ConnectError: refused",
-        st.REASON_SIDE_UNREACHABLE, conditions=[], generation=1, at=T0,
+        reasons.CHECK_SIDE_UNREACHABLE, status={}, generation=1, at=T0,
     )  # fmt: skip
     ParityCheckStatus.model_validate(fields)
     assert fields["phase"] == "Error"
@@ -160,21 +177,22 @@ def test_non_finite_metrics_are_left_out_of_status() -> None:
     broken = result.metrics.model_copy(
         update={"hidden": hidden.model_copy(update={"max_abs_err": float("nan")})}
     )
-    metrics = st.headline_metrics(broken)
+    metrics = headline_metrics(broken)
     assert "hiddenMaxAbsErr" not in metrics
     assert all(math.isfinite(v) for v in metrics.values())
 
 
 def test_transition_time_moves_only_when_status_flips() -> None:
-    first = st.set_condition(
-        [], "Error", ConditionStatus.FALSE, "Running", "a", generation=1, at=T0
-    )
+    def setting(status: str, reason: str, message: str) -> ConditionUpdate:
+        return ConditionUpdate("Error", ConditionStatus(status), reason, message)
+
+    first = st.check_conditions({}, [setting("False", "Running", "a")], generation=1, at=T0)
     later = T0 + timedelta(minutes=5)
-    same = st.set_condition(
-        first, "Error", ConditionStatus.FALSE, "Running", "b", generation=1, at=later
+    same = st.check_conditions(
+        {"conditions": first}, [setting("False", "Running", "b")], generation=1, at=later
     )
-    flipped = st.set_condition(
-        same, "Error", ConditionStatus.TRUE, "Boom", "c", generation=1, at=later
+    flipped = st.check_conditions(
+        {"conditions": same}, [setting("True", "Boom", "c")], generation=1, at=later
     )
     assert same[0]["lastTransitionTime"] == "2026-12-02T12:00:00Z"
     assert same[0]["message"] == "b"
@@ -184,7 +202,7 @@ def test_transition_time_moves_only_when_status_flips() -> None:
 def test_a_runner_error_is_marked_recovered_when_a_later_attempt_passes() -> None:
     prompts = suite(2)
     result, verdict = judged(record(prompts), record(forced(prompts)))
-    failed_once = st.runner_error_conditions([], "SideUnreachable", "refused", generation=1, at=T0)
+    failed_once = st.runner_error_conditions({}, "SideUnreachable", "refused", generation=1, at=T0)
     fields = status_of(result, verdict, failed_once)
     runner = conditions_by_type(fields)["RunnerError"]
     assert runner["status"] == "False"

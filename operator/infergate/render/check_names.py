@@ -1,6 +1,7 @@
 """Names and labels of what a ParityCheck starts: runner Job, its RBAC, probes, report.
 
-Pure. Every child is named after its check and labelled with it, so the controller
+Pure; used by the controller that renders the children and by the runner that finds
+them. Every child is named after its check and labelled with it, so the controller
 finds them by label and the runner finds the probe Services by name. Names that would
 pass the 63-character DNS label limit (Services, Jobs' pod labels) are cut and given a
 hash of the full name, so two long check names never collide.
@@ -60,7 +61,7 @@ def report_name(check: str) -> str:
 def child_labels(check: str, role: str) -> dict[str, str]:
     """Labels of every child of a check; `role` is runner or probe."""
     return {
-        LABEL_CHECK: _label_value(check),
+        LABEL_CHECK: check_label_value(check),
         LABEL_ROLE: role,
         LABEL_COMPONENT: f"parity-{role}",
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -69,10 +70,11 @@ def child_labels(check: str, role: str) -> dict[str, str]:
 
 def check_selector(check: str) -> str:
     """Label selector of a check's children."""
-    return f"{LABEL_CHECK}={_label_value(check)}"
+    return f"{LABEL_CHECK}={check_label_value(check)}"
 
 
-def _label_value(value: str) -> str:
+def check_label_value(value: str) -> str:
+    """A check's name as a label value: cut to 63 characters with a hash when longer."""
     if len(value) <= _DNS_LABEL_MAX:
         return value
     digest = hashlib.sha256(value.encode()).hexdigest()[:_HASH_LEN]
