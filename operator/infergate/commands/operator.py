@@ -83,7 +83,7 @@ def run_operator(args: argparse.Namespace) -> int:
     from infergate import metrics
     from infergate.controllers import load_handlers
     from infergate.controllers._context import OPTIONS
-    from infergate.render.check_children import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
+    from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
 
     if args.resync_seconds <= 0:
         print(f"--resync-seconds: {args.resync_seconds} is not allowed; give a positive number")

@@ -15,7 +15,7 @@ from infergate.controllers._resync import Schedule
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
-from infergate.render.check_children import DEFAULT_RUNNER_IMAGE
+from infergate.render.images import DEFAULT_RUNNER_IMAGE
 
 
 @dataclass

@@ -40,10 +40,6 @@ from infergate.render.check_names import (
 )
 from infergate.render.vllm import pooling_args
 
-DEFAULT_RUNNER_IMAGE = "ghcr.io/infergate/infergate:0.1.0"
-# The operator's own image, which every runner Job runs (set by the install next to the
-# operator's image, so the two move together); never taken from a check's spec.
-RUNNER_IMAGE_ENV = "INFERGATE_RUNNER_IMAGE"
 RUNNER_CONTAINER = "runner"
 PROBE_CONTAINER = "engine"
 _RUNNER_RESOURCES: JSON = {

@@ -1,9 +1,15 @@
-"""Default engine images, pinned: a moving tag would change what runs under one revision."""
+"""Default images, pinned: a moving tag would change what runs under one revision."""
 
 from __future__ import annotations
 
 from infergate.api.engine import Engine
 from infergate.api.enums import EngineKind
+
+# The operator's own image, which also runs every runner Job: the install sets
+# INFERGATE_RUNNER_IMAGE beside the operator's image so the two move together, and a
+# check's spec never chooses it.
+DEFAULT_RUNNER_IMAGE = "ghcr.io/infergate/infergate:0.1.0"
+RUNNER_IMAGE_ENV = "INFERGATE_RUNNER_IMAGE"
 
 DEFAULT_IMAGES: dict[EngineKind, str] = {
     EngineKind.VLLM: "vllm/vllm-openai:v0.32.0",

@@ -508,7 +508,7 @@ def operator_usage(disabled: Iterable[str] = ()) -> OperatorUsage:
         for permission in use.permissions()
     ]
     exact += kopf + owner_finalizer_needs(closure)
-    if f"{PACKAGE}.runner.children" in names:
+    if f"{PACKAGE}.render.check_children" in names:
         exact += runner_role_needs()
     dynamic = [use for use in uses if not use.exact]
     return OperatorUsage(tuple(handlers), exact, dynamic, [*unresolved, *kopf_unresolved])

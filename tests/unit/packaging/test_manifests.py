@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from infergate.api.crd import render_crd_files
-from infergate.render.check_children import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
+from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
 from tests.unit.packaging.dockerfile import Dockerfile
 from tests.unit.packaging.kustomize import (
     MANIFESTS,

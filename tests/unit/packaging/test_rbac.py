@@ -58,7 +58,8 @@ def test_scanner_finds_what_the_operator_is_known_to_do() -> None:
         Permission("infergate.io", "paritychecks/status", "update"),
         Permission("infergate.io", "inferencedeployments/finalizers", "update"),
         Permission("", "events", "create"),
-        Permission("batch", "jobs", "get"),
+        Permission("batch", "jobs", "watch"),
+        Permission("rbac.authorization.k8s.io", "roles", "watch"),
         Permission("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ):
         assert expected in found, expected

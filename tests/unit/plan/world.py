@@ -12,6 +12,7 @@ from typing import Any
 
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.plan.check_status import spec_digest
 from infergate.plan.control import manual_requests
 from infergate.plan.desired import Owner
 from infergate.plan.observed import (
@@ -21,7 +22,6 @@ from infergate.plan.observed import (
     observe_object,
     observe_pod,
 )
-from infergate.plan.check_status import spec_digest
 from infergate.plan.reconcile import ReconcilePlan, plan_reconcile, with_check_uids
 from infergate.plan.rollout import DeploymentState
 from infergate.plan.sync import Create, Delete, Recreate, Update

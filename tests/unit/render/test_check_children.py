@@ -9,8 +9,6 @@ from typing import Any
 from infergate.api.enums import EngineKind
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.plan.check_observed import observe_parity_check
-from infergate.render.labels import engine_pod_selector
-from infergate.render.objects import render_revision
 from infergate.render.check_children import (
     pooling_args,
     probe_pod,
@@ -19,6 +17,8 @@ from infergate.render.check_children import (
     runner_rbac,
 )
 from infergate.render.check_names import child_name, probe_name
+from infergate.render.labels import engine_pod_selector
+from infergate.render.objects import render_revision
 
 CHECK: dict[str, Any] = {
     "apiVersion": "infergate.io/v1alpha1",
