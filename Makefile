@@ -50,6 +50,7 @@ lint: venv
 	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
 	$(BIN)/mypy $(SCRIPTS)
+	$(BIN)/lint-imports
 
 fmt: venv
 	$(BIN)/ruff format $(PY_DIRS)

@@ -230,9 +230,9 @@ def test_metrics_tell_phase_promotions_rollbacks_and_verdicts(
         ("create", "deployments.apps", True),
         ("update", "inferencedeployments.infergate.io", False),  # never the spec
         ("delete", "inferencedeployments.infergate.io", False),
-        ("create", "pods", False),
+        ("create", "pods", True),  # hidden-state probes (the ParityCheck controller's role)
         ("get", "secrets", False),
-        ("create", "jobs.batch", False),
+        ("create", "jobs.batch", True),  # runner Jobs (the ParityCheck controller's role)
         ("create", "clusterroles.rbac.authorization.k8s.io", False),
     ],
 )
