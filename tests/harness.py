@@ -152,6 +152,7 @@ def install_for_session(
             metadata["namespace"] = namespace
         if kind == "ClusterRoleBinding":
             doc["roleRef"]["name"] = cluster_role(doc["roleRef"]["name"])
+        if kind in ("ClusterRoleBinding", "RoleBinding"):
             for subject in doc["subjects"]:
                 subject["namespace"] = namespace
         if kind == "Deployment":

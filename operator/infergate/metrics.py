@@ -52,6 +52,10 @@ RECONCILE_DURATION = Histogram(
     ["result"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+LEADER = Gauge(
+    "infergate_leader",
+    "1 while this operator replica holds the leader Lease and acts, 0 while it follows.",
+)
 API_ERRORS = Counter(
     "infergate_api_errors_total",
     "Failed requests to the Kubernetes API server, by verb, resource and HTTP status "

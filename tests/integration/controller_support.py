@@ -108,11 +108,28 @@ class OperatorInstall:
             return ""
         return self.cluster.pod_log(self.namespace, pod["metadata"]["name"], "operator")
 
+    def leader(self, timeout: float = 60) -> dict[str, Any]:
+        """The replica holding the leader Lease (the one that acts), once there is one."""
+
+        def holder() -> dict[str, Any] | None:
+            found = self.cluster.kubectl(
+                "get", "lease", "infergate-operator", "-n", self.namespace, "-o", "json",
+                check=False,
+            )  # fmt: skip
+            if found.returncode != 0:
+                return None
+            holder = str(json.loads(found.stdout)["spec"].get("holderIdentity") or "")
+            name = holder.rsplit("_", 1)[0]  # <pod name>_<process>
+            return next((p for p in self.pods() if p["metadata"]["name"] == name), None)
+
+        return wait_for(holder, timeout, "a replica holding the leader Lease")
+
     def metrics(self) -> str:
-        """The operator's /metrics, fetched from its (loopback) pod IP."""
+        """The acting replica's /metrics, fetched from its (loopback) pod IP."""
         import httpx
 
-        pod = self.wait_ready()
+        self.wait_ready()
+        pod = self.leader()
         response = httpx.get(f"http://{pod['status']['podIP']}:9090/metrics", timeout=10)
         response.raise_for_status()
         return response.text

@@ -31,6 +31,10 @@ class OperatorOptions:
     check_resync_seconds: float = 60.0
     """Longest time between two reconciles of a ParityCheck when nothing wakes it (its own
     changes, its children's and its sides' wake it at once; its deadline is scheduled)."""
+    leader_election: bool = False
+    """Hold the Lease `<namespace>/infergate-operator` before acting (several replicas)."""
+    namespace: str = ""
+    """The operator's own namespace (its Lease lives there)."""
     runner_image: str = DEFAULT_RUNNER_IMAGE
     """Image of every runner Job: the operator's own (env INFERGATE_RUNNER_IMAGE), never a
     user's choice."""

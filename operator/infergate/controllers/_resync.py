@@ -62,6 +62,11 @@ class Resyncer:
         self._due[key] = min(self._due.get(key, soon), soon)
         self._changed.set()
 
+    def wake_all(self) -> None:
+        """Reconcile every key soon."""
+        for key in list(self._due):
+            self.wake(key)
+
     async def run(self, known: Callable[[], Iterable[OwnerKey]]) -> None:
         """Forever: start the reconciles that are due, then sleep until the next one or a wake."""
         loop = asyncio.get_running_loop()
@@ -148,6 +153,11 @@ class Schedule:
         """Reconcile `key` soon, when the loop runs."""
         if self.resyncer is not None:
             self.resyncer.wake(key)
+
+    def wake_all(self) -> None:
+        """Reconcile every known key soon (this replica just became the leader)."""
+        if self.resyncer is not None:
+            self.resyncer.wake_all()
 
     async def stop(self) -> None:
         """Stop the loop and the reconciles it started."""

@@ -30,6 +30,7 @@ from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
 from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
 from infergate.controllers._context import events as post_events
+from infergate.controllers._leader import LEADER
 from infergate.errors import (
     InfergateError,
     KubeError,
@@ -163,6 +164,8 @@ async def reconcile(
     namespace: str, name: str, indexes: Mapping[str, Any], *, trigger: str = "resync"
 ) -> None:
     """One reconcile of one deployment; errors are `infergate.errors`."""
+    if not LEADER.leading:
+        return  # a follower keeps its indexes warm and acts once it leads
     key = OwnerKey(namespace, name)
     queued = time.monotonic()
     async with LOCKS[key]:

@@ -31,6 +31,7 @@ from infergate.controllers._context import (
     events,
     wake_check,
 )
+from infergate.controllers._leader import LEADER
 from infergate.kube.check_writer import CheckWriter, ForeignChildError
 from infergate.plan.check_observed import (
     CheckChild,
@@ -213,6 +214,8 @@ def _write(state: CheckState, plan: CheckPlan) -> None:
 
 async def reconcile(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
     """One reconcile of one check; how soon it wants to run again (its deadline)."""
+    if not LEADER.leading:
+        return None  # a follower keeps its indexes warm and acts once it leads
     state = _state(key, indexes, datetime.now(UTC).replace(microsecond=0))
     if state is None:
         return None

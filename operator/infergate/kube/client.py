@@ -72,6 +72,7 @@ ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 EVENTS = Resource("", "v1", "events", "Event")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 INFERENCE_DEPLOYMENTS = Resource(
     GROUP, VERSION, INFERENCE_DEPLOYMENTS_PLURAL, INFERENCE_DEPLOYMENT_KIND
 )
@@ -257,6 +258,16 @@ class KubeClient:
             resource=resource.plural,
             body=patch,
             content_type=MERGE_PATCH,
+        )
+
+    def replace(self, resource: Resource, namespace: str, name: str, body: JSON) -> JSON:
+        """PUT the object; body carries metadata.resourceVersion (409 if stale)."""
+        return self.request(
+            "PUT",
+            resource.path(namespace, name),
+            what=f"{resource.kind} {namespace}/{name}",
+            resource=resource.plural,
+            body=body,
         )
 
     def replace_status(self, resource: Resource, namespace: str, name: str, body: JSON) -> JSON:

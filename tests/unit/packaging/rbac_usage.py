@@ -39,6 +39,7 @@ _VERB_METHODS = {
     "create": "create",
     "merge_patch": "patch",
     "replace_status": "update",
+    "replace": "update",
     "delete": "delete",
 }
 _HTTP_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}

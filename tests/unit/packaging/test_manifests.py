@@ -67,10 +67,27 @@ def test_every_namespaced_object_is_in_the_install_namespace() -> None:
             assert document["metadata"].get("namespace") == namespace, document["metadata"]
 
 
-def test_operator_runs_one_replica_replaced_not_rolled() -> None:
-    spec = one(build(MANIFESTS), "Deployment")["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"]["type"] == "Recreate"
+def test_operator_runs_two_replicas_of_which_only_the_lease_holder_acts() -> None:
+    documents = build(MANIFESTS)
+    spec = one(documents, "Deployment")["spec"]
+    assert spec["replicas"] == 2
+    container = _container(documents)
+    assert "--leader-election" in container["args"]
+    env = {
+        e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        for e in container["env"]
+    }
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    assert env["POD_NAME"] == "metadata.name"
+    [role] = [d for d in documents if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "infergate-system"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
 
 
 def test_operator_runs_non_root_as_its_image_user_with_a_read_only_root() -> None:

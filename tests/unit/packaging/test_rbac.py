@@ -33,7 +33,8 @@ IDEP_ONLY = operator_usage(disabled=("paritycheck",))
 
 def _rules(directory: str) -> list[dict[str, Any]]:
     documents = build(MANIFESTS / directory)
-    return [rule for d in documents if d["kind"] == "ClusterRole" for rule in d["rules"]]
+    # Roles: the operator's own namespace (its leader-election Lease).
+    return [rule for d in documents if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
 
 
 def _operator_rules() -> list[dict[str, Any]]:
