@@ -30,6 +30,7 @@ from tests.harness import (
     Cluster,
     apply_crds,
     install_for_session,
+    leader_pod,
     namespace_for,
     release_namespace,
     wait_for,
@@ -110,19 +111,11 @@ class OperatorInstall:
 
     def leader(self, timeout: float = 60) -> dict[str, Any]:
         """The replica holding the leader Lease (the one that acts), once there is one."""
-
-        def holder() -> dict[str, Any] | None:
-            found = self.cluster.kubectl(
-                "get", "lease", "infergate-operator", "-n", self.namespace, "-o", "json",
-                check=False,
-            )  # fmt: skip
-            if found.returncode != 0:
-                return None
-            holder = str(json.loads(found.stdout)["spec"].get("holderIdentity") or "")
-            name = holder.rsplit("_", 1)[0]  # <pod name>_<process>
-            return next((p for p in self.pods() if p["metadata"]["name"] == name), None)
-
-        return wait_for(holder, timeout, "a replica holding the leader Lease")
+        return wait_for(
+            lambda: leader_pod(self.cluster, self.namespace),
+            timeout,
+            "a replica holding the leader Lease",
+        )
 
     def metrics(self) -> str:
         """The acting replica's /metrics, fetched from its (loopback) pod IP."""
