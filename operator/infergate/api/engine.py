@@ -42,7 +42,6 @@ _IMAGE_MESSAGE = (
     "e.g. vllm/vllm-openai:v0.32.0"
 )
 
-_PINNED_KEYS_CEL = "[" + ", ".join(f"'{key}'" for key in MINDFORMERS_PINNED_CONFIG_KEYS) + "]"
 SIZE_PER_POD_MAX = 16
 CONFIG_KEYS_MAX = 128
 
@@ -87,8 +86,9 @@ class Engine(KubeModel):
                 field_path=".paramsDtype",
             ),
             cel(
-                f"self.kind != 'mindformers' || !has(self.config) "
-                f"|| !self.config.exists(k, k in {_PINNED_KEYS_CEL})",
+                "self.kind != 'mindformers' || !has(self.config) || !("
+                + " || ".join(f"has(self.config.{key})" for key in MINDFORMERS_PINNED_CONFIG_KEYS)
+                + ")",
                 CONFIG_MESSAGE,
                 field_path=".config",
             ),
@@ -130,9 +130,18 @@ class Engine(KubeModel):
     config: dict[str, Any] = Field(
         default_factory=dict,
         max_length=CONFIG_KEYS_MAX,
-        # A map of free-form values rather than a free-form object: CEL can see its keys.
         json_schema_extra={
-            "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+            "x-kubernetes-preserve-unknown-fields": True,
+            # Free-form, but the keys MindFormers pins are declared so that CEL can see them
+            # (it cannot see into preserved unknown fields); int-or-string is CEL's `dyn`.
+            "properties": {
+                key: {
+                    "description": f"Pinned by infergate for mindformers ({key}); refused there, "
+                    "passed to vllm as an hf override.",
+                    "x-kubernetes-int-or-string": True,
+                }
+                for key in MINDFORMERS_PINNED_CONFIG_KEYS
+            },
         },
     )
     """Pinned model-config overrides in the engine's own names, e.g. {rms_norm_eps: 1.0e-6}: vLLM
