@@ -27,7 +27,6 @@ OPERATOR_DIR = REPO / "manifests" / "operator"
 RUNNER_DIR = REPO / "manifests" / "runner"
 SESSION_LABEL = "infergate.io/admission-test"
 INSTALL_NAMESPACE = "infergate-system"
-PARAMS = "infergate-admission-params"
 # Policies that judge the operator's own requests select them by its (session) user name.
 _OPERATOR_POLICIES = ("infergate-operator-workloads", "infergate-operator-namespaces")
 
@@ -52,7 +51,7 @@ class Result:
 
 @dataclass
 class AdmissionSession:
-    """One installed copy of the policies, their params and a stand-in operator."""
+    """One installed copy of the policies and a stand-in operator."""
 
     cluster: Cluster
     session: str
@@ -111,15 +110,12 @@ class AdmissionSession:
             "apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents)
         )
 
-    def set_params(self, **data: str) -> None:
-        """Change the params ConfigMap (as an admin) and wait until the policies see it."""
-        manifest = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": PARAMS, "namespace": self.ops_namespace},
-            "data": {"allowedHostPaths": "", "engineServiceAccounts": "", **data},
-        }
-        self.apply([manifest])
+    def allow(self, namespace: str, **annotations: str) -> None:
+        """Set (as a cluster admin) what the namespace may reach: the Namespace annotations."""
+        args = [
+            f"infergate.io/{key.replace('_', '-')}={value}" for key, value in annotations.items()
+        ]
+        self.cluster.kubectl("annotate", "namespace", namespace, "--overwrite", *args)
 
     def tenant_namespace(self, name: str) -> str:
         self.cluster.kubectl("create", "namespace", name)

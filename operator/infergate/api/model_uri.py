@@ -11,10 +11,9 @@ Every form is refused when it could step out of the place it names: a `.` or
 `..` path segment (also in an hf revision, which names a cache directory),
 percent-encoding (nothing decodes it here, but a later reader might) or a
 backslash. `file://` is a hostPath mount of the node's filesystem, so the
-cluster admin lists the directories that may be mounted (`host_path_allowed`,
-fed by the operator's `--allow-host-path` and by the admission policy's
-parameters); the CRD cannot know that list, so it accepts the form and the
-policy and the operator refuse what is not listed.
+cluster admin lists the directories that may be mounted (`infergate.api.access`):
+the CRD cannot know that list, so it accepts the form, and the admission policy
+and the operator refuse what is not listed.
 """
 
 from __future__ import annotations
@@ -82,40 +81,3 @@ def parse_model_uri(uri: str) -> ModelLocation:
         return ModelLocation(scheme, repo, "", revision or None)
     authority, _, path = rest.partition("/")
     return ModelLocation(scheme, authority, path.rstrip("/"))
-
-
-def parse_allow_list(text: str) -> tuple[str, ...]:
-    """Entries of an allow-list written as comma- (or newline-) separated text, trimmed.
-
-    The same format is read by the admission policies (`split(',')` in CEL) and by
-    the operator's flags, from the `infergate-admission-params` ConfigMap.
-    """
-    return tuple(entry.strip() for entry in re.split(r"[,\n]", text) if entry.strip())
-
-
-def host_path_allowed(path: str, prefixes: tuple[str, ...]) -> bool:
-    """Whether a host path lies in one of the allowed directories (whole segments only).
-
-    `/data/models` allows `/data/models` and `/data/models/qwen`, never
-    `/data/models-old`; only absolute prefixes count.
-    """
-    normal = path.rstrip("/") or "/"
-    for prefix in prefixes:
-        base = prefix.rstrip("/")
-        if not prefix.startswith("/"):
-            continue
-        if base in ("", normal) or normal.startswith(base + "/"):
-            return True
-    return False
-
-
-def check_host_path(uri: str, prefixes: tuple[str, ...]) -> None:
-    """Refuse a file:// model URI outside the allowed host directories (others pass)."""
-    location = parse_model_uri(uri)
-    if location.scheme is not UriScheme.FILE or host_path_allowed(location.path, prefixes):
-        return
-    allowed = ", ".join(prefixes) if prefixes else "none (file:// is off)"
-    raise ValueError(
-        f"model.uri: {uri!r} is not allowed; file:// mounts a directory of the node, and only "
-        f"these are allowed by the operator's --allow-host-path: {allowed}"
-    )

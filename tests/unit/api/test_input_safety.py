@@ -16,14 +16,15 @@ import yaml
 from pydantic import ValidationError
 
 from infergate.api import InferenceDeploymentSpec, ParityCheck
-from infergate.api.crd import render_crd_files
-from infergate.api.engine_env import EnvVar, plain_value_allowed
-from infergate.api.model_uri import (
+from infergate.api.access import (
     check_host_path,
     host_path_allowed,
     parse_allow_list,
-    parse_model_uri,
+    service_account_allowed,
 )
+from infergate.api.crd import render_crd_files
+from infergate.api.engine_env import EnvVar, plain_value_allowed
+from infergate.api.model_uri import parse_model_uri
 from infergate.api.pinned import (
     MINDFORMERS_PINNED_CONFIG_KEYS,
     PINNED_ARG_PATTERN,
@@ -236,10 +237,17 @@ def test_file_uris_need_an_allowed_directory() -> None:
     assert prefixes == ("/data/models", "/mnt/weights")
     check_host_path("file:///data/models/qwen", prefixes)
     check_host_path("pvc://models/qwen", ())
-    with pytest.raises(ValueError, match="only these are allowed by the operator's"):
+    with pytest.raises(ValueError, match="only these are allowed: /data/models, /mnt/weights"):
         check_host_path("file:///var/lib/kubelet", prefixes)
     with pytest.raises(ValueError, match=r"none \(file:// is off\)"):
         check_host_path("file:///data/models/qwen", ())
+
+
+def test_engine_service_accounts_need_listing() -> None:
+    assert service_account_allowed(None, ())
+    assert service_account_allowed("default", ())
+    assert not service_account_allowed("ci-deployer", ())
+    assert service_account_allowed("model-reader", parse_allow_list("model-reader, other"))
 
 
 # -- env -------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The admission policies agree with the code they stand guard for: the operator's identity,
 its install namespace, the runner's naming, the control annotations, the accelerator mounts
-and the params ConfigMap the operator also reads. (What they refuse is tested against the
+and the Namespace annotations that allow host paths and ServiceAccounts. (What they refuse is tested against the
 API server in tests/integration/test_admission_policies.py.)"""
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from infergate.api.access import (
+    ALLOWED_HOST_PATHS_ANNOTATION,
+    ENGINE_SERVICE_ACCOUNTS_ANNOTATION,
+)
 from infergate.plan.control import CONTROL_ANNOTATIONS, REQUESTED_BY
 from infergate.render.accelerators import PRESETS
 from infergate.runner.naming import runner_name
@@ -49,11 +53,12 @@ def test_every_policy_is_bound_to_deny_and_fails_closed() -> None:
     )
     for policy in policies.values():
         assert policy["spec"]["failurePolicy"] == "Fail", policy["metadata"]["name"]
+        # A built-in paramKind loses its params for good once unbound on v1.36
+        # (kubernetes/kubernetes#130887): the policies take none.
+        assert "paramKind" not in policy["spec"]
     for binding in bindings:
         if binding["kind"] == "ValidatingAdmissionPolicyBinding":
             assert binding["spec"]["validationActions"] == ["Deny"]
-        if "paramRef" in binding["spec"]:
-            assert binding["spec"]["paramRef"]["parameterNotFoundAction"] == "Deny"
 
 
 def test_the_operator_named_in_the_policies_is_the_installed_one() -> None:
@@ -66,30 +71,12 @@ def test_the_operator_named_in_the_policies_is_the_installed_one() -> None:
     assert f"'{namespace}'" in protected
 
 
-def test_the_params_configmap_is_the_one_the_policies_and_the_operator_read() -> None:
-    operator = build(MANIFESTS / "operator")
-    params = one(operator, "ConfigMap", "infergate-admission-params")
-    assert params["data"] == {"allowedHostPaths": "", "engineServiceAccounts": ""}
-    for document in _policies():
-        ref = document["spec"].get("paramRef")
-        if ref is not None:
-            assert (ref["name"], ref["namespace"]) == (
-                params["metadata"]["name"],
-                params["metadata"]["namespace"],
-            )
-        if document["kind"].endswith("Policy") and "params." in _text(document):
-            keys = set(re.findall(r"params\.data\.(\w+)", _text(document)))
-            assert keys <= set(params["data"]), document["metadata"]["name"]
-    container = one(operator, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    mapped = {
-        e["valueFrom"]["configMapKeyRef"]["key"]: e["name"]
-        for e in container["env"]
-        if "configMapKeyRef" in e.get("valueFrom", {})
-    }
-    assert mapped == {
-        "allowedHostPaths": "INFERGATE_ALLOWED_HOST_PATHS",
-        "engineServiceAccounts": "INFERGATE_ENGINE_SERVICE_ACCOUNTS",
-    }
+def test_namespace_allow_lists_are_the_annotations_the_api_names() -> None:
+    for name in ("infergate-inferencedeployment-access", "infergate-operator-workloads"):
+        text = _text(_by_name("ValidatingAdmissionPolicy", name))
+        named = set(re.findall(r"'(infergate\.io/[-a-z]+)'", text))
+        assert named == {ALLOWED_HOST_PATHS_ANNOTATION, ENGINE_SERVICE_ACCOUNTS_ANNOTATION}
+        assert "namespaceObject.metadata.annotations" in text
 
 
 def test_control_annotations_are_the_ones_the_controller_reads() -> None:
