@@ -19,12 +19,28 @@ from typing import Any
 
 import pytest
 
-from tests.harness import REPO, Cluster, apply_crds, release_namespace
+from tests.harness import (
+    REPO,
+    Cluster,
+    apply_crds,
+    install_for_session,
+    release_namespace,
+    wait_for,
+)
 from tests.integration.admission_support import built
+from tests.integration.controller_support import deployment_manifest
 
 pytestmark = pytest.mark.cluster
 
 NAMESPACED = REPO / "manifests" / "overlays" / "namespaced"
+# Cluster-wide policies bound to the real operator's name: the session's operator is
+# another ServiceAccount, and test_admission_policies installs its own copies.
+_ADMISSION_KINDS = {
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+}
 
 
 @dataclass(frozen=True)
@@ -198,3 +214,51 @@ def test_namespaced_install_is_not_namespace_admin(
     namespaced: Install, ask: tuple[str, ...]
 ) -> None:
     assert not namespaced.can(*ask, "-n", namespaced.watched)
+
+
+def test_the_namespaced_install_runs_and_acts_only_where_it_is_bound(cluster: Cluster) -> None:
+    """The overlay as built, renamed for a session: its operator comes up with no
+    cluster-wide permission, rolls out a deployment in the namespace it is bound in, and
+    leaves one in another namespace alone."""
+    suffix = f"run-{uuid.uuid4().hex[:6]}"
+    ops, watched, other = (f"{name}-{suffix}" for name in ("ops", "team-a", "team-b"))
+    documents = install_for_session(
+        [d for d in built(cluster, NAMESPACED) if d["kind"] != "RoleBinding"],
+        namespace=ops,
+        cluster_role=lambda name: f"{name}-{suffix}",
+        operator_args=[],
+    )
+    documents = [d for d in documents if d["kind"] not in _ADMISSION_KINDS]
+    bindings = _session_rbac(
+        [d for d in built(cluster, NAMESPACED) if d["kind"] == "RoleBinding"], suffix, ops, watched
+    )
+    for document in documents:
+        if document["kind"] == "Deployment":
+            container = document["spec"]["template"]["spec"]["containers"][0]
+            container["args"] = [
+                f"--namespace={watched}" if a.startswith("--namespace=") else a
+                for a in container["args"]
+            ]
+    for namespace in (watched, other):
+        cluster.kubectl("create", "namespace", namespace)
+    text = "\n---\n".join(json.dumps(d) for d in [*documents, *bindings])
+    try:
+        cluster.kubectl("apply", "-f", "-", input=text)
+        assert [d for d in documents if d["kind"] == "ClusterRoleBinding"] == []
+        for namespace in (other, watched):
+            manifest = deployment_manifest(parity=False, auto_promote=False, replicas=1)
+            cluster.apply(manifest, namespace)
+
+        def stable() -> dict[str, Any] | None:
+            status = cluster.get_json("idep", "qwen", "-n", watched).get("status") or {}
+            return status if status.get("phase") == "Stable" else None
+
+        wait_for(stable, 240, "the namespaced operator to roll out qwen in its namespace")
+        assert cluster.get_json("idep", "qwen", "-n", other).get("status") is None
+        assert cluster.get_json("deployments", "-n", other)["items"] == []
+    finally:
+        for namespace in (watched, other, ops):
+            release_namespace(cluster, namespace)
+        for doc in documents:
+            if doc["kind"] == "ClusterRole":
+                cluster.kubectl("delete", "clusterrole", doc["metadata"]["name"], check=False)
