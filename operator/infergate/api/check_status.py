@@ -70,6 +70,16 @@ class Verdict(KubeModel):
     """metadata.generation of the check the verdict judged."""
 
 
+class RunnerServiceAccount(KubeModel):
+    """The runner's ServiceAccount, the only identity besides the operator that may write status."""
+
+    name: ObjectName
+    """Name of the ServiceAccount the operator created for this check's runner."""
+    uid: str = Field(min_length=1, max_length=SHORT_TEXT_MAX)
+    """Its metadata.uid: a ServiceAccount deleted and created again under the same name is
+    another identity and may not write this status."""
+
+
 class ParityCheckStatus(KubeModel):
     """Observed state of a ParityCheck, written by the operator."""
 
@@ -79,6 +89,10 @@ class ParityCheckStatus(KubeModel):
     """Pending, Running, Passed, Failed (measured bad) or Error (could not measure)."""
     job_name: ObjectName | None = None
     """Name of the runner Job."""
+    runner_service_account: RunnerServiceAccount | None = None
+    """The runner's ServiceAccount (name and uid), written by the operator before the runner
+    starts; the admission policy lets only it and the operator write this status, and the runner
+    may not change it."""
     start_time: datetime | None = None
     """When the runner Job started."""
     completion_time: datetime | None = None

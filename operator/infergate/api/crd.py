@@ -53,6 +53,7 @@ class ResourceKind:
     status: type[BaseModel]
     printer_columns: tuple[dict[str, Any], ...]
     root_rules: tuple[dict[str, str], ...] = ()
+    spec_rules: tuple[dict[str, str], ...] = ()
     scale: dict[str, str] | None = None
 
     @property
@@ -128,6 +129,16 @@ PARITY_CHECK = ResourceKind(
     ),
     spec=ParityCheckSpec,
     status=ParityCheckStatus,
+    spec_rules=(
+        # A verdict is about what the check was created to compare: an edited spec would
+        # let a Passed verdict stand for another comparison (other sides, checks switched off).
+        cel(
+            "self == oldSelf",
+            "spec is immutable: a ParityCheck judges exactly what it was created with; "
+            "delete it and create a new check to compare something else",
+            reason="FieldValueForbidden",
+        ),
+    ),
     printer_columns=(
         _column("Phase", ".status.phase", "Pending, Running, Passed, Failed or Error."),
         _column("Baseline", ".status.baselineRevision", "Revision of the baseline."),
@@ -148,6 +159,11 @@ def openapi_schema(resource: ResourceKind) -> dict[str, Any]:
     spec = to_structural(resource.spec.model_json_schema(by_alias=True, mode="validation"))
     status = to_structural(resource.status.model_json_schema(by_alias=True, mode="validation"))
     spec["description"] = (resource.spec.__doc__ or "").strip()
+    if resource.spec_rules:
+        spec["x-kubernetes-validations"] = [
+            *spec.get("x-kubernetes-validations", []),
+            *resource.spec_rules,
+        ]
     status["description"] = (resource.status.__doc__ or "").strip()
     schema: dict[str, Any] = {
         "description": resource.description,

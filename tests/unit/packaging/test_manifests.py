@@ -22,8 +22,21 @@ from tests.unit.packaging.kustomize import (
 )
 from tests.unit.packaging.lockfiles import REPO
 
-# API groups a plain cluster serves: the default install may need nothing else.
-_PLAIN_GROUPS = {"v1", "apps/v1", "rbac.authorization.k8s.io/v1", "apiextensions.k8s.io/v1"}
+# API groups a plain cluster serves: the default install may need nothing else
+# (admission policies: ValidatingAdmissionPolicy GA since v1.30, MutatingAdmissionPolicy v1.36).
+_PLAIN_GROUPS = {
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
+}
+_POLICY_KINDS = {
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+}
 
 
 def _container(documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -61,7 +74,13 @@ def test_installs_the_crds_the_operator_and_its_rbac_and_nothing_needing_extra_c
 def test_every_namespaced_object_is_in_the_install_namespace() -> None:
     documents = build(MANIFESTS)
     namespace = one(documents, "Namespace")["metadata"]["name"]
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        *_POLICY_KINDS,
+    }
     for document in documents:
         if document["kind"] not in cluster_scoped:
             assert document["metadata"].get("namespace") == namespace, document["metadata"]

@@ -96,7 +96,7 @@ def _file_mindformers() -> dict[str, Any]:
                 "dtype": "float16",
                 "paramsDtype": "float32",
                 "maxModelLen": 2048,
-                "config": {"use_past": False, "rms_norm_eps": 1e-5},
+                "config": {"rms_norm_eps": 1e-5},
             },
             "accelerator": {"kind": "ascend-npu"},
             "rollout": {"autoPromote": False},
