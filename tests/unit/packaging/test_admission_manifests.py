@@ -17,7 +17,7 @@ from infergate.api.access import (
 )
 from infergate.plan.control import CONTROL_ANNOTATIONS, REQUESTED_BY
 from infergate.render.accelerators import PRESETS
-from infergate.runner.naming import runner_name
+from infergate.render.check_names import runner_name
 from tests.unit.packaging.kustomize import MANIFESTS, build, one, operator_service_account
 
 ADMISSION = MANIFESTS / "admission"
@@ -122,7 +122,12 @@ def test_namespaced_overlay_grants_nothing_cluster_wide() -> None:
     documents = build(NAMESPACED)
     assert [d for d in documents if d["kind"] == "ClusterRoleBinding"] == []
     _, account = operator_service_account(documents)
-    bindings = [d for d in documents if d["kind"] == "RoleBinding"]
+    all_bindings = [d for d in documents if d["kind"] == "RoleBinding"]
+    # The leader-election Lease's Role, in the operator's own namespace, binds no rule set.
+    bindings = [b for b in all_bindings if b["roleRef"]["kind"] == "ClusterRole"]
+    assert {b["roleRef"]["name"] for b in all_bindings if b not in bindings} == {
+        "infergate-operator-leader-election"
+    }
     watched = {b["metadata"]["namespace"] for b in bindings}
     assert watched == {"llm"}
     roles = {d["metadata"]["name"] for d in documents if d["kind"] == "ClusterRole"}
