@@ -197,6 +197,13 @@ class Demo:
         self.kubectl("apply", "-k", str(REPO / "manifests" / "operator"))
         self.kubectl("apply", "-k", str(REPO / "manifests" / "runner"))
         operator = ("deployment/infergate-operator", "-n", OPERATOR_NAMESPACE)
+        # The demo's model is a file:// model in the cache: allow that one directory.
+        allow = {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/args/-",
+            "value": f"--allow-host-path={default_model_dir().parent}",
+        }
+        self.kubectl("patch", *operator, "--type=json", "-p", json.dumps([allow]))
         self.kubectl("rollout", "status", *operator, "--timeout=300s")
         self.kubectl(
             "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s"

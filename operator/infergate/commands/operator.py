@@ -78,6 +78,14 @@ def register(subparsers: Any) -> None:
         "paritycheck when something else writes ParityCheck verdicts",
     )
     parser.add_argument(
+        "--allow-host-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a node directory file:// models may name (repeatable); none: file:// models "
+        "are refused",
+    )
+    parser.add_argument(
         "--leader-election",
         action="store_true",
         help="act only while holding the Lease infergate-operator in $POD_NAMESPACE "
@@ -113,6 +121,11 @@ def run_operator(args: argparse.Namespace) -> int:
     OPTIONS.resync_seconds = args.resync_seconds
     OPTIONS.kubeconfig = args.kubeconfig
     OPTIONS.runner_image = os.environ.get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE
+    bad = [d for d in args.allow_host_path if not d.startswith("/")]
+    if bad:
+        print(f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models")
+        return 2
+    OPTIONS.allowed_host_paths = tuple(args.allow_host_path)
     if args.leader_election:
         namespace = os.environ.get("POD_NAMESPACE")
         if not namespace:

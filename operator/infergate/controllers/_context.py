@@ -35,6 +35,9 @@ class OperatorOptions:
     """Hold the Lease `<namespace>/infergate-operator` before acting (several replicas)."""
     namespace: str = ""
     """The operator's own namespace (its Lease lives there)."""
+    allowed_host_paths: tuple[str, ...] = ()
+    """Host directories a file:// model may name (`--allow-host-path`); none: file:// is off.
+    The namespace's infergate.io/allowed-host-paths narrows it further at admission."""
     runner_image: str = DEFAULT_RUNNER_IMAGE
     """Image of every runner Job: the operator's own (env INFERGATE_RUNNER_IMAGE), never a
     user's choice."""

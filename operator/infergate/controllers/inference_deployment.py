@@ -25,6 +25,7 @@ import kopf
 from pydantic import ValidationError
 
 from infergate import metrics
+from infergate.api.access import check_host_path
 from infergate.api.base import GROUP, INFERENCE_DEPLOYMENTS_PLURAL, VERSION
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
@@ -84,9 +85,12 @@ def _parse_spec(body: JSON) -> InferenceDeploymentSpec:
     where = f"InferenceDeployment {metadata.get('namespace')}/{metadata.get('name')}"
     try:
         check_deployment_name(str(metadata.get("name")))
-        return InferenceDeploymentSpec.model_validate(body.get("spec") or {})
+        spec = InferenceDeploymentSpec.model_validate(body.get("spec") or {})
+        # file:// mounts a node directory: only those the operator was started to allow.
+        check_host_path(spec.model.uri, OPTIONS.allowed_host_paths)
     except (ValidationError, ValueError) as error:
         raise SpecError(f"{where}: {error}") from error
+    return spec
 
 
 def _parse_status(body: JSON) -> InferenceDeploymentStatus:

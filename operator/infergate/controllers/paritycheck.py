@@ -198,7 +198,9 @@ def _write(state: CheckState, plan: CheckPlan) -> None:
         writer.patch_status(plan.status)
     try:
         for manifest in plan.create:
-            writer.create(manifest)
+            created = writer.create(manifest)
+            if created is not None and created["kind"] == "ServiceAccount":
+                writer.record_runner_account(created)
     except ForeignChildError as error:
         plan = foreign_child(state, str(error))
     ended = writer.end(plan.terminal) if plan.terminal is not None else False

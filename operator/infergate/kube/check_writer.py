@@ -44,14 +44,23 @@ class CheckWriter:
         self.client = client
         self.check = check
 
-    def patch_status(self, fields: Mapping[str, Any]) -> None:
-        """Merge `fields` into status if the check is still at the version decided from."""
+    def patch_status(self, fields: Mapping[str, Any], *, guarded: bool = True) -> None:
+        """Merge `fields` into status; `guarded`: only if the check is still at the version
+        decided from (409 otherwise)."""
+        patch: JSON = {"status": dict(fields)}
+        if guarded:
+            patch["metadata"] = {"resourceVersion": self.check.resource_version}
         self.client.merge_patch(
-            PARITY_CHECKS,
-            self.check.namespace,
-            self.check.name,
-            {"metadata": {"resourceVersion": self.check.resource_version}, "status": dict(fields)},
-            subresource="status",
+            PARITY_CHECKS, self.check.namespace, self.check.name, patch, subresource="status"
+        )
+
+    def record_runner_account(self, account: Mapping[str, Any]) -> None:
+        """Name the runner's ServiceAccount (and uid) in status: the admission policy lets it,
+        and nothing else but the operator, write this check's status."""
+        metadata = account["metadata"]
+        self.patch_status(
+            {"runnerServiceAccount": {"name": metadata["name"], "uid": metadata["uid"]}},
+            guarded=False,
         )
 
     def end(self, fields: Mapping[str, Any]) -> bool:
@@ -62,12 +71,12 @@ class CheckWriter:
             return False
         return True
 
-    def create(self, manifest: JSON) -> bool:
-        """Create a child; False when the check already owns one of that name."""
+    def create(self, manifest: JSON) -> JSON | None:
+        """Create a child; the object made, or None when the check already owns one."""
         resource = BY_KIND[manifest["kind"]]
         name = str(manifest["metadata"]["name"])
         try:
-            self.client.create(resource, self.check.namespace, manifest)
+            return self.client.create(resource, self.check.namespace, manifest)
         except AlreadyExistsError:
             existing = observe_child(self.client.get(resource, self.check.namespace, name))
             if existing.owner_uid != self.check.uid:
@@ -76,8 +85,7 @@ class CheckWriter:
                     f"{self.check.name} (uid {self.check.uid}); it is neither used nor deleted: "
                     "remove it, or the check cannot run"
                 ) from None
-            return False
-        return True
+            return None
 
     def delete(self, children: Sequence[CheckChild]) -> None:
         for child in children:

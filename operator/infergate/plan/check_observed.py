@@ -33,6 +33,7 @@ _STATUS_KEPT = (
     "progress",
     "completionTime",
     "reportRef",
+    "runnerServiceAccount",
 )
 _VERDICT_KEPT = ("passed", "outcome", "summary", "specDigest", "generation")
 PROBE_RESTARTS_MAX = 3

@@ -346,9 +346,24 @@ def _owned_by_job(pod: CheckChild, job: CheckChild) -> bool:
     return pod.name.startswith(f"{job.name}-")
 
 
+def _unrecorded_account(state: CheckState) -> JSON | None:
+    """The runner's ServiceAccount, when the check owns it but its status does not name it
+    (the operator stopped between creating it and recording it)."""
+    account = _child(state, "ServiceAccount", runner_name(state.check.name))
+    if account is None or not _owned(state, account):
+        return None
+    recorded = state.check.status.get("runnerServiceAccount") or {}
+    if recorded.get("name") == account.name and recorded.get("uid") == account.uid:
+        return None
+    return {"name": account.name, "uid": account.uid}
+
+
 def _with_runner(state: CheckState) -> CheckPlan:
     job = _child(state, "Job", runner_name(state.check.name))
     assert job is not None  # noqa: S101 - checked by the caller
+    account = _unrecorded_account(state)
+    if account is not None:
+        return CheckPlan(status={"runnerServiceAccount": account})
     if job.failed:
         return _terminal_error(state, reasons.CHECK_RUNNER_FAILED, _runner_failure(state, job))
     if job.complete:

@@ -1,15 +1,29 @@
 """Rollout steps for what a person asked by annotation: roll back to, abort, promote (pure).
 
 Each step takes the rollout so far and returns the next; a request that cannot be
-honoured leaves it as it was and says why in a warning Event.
+honoured leaves it as it was and says why in a warning Event. What is honoured is
+audited: who asked (`infergate.io/requested-by`, stamped by the API server's admission
+policy from the authenticated user), against which verdict, in the revision's record
+(with the time), the Progressing condition and an Event.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from infergate.api.enums import VerdictOutcome
 from infergate.plan import reasons
 from infergate.plan.rollout_state import Context, Rollout
+
+
+def _by(ctx: Context) -> str:
+    """Who asked, as the API server authenticated them."""
+    user = ctx.state.manual.requested_by
+    return (
+        f"by {user}"
+        if user
+        else "by hand (no requester stamped: is manifests/admission installed?)"
+    )
 
 
 def manual_rollback(ctx: Context, rollout: Rollout) -> Rollout:
@@ -42,18 +56,24 @@ def manual_rollback(ctx: Context, rollout: Rollout) -> Rollout:
             ctx,
             rollout.canary,
             reasons.ROLLBACK_BY_HAND,
-            f"rolled back by hand to {target}",
+            f"rolled back {_by(ctx)} to {target}",
             count=False,
         )
     rollout = rollout.promote(
-        ctx, target, reasons.ROLLBACK_BY_HAND, f"rolled back by hand from {previous}", count=False
+        ctx,
+        target,
+        reasons.ROLLBACK_BY_HAND,
+        f"rolled back {_by(ctx)} from {previous}",
+        count=False,
     )
     rollout = rollout.counting("rollback", reasons.ROLLBACK_BY_HAND)
     if ctx.desired != target:
         rollout = rollout.with_record(
-            ctx, ctx.desired, rejected=True, message=f"rolled back by hand to revision {target}"
+            ctx, ctx.desired, rejected=True, message=f"rolled back {_by(ctx)} to revision {target}"
         )
-    return rollout.noting(reasons.MANUAL_ACTION, f"rolled back by hand from {previous} to {target}")
+    return rollout.noting(
+        reasons.MANUAL_ACTION, f"rolled back {_by(ctx)} from {previous} to {target}"
+    )
 
 
 def manual_abort(ctx: Context, rollout: Rollout) -> Rollout:
@@ -65,8 +85,10 @@ def manual_abort(ctx: Context, rollout: Rollout) -> Rollout:
         return rollout.noting(
             reasons.MANUAL_ACTION_REFUSED, "abort: there is no canary", warning=True
         )
-    rollout = rollout.reject(ctx, canary, reasons.ROLLBACK_ABORTED, "aborted by hand")
-    return rollout.noting(reasons.MANUAL_ACTION, f"canary {canary} aborted by hand")
+    verdict = rollout.record(ctx, canary).verdict
+    said = f"aborted {_by(ctx)}; parity verdict {verdict.value if verdict else 'none'}"
+    rollout = rollout.reject(ctx, canary, reasons.ROLLBACK_ABORTED, said)
+    return rollout.noting(reasons.MANUAL_ACTION, f"canary {canary} {said}")
 
 
 def manual_promote(ctx: Context, rollout: Rollout) -> Rollout:
@@ -95,9 +117,11 @@ def manual_promote(ctx: Context, rollout: Rollout) -> Rollout:
     verdict = rollout.record(ctx, canary).verdict
     said = verdict.value if verdict else "none"
     rollout = rollout.promote(
-        ctx, canary, reasons.PROMOTION_BY_HAND, f"promoted by hand; parity verdict {said}"
+        ctx, canary, reasons.PROMOTION_BY_HAND, f"promoted {_by(ctx)}; parity verdict {said}"
     )
     rollout = replace(rollout, canary=None)
     return rollout.noting(
-        reasons.MANUAL_ACTION, f"canary {canary} promoted by hand (parity verdict {said})"
+        reasons.MANUAL_ACTION,
+        f"canary {canary} promoted {_by(ctx)} (parity verdict {said})",
+        warning=verdict is not VerdictOutcome.PASSED,
     )

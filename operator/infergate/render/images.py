@@ -17,6 +17,15 @@ DEFAULT_IMAGES: dict[EngineKind, str] = {
 }
 
 
+# Images built from runtime_images/, which set a non-root USER.
+OWN_IMAGE_PREFIX = "ghcr.io/infergate/"
+
+
+def runs_as_non_root(image: str) -> bool:
+    """Whether the image is one of infergate's own (they run as a non-root user)."""
+    return image.startswith(OWN_IMAGE_PREFIX)
+
+
 def resolved_image(engine: Engine) -> str:
     """The image the engine runs: the one given, or the engine kind's default."""
     return engine.image if engine.image is not None else DEFAULT_IMAGES[engine.kind]

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infergate.api.model_uri import UriScheme
-from infergate.render.launch import HTTP_PORT, POD_IP_REF, EngineLaunch, RevisionInput, env_value
+from infergate.render.launch import (
+    HTTP_PORT,
+    POD_IP_REF,
+    EngineLaunch,
+    RevisionInput,
+    env_value,
+    pinned_env,
+)
 
 # vLLM's default cap; parity requests up to 20 top logprobs per step.
 MAX_LOGPROBS = 20
@@ -150,7 +157,7 @@ def vllm_launch(revision: RevisionInput) -> EngineLaunch:
     if engine.deterministic:
         # Batch-invariant kernels: a prompt's logprobs do not depend on its batch.
         env.append(env_value("VLLM_BATCH_INVARIANT", "1"))
-    env += [env_value(var.name, var.value) for var in engine.env]
+    env += [var.container_env() for var in engine.env]
 
     config: dict[str, Any] = {
         "engine": engine.kind.value,
@@ -165,6 +172,7 @@ def vllm_launch(revision: RevisionInput) -> EngineLaunch:
         "deterministic": engine.deterministic,
         "hfOverrides": engine.config,
         "argv": ["vllm", *args],
-        "env": {item["name"]: item["value"] for item in env},
+        # What runs, never a secret: a Secret-backed variable is recorded by its reference.
+        "env": pinned_env(env, engine.env),
     }
     return EngineLaunch(command=["vllm"], args=args, env=env, engine_config=config)

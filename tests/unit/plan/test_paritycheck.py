@@ -396,3 +396,18 @@ def test_the_previous_report_is_the_last_passing_check_of_the_same_deployment() 
         ended("d", "Passed", "2026-12-01T13:00:00Z", deployment="other"),
     ]
     assert previous_report(me, others) == "b-report"
+
+
+def test_the_runner_account_is_recorded_so_only_it_may_write_the_verdict() -> None:
+    account = child("ServiceAccount", f"{NAME}-runner", "runner")
+    running = check(status={"phase": "Running"})
+    plan = decide(state(running, children=[job(), account]))
+    assert plan.status == {
+        "runnerServiceAccount": {"name": f"{NAME}-runner", "uid": f"{NAME}-runner-uid"}
+    }
+    recorded = check(
+        status={"phase": "Running", "runnerServiceAccount": plan.status["runnerServiceAccount"]}
+    )
+    assert decide(state(recorded, children=[job(), account])).quiet
+    impostor = child("ServiceAccount", f"{NAME}-runner", "runner", owner="someone-else")
+    assert decide(state(running, children=[job(), impostor])).terminal is not None

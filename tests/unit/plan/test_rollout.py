@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from infergate.api.enums import DeploymentPhase, VerdictOutcome
-from infergate.plan.control import ABORT, PROMOTE, ROLLBACK_TO
+from infergate.plan.control import ABORT, PROMOTE, REQUESTED_BY, ROLLBACK_TO
 from infergate.plan.status import latest_parity_figures
 from tests.unit.plan.world import NAME, World
 
@@ -272,13 +272,16 @@ def test_abort_removes_the_canary_and_rejects_it() -> None:
     world, stable = _stable_world()
     canary = _canary(world, dtype="float16")
     world.annotations[ABORT] = "true"
+    world.annotations[REQUESTED_BY] = "alice@example.com"  # stamped by the admission policy
     plan = world.reconcile()
     assert world.status.canary_revision is None
     assert world.revisions() == {stable: 2}
     assert ("rollback", "Aborted") in [(o.kind, o.reason) for o in plan.outcomes]
     record = {r.hash: r for r in world.status.revisions}[canary]
     assert record.rejected
-    assert record.message == "aborted by hand"
+    assert record.message == "aborted by alice@example.com; parity verdict none"
+    assert any("alice@example.com" in e.message for e in plan.events)
+    assert REQUESTED_BY not in world.annotations
 
 
 def _promote_through(world: World, **engine: object) -> str:
@@ -516,3 +519,33 @@ def test_every_verdict_but_a_bound_pass_rolls_back(phase: str) -> None:
     record = {r.hash: r for r in world.status.revisions}[canary]
     assert record.verdict is VerdictOutcome(phase)
     assert record.rejected
+
+
+def test_a_promote_by_hand_names_who_asked_and_the_verdict_it_overrode() -> None:
+    world, _ = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    world.set_check(f"{NAME}-{canary}", "Inconclusive", passed=False)
+    world.set("rollout.autoRollback", False)
+    world.reconcile()
+    world.annotations[PROMOTE] = "true"
+    world.annotations[REQUESTED_BY] = "bob@example.com"
+    plan = world.reconcile()
+    assert world.status.stable_revision == canary
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.message == "promoted by bob@example.com; parity verdict Inconclusive"
+    assert record.promoted_at is not None
+    [event] = [e for e in plan.events if e.reason == "ManualAction"]
+    assert event.warning  # promoted over a verdict that was not Passed
+    assert "bob@example.com" in event.message
+
+
+def test_abort_false_does_nothing_but_is_consumed() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.annotations[ABORT] = "false"
+    plan = world.reconcile()
+    assert world.status.canary_revision == canary
+    assert world.status.stable_revision == stable
+    assert plan.remove_annotations == (ABORT,)

@@ -264,3 +264,42 @@ def test_default_image_is_pinned_per_engine() -> None:
         assert ":" in image.rsplit("/", 1)[-1]
         assert not image.endswith(":latest")
     assert vllm_image != mindformers_image
+
+
+def test_a_secret_backed_variable_is_mounted_by_reference_and_recorded_as_one() -> None:
+    from infergate.render import render_revision
+
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"name": "m", "uri": "pvc://models/m"},
+            "engine": {
+                "kind": "vllm",
+                "dtype": "bfloat16",
+                "maxModelLen": 4096,
+                "env": [
+                    {
+                        "name": "HF_TOKEN",
+                        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+                    },
+                    {"name": "VLLM_ATTENTION_BACKEND", "value": "FLASH_ATTN"},
+                ],
+            },
+            "accelerator": {"kind": "nvidia-gpu"},
+            "rollout": {"autoPromote": False},
+        }
+    )
+    objects = render_revision("m", "llm", spec)
+    pod = objects.deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+    }
+    pinned = json.loads(objects.config_map["data"]["engine.json"])
+    assert pinned["env"]["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    assert pinned["env"]["VLLM_ATTENTION_BACKEND"] == "FLASH_ATTN"
+    # Engines need no API access and no privilege.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    context = pod["containers"][0]["securityContext"]
+    assert context == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
