@@ -134,7 +134,9 @@ class GoldenStore:
 
     # -- reading --------------------------------------------------------------------------
 
-    def list_entries(self, namespace: str | None = None, deployment: str | None = None) -> list[IndexItem]:
+    def list_entries(
+        self, namespace: str | None = None, deployment: str | None = None
+    ) -> list[IndexItem]:
         """Every index entry under the namespace/deployment (or all), oldest first.
 
         An entry that cannot be read is listed with `entry` None and the reason in
@@ -463,6 +465,7 @@ class GoldenRecording:
         self._staging = staging
         self._started = started
         self._done = False
+        self._failed = False
         self._names = {
             Role.BASELINE: EntryName.new(check.baseline.revision, Role.BASELINE, started),
             Role.CANDIDATE: EntryName.new(check.candidate.revision, Role.CANDIDATE, started),
@@ -480,21 +483,33 @@ class GoldenRecording:
 
     def add(self, baseline: PromptRecord, candidate: PromptRecord) -> None:
         """Stage one prompt of both sides (the pair the runner just compared)."""
-        if self._done:
-            raise GoldenError("golden recording: already committed or discarded")
-        base_rows = 0 if baseline.hidden_states is None else int(baseline.hidden_states.shape[0])
-        self._sides[Role.BASELINE].add(baseline, base_rows)
-        cand_rows = 0
-        if candidate.hidden_states is not None:
-            probed = [*baseline.prompt_token_ids.tolist(), *baseline.output_token_ids.tolist()]
-            own = [*candidate.prompt_token_ids.tolist(), *candidate.output_token_ids.tolist()]
-            cand_rows = own_sequence_rows(own, probed, int(candidate.hidden_states.shape[0]))
-        self._sides[Role.CANDIDATE].add(candidate, cand_rows)
+        if self._done or self._failed:
+            raise GoldenError("golden recording: already committed, discarded or failed")
+        if baseline.prompt_id != candidate.prompt_id:
+            raise GoldenError(
+                f"golden recording: baseline {baseline.prompt_id!r} paired with candidate "
+                f"{candidate.prompt_id!r}"
+            )
+        try:
+            base_rows = (
+                0 if baseline.hidden_states is None else int(baseline.hidden_states.shape[0])
+            )
+            self._sides[Role.BASELINE].add(baseline, base_rows)
+            cand_rows = 0
+            if candidate.hidden_states is not None:
+                probed = [*baseline.prompt_token_ids.tolist(), *baseline.output_token_ids.tolist()]
+                own = [*candidate.prompt_token_ids.tolist(), *candidate.output_token_ids.tolist()]
+                cand_rows = own_sequence_rows(own, probed, int(candidate.hidden_states.shape[0]))
+            self._sides[Role.CANDIDATE].add(candidate, cand_rows)
+        except BaseException:
+            # One side may hold the prompt and the other not: never commit such a pair.
+            self._failed = True
+            raise
 
     def commit(self, *, profile: str | None = None) -> tuple[GoldenEntry, GoldenEntry]:
         """Publish both records, then their index entries (the entries make them visible)."""
-        if self._done:
-            raise GoldenError("golden recording: already committed or discarded")
+        if self._done or self._failed:
+            raise GoldenError("golden recording: already committed, discarded or failed")
         try:
             entries = []
             for role, side in self._sides.items():

@@ -16,6 +16,7 @@ from infergate.golden.blobs import DirectoryStore
 from infergate.golden.entry import GoldenEntry
 from infergate.golden.errors import (
     GoldenBudgetError,
+    GoldenError,
     GoldenIntegrityError,
     GoldenMissingError,
     GoldenNotFoundError,
@@ -219,6 +220,8 @@ def test_a_record_whose_tokens_alone_exceed_the_budget_is_refused(tmp_path: Path
         assert 20 < refused < 40
         assert "tokens and logprobs alone" in why
         assert recording.bytes_written[Role.BASELINE] <= policy.max_bytes
+        with pytest.raises(GoldenError, match="failed"):
+            recording.commit()  # the pair that did not fit may sit on one side only
     assert store.list_entries() == []
 
 
