@@ -4,9 +4,11 @@
 # serves a local directory over the S3 API (posix backend). The binary lands in
 # $INFERGATE_CACHE/bin/versitygw-<version>/versitygw and is reused when present.
 #
-# Why not SeaweedFS (github.com/seaweedfs/seaweedfs/weed): its module pulls ~490 modules
-# (every cloud SDK and database driver it can talk to) into one binary, which does not
-# build within 10 minutes on two cores. versitygw is a single-purpose gateway (~80 modules).
+# Why not SeaweedFS (github.com/seaweedfs/seaweedfs/weed, which does build with Go 1.26):
+# its one binary links every cloud SDK and database driver it can talk to, 1738 packages
+# and 99 MB of Go source outside the standard library, more than the whole control plane
+# (83 MB, about 10 minutes on two cores), so more than 10 minutes here; versitygw is 588
+# packages and 28 MB. Both counted with `go list -deps`.
 set -euo pipefail
 
 VERSITYGW_VERSION=${VERSITYGW_VERSION:-v1.8.0}
