@@ -129,3 +129,33 @@ def own_sequence_rows(own: Sequence[int], probed: Sequence[int], rows: int) -> i
             break
         shared += 1
     return min(shared, rows)
+
+
+def propose_policy(
+    prompts: Sequence[tuple[int, int]], hidden_size: int, max_bytes: int
+) -> StoragePolicy:
+    """The richest policy under which a whole suite fits `max_bytes` per side.
+
+    `prompts`: (base bytes, hidden positions) per prompt, e.g. from `base_bytes` and the
+    prompt's token count. Full if everything fits; else summaries with the most
+    projection dims (a power of two, 8..1024) that fit; else none. Raises
+    `GoldenBudgetError` when not even the tokens and logprobs fit.
+    """
+    overhead = FILE_OVERHEAD * 2 + 512 * len(prompts)
+    base = sum(b for b, _ in prompts) + overhead
+    positions = sum(p for _, p in prompts)
+    if base > max_bytes:
+        raise GoldenBudgetError(
+            f"maxBytes {max_bytes}: the suite's tokens and logprobs alone take {base} bytes"
+        )
+    if base + 4 * positions * hidden_size <= max_bytes:
+        return StoragePolicy(HiddenStatesPolicy.FULL, max_bytes)
+    dims = SKETCH_DIMS_MAX
+    while dims >= SKETCH_DIMS_MIN:
+        need = base + sum(
+            hidden_bytes(HiddenStatesPolicy.SUMMARY, p, hidden_size, dims) for _, p in prompts
+        )
+        if need <= max_bytes:
+            return StoragePolicy(HiddenStatesPolicy.SUMMARY, max_bytes, sketch_dims=dims)
+        dims //= 2
+    return StoragePolicy(HiddenStatesPolicy.NONE, max_bytes)

@@ -23,6 +23,7 @@ from infergate.golden.policy import (
     StoragePolicy,
     choose_hidden_form,
     own_sequence_rows,
+    propose_policy,
 )
 from infergate.golden.retention import (
     DeploymentHistory,
@@ -138,6 +139,34 @@ def test_no_form_fits_when_the_tokens_alone_do_not() -> None:
 def test_a_policy_out_of_range_is_refused(field: str, policy: object) -> None:
     with pytest.raises(GoldenConfigError, match=field):
         policy()  # type: ignore[operator]
+
+
+# Qwen2.5-7B at 8K: 8192 + 512 positions of hidden 3584 and ~120 KB of tokens and top-5
+# logprobs per prompt (experiments/GOLDEN.md).
+LONG_7B = (120_000, 8704)
+SHORT_7B = (55_000, 576)
+
+
+@pytest.mark.parametrize(
+    ("suite", "budget", "form", "dims"),
+    [
+        ([SHORT_7B] * 4, 100 * 2**20, HiddenStatesPolicy.FULL, 64),
+        ([SHORT_7B] * 16 + [LONG_7B] * 4, 100 * 2**20, HiddenStatesPolicy.SUMMARY, 512),
+        ([LONG_7B] * 100, 100 * 2**20, HiddenStatesPolicy.SUMMARY, 16),
+        ([LONG_7B] * 100, 20 * 2**20, HiddenStatesPolicy.NONE, 64),
+    ],
+)
+def test_the_proposed_policy_is_the_richest_that_fits(
+    suite: list[tuple[int, int]], budget: int, form: HiddenStatesPolicy, dims: int
+) -> None:
+    policy = propose_policy(suite, 3584, budget)
+    assert policy.hidden_states is form
+    assert policy.sketch_dims == dims
+
+
+def test_no_policy_fits_when_the_tokens_alone_do_not() -> None:
+    with pytest.raises(GoldenBudgetError, match="alone"):
+        propose_policy([LONG_7B] * 1000, 3584, 100 * 2**20)
 
 
 @pytest.mark.parametrize(
