@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from starlette.testclient import TestClient
 
 from infergate.engines.layer_probe import parse_layer_states
 from infergate.golden.summary import summarize
@@ -64,8 +65,23 @@ class PlainBackend(LayeredBackend):
     layer_states = None  # type: ignore[assignment]
 
 
-def _client(backend: Any) -> TestClient:
-    return TestClient(AdapterServer(backend, "fixture").app)
+class _Client:
+    """Requests to the ASGI app in this process (no sockets)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._app = AdapterServer(backend, "fixture").app
+
+    def post(self, path: str, json: dict[str, Any]) -> httpx.Response:
+        async def call() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self._app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://adapter") as http:
+                return await http.post(path, json=json)
+
+        return asyncio.run(call())
+
+
+def _client(backend: Any) -> _Client:
+    return _Client(backend)
 
 
 def test_full_states_at_chosen_positions() -> None:
