@@ -24,5 +24,6 @@ Modules: `errors` (the error tree), `keys` (suite digest, entry names), `policy`
 hidden-state size policy and budget), `summary` (per-position hidden-state summaries),
 `entry` (the index entry model), `retention` (what to delete, pure), `blobs` (the
 directory backend and the backend interface), `s3` (the S3-compatible backend),
-`store` (writing and reading records), `config` (a store from the API model).
+`recording` (staging a check's two records, publishing them on Passed), `store`
+(listing, finding, verified reading, deleting), `config` (a store from its settings).
 """
