@@ -65,6 +65,15 @@ class BlobStore(Protocol):
         """Delete these blobs; absent ones are no error."""
 
 
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def check_key(key: str) -> str:
     """A relative '/'-separated key that stays inside the store."""
     pure = PurePosixPath(key)
@@ -101,6 +110,7 @@ class DirectoryStore:
             if self.staging_root() in local_dir.parents:
                 # Same filesystem: the record appears whole, in one rename.
                 local_dir.rename(target)
+                _fsync_dir(target.parent)
                 return
             for name in files:
                 self._put_file(self._path(f"{prefix}{check_key(name)}"), local_dir / name)
@@ -125,6 +135,7 @@ class DirectoryStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             partial.replace(target)
+            _fsync_dir(target.parent)
         except OSError as err:
             partial.unlink(missing_ok=True)
             raise GoldenUnavailableError(f"{self.describe()}: cannot write {key}: {err}") from err

@@ -12,6 +12,7 @@ committed.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -125,6 +126,9 @@ class _SideWriter:
             with path.open("rb") as handle:
                 while chunk := handle.read(CHUNK):
                     digest.update(chunk)
+                # On disk before its index entry can name it (a crash must not leave an
+                # entry whose blobs were never flushed).
+                os.fsync(handle.fileno())
             blobs.append(
                 BlobDigest(
                     path=path.relative_to(self.folder).as_posix(),
