@@ -24,6 +24,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "record",
     "operator",
     "control",
+    "golden",
 )
 
 

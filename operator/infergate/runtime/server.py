@@ -3,7 +3,8 @@
 Routes: `GET /health`, `GET /v1/models`, `POST /v1/completions` (greedy, top-k
 `logprobs`, vLLM-style `prompt_logprobs` for teacher-forced scoring, token-id or text
 prompts), `POST /tokenize`, `POST /detokenize`, `GET /metrics` (Prometheus text), and
-the probe channel `POST /v1/parity/hidden_states` plus `GET /v1/parity/config`.
+the probe channel `POST /v1/parity/hidden_states` plus `GET /v1/parity/config`, and the
+per-layer probe `POST /v1/parity/layer_states` (`infergate.runtime.layer_states`).
 
 The backend is not thread-safe and its calls block, so every model call runs in a
 worker thread under one lock: requests are served one at a time, in arrival order.
@@ -27,6 +28,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from infergate.runtime.backend import BackendError, EngineBackend, top_k_rows
+from infergate.runtime.layer_states import (
+    LayerProbeBackend,
+    LayerStatesRequest,
+    layer_states_answer,
+    plan_layer_states,
+)
 from infergate.runtime.protocol import (
     CompletionRequest,
     DetokenizeRequest,
@@ -114,6 +121,7 @@ class AdapterServer:
                 Route("/metrics", self._metrics_route, methods=["GET"]),
                 Route("/v1/parity/hidden_states", self._hidden_states, methods=["POST"]),
                 Route("/v1/parity/config", self._config, methods=["GET"]),
+                Route("/v1/parity/layer_states", self._layer_states, methods=["POST"]),
             ]
         )
 
@@ -243,6 +251,24 @@ class AdapterServer:
             return {"object": "list", "model": self._model, "data": data}
 
         return await self._answer("/v1/parity/hidden_states", request, handle)
+
+    async def _layer_states(self, request: Request) -> Response:
+        """Every layer's hidden states, reduced as captured (`infergate.runtime.layer_states`)."""
+
+        async def handle(req: Request) -> Any:
+            body = await self._parse(req, LayerStatesRequest)
+            backend = self._backend
+            if not isinstance(backend, LayerProbeBackend):
+                raise _BadRequestError(
+                    f"{backend.engine} does not serve per-layer hidden states", "input"
+                )
+            self._check_ids(body.input, extra=0, param="input")
+            plan = plan_layer_states(body, backend.config)
+            states = await self._run(lambda: backend.layer_states(body.input, plan.reduce))
+            self._metrics.prompt_tokens += len(body.input)
+            return layer_states_answer(self._model, plan, states, encode_array)
+
+        return await self._answer("/v1/parity/layer_states", request, handle)
 
     async def _completions(self, request: Request) -> Response:
         async def handle(req: Request) -> Any:
