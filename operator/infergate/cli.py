@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "operator",
     "control",
     "golden",
+    "mirror",
 )
 
 

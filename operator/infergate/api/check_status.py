@@ -11,6 +11,8 @@ from pydantic import Field, StringConstraints
 from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, KubeModel
 from infergate.api.common import Condition, ConfigMapKeyReference, ObjectName
 from infergate.api.enums import CheckPhase, VerdictOutcome
+from infergate.api.load import LevelStatus, PerformanceStatus
+from infergate.api.shadow import ShadowStatus
 from infergate.parity.thresholds import ProfileName
 
 
@@ -117,3 +119,9 @@ class ParityCheckStatus(KubeModel):
     """Latest observations: Complete, Passed, Failed, Error."""
     report_ref: ConfigMapKeyReference | None = None
     """ConfigMap key holding the full report (per-prompt metrics)."""
+    load: list[LevelStatus] = Field(default_factory=list, max_length=8)
+    """Each concurrency level of spec.load against the baseline at concurrency 1."""
+    performance: PerformanceStatus | None = None
+    """Both sides' throughput and latency under the same load, and the judged changes."""
+    shadow: ShadowStatus | None = None
+    """What the mirror copied and scored (source shadow)."""

@@ -27,7 +27,9 @@ from infergate.api.common import (
     ResourceRequirements,
     ShortHash,
 )
+from infergate.api.load import Load, Performance
 from infergate.api.prompts import PromptSuite
+from infergate.api.shadow import CheckSource, ShadowSettings
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
 # Fields of Thresholds and RegressionTolerance that tune how a check measures
@@ -158,12 +160,38 @@ class ParityCheckTemplate(KubeModel):
                 "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
                 "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
                 field_path=".runner.activeDeadlineSeconds",
-            )
+            ),
+            cel(
+                "has(self.source) && self.source == 'shadow' ? !has(self.suite) : has(self.suite)",
+                "suite is required with source suite (the default) and not allowed with source "
+                "shadow, which judges mirrored live requests",
+                field_path=".suite",
+            ),
+            cel(
+                "!has(self.source) || self.source == 'suite' || "
+                "(!has(self.load) && !has(self.performance))",
+                "load and performance drive the suite's prompts: not allowed with source shadow",
+                field_path=".source",
+            ),
         )
     )
 
-    suite: PromptSuite
-    """Prompts both sides answer: inline, or a ConfigMap key of JSON lines."""
+    source: CheckSource = CheckSource.SUITE
+    """suite (default: both sides answer spec.suite) or shadow (live requests reaching the stable
+    revision, copied by its InferenceDeployment's mirror to the candidate and scored there
+    teacher-forced on stable's answers; needs spec.rollout.mirror on that deployment).
+    """
+    suite: PromptSuite | None = None
+    """Prompts both sides answer: inline, or a ConfigMap key of JSON lines. Required with source
+    suite."""
+    shadow: ShadowSettings | None = None
+    """Sampling, rate and evidence of a shadow check (source shadow; defaults when unset)."""
+    load: Load | None = None
+    """Also drive the candidate at these concurrency levels with background requests, and compare
+    each level's answers with the baseline's at concurrency 1. Unset: the suite runs once."""
+    performance: Performance | None = None
+    """Limits on throughput and latency regressions under the same load on both sides. Unset:
+    speed never blocks."""
     sampling: Sampling = Field(default_factory=Sampling, json_schema_extra={"default": {}})
     """Generation settings shared by both sides (greedy only)."""
     hidden_states: HiddenStates = Field(
@@ -206,6 +234,22 @@ class ParityCheckTemplate(KubeModel):
         given = self.regression.model_dump(exclude_unset=True)
         off = {_REGRESSION_FIELDS[n]: None for n in self.disabled_checks if n in _REGRESSION_FIELDS}
         return RegressionTolerance.model_validate({**given, **off})
+
+    @model_validator(mode="after")
+    def _source(self) -> Self:
+        shadow = self.source is CheckSource.SHADOW
+        if shadow == (self.suite is not None):
+            raise ValueError(
+                f"suite is {'not allowed' if shadow else 'required'} with source "
+                f"{self.source.value!r}: a shadow check judges mirrored live requests, a suite "
+                "check the prompts of suite"
+            )
+        if shadow and (self.load is not None or self.performance is not None):
+            raise ValueError(
+                "load and performance are not allowed with source 'shadow': they drive the "
+                "suite's prompts"
+            )
+        return self
 
     @model_validator(mode="after")
     def _deadlines(self) -> Self:

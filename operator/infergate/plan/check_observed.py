@@ -16,11 +16,13 @@ from pydantic import ValidationError
 
 from infergate.api.base import PARITY_CHECK_KIND
 from infergate.api.parity_check import ParityCheckSpec, Side
+from infergate.api.shadow import CheckSource
 from infergate.jsontypes import JSON, JSONMap
 from infergate.plan.check_status import spec_digest
 from infergate.plan.observed import OwnerKey, controller_uid, parse_time
 from infergate.render.check_children import RunnerSettings
 from infergate.render.check_names import LABEL_CHECK, LABEL_ROLE, LABEL_SIDE, check_label_value
+from infergate.render.mirror import mirror_name
 
 # The parts of a check's status the controller decides from (a verdict's reasons and
 # metrics are the runner's to write and the people's to read).
@@ -59,6 +61,8 @@ class CheckSpecView:
     deadline_seconds: int
     runner: RunnerSettings
     suite_config_map: str | None
+    mirror_service: str | None = None
+    """A shadow check: the mirror Service the runner reads (its candidate deployment's)."""
 
     def side(self, name: str) -> SideRef:
         return self.baseline if name == "baseline" else self.candidate
@@ -137,12 +141,15 @@ def _view(body: JSONMap) -> tuple[CheckSpecView | None, str | None]:
     except ValidationError as error:
         return None, f"spec is invalid: {error}"
     runner = spec.runner
-    source = spec.suite.config_map_ref
+    source = spec.suite.config_map_ref if spec.suite is not None else None
+    shadow = spec.source is CheckSource.SHADOW
+    candidate = spec.candidate.inference_deployment_ref
     return (
         CheckSpecView(
             baseline=_side(spec.baseline),
             candidate=_side(spec.candidate),
-            hidden_states=spec.hidden_states.enabled,
+            # A shadow check compares served answers only: no probe, no hidden states.
+            hidden_states=spec.hidden_states.enabled and not shadow,
             deadline_seconds=spec.deadline_seconds,
             runner=RunnerSettings(
                 active_deadline_seconds=runner.active_deadline_seconds,
@@ -150,6 +157,9 @@ def _view(body: JSONMap) -> tuple[CheckSpecView | None, str | None]:
                 resources=runner.resources.to_kube() if runner.resources else None,
             ),
             suite_config_map=source.name if source is not None else None,
+            mirror_service=(
+                mirror_name(candidate.name) if shadow and candidate is not None else None
+            ),
         ),
         None,
     )

@@ -466,6 +466,8 @@ def _runner_objects(state: CheckState) -> list[JSON]:
             services.append(probe_name(check.name, side))
     if spec.suite_config_map is not None:
         config_maps.append(spec.suite_config_map)
+    if spec.mirror_service is not None:
+        services.append(spec.mirror_service)
     if state.previous_report is not None:
         config_maps.append(state.previous_report)
     body = _body(check)

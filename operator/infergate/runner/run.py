@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -36,6 +36,7 @@ from pydantic.alias_generators import to_camel
 
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import ParityCheck, ParityCheckSpec
+from infergate.api.shadow import CheckSource
 from infergate.errors import (
     ConflictError,
     ForbiddenError,
@@ -52,16 +53,18 @@ from infergate.parity.profiles import (
     resolve_warnings,
     suggest_profile,
 )
-from infergate.parity.record import ParityInputError, RecordMeta
+from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
 from infergate.plan import check_status as st
 from infergate.plan import reasons
+from infergate.plan.check_status import Judgement
 from infergate.plan.phases import is_check_terminal
 from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
 from infergate.retry import retry_call
 from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
+from infergate.runner.combine import combined
 from infergate.runner.drive import (
     Channels,
     DriveSettings,
@@ -70,7 +73,9 @@ from infergate.runner.drive import (
     drive_suite,
     measure_prompt,
 )
+from infergate.runner.load import LoadOutcome, run_load
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
+from infergate.runner.shadow import ShadowError, run_shadow
 from infergate.runner.sides import (
     ClusterReads,
     EngineInfo,
@@ -204,6 +209,8 @@ class _Runner:
             spec = ParityCheck.model_validate(self.check).spec
         except ValidationError as err:
             raise CheckEndedError(reasons.CHECK_INVALID, f"spec is invalid: {err}") from err
+        if spec.source is CheckSource.SHADOW:
+            return self._shadow(spec)
         suite = self._suite(spec)
         started = time.monotonic()
         if not self._mark_running(len(suite.prompts)):
@@ -224,11 +231,14 @@ class _Runner:
             meta_b, meta_c, thresholds, PROFILES[profile].allowed_config_differences
         )
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
-        self._drive(spec, suite, baseline, candidate, comparison)
+        kept = self._drive(spec, suite, baseline, candidate, comparison)
         result = comparison.finalize()
         previous = self._previous_metrics(profile)
         verdict = decide(
             result, resolve_warnings(profile, explicit), previous, spec.effective_regression()
+        )
+        load = self._load(
+            spec, baseline, candidate, kept=kept, metas=(meta_b, meta_c), profile=profile
         )
         seconds = time.monotonic() - started
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
@@ -244,6 +254,12 @@ class _Runner:
             "verdict": verdict.model_dump(mode="json", by_alias=True),
             "result": result.model_dump(mode="json", by_alias=True),
         }
+        judged = judgement(result, verdict, profile.value)
+        if load is not None:
+            judged = combined(judged, load.judgements, metrics=load.metrics)
+            document["status"] = judged.phase.value
+            document |= load.document
+            _say(f"with load and performance: {judged.phase.value}")
         html = render_report(result, verdict, f"{profile.value} ({why})")
         report = self._write_report(document, html)
         binding = st.Binding(
@@ -253,13 +269,15 @@ class _Runner:
             candidate_revision=candidate.revision,
         )
         fields = st.verdict_status(
-            judgement(result, verdict, profile.value),
+            judged,
             binding,
             status=self.check.get("status") or {},
             report=report,
             at=self.clock(),
         )
         fields["progress"] = {"done": result.metrics.prompts, "total": len(suite.prompts)}
+        if load is not None:
+            fields |= load.status
         self._finish(fields)
         return EXIT_DONE
 
@@ -267,6 +285,8 @@ class _Runner:
 
     def _suite(self, spec: ParityCheckSpec) -> Suite:
         source = spec.suite
+        if source is None:
+            raise CheckEndedError(reasons.CHECK_INVALID, "spec.suite is unset")
         if source.inline is not None:
             prompts = tuple(
                 PromptSpec(
@@ -343,7 +363,17 @@ class _Runner:
         baseline: SideTarget,
         candidate: SideTarget,
         comparison: ParityComparison,
-    ) -> None:
+    ) -> list[PromptRecord]:
+        """Drive the suite; the baseline's records (without hidden states) when spec.load or
+        spec.performance will compare with them."""
+        kept: list[PromptRecord] = []
+        keep = spec.load is not None or spec.performance is not None
+
+        def feed(base: PromptRecord, cand: PromptRecord) -> None:
+            comparison.add(base, cand)
+            if keep:
+                kept.append(replace(base, hidden_states=None))
+
         settings = DriveSettings(
             max_tokens=spec.sampling.max_tokens,
             top_logprobs=spec.sampling.top_logprobs,
@@ -367,7 +397,7 @@ class _Runner:
                 drive_suite(
                     suite.prompts,
                     lambda prompt: measure_prompt(prompt, base, cand, settings),
-                    comparison.add,
+                    feed,
                     concurrency=self.options.concurrency,
                     progress=progress,
                 )
@@ -375,6 +405,7 @@ class _Runner:
                 raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
             except (SideAnswerError, ParityInputError) as err:
                 raise CheckEndedError(reasons.CHECK_COULD_NOT_MEASURE, str(err)) from err
+        return kept
 
     def _previous_metrics(self, profile: ProfileName) -> ParityMetrics | None:
         """Metrics of the last passing check, when it judged the same kind of change.
@@ -438,6 +469,38 @@ class _Runner:
             else next(iter([*data.data, *data.binary_data]))
         )
         return ConfigMapKeyReference(name=name, key=key)
+
+    # -- load, performance and shadow (runner/load.py, runner/shadow.py) ------------------
+
+    def _load(
+        self,
+        spec: ParityCheckSpec,
+        baseline: SideTarget,
+        candidate: SideTarget,
+        *,
+        kept: list[PromptRecord],
+        metas: tuple[RecordMeta, RecordMeta],
+        profile: ProfileName,
+    ) -> LoadOutcome | None:
+        if spec.load is None and spec.performance is None:
+            return None
+        try:
+            return run_load(
+                spec, baseline, candidate, kept=kept, metas=metas, profile=profile, say=_say
+            )
+        except SideUnavailableError as err:
+            raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
+        except (SideAnswerError, ParityInputError) as err:
+            raise CheckEndedError(reasons.CHECK_COULD_NOT_MEASURE, str(err)) from err
+
+    def _shadow(self, spec: ParityCheckSpec) -> int:
+        try:
+            run_shadow(_ShadowSteps(self), spec)
+        except ShadowError as err:
+            if err.retry:
+                raise RetryableRunError(err.reason, str(err)) from err
+            raise CheckEndedError(err.reason, str(err)) from err
+        return EXIT_DONE
 
     # -- status writes --------------------------------------------------------------------
 
@@ -537,6 +600,66 @@ class _Runner:
             return fn()
         except KubeError as err:
             raise _api_failure(err) from err
+
+
+class _ShadowSteps:
+    """What runner/shadow.py uses of a runner (`runner.shadow.RunnerSteps`)."""
+
+    def __init__(self, runner: _Runner) -> None:
+        self._runner = runner
+        self.name = runner.name
+        self.check = runner.check
+
+    @property
+    def namespace(self) -> str:
+        return self._runner.api.namespace
+
+    def mark_running(self, total: int) -> bool:
+        return self._runner._mark_running(total)
+
+    def resolve(self, spec: ParityCheckSpec) -> tuple[SideTarget, SideTarget]:
+        return self._runner._resolve(spec)
+
+    def health(self, baseline: SideTarget, candidate: SideTarget) -> None:
+        self._runner._health(baseline, candidate)
+
+    def meta(self, target: SideTarget, suite: Suite) -> RecordMeta:
+        return _meta(target, suite)
+
+    def progress(self, done: int, total: int) -> None:
+        _say(f"progress {done}/{total}")
+        self._runner._patch({"progress": {"done": done, "total": total}})
+
+    def mirror_service(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        api = self._runner.api
+        service = self._runner._api_call(lambda: api.service(name))
+        slices = self._runner._api_call(lambda: api.endpoint_slices(name))
+        return service, slices
+
+    def write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference:
+        return self._runner._write_report(document, html)
+
+    def finish(
+        self,
+        verdict: Judgement,
+        baseline: SideTarget,
+        candidate: SideTarget,
+        report: ConfigMapKeyReference,
+        extra: Mapping[str, Any],
+    ) -> None:
+        runner = self._runner
+        _say(f"verdict {verdict.phase.value}: {verdict.summary}")
+        binding = st.Binding(
+            spec_digest=st.spec_digest(runner.check.get("spec") or {}),
+            generation=runner.generation,
+            baseline_revision=baseline.revision,
+            candidate_revision=candidate.revision,
+        )
+        fields = st.verdict_status(
+            verdict, binding, status=runner.check.get("status") or {}, report=report,
+            at=runner.clock(),
+        )  # fmt: skip
+        runner._finish({**fields, **extra})
 
 
 def _api_failure(err: KubeError) -> Exception:
