@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import numpy as np
 
 from infergate.api.check_status import VerdictReason
@@ -197,6 +198,8 @@ def run_load(
     metas: tuple[RecordMeta, RecordMeta],
     profile: ProfileName,
     say: Callable[[str], None],
+    transport: httpx.AsyncBaseTransport | None = None,
+    preemption_counter: Callable[[str], int | None] = read_preemptions,
 ) -> LoadOutcome:
     """Drive the levels, then the paired performance runs; judge each."""
     outcome = LoadOutcome()
@@ -210,11 +213,18 @@ def run_load(
     if spec.load is not None:
         requests = level_requests(kept, spec.load, spec.sampling.top_logprobs, seed)
         for concurrency in spec.load.concurrency:
-            before = read_preemptions(candidate.url)
+            before = preemption_counter(candidate.url)
             run = asyncio.run(
-                drive("candidate", candidate.url, candidate.model, requests, concurrency)
+                drive(
+                    "candidate",
+                    candidate.url,
+                    candidate.model,
+                    requests,
+                    concurrency,
+                    transport=transport,
+                )
             )
-            preempted = _delta(before, read_preemptions(candidate.url))
+            preempted = _delta(before, preemption_counter(candidate.url))
             comparison = ParityComparison(metas[0], metas[1], thresholds, allowed)
             for base, cand in level_records(kept, run):
                 comparison.add(base, cand)
@@ -261,6 +271,7 @@ def run_load(
                     ],
                     requests,
                     concurrency,
+                    transport=transport,
                 )
             )
             pair = (figures(runs[0]), figures(runs[1]))

@@ -180,13 +180,15 @@ async def drive(
     concurrency: int,
     *,
     timeout: float = 600.0,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> RunResult:
-    """Serve `requests` with `concurrency` workers taking them in order; every answer timed."""
+    """Serve `requests` with `concurrency` workers taking them in order; every answer timed.
+    (`transport`: tests serve an engine in process.)"""
     queue = list(enumerate(requests))
     answers: list[LoadAnswer | None] = [None] * len(requests)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     started = time.monotonic()
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport) as http:
 
         async def worker() -> None:
             while queue:
@@ -211,12 +213,19 @@ async def drive(
 
 
 async def drive_both(
-    sides: Sequence[tuple[str, str, str]], requests: Sequence[LoadRequest], concurrency: int
+    sides: Sequence[tuple[str, str, str]],
+    requests: Sequence[LoadRequest],
+    concurrency: int,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[RunResult]:
     """The same requests to every side at the same moment: (name, url, model) each."""
     return list(
         await asyncio.gather(
-            *(drive(name, url, model, requests, concurrency) for name, url, model in sides)
+            *(
+                drive(name, url, model, requests, concurrency, transport=transport)
+                for name, url, model in sides
+            )
         )
     )
 
