@@ -47,7 +47,7 @@ ENGINE = Starlette(routes=[Route("/v1/completions", _completions, methods=["POST
 
 
 class _Upstream:
-    urls = ["http://stable"]
+    urls = ("http://stable",)
     problem = None
 
     def pick(self) -> str:
@@ -182,7 +182,7 @@ def test_without_a_session_nothing_is_kept() -> None:
 
 def test_no_stable_endpoint_is_a_503_naming_why() -> None:
     class _Nowhere:
-        urls: list[str] = []
+        urls = ()
         problem = "Service qwen has no ready endpoint"
 
         def pick(self) -> None:

@@ -110,7 +110,7 @@ def test_replicas_mode_selects_every_revision_and_states_the_share() -> None:
 
 
 def test_moving_from_dark_to_replicas_drops_the_revision_from_the_selector() -> None:
-    world, stable = _world()
+    world, _ = _world()
     assert "infergate.io/revision" in world.get("Service", NAME)["spec"]["selector"]  # type: ignore[index]
     world.set("rollout.traffic", {"mode": "replicas"})
     plan = world.reconcile()
