@@ -128,7 +128,7 @@ class Traffic(KubeModel):
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
             cel(
-                "(self.mode == 'gateway') == has(self.gateway)",
+                "(has(self.mode) && self.mode == 'gateway') == has(self.gateway)",
                 "gateway is required with mode gateway and not allowed with another mode",
                 field_path=".gateway",
             ),
