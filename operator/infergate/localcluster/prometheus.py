@@ -17,6 +17,7 @@ The binaries are Debian's package unpacked into the cache
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from pathlib import Path
@@ -225,3 +226,29 @@ def query(base: str, expression: str, **params: str) -> list[dict[str, Any]]:
         raise PrometheusError(f"{expression}: {answer.get('error')}")
     result: list[dict[str, Any]] = answer["data"]["result"]
     return result
+
+
+def panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title [refId], PromQL) of every panel target of a Grafana dashboard."""
+    return [
+        (f"{panel['title']} [{target['refId']}]", target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+
+
+def bind(expression: str, variables: dict[str, str]) -> str:
+    """A dashboard query with its Grafana variables ($name, ${name}) replaced."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda match: variables[match.group(1)], expression)
+
+
+def last_values(
+    base: str, expression: str, start: float, end: float, step: float = 2.0
+) -> list[tuple[dict[str, str], float]]:
+    """Each series of a range query over [start, end] with its last value."""
+    result = query(base, expression, start=f"{start:.3f}", end=f"{end:.3f}", step=f"{step:g}")
+    return [
+        (dict(series["metric"]), float(series["values"][-1][1]))
+        for series in result
+        if series.get("values")
+    ]
