@@ -543,11 +543,13 @@ _HELPERS = """\
 """
 
 _NOTES = """\
-infergate {{ .Chart.AppVersion }} is installed in namespace {{ .Release.Namespace }}
+infergate {{ .Chart.AppVersion }} is installed in namespace {{ .Release.Namespace }}.
 {{- if eq .Values.rbac.scope "namespace" }}
-watching {{ join ", " .Values.watchNamespaces }}, with Roles there.
+It watches {{ join ", " .Values.watchNamespaces }}, with a Role in each.
+{{- else if .Values.watchNamespaces }}
+It watches the namespaces matching {{ join ", " .Values.watchNamespaces }} (ClusterRoles).
 {{- else }}
-cluster-wide.
+It watches every namespace (ClusterRoles).
 {{- end }}
 
   kubectl -n {{ .Release.Namespace }} rollout status \

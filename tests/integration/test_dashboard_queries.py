@@ -13,7 +13,6 @@ return at least one series with values. The values are printed.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterator
 
@@ -36,8 +35,6 @@ __all__ = ["idep_namespace", "operator"]
 
 DASHBOARD = REPO / "dashboards" / "infergate.json"
 SCRAPE_SECONDS = 1.0
-# Grafana's $__rate_interval: at least four scrape intervals.
-RATE_INTERVAL = "20s"
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +72,9 @@ def _has(base: str, expression: str) -> bool:
 def test_every_dashboard_query_returns_data_after_rollouts(
     cluster: Cluster, operator: OperatorInstall, idep_namespace: str, prometheus_url: str
 ) -> None:
+    # Grafana's $__rate_interval: at least four scrape intervals (of a Prometheus that may
+    # have been running before this test, with its own interval).
+    scrape = prometheus.scrape_interval(cluster.layout)
     begin = time.time()
     pod = operator.wait_ready()["metadata"]["name"]
     wait_for(
@@ -110,14 +110,14 @@ def test_every_dashboard_query_returns_data_after_rollouts(
     errors = 'infergate_api_errors_total{resource="configmaps", code="403"}'
     wait_for(lambda: _has(prometheus_url, errors), 120, "the refused ConfigMap in Prometheus")
     # Some scrapes after the last change, so every rate window holds two samples.
-    time.sleep(8 * SCRAPE_SECONDS)
+    time.sleep(8 * scrape)
 
     end = time.time()
     variables = {
-        "namespace": re.escape(idep_namespace),
+        "namespace": idep_namespace,  # DNS labels: nothing a regex needs escaped
         "name": ".*",
         "job": "infergate-operator",
-        "__rate_interval": RATE_INTERVAL,
+        "__rate_interval": f"{int(max(20, 4 * scrape))}s",
         "__range": f"{int(end - begin)}s",
     }
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))

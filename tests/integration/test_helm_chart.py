@@ -50,7 +50,8 @@ class Helm:
         )  # fmt: skip
         if check:
             assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stdout}{result.stderr}"
-        print(f"$ helm {' '.join(args)}\n{result.stdout.strip()[-1500:]}")  # noqa: T201 - the log shows what ran
+        shown = "" if args[0] == "template" else result.stdout.strip()[-1500:]
+        print(f"$ helm {' '.join(args)}\n{shown}")  # noqa: T201 - the log shows what ran
         return result.stdout
 
 
@@ -84,7 +85,7 @@ def _operator_ready(cluster: Cluster, namespace: str) -> JSON | None:
 
 def _stable_rollout(cluster: Cluster, namespace: str) -> str:
     """An InferenceDeployment in `namespace` reaches Stable under the installed operator."""
-    idep = Idep(cluster, namespace, deployment_manifest(replicas=1, parity=False))
+    idep = Idep(cluster, namespace, deployment_manifest(replicas=1))
     idep.apply()
     return idep.wait_stable(timeout=180)
 

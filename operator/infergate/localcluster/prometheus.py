@@ -1,14 +1,15 @@
 """A real Prometheus beside the local cluster, on loopback.
 
-It finds its targets the way a Prometheus in a real cluster does: Kubernetes pod
-discovery against the API server (here the local one, on 127.0.0.1, with the
-admin client certificate) and the pods' `prometheus.io/scrape|port|path`
-annotations. Only pods on the local executor's nodes are kept: they run for real
-and have loopback pod IPs; KWOK's simulated pods have no process to scrape.
-Two jobs: `infergate-operator` (the operator's pods; their metrics carry the
-InferenceDeployment's own namespace/name labels, kept with honor_labels) and
-`infergate-engines` (engine pods, labelled with the deployment's namespace, name
-and revision). The alerting rules of manifests/monitoring are loaded.
+Its targets are the pods' `prometheus.io/scrape|port|path` annotations, as in a
+real cluster's annotation-based scrape config; Debian's build has no Kubernetes
+discovery, so `scrape_targets` (a second managed process) lists the pods through
+the local API server every few seconds and writes file_sd files. Only pods on the
+local executor's nodes are kept: they run for real and have loopback pod IPs;
+KWOK's simulated pods have no process to scrape. Two jobs: `infergate-operator`
+(the operator's pods; their metrics carry the InferenceDeployment's own
+namespace/name labels, kept with honor_labels) and `infergate-engines` (engine
+pods, labelled with the deployment's namespace, name and revision). The alerting
+rules of manifests/monitoring are loaded.
 
 The binaries are Debian's package unpacked into the cache
 (hack/platform-tools.sh prometheus); the data lives in `.cluster/prometheus/`.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,11 +28,12 @@ from typing import Any
 import httpx
 import yaml
 
-from infergate.localcluster import nodes, processes
+from infergate.localcluster import processes, scrape_targets
 from infergate.localcluster.layout import ClusterLayout, cache_dir, repo_root
 
 PROMETHEUS_VERSION = "2.42.0+ds-5+deb12u1"
 NAME = "prometheus"
+TARGETS_NAME = "prometheus-targets"
 RULES = Path("manifests") / "monitoring" / "infergate-alerts.rules.yaml"
 
 
@@ -66,95 +69,31 @@ def url(layout: ClusterLayout) -> str | None:
     return f"http://127.0.0.1:{port}"
 
 
-def _pod_job(
-    name: str, kubeconfig: Path, keep: list[dict[str, Any]], labels: list[dict[str, Any]]
-) -> dict[str, Any]:
-    executor_nodes = "|".join(node.name for node in nodes.executor_nodes())
-    return {
-        "job_name": name,
-        "honor_labels": True,
-        "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig)}],
-        "relabel_configs": [
-            *keep,
-            {
-                "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"],
-                "regex": "true",
-                "action": "keep",
-            },
-            {
-                "source_labels": ["__meta_kubernetes_pod_node_name"],
-                "regex": executor_nodes,
-                "action": "keep",
-            },
-            {
-                "source_labels": ["__meta_kubernetes_pod_phase"],
-                "regex": "Running",
-                "action": "keep",
-            },
-            {
-                "source_labels": [
-                    "__meta_kubernetes_pod_ip",
-                    "__meta_kubernetes_pod_annotation_prometheus_io_port",
-                ],
-                "regex": r"(.+);(\d+)",
-                "replacement": "$1:$2",
-                "target_label": "__address__",
-            },
-            {
-                "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_path"],
-                "regex": "(.+)",
-                "target_label": "__metrics_path__",
-            },
-            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            *labels,
-        ],
-    }
-
-
-def config(kubeconfig: Path, rules: Path, interval_seconds: float) -> dict[str, Any]:
-    """prometheus.yml: pod discovery through `kubeconfig`, the two jobs, the rules."""
+def config(targets: Path, rules: Path, interval_seconds: float) -> dict[str, Any]:
+    """prometheus.yml: the two jobs (file_sd files in `targets`) and the alerting rules."""
     interval = f"{interval_seconds:g}s"
-    operator = _pod_job(
-        "infergate-operator",
-        kubeconfig,
-        keep=[
-            {
-                "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
-                "regex": "infergate-operator",
-                "action": "keep",
-            }
-        ],
-        labels=[
-            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "pod_namespace"}
-        ],
-    )
-    engines = _pod_job(
-        "infergate-engines",
-        kubeconfig,
-        keep=[
-            {
-                "source_labels": ["__meta_kubernetes_pod_label_infergate_io_revision"],
-                "regex": ".+",
-                "action": "keep",
-            }
-        ],
-        labels=[
-            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-            {
-                "source_labels": ["__meta_kubernetes_pod_label_infergate_io_deployment"],
-                "target_label": "name",
-            },
-            {
-                "source_labels": ["__meta_kubernetes_pod_label_infergate_io_revision"],
-                "target_label": "revision",
-            },
-        ],
-    )
+    jobs = [
+        {
+            "job_name": job,
+            # The operator's metrics carry the deployments' own namespace/name labels.
+            "honor_labels": True,
+            "file_sd_configs": [
+                {"files": [str(targets / f"{job}.json")], "refresh_interval": interval}
+            ],
+        }
+        for job in (scrape_targets.OPERATOR_JOB, scrape_targets.ENGINES_JOB)
+    ]
     return {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "rule_files": [str(rules)],
-        "scrape_configs": [operator, engines],
+        "scrape_configs": jobs,
     }
+
+
+def scrape_interval(layout: ClusterLayout) -> float:
+    """Seconds between scrapes of the running Prometheus (from its config)."""
+    loaded = yaml.safe_load((layout.root / "prometheus" / "prometheus.yml").read_text())
+    return float(str(loaded["global"]["scrape_interval"]).removesuffix("s"))
 
 
 def _ready(base: str) -> bool:
@@ -177,13 +116,21 @@ def up(layout: ClusterLayout, *, interval_seconds: float = 5.0, say: bool = True
         raise PrometheusError("the local cluster is not set up (infergate localcluster up)")
     home = layout.root / "prometheus"
     (home / "data").mkdir(parents=True, exist_ok=True)
+    targets = home / "targets"
     port = _free_port()
     config_file = home / "prometheus.yml"
     config_file.write_text(
-        yaml.safe_dump(
-            config(layout.kubeconfig, repo_root() / RULES, interval_seconds), sort_keys=False
-        )
+        yaml.safe_dump(config(targets, repo_root() / RULES, interval_seconds), sort_keys=False)
     )
+    if processes.running(layout.run, TARGETS_NAME) is None:
+        processes.start(
+            layout.run,
+            layout.logs,
+            TARGETS_NAME,
+            [sys.executable, "-m", "infergate.localcluster.scrape_targets",
+             f"--kubeconfig={layout.kubeconfig}", f"--out={targets}",
+             f"--interval={min(interval_seconds, 2.0):g}"],
+        )  # fmt: skip
     argv = [
         str(binary()),
         f"--config.file={config_file}",
@@ -212,6 +159,7 @@ def up(layout: ClusterLayout, *, interval_seconds: float = 5.0, say: bool = True
 def down(layout: ClusterLayout) -> bool:
     """Stop the Prometheus `up` started; True if one was running."""
     stopped = processes.stop(layout.run, NAME)
+    processes.stop(layout.run, TARGETS_NAME)
     _state(layout).unlink(missing_ok=True)
     return stopped
 
