@@ -73,17 +73,38 @@ def find_components(manifests: Path) -> list[Path]:
     return found
 
 
-def build_component(kubectl: Path, directory: Path) -> list[JSON]:
-    """The objects a Component adds, built alone (on an empty kustomization)."""
+def _key(doc: JSON) -> tuple[str, str, str]:
+    metadata = doc.get("metadata") or {}
+    return doc["kind"], metadata.get("namespace", ""), metadata["name"]
+
+
+def build_component(
+    kubectl: Path, manifests: Path, directory: Path, base: list[JSON]
+) -> list[JSON]:
+    """The objects a Component adds to the base (built on top of it, as an overlay would).
+
+    A component that changes objects of the base has no place in the chart as an
+    on/off switch: refused, naming the objects.
+    """
     with tempfile.TemporaryDirectory(prefix="infergate-chart-") as scratch:
+        root = Path(scratch).resolve()
         kustomization = {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
-            # Kustomize takes component paths relative to the kustomization only.
-            "components": [os.path.relpath(directory.resolve(), Path(scratch).resolve())],
+            # Kustomize takes paths relative to the kustomization only.
+            "resources": [os.path.relpath(manifests.resolve(), root)],
+            "components": [os.path.relpath(directory.resolve(), root)],
         }
-        (Path(scratch) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-        return kustomize(kubectl, Path(scratch))
+        (root / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+        built = kustomize(kubectl, root)
+    before = {_key(d): d for d in base}
+    changed = ["/".join(_key(d)) for d in built if _key(d) in before and before[_key(d)] != d]
+    if changed:
+        raise RuntimeError(
+            f"component {directory} changes objects of the base ({', '.join(changed)}); the "
+            "chart can only switch on what a component adds"
+        )
+    return [d for d in built if _key(d) not in before]
 
 
 def generate(manifests: Path, kubectl: Path) -> dict[str, str]:
@@ -96,7 +117,7 @@ def generate(manifests: Path, kubectl: Path) -> dict[str, str]:
         if key in seen:
             raise RuntimeError(f"components {seen[key]} and {directory} share the name {key}")
         seen[key] = directory
-        documents = tuple(build_component(kubectl, directory))
+        documents = tuple(build_component(kubectl, manifests, directory, base))
         relative = directory.relative_to(manifests.parent)
         components.append(Component(key=key, path=str(relative), documents=documents))
     return render_chart(base, components, version=__version__)
