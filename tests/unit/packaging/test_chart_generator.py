@@ -62,7 +62,7 @@ def test_an_object_added_to_the_base_renders_as_it_was_written(tmp_path: Path) -
 
 
 def test_a_rule_on_a_resource_of_unknown_scope_is_refused_by_name() -> None:
-    base: list[dict[str, Any]] = build(MANIFESTS)
+    base: list[dict[str, Any]] = copy.deepcopy(build(MANIFESTS))  # build() shares its cache
     role = next(d for d in base if d["kind"] == "ClusterRole")
     role["rules"].append({"apiGroups": ["example.com"], "resources": ["gizmos"], "verbs": ["get"]})
     with pytest.raises(ChartError, match=r"\['gizmos'\]"):
