@@ -36,9 +36,11 @@ class VerdictReason(KubeModel):
     metric: str = Field(max_length=SHORT_TEXT_MAX)
     """Metric name, e.g. minTokenMatchRate, maxHiddenRelL2P99, hygiene.nan."""
     value: float | None = None
-    """Measured value; unset when it could not be measured."""
+    """Measured value, in the metric's own unit (a share 0..1, nats, tokens or a ratio); unset
+    when it could not be measured."""
     threshold: float | None = None
-    """Limit the value was judged against; unset for hard failures (hygiene)."""
+    """Limit the value was judged against, in the metric's own unit (a share 0..1, nats, tokens
+    or a ratio); unset for hard failures (hygiene)."""
     comparison: Comparison | None = None
     """How value must relate to threshold to pass: >= (a floor) or <= (a ceiling)."""
     prompts: list[str] = Field(default_factory=list, max_length=100)

@@ -90,11 +90,13 @@ class Sampling(KubeModel):
             )
         ),
     )
-    """Sampling temperature; must be 0 (greedy)."""
+    """Sampling temperature (no unit); must be 0 (greedy)."""
     seed: int = Field(default=42, ge=0, le=SEED_MAX)
-    """Sampling seed sent with every request, for engines that consult it even when greedy."""
+    """Sampling seed (an integer, no unit) sent with every request, for engines that consult it
+    even when greedy."""
     top_logprobs: int = Field(default=5, ge=1, le=TOP_LOGPROBS_MAX)
-    """Top-k logprobs requested per step (vLLM serves at most 20 by default)."""
+    """Top-k logprobs requested per generated token (a count of tokens; vLLM serves at most 20
+    unless started with --max-logprobs)."""
 
     @model_validator(mode="after")
     def _greedy(self) -> Self:

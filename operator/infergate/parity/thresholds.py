@@ -99,12 +99,18 @@ class Thresholds(BaseModel):
     max_hidden_max_abs_err: float | None = Field(
         default=None,
         ge=0.0,
-        description="Largest absolute error of any last-layer hidden-state element in the suite.",
+        description=(
+            "Largest absolute error of any last-layer hidden-state element in the suite, in "
+            "the hidden states' own units (activation values)."
+        ),
     )
     max_hidden_mean_abs_err: float | None = Field(
         default=None,
         ge=0.0,
-        description="Largest suite mean of the per-token mean absolute hidden-state error.",
+        description=(
+            "Largest suite mean of the per-token mean absolute hidden-state error, in the "
+            "hidden states' own units (activation values)."
+        ),
     )
     max_hidden_rel_l2_p99: float | None = Field(
         default=None,
@@ -193,5 +199,8 @@ class RegressionTolerance(BaseModel):
     max_hidden_rel_l2_increase: float | None = Field(
         default=0.0,
         ge=0.0,
-        description="Allowed increase of the suite mean hidden-state relative L2 error.",
+        description=(
+            "Allowed increase of the suite mean hidden-state relative L2 error (a ratio with no "
+            "unit; 0.01 is one percentage point)."
+        ),
     )
