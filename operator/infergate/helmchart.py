@@ -290,9 +290,26 @@ def _label_holes(doc: JSON, holes: _Holes, component: str | None, root: str) -> 
 def _generic_holes(doc: JSON, install: Install, holes: _Holes, root: str) -> JSON:
     """Release namespace, chart names and quoted Go-template strings, everywhere."""
 
+    # The operator's user name, as admission policies compare request.userInfo with it.
+    username = f"system:serviceaccount:{install.namespace}:{install.service_account}"
+    account = install.service_account
+    account_template = (
+        f'(printf "%s{account[len(DEFAULT_FULLNAME) :]}" (include "infergate.fullname" {root}))'
+        if account.startswith(DEFAULT_FULLNAME)
+        else _go_string(account)
+    )
+
     def visit(value: str, key: str | None) -> str:
         if value == install.namespace:
             return holes.value(f"{{{{ {root}.Release.Namespace }}}}")
+        if username in value:
+            before, _, after = value.partition(username)
+            user = (
+                f'(printf "system:serviceaccount:%s:%s" {root}.Release.Namespace '
+                f"{account_template})"
+            )
+            quoted = f"{_go_string(before)} {user} {_go_string(after)}"
+            return holes.value(f'{{{{ printf "%s%s%s" {quoted} | toJson }}}}')
         if key in _REFERENCE_KEYS and value in install.names:
             return holes.value(_name_template(value, root))
         if "{{" in value:

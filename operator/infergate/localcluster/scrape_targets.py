@@ -21,8 +21,9 @@ from typing import Any
 
 import httpx
 
+from infergate.errors import KubeError
 from infergate.localcluster import nodes
-from infergate.localcluster.rest import ApiError, RestClient
+from infergate.localcluster.rest import RestClient
 
 JSON = dict[str, Any]
 OPERATOR_JOB = "infergate-operator"
@@ -93,7 +94,7 @@ def main() -> None:
     while True:
         try:
             pods = client.list("/api/v1/pods")
-        except (httpx.HTTPError, ApiError) as error:
+        except (httpx.HTTPError, KubeError) as error:
             print(f"listing pods: {error}", flush=True)
         else:
             write_targets(args.out, target_groups(pods, executor_nodes))

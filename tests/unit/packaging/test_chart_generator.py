@@ -47,16 +47,20 @@ def test_an_object_added_to_the_base_renders_as_it_was_written(tmp_path: Path) -
     base = [*build(MANIFESTS), copy.deepcopy(POLICY), copy.deepcopy(BINDING)]
     chart = _write(render_chart(base, [], version="0.1.0"), tmp_path / "chart")
     out = helm("template", "infergate", str(chart), "--namespace", "infergate-system").stdout
-    rendered = {d["kind"]: d for d in strip_release(d for d in yaml.safe_load_all(out) if d)}
-    assert json.dumps(rendered["ValidatingAdmissionPolicy"], sort_keys=True) == json.dumps(
-        POLICY, sort_keys=True
-    )
-    assert rendered["ValidatingAdmissionPolicyBinding"] == BINDING
+    rendered = {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in strip_release(d for d in yaml.safe_load_all(out) if d)
+    }
+    policy = ("ValidatingAdmissionPolicy", POLICY["metadata"]["name"])
+    assert json.dumps(rendered[policy], sort_keys=True) == json.dumps(POLICY, sort_keys=True)
+    assert rendered[("ValidatingAdmissionPolicyBinding", BINDING["metadata"]["name"])] == BINDING
     moved = helm("template", "x", str(chart), "--set", "fullnameOverride=acme").stdout
     binding = next(
         d
         for d in yaml.safe_load_all(moved)
-        if d and d["kind"] == "ValidatingAdmissionPolicyBinding"
+        if d
+        and d["kind"] == "ValidatingAdmissionPolicyBinding"
+        and d["spec"]["policyName"].endswith("no-auto-dtype")
     )
     assert binding["spec"]["policyName"] == "acme-no-auto-dtype"
 

@@ -110,8 +110,17 @@ def test_namespace_scope_grants_roles_in_the_watched_namespaces_only() -> None:
     kinds = {d["kind"] for d in rendered}
     assert "ClusterRole" not in kinds
     assert "ClusterRoleBinding" not in kinds
-    roles = [d for d in rendered if d["kind"] == "Role"]
-    bindings = [d for d in rendered if d["kind"] == "RoleBinding"]
+    # The leader-election Role lives in the release namespace whatever the scope.
+    roles = [
+        d
+        for d in rendered
+        if d["kind"] == "Role" and not d["metadata"]["name"].endswith("leader-election")
+    ]
+    bindings = [
+        d
+        for d in rendered
+        if d["kind"] == "RoleBinding" and not d["metadata"]["name"].endswith("leader-election")
+    ]
     assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
     assert {b["metadata"]["namespace"] for b in bindings} == {"team-a", "team-b"}
     # Each Role holds exactly the namespaced rules of the ClusterRole it replaces.
