@@ -57,6 +57,12 @@ LEADER = Gauge(
     "infergate_leader",
     "1 while this operator replica holds the leader Lease and acts, 0 while it follows.",
 )
+API_REQUESTS = Counter(
+    "infergate_api_requests_total",
+    "Requests the operator's reconciles made to the Kubernetes API server (kopf's watches "
+    "not included), by verb and resource: near zero while nothing changes.",
+    ["verb", "resource"],
+)
 API_ERRORS = Counter(
     "infergate_api_errors_total",
     "Failed requests to the Kubernetes API server, by verb, resource and HTTP status "
