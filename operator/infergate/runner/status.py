@@ -50,6 +50,10 @@ _OUTCOMES = {
     VerdictStatus.PASSED: (CheckPhase.PASSED, VerdictOutcome.PASSED),
     VerdictStatus.FAILED: (CheckPhase.FAILED, VerdictOutcome.FAILED),
     VerdictStatus.ERROR: (CheckPhase.ERROR, VerdictOutcome.ERROR),
+    # Until the controller and planner treat CheckPhase.INCONCLUSIVE as terminal, an
+    # Inconclusive verdict ends the check in phase Error with outcome Inconclusive (which
+    # plan.rollout.verdict_of already reads as Inconclusive: never promoted).
+    VerdictStatus.INCONCLUSIVE: (CheckPhase.ERROR, VerdictOutcome.INCONCLUSIVE),
 }
 
 
@@ -198,6 +202,8 @@ def verdict_reasons(result: ParityResult, verdict: Verdict) -> list[VerdictReaso
         return [_check_reason(c) for c in verdict.checks if c.outcome == "unmeasured"]
     if verdict.status is VerdictStatus.PASSED:
         return []
+    if verdict.status is VerdictStatus.INCONCLUSIVE:
+        return [VerdictReason(metric="evidence", message=r[:_MESSAGE_MAX]) for r in verdict.reasons]
     reasons = [_hygiene_reason(h) for h in result.hygiene if h.severity == "Failed"]
     reasons += [_check_reason(c) for c in verdict.checks if c.outcome == "fail"]
     reasons += [
