@@ -48,7 +48,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--long-max-tokens", type=int, default=16, help="output tokens, long prompts"
     )
-    parser.add_argument("--top-logprobs", type=int, default=5)
+    parser.add_argument(
+        "--top-logprobs", type=int, default=20, help="top-k per step (KL sees more)"
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--no-hidden-states", action="store_true")

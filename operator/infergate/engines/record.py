@@ -47,7 +47,7 @@ class RecordSettings:
     max_tokens: int = 64
     long_max_tokens: int = 16
     """Output tokens of long prompts that do not set their own maxTokens."""
-    top_logprobs: int = 5
+    top_logprobs: int = 20
     seed: int = 42
     full_vocab: bool = False
     """Also record full-vocabulary distributions of the generated positions (our adapters)."""

@@ -47,7 +47,13 @@ from infergate.parity.metrics import (
     TokenMetrics,
 )
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
-from infergate.parity.stats import kaplan_meier, per_prompt_bounds, wilson_bounds
+from infergate.parity.stats import (
+    clustered_bounds,
+    clustered_rate_bounds,
+    kaplan_meier,
+    per_prompt_bounds,
+    wilson_bounds,
+)
 from infergate.parity.thresholds import Thresholds
 from infergate.parity.tokens import TokenComparison, compare_tokens, is_collapsed
 
@@ -487,8 +493,6 @@ class ParityComparison:
         out: dict[str, Estimate] = {}
         matched = sum(1 for t in tokens if t.identical)
         out["tokenMatchRate"] = _wilson(matched, n, c, "prompts")
-        from infergate.parity.stats import clustered_rate_bounds
-
         value, low, high = clustered_rate_bounds(
             [t.agreed for t in tokens], [t.length for t in tokens], c
         )
@@ -632,8 +636,6 @@ def _farthest(counts: NDArray[np.int64]) -> int | None:
 
 
 def _step_rate_stderr(hits: list[int], totals: list[int]) -> float | None:
-    from infergate.parity.stats import clustered_bounds
-
     return clustered_bounds([float(h) for h in hits], totals, DEFAULT_CONFIDENCE).stderr
 
 
