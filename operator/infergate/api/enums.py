@@ -50,8 +50,8 @@ class DeploymentPhase(StrEnum):
 
 
 class CheckPhase(StrEnum):
-    """Phase of a parity check: Pending, Running, Passed, Failed (measured bad), Inconclusive (not
-    enough evidence) or Error (could not measure).
+    """Phase of a parity check: Pending, Running, Passed, Failed (measured bad), Inconclusive (too
+    little evidence to decide) or Error (could not measure).
     """
 
     PENDING = "Pending"

@@ -7,6 +7,7 @@ canary as candidate) to make a `ParityCheckSpec`.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
@@ -98,13 +99,15 @@ class Sampling(KubeModel):
             )
         ),
     )
-    """Sampling temperature; must be 0 (greedy)."""
+    """Sampling temperature (no unit); must be 0 (greedy)."""
     seed: int = Field(default=42, ge=0, le=SEED_MAX)
-    """Sampling seed sent with every request, for engines that consult it even when greedy."""
+    """Sampling seed (an integer, no unit) sent with every request, for engines that consult it
+    even when greedy."""
     top_logprobs: int = Field(default=20, ge=1, le=TOP_LOGPROBS_MAX)
-    """Top-k logprobs requested per step (vLLM serves at most 20 by default). The KL over the
-    top-k plus a tail bucket is a lower bound of the full KL: 20 sees more of each distribution
-    (the report gives the covered probability mass).
+    """Top-k logprobs requested per generated token (a count of tokens; vLLM serves at most 20
+    unless started with --max-logprobs). The KL over the top-k plus a tail bucket is a lower
+    bound of the full KL: 20 sees more of each distribution (the report gives the covered
+    probability mass).
     """
 
     @model_validator(mode="after")
@@ -129,17 +132,36 @@ class HiddenStates(KubeModel):
     """
 
 
+RUNNER_IMAGE_MESSAGE = (
+    "runner.image is no longer accepted: the runner runs the operator's own pinned image "
+    "(set by whoever installs the operator, INFERGATE_RUNNER_IMAGE); leave it unset"
+)
+
+
 class Runner(KubeModel):
     """The Job that drives both sides and computes the verdict."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel("!has(self.image)", RUNNER_IMAGE_MESSAGE, field_path=".image"),
+        )
+    )
+
     image: str | None = Field(default=None, min_length=1, max_length=SHORT_TEXT_MAX * 2)
-    """Runner image; unset: the image the operator was built with."""
+    """Deprecated and refused: the runner always runs the operator's own pinned image. Kept in
+    the schema only so that a manifest setting it is told why it is refused."""
     resources: ResourceRequirements | None = None
     """CPU and memory of the runner container."""
     active_deadline_seconds: int = Field(default=3600, ge=60, le=RUNNER_DEADLINE_MAX)
     """Seconds the runner Job may run before it is stopped (the check then ends in Error)."""
     backoff_limit: int = Field(default=1, ge=0, le=10)
     """Retries of a failed runner pod before the check ends in Error."""
+
+    @model_validator(mode="after")
+    def _no_image(self) -> Self:
+        if self.image is not None:
+            raise ValueError(f"runner.image: {self.image!r} is not allowed; {RUNNER_IMAGE_MESSAGE}")
+        return self
 
 
 class ParityCheckTemplate(KubeModel):
@@ -215,6 +237,14 @@ class ParityCheckTemplate(KubeModel):
         return self
 
 
+# user[:password]@ before the host: a credential that would be stored, logged and reported.
+_USERINFO_PATTERN = r"^[A-Za-z][-+.A-Za-z0-9]*://[^/?#]*@"
+_USERINFO_MESSAGE = (
+    "url must not carry credentials (user:password@): the URL is stored in the check and "
+    "shown in logs and reports"
+)
+
+
 class Endpoint(KubeModel):
     """An OpenAI-compatible server outside infergate's control."""
 
@@ -226,10 +256,11 @@ class Endpoint(KubeModel):
                 "isURL(self) && url(self).getScheme() in ['http', 'https'] "
                 "&& url(self).getHostname() != ''",
                 "url must be an absolute http:// or https:// URL, e.g. http://qwen-baseline.llm.svc:8000",
-            )
+            ),
+            cel(f"!self.matches(r'{_USERINFO_PATTERN}')", _USERINFO_MESSAGE),
         ),
     )
-    """Base URL of the server, e.g. http://qwen-baseline.llm.svc:8000.
+    """Base URL of the server, e.g. http://qwen-baseline.llm.svc:8000, without credentials.
 
     The runner calls /v1/completions under it.
     """
@@ -238,6 +269,8 @@ class Endpoint(KubeModel):
 
     @model_validator(mode="after")
     def _absolute_http(self) -> Self:
+        if re.match(_USERINFO_PATTERN, self.url):
+            raise ValueError(f"endpoint.url is not allowed; {_USERINFO_MESSAGE}")
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from infergate.errors import InfergateError, NotFoundError
+from infergate.jsontypes import JSON
 from infergate.plan.control import ABORT, PROMOTE, ROLLBACK_TO
 
 _POLL_SECONDS = 1.0
-JSON = dict[str, Any]
 
 
 def register(subparsers: Any) -> None:

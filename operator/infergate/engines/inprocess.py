@@ -21,8 +21,8 @@ from infergate.engines.client import (
     parse_completion_choice,
     parse_prompt_logprobs,
 )
-from infergate.engines.vllm_args import POOLER_CONFIG, hf_overrides
 from infergate.parity.record import TeacherForced
+from infergate.render.vllm import POOLER_CONFIG, hf_overrides
 from infergate.runtime.backend import EngineBackend, top_k_rows
 
 

@@ -35,7 +35,16 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #d0d7de;paddi
 text-align:left;vertical-align:top}th{background:#f6f8fa}td.num{text-align:right;
 font-variant-numeric:tabular-nums}.tokens{font-family:monospace;font-size:12px;max-width:520px;
 word-wrap:break-word}.tokens mark{background:#ffebe9}.charts{display:flex;flex-wrap:wrap;gap:1em}
-.muted{color:#57606a}ul.reasons li{margin:.3em 0}
+.muted{color:#57606a}ul.reasons li{margin:.3em 0}svg{max-width:100%;height:auto}
+@page{size:A4;margin:12mm}
+@media print{body{margin:0;max-width:none;font-size:10pt}
+h1 .badge,th,.tokens mark{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+h2{break-after:avoid;page-break-after:avoid}
+.charts{display:block}.charts>div{break-inside:avoid;page-break-inside:avoid;margin:0 0 .8em}
+tr{break-inside:avoid;page-break-inside:avoid}thead{display:table-header-group}
+table{max-width:100%;font-size:8.5pt}td,th{overflow-wrap:break-word}
+td.num,td:nth-child(4),td:nth-child(6){white-space:nowrap}code{font-size:8pt}
+.tokens{max-width:none;overflow-wrap:anywhere}}
 """
 
 

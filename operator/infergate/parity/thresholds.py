@@ -99,12 +99,18 @@ class Thresholds(BaseModel):
     max_hidden_max_abs_err: float | None = Field(
         default=None,
         ge=0.0,
-        description="Largest absolute error of any last-layer hidden-state element in the suite.",
+        description=(
+            "Largest absolute error of any last-layer hidden-state element in the suite, in "
+            "the hidden states' own units (activation values)."
+        ),
     )
     max_hidden_mean_abs_err: float | None = Field(
         default=None,
         ge=0.0,
-        description="Largest suite mean of the per-token mean absolute hidden-state error.",
+        description=(
+            "Largest suite mean of the per-token mean absolute hidden-state error, in the "
+            "hidden states' own units (activation values)."
+        ),
     )
     max_hidden_rel_l2_p99: float | None = Field(
         default=None,
@@ -154,9 +160,10 @@ class Thresholds(BaseModel):
         gt=0.5,
         lt=1.0,
         description=(
-            "Level of the one-sided confidence bounds every threshold is decided on (default "
-            "0.95): pass only if the bound on the bad side is within the limit, fail only if "
-            "the bound on the good side is past it, otherwise Inconclusive."
+            "Level of the one-sided confidence bounds every threshold is decided on (0.5..1, no "
+            "unit; the profile's 0.95 when unset): pass only if the bound on the bad side is "
+            "within the limit, fail only if the bound on the good side is past it, otherwise "
+            "Inconclusive."
         ),
     )
     min_prompts: int | None = Field(
@@ -220,14 +227,15 @@ class Thresholds(BaseModel):
         ge=0.0,
         description=(
             "Largest mean over tokens of |log(||candidate|| / ||baseline||)| of the last-layer "
-            "hidden states: a scale of the states, which cosine cannot see (log 1.02 = 0.0198)."
+            "hidden states (the log of a norm ratio, no unit): a scale of the states, which "
+            "cosine cannot see (log 1.02 = 0.0198)."
         ),
     )
     min_hidden_cosine: float | None = Field(
         default=None,
         ge=-1.0,
         le=1.0,
-        description="Lowest hidden-state cosine similarity of any token in the suite.",
+        description="Lowest hidden-state cosine similarity of any token in the suite (-1..1).",
     )
     max_long_to_short_hidden_ratio: float | None = Field(
         default=None,
@@ -286,5 +294,8 @@ class RegressionTolerance(BaseModel):
     max_hidden_rel_l2_increase: float | None = Field(
         default=None,
         ge=0.0,
-        description="Allowed increase of the suite mean hidden-state relative L2 error.",
+        description=(
+            "Allowed increase of the suite mean hidden-state relative L2 error (a ratio with no "
+            "unit; 0.01 is one percentage point)."
+        ),
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -202,3 +202,29 @@ class MindFormersBackend(LoadedModel):
         hidden = self._hidden(token_ids)
         out: NDArray[np.float32] = hidden.astype(self._ms.float32).asnumpy()[0]
         return out
+
+    def layer_states(
+        self, token_ids: Sequence[int], reduce: Callable[[NDArray[np.float32]], NDArray[np.float32]]
+    ) -> list[NDArray[np.float32]]:
+        """Embeddings, each decoder layer's output, the final norm's output, each reduced.
+
+        Forward hooks on the model's cells (PyNative) capture each state as the forward
+        pass produces it; only the reduced float32 copy is kept.
+        """
+        ms = self._ms
+        core = self._net.model
+        captured: list[NDArray[np.float32]] = []
+
+        def keep(_cell: Any, _args: Any, output: Any) -> None:
+            tensor = output[0] if isinstance(output, tuple) else output
+            values = tensor.astype(ms.float32).asnumpy()
+            captured.append(reduce(values.reshape(-1, values.shape[-1])))
+
+        cells = [core.tok_embeddings, *core.layers, core.norm_out]
+        handles = [cell.register_forward_hook(keep) for cell in cells]
+        try:
+            core(ms.Tensor(np.asarray([list(token_ids)], dtype=np.int32)))
+        finally:
+            for handle in handles:
+                handle.remove()
+        return captured

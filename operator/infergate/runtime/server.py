@@ -6,7 +6,8 @@ prompts, text tokenized with the tokenizer's special tokens as vLLM does),
 `POST /v1/chat/completions` (the chat rendered by the model's chat template),
 `POST /tokenize`, `POST /detokenize`, `GET /metrics` (Prometheus text), and the probe
 channel `POST /v1/parity/hidden_states`, `GET /v1/parity/config` (engine, dtype,
-effective config and fingerprints) and `GET /v1/parity/fingerprints`.
+effective config and fingerprints), `GET /v1/parity/fingerprints`, and the per-layer
+probe `POST /v1/parity/layer_states` (`infergate.runtime.layer_states`).
 
 Parity extensions: each generated token's raw logit magnitude
 (`logprobs.parity_logit_scale`), and with `parity_full_logprobs: N` the full next-token
@@ -37,6 +38,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from infergate.runtime.backend import BackendError, EngineBackend, GreedyOutput, top_k_rows
+from infergate.runtime.layer_states import (
+    LayerProbeBackend,
+    LayerStatesRequest,
+    layer_states_answer,
+    plan_layer_states,
+)
 from infergate.runtime.protocol import (
     MAX_FULL_LOGPROB_VALUES,
     ChatCompletionRequest,
@@ -138,6 +145,7 @@ class AdapterServer:
                 Route("/v1/parity/hidden_states", self._hidden_states, methods=["POST"]),
                 Route("/v1/parity/config", self._config, methods=["GET"]),
                 Route("/v1/parity/fingerprints", self._fingerprints, methods=["GET"]),
+                Route("/v1/parity/layer_states", self._layer_states, methods=["POST"]),
             ]
         )
         self._fingerprint_cache: dict[str, Any] | None = None
@@ -287,6 +295,24 @@ class AdapterServer:
             return {"object": "list", "model": self._model, "data": data}
 
         return await self._answer("/v1/parity/hidden_states", request, handle)
+
+    async def _layer_states(self, request: Request) -> Response:
+        """Every layer's hidden states, reduced as captured (`infergate.runtime.layer_states`)."""
+
+        async def handle(req: Request) -> Any:
+            body = await self._parse(req, LayerStatesRequest)
+            backend = self._backend
+            if not isinstance(backend, LayerProbeBackend):
+                raise _BadRequestError(
+                    f"{backend.engine} does not serve per-layer hidden states", "input"
+                )
+            self._check_ids(body.input, extra=0, param="input")
+            plan = plan_layer_states(body, backend.config)
+            states = await self._run(lambda: backend.layer_states(body.input, plan.reduce))
+            self._metrics.prompt_tokens += len(body.input)
+            return layer_states_answer(self._model, plan, states, encode_array)
+
+        return await self._answer("/v1/parity/layer_states", request, handle)
 
     async def _completions(self, request: Request) -> Response:
         async def handle(req: Request) -> Any:

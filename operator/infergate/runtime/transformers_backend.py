@@ -3,12 +3,13 @@
 `AutoModelForCausalLM` in the requested dtype, eager attention, greedy decoding with
 the KV cache. Hidden states are `hidden_states[-1]` of the forward pass, which in
 transformers' Qwen2 is after the final norm, as vLLM's pooling runner returns them.
-Logits are cast to float32 before the log-softmax, as vLLM does.
+Logits are cast to float32 before the log-softmax, as vLLM does. `layer_states` serves
+the per-layer probe (`infergate.runtime.layer_states`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,30 @@ class TransformersBackend(LoadedModel):
             )
             states: NDArray[np.float32] = out.hidden_states[-1][0].to(self._torch.float32).numpy()
         return states
+
+    def layer_states(
+        self, token_ids: Sequence[int], reduce: Callable[[NDArray[np.float32]], NDArray[np.float32]]
+    ) -> list[NDArray[np.float32]]:
+        """Embeddings, each decoder layer's output, the final norm's output, each reduced.
+
+        Forward hooks capture the states as the forward pass produces them: the decoder
+        layers' raw outputs (`hidden_states` of `output_hidden_states` lacks the last
+        layer's output before the final norm) and only the reduced copy is kept.
+        """
+        torch = self._torch
+        core = self._model.model
+        captured: list[NDArray[np.float32]] = []
+
+        def keep(_module: Any, _inputs: Any, output: Any) -> None:
+            tensor = output[0] if isinstance(output, tuple) else output
+            captured.append(reduce(tensor[0].to(torch.float32).numpy()))
+
+        modules = [core.embed_tokens, *core.layers, core.norm]
+        handles = [module.register_forward_hook(keep) for module in modules]
+        try:
+            with torch.inference_mode():
+                core(input_ids=self._ids(token_ids), use_cache=False)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return captured
