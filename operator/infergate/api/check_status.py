@@ -55,7 +55,9 @@ class Verdict(KubeModel):
     passed: bool
     """True only when every check passed; no verdict, no promotion."""
     outcome: VerdictOutcome | None = None
-    """Passed, Failed (measured bad), Error or Inconclusive (could not measure)."""
+    """Passed, Failed (measured bad), Inconclusive (not enough evidence: the reasons say what more
+    is needed) or Error (could not measure).
+    """
     summary: str | None = Field(default=None, max_length=MESSAGE_MAX)
     """One line for people."""
     reasons: list[VerdictReason] = Field(default_factory=list, max_length=256)
@@ -88,7 +90,9 @@ class ParityCheckStatus(KubeModel):
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation last acted on."""
     phase: CheckPhase | None = None
-    """Pending, Running, Passed, Failed (measured bad) or Error (could not measure)."""
+    """Pending, Running, Passed, Failed (measured bad), Inconclusive (not enough evidence) or Error
+    (could not measure).
+    """
     job_name: ObjectName | None = None
     """Name of the runner Job."""
     runner_service_account: RunnerServiceAccount | None = None
@@ -116,6 +120,6 @@ class ParityCheckStatus(KubeModel):
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Latest observations: Complete, Passed, Failed, Error."""
+    """Latest observations: Complete, Passed, Failed, Inconclusive, Error."""
     report_ref: ConfigMapKeyReference | None = None
     """ConfigMap key holding the full report (per-prompt metrics)."""
