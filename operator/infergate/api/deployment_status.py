@@ -104,7 +104,8 @@ class TrafficStatus(KubeModel):
     revision: str | None = Field(default=None, max_length=64)
     """Canary revision the steps below belong to."""
     step: int | None = Field(default=None, ge=0, le=64)
-    """Index of the current gateway step (0 = the first), once the canary's check passed."""
+    """Index of the current gateway step (0..64; 0 = the first), once the canary's check
+    passed."""
     step_started_at: datetime | None = None
     """When the current step took its weight: its pause counts from here."""
     recheck: ObjectName | None = None

@@ -64,19 +64,19 @@ class Performance(KubeModel):
     """Largest allowed rise of the 99th percentile inter-token latency, as a share of the
     baseline's. Unset: not limited."""
     repeats: int = Field(default=3, ge=2, le=20)
-    """Paired runs of the load at the highest concurrency level; the limits are judged on the
-    confidence bounds of the mean over them (Student t), never on one run."""
+    """Paired runs of the load at the highest concurrency level (2..20); the limits are judged on
+    the confidence bounds of the mean over them (Student t), never on one run."""
     requests: int = Field(default=64, ge=8, le=100000)
-    """Requests per run and side."""
+    """Requests per run and side (8..100000)."""
     confidence: float = Field(default=0.9, ge=0.5, lt=1.0)
-    """One-sided confidence of the bounds."""
+    """One-sided confidence of the bounds (0.5..1, no unit)."""
 
 
 class LevelStatus(KubeModel):
     """One concurrency level's answers against the baseline's at concurrency 1."""
 
     concurrency: int = Field(ge=1)
-    """Requests in flight at once."""
+    """Requests in flight at once (no unit: a count)."""
     phase: CheckPhase
     """Passed, Failed, Inconclusive or Error for this level alone, under the check's limits."""
     prompts: int = Field(default=0, ge=0)
@@ -89,7 +89,7 @@ class LevelStatus(KubeModel):
     """Share of steps with the same top token as the baseline."""
     preemptions: int | None = Field(default=None, ge=0)
     """Preemptions the candidate engine counted during this level (its own /metrics), when it
-    reports them."""
+    reports them (no unit: a count)."""
     summary: str | None = Field(default=None, max_length=4096)
     """One line for people."""
 
@@ -113,13 +113,14 @@ class RelativeChange(KubeModel):
     """A candidate/baseline change over the paired repeats, with its confidence bounds."""
 
     mean: float
-    """Mean relative change (0.1: 10% worse than the baseline)."""
+    """Mean relative change, as a share of the baseline's figure (0.1: 10% worse)."""
     low: float
-    """Lower confidence bound of the mean."""
+    """Lower confidence bound of the mean (a share of the baseline's figure)."""
     high: float
-    """Upper confidence bound of the mean."""
+    """Upper confidence bound of the mean (a share of the baseline's figure)."""
     limit: float | None = None
-    """Allowed change (performance.*); unset when not limited."""
+    """Allowed change, a share of the baseline's figure (performance.*); unset when not
+    limited."""
 
 
 class PerformanceStatus(KubeModel):
@@ -129,9 +130,9 @@ class PerformanceStatus(KubeModel):
     """Passed (every limit's bound within it), Failed (a bound past it) or Inconclusive (a
     bound straddles a limit)."""
     concurrency: int = Field(ge=1)
-    """Concurrency level the repeats ran at."""
+    """Concurrency level the repeats ran at (no unit: requests in flight)."""
     repeats: int = Field(ge=0)
-    """Paired runs measured."""
+    """Paired runs measured (no unit: a count)."""
     baseline: SideFigures
     """The baseline's figures."""
     candidate: SideFigures

@@ -56,7 +56,8 @@ class ShadowSettings(KubeModel):
     """Copies waiting to be scored per mirror pod; a copy that finds the queue full is dropped
     (counted), never waited for."""
     min_requests: int = Field(default=50, ge=1, le=100000)
-    """Scored requests needed before a verdict; fewer by the end of windowSeconds: Inconclusive."""
+    """Scored requests (one prompt each) needed before a verdict; fewer by the end of
+    windowSeconds: Inconclusive."""
     window_seconds: int = Field(default=600, ge=10, le=86400)
     """Seconds to collect mirrored requests before deciding with what was scored."""
     store_prompts: bool = False
@@ -68,14 +69,15 @@ class ShadowStatus(KubeModel):
     """What the mirror saw while the shadow check ran."""
 
     mirrored: int = Field(default=0, ge=0)
-    """Live requests forwarded to stable while the check ran."""
+    """Live requests forwarded to stable while the check ran (no unit: a count)."""
     sampled: int = Field(default=0, ge=0)
-    """Requests copied for scoring (after sampleRate and the rate limit)."""
+    """Requests copied for scoring, after sampleRate and the rate limit (no unit: a count)."""
     scored: int = Field(default=0, ge=0)
-    """Copies scored on both sides and compared."""
+    """Copies scored on both sides and compared (prompts)."""
     greedy: int = Field(default=0, ge=0)
-    """Scored copies that were greedy requests (also compared token by token)."""
+    """Scored copies that were greedy requests, also compared token by token (prompts)."""
     dropped: int = Field(default=0, ge=0)
-    """Copies dropped: queue full, rate limit, unusable request, or a side failing to score."""
+    """Copies dropped: queue full, rate limit, unusable request, or a side failing to score (no
+    unit: a count)."""
     started_at: datetime | None = None
     """When the mirror started copying for this check."""
