@@ -32,7 +32,10 @@ from tests.unit.parity.builders import meta
 
 VOCAB = 200
 TOP = (-0.05, -3.0, -3.5, -4.0, -4.5)
-PROMPTS = [[11, 42, 7, 99, 5], [3, 1, 4, 1, 5, 9, 2, 6], [27, 18, 28], [10, 20, 30, 40]]
+# The strict profile's own evidence floor: 32 prompts, and TOKENS answers each give over
+# its 1,024 scored positions.
+PROMPTS = [[(11 + 37 * i + 13 * j) % VOCAB for j in range(3 + i % 6)] for i in range(32)]
+TOKENS = 32
 
 
 def _next(sequence: list[int], sensitive_now: bool) -> list[tuple[int, float]]:
@@ -106,7 +109,7 @@ def _router(stable: Engine, candidate: Engine, *, sensitive: bool) -> Starlette:
     return app  # type: ignore[return-value]
 
 
-def _baseline(tokens: int = 8) -> list[PromptRecord]:
+def _baseline(tokens: int = TOKENS) -> list[PromptRecord]:
     """The stable engine's answers at concurrency 1."""
     records = []
     for index, prompt in enumerate(PROMPTS):
@@ -145,8 +148,10 @@ def _spec(**extra: Any) -> ParityCheckSpec:
             "baseline": {"endpoint": {"url": "http://stable", "model": "fixture"}},
             "candidate": {"endpoint": {"url": "http://candidate", "model": "fixture"}},
             "suite": {"inline": [{"id": "p0", "text": "x"}]},
-            "sampling": {"maxTokens": 8, "topLogprobs": 5},
+            "sampling": {"maxTokens": TOKENS, "topLogprobs": 5},
             "hiddenStates": {"enabled": False},
+            # Deterministic engines answer bit-identically: judged as a replay.
+            "profile": "strict",
             **extra,
         }
     )
@@ -161,7 +166,7 @@ def _run(spec: ParityCheckSpec, *, sensitive: bool) -> Any:
         _side("candidate"),
         kept=_baseline(),
         metas=metas,
-        profile=ProfileName.BF16_KERNEL,
+        profile=ProfileName.STRICT,
         say=lambda _: None,
         transport=transport,
         preemption_counter=lambda _: None,
@@ -198,7 +203,7 @@ def test_performance_runs_pair_both_sides_and_judge_on_bounds() -> None:
     assert [label for label, _ in outcome.judgements] == ["performance"]
 
 
-@pytest.mark.parametrize("background", [0, 5, 24])
+@pytest.mark.parametrize("background", [0, 48, 200])
 def test_suite_prompts_are_spread_among_the_background(background: int) -> None:
     load = _spec(load={**LOAD, "backgroundRequests": background}).load
     assert load is not None
