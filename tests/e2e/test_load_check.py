@@ -26,7 +26,7 @@ import pytest
 from infergate.render.vllm import VllmServe, vllm_serve_args
 from tests.e2e.support import MODEL_NAME, Operator, Stopwatch, fixture_model, wait_pod_ready
 from tests.e2e.support import wait_check_ended as _ended
-from tests.e2e.traffic import SLOW_MACHINE_ENV, SUITE, VLLM_IMAGE
+from tests.e2e.traffic import SLOW_MACHINE_ENV, STRICT, SUITE, SUITE_MAX_TOKENS, VLLM_IMAGE
 from tests.harness import Cluster, release_namespace
 
 SMALL_KV = ["--enforce-eager", "--num-gpu-blocks-override", "8"]
@@ -100,13 +100,9 @@ def _check(name: str, baseline: str, candidate: str, **extra: Any) -> dict[str, 
             "baseline": {"endpoint": {"url": baseline, "model": MODEL_NAME}},
             "candidate": {"endpoint": {"url": candidate, "model": MODEL_NAME}},
             "suite": {"inline": SUITE},
-            "sampling": {"maxTokens": 24, "topLogprobs": 5},
-            "profile": "bf16-kernel",
+            "sampling": {"maxTokens": SUITE_MAX_TOKENS, "topLogprobs": 5},
+            **STRICT,
             "hiddenStates": {"enabled": False},
-            "disabledChecks": [
-                "maxHiddenMaxAbsErr", "maxHiddenMeanAbsErr", "maxHiddenRelL2P99",
-                "minHiddenCosineP1", "maxLongSeqDivergenceRate", "maxHiddenRelL2Increase",
-            ],
             "runner": {"activeDeadlineSeconds": 2400, "backoffLimit": 0},
             "deadlineSeconds": 3000,
             **extra,

@@ -31,6 +31,8 @@ import pytest
 from tests.e2e.canary import Rollout
 from tests.e2e.support import Operator, Stopwatch, check_status
 from tests.e2e.traffic import (
+    STRICT,
+    SUITE_MAX_TOKENS,
     Client,
     client_requests_served,
     pod_url,
@@ -57,11 +59,14 @@ SHADOW_PARITY = {
         "sampleRate": 1.0,
         "maxRequestsPerSecond": 4.0,
         "maxQueue": 16,
-        "minRequests": 12,
+        # The profile's 32 prompts: one copy is one prompt.
+        "minRequests": 32,
         "windowSeconds": 900,
     },
-    "sampling": {"maxTokens": 12, "topLogprobs": 5},
-    "profile": "bf16-kernel",
+    "sampling": {"maxTokens": SUITE_MAX_TOKENS, "topLogprobs": 5},
+    # Client requests answer CLIENT_TOKENS (64) tokens each: 32 copies score over 2,000
+    # positions, past the strict profile's 1,024.
+    **STRICT,
     "runner": {"activeDeadlineSeconds": 1500, "backoffLimit": 0},
     "deadlineSeconds": 1800,
 }
