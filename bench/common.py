@@ -48,6 +48,7 @@ KWOK_PLACEMENT: dict[str, Any] = {
 GPUS_PER_NODE = 8  # what infergate.localcluster.nodes gives a simulated GPU node
 OPERATOR_NAMESPACE = "infergate-system"
 OPERATOR_LABEL = "app.kubernetes.io/name=infergate-operator"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 # -- objects --------------------------------------------------------------------------------
@@ -157,6 +158,34 @@ def patch_all(
             pool.submit(client.merge_patch, resource, namespace, name, patch)
             for name, patch in patches.items()
         ]
+        for future in done:
+            future.result()
+
+
+def create_all(
+    client: KubeClient,
+    resource: Resource,
+    namespace: str,
+    manifests: list[dict[str, Any]],
+    *,
+    workers: int = 8,
+) -> None:
+    """Create every object, `workers` at a time, as `kubectl apply` would have (with its
+    last-applied annotation, so later `kubectl apply`s merge as usual): hundreds of
+    objects in seconds where one `kubectl apply` takes minutes on a busy machine."""
+
+    def body(manifest: dict[str, Any]) -> JSON:
+        created = copy.deepcopy(manifest)
+        metadata = created["metadata"]
+        metadata["namespace"] = namespace
+        metadata.setdefault("annotations", {})[LAST_APPLIED] = json.dumps(
+            {**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}},
+            separators=(",", ":"),
+        )
+        return created
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="create") as pool:
+        done = [pool.submit(client.create, resource, namespace, body(m)) for m in manifests]
         for future in done:
             future.result()
 

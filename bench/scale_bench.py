@@ -36,6 +36,7 @@ Writes JSON (`--out`) and a markdown table (`--markdown`); prints the JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -60,6 +61,7 @@ from common import (
     by_generation,
     by_name,
     canary_name,
+    create_all,
     host_busy_cores,
     host_cpu,
     idep_manifest,
@@ -274,10 +276,9 @@ class Run:
             for name in (f"model-{i:03d}" for i in range(self.args.deployments))
         }
         t0 = time.monotonic()
-        self.kubectl.apply(list(manifests.values()))
-        self.ref.apply(
-            [reference_deployment(n, 1) for n in (f"model-{i:03d}" for i in range(len(manifests)))]
-        )
+        create_all(self.client, INFERENCE_DEPLOYMENTS, self.namespace, list(manifests.values()))
+        references = [reference_deployment(n, 1) for n in manifests]
+        create_all(self.client, DEPLOYMENTS, self.ref_namespace, references)
         self.ideps.wait_until(
             "every InferenceDeployment Stable",
             lambda latest: (
@@ -383,6 +384,13 @@ class Run:
             self.args.burst_timeout,
         )
         time.sleep(self.args.settle_seconds)
+        with contextlib.suppress(TimeoutError):
+            # Canaries whose pods run but whose availability no reconcile has seen yet.
+            self.ideps.wait_until(
+                "no canary still starting",
+                lambda latest: all(s["reason"] != "CanaryStarted" for s in latest.values()),
+                120,
+            )
         latest = self.ideps.snapshot()
         phases = Counter(s["phase"] for s in latest.values())
         reasons = Counter(f"{s['phase']}/{s['reason']}" for s in latest.values())

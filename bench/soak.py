@@ -46,6 +46,7 @@ from common import (
     Sampler,
     Watch,
     by_name,
+    create_all,
     idep_manifest,
     nodes_for,
     request_rate,
@@ -227,7 +228,9 @@ class Soak:
             )
             for i in range(self.args.deployments)
         }
-        self.kubectl.apply(list(self.manifests.values()))
+        create_all(
+            self.client, INFERENCE_DEPLOYMENTS, self.namespace, list(self.manifests.values())
+        )
         self.ideps.wait_until(
             "every InferenceDeployment Stable",
             lambda latest: (
