@@ -316,8 +316,12 @@ class Run:
             seen = self.ref_changes.wait_for({f"{name}@2"}, 10)[f"{name}@2"]
             reference.add(t0, seen, created, t_return)
             self.ref_generation[name] = 2
-            if index % 20 == 19:
-                sys.stderr.write(f"[scale] sequential: {index + 1}/{len(sample)}\n")
+            if index % 10 == 9:
+                active = _active_checks(self.checks.snapshot())
+                sys.stderr.write(
+                    f"[scale] sequential: {index + 1}/{len(sample)} at "
+                    f"{time.monotonic() - self.started:.0f}s, {active} active checks\n"
+                )
         return {
             "sample": len(sample),
             "operator": operator.stats(),
@@ -326,6 +330,7 @@ class Run:
 
     def burst(self, manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
         names = list(manifests)
+        sys.stderr.write(f"[scale] burst at {time.monotonic() - self.started:.0f}s\n")
         # The reference first: kube-controller-manager under the same background (the
         # active checks) before the operator's burst changes what is running.
         template = {"spec": {"template": {"metadata": {"labels": {REF_LABEL: "3"}}}}}
@@ -376,6 +381,7 @@ class Run:
 
     def census(self) -> dict[str, Any]:
         """Phases and Progressing reasons once every deployment observed its last change."""
+        sys.stderr.write(f"[scale] census at {time.monotonic() - self.started:.0f}s\n")
         self.ideps.wait_until(
             "every InferenceDeployment observed the burst",
             lambda latest: all(
@@ -490,16 +496,24 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _save(result: dict[str, Any], out: Path | None) -> None:
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+
 def _measure(run: Run, result: dict[str, Any]) -> None:
-    """Every step of one run, each figure into `result` as soon as it is known."""
+    """Every step of one run, each figure into `result` (and `--out`) once it is known."""
     args = run.args
     result.update(run.setup())
     manifests = run.create()
     time.sleep(args.settle_seconds)
     idle0 = result["idle_without_checks"] = {**run.idle("without checks"), "active_checks": 0}
+    _save(result, args.out)
     before = run.meter()
     result["sequential"] = run.sequential(manifests)
     result["during_sequential"] = run.between(before, run.meter())
+    _save(result, args.out)
     run.checks.wait_until(
         f"{args.checks} active ParityChecks",
         lambda latest: _active_checks(latest) >= args.checks,
@@ -513,7 +527,9 @@ def _measure(run: Run, result: dict[str, Any]) -> None:
             idle0["api_requests"]["per_second"] or 0
         )
         result["requests_per_active_check_per_minute"] = round(extra * 60 / active, 1)
+    _save(result, args.out)
     result["burst"] = run.burst(manifests)
+    _save(result, args.out)
     result["after_burst"] = run.census()
 
 
@@ -567,11 +583,8 @@ def main() -> int:
             result["operator_restarts"] = run.operator.restarts()
             result["proxy_cpu_seconds"] = run.proxy.cpu_seconds()
         run.teardown()
-        text = json.dumps(result, indent=2)
-        sys.stdout.write(text + "\n")
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text + "\n", encoding="utf-8")
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        _save(result, args.out)
         if args.markdown and "error" not in result:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
             args.markdown.write_text(markdown(result), encoding="utf-8")
