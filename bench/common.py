@@ -61,6 +61,7 @@ def idep_manifest(
     replicas: int = 0,
     seed: int | None = None,
     progress_deadline_seconds: int | None = None,
+    revision_history_limit: int | None = None,
 ) -> dict[str, Any]:
     """A vLLM InferenceDeployment on the simulated GPU nodes (one GPU per pod)."""
     engine: dict[str, Any] = {
@@ -77,18 +78,21 @@ def idep_manifest(
     }
     if progress_deadline_seconds is not None:
         rollout["progressDeadlineSeconds"] = progress_deadline_seconds
+    spec: dict[str, Any] = {
+        "model": {"name": "tiny-qwen", "uri": "hf://infergate/tiny-qwen2"},
+        "engine": engine,
+        "accelerator": {"kind": "nvidia-gpu", "count": 1},
+        "replicas": replicas,
+        "rollout": rollout,
+        "placement": copy.deepcopy(KWOK_PLACEMENT),
+    }
+    if revision_history_limit is not None:
+        spec["revisionHistoryLimit"] = revision_history_limit
     return {
         "apiVersion": "infergate.io/v1alpha1",
         "kind": "InferenceDeployment",
         "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "tiny-qwen", "uri": "hf://infergate/tiny-qwen2"},
-            "engine": engine,
-            "accelerator": {"kind": "nvidia-gpu", "count": 1},
-            "replicas": replicas,
-            "rollout": rollout,
-            "placement": copy.deepcopy(KWOK_PLACEMENT),
-        },
+        "spec": spec,
     }
 
 

@@ -3,8 +3,9 @@ time and count, with the operator's memory and the objects it leaves sampled thr
 
 The operator is installed as in bench/scale_bench.py (its pod from manifests/, its memory
 limit, both controllers on, its requests counted by bench/apiproxy.py). `--deployments`
-InferenceDeployments (stable at 0 replicas, canaries at 1 simulated GPU on KWOK) are
-changed one at a time, round robin, every `--interval` seconds: a new engine seed, so
+InferenceDeployments (stable at 0 replicas, canaries at 1 simulated GPU on KWOK, a
+revision history of `--history-limit`, so each goes past it many times) are changed one
+at a time, round robin, every `--interval` seconds: a new engine seed, so
 every change is a new revision. Each change makes a canary; once its ParityCheck
 exists, this script writes the check's verdict in its runner's place (KWOK pods serve
 nothing, so no runner could): two of three pass and are promoted, one of three fails
@@ -224,7 +225,11 @@ class Soak:
         self.checks.start()
         self.manifests = {
             f"model-{i:02d}": idep_manifest(
-                f"model-{i:02d}", DTYPES[0], seed=0, progress_deadline_seconds=600
+                f"model-{i:02d}",
+                DTYPES[0],
+                seed=0,
+                progress_deadline_seconds=600,
+                revision_history_limit=self.args.history_limit,
             )
             for i in range(self.args.deployments)
         }
@@ -323,6 +328,7 @@ class Soak:
         phases = Counter(s["phase"] for s in self.ideps.snapshot().values())
         return {
             "deployments": self.args.deployments,
+            "revision_history_limit": self.args.history_limit,
             "minutes": round((end - start) / 60, 1),
             "interval_seconds": self.args.interval,
             "changes": changes,
@@ -343,7 +349,8 @@ class Soak:
 def markdown(result: dict[str, Any]) -> str:
     window = result["compare_window_minutes"]
     head = (
-        f"Soak: {result['minutes']} min, {result['deployments']} deployments, a change every "
+        f"Soak: {result['minutes']} min, {result['deployments']} deployments (revision history "
+        f"limit {result['revision_history_limit']}), a change every "
         f"{result['interval_seconds']} s: {result['changes']} changes "
         f"({result['turns_skipped_while_rolling_out']} turns skipped while rolling out), "
         f"verdicts {result['verdicts_written']}."
@@ -374,7 +381,13 @@ def _on_term(*_: Any) -> NoReturn:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--deployments", type=int, default=20)
+    parser.add_argument("--deployments", type=int, default=10)
+    parser.add_argument(
+        "--history-limit",
+        type=int,
+        default=2,
+        help="spec.revisionHistoryLimit: small, so that each deployment goes past it many times",
+    )
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between changes")
     parser.add_argument("--max-changes", type=int, default=1000)
