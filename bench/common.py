@@ -11,6 +11,7 @@ under a stream of changes for half an hour).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import os
@@ -30,7 +31,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from infergate.api.inference_deployment import InferenceDeploymentSpec
-from infergate.errors import KubeError
+from infergate.errors import ConflictError, KubeError, RetriableKubeError
 from infergate.kube.client import JSON, KubeClient, Resource
 from infergate.localcluster.layout import ClusterLayout
 from infergate.localcluster.nodes import NodeShape, node_object
@@ -148,6 +149,29 @@ class Kubectl:
         return sum(1 for i in listed if (i.get("status") or {}).get("phase") == "Stable")
 
 
+_ATTEMPTS = 6
+
+
+def _retrying(call: Callable[[], object], *, done_on_conflict: bool = False) -> None:
+    """`call`, again after a retriable failure (a busy API server times out), with backoff.
+    `done_on_conflict`: a create that answers 409 was done by an attempt that timed out."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            call()
+        except ConflictError:
+            if done_on_conflict:
+                return
+            if attempt == _ATTEMPTS - 1:
+                raise
+        except RetriableKubeError as error:
+            if attempt == _ATTEMPTS - 1:
+                raise
+            sys.stderr.write(f"retrying: {error}\n")
+        else:
+            return
+        time.sleep(2.0**attempt)
+
+
 def patch_all(
     client: KubeClient,
     resource: Resource,
@@ -159,7 +183,9 @@ def patch_all(
     """Merge-patch every named object at once (`workers` requests in flight): a burst."""
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="burst") as pool:
         done = [
-            pool.submit(client.merge_patch, resource, namespace, name, patch)
+            pool.submit(
+                _retrying, functools.partial(client.merge_patch, resource, namespace, name, patch)
+            )
             for name, patch in patches.items()
         ]
         for future in done:
@@ -189,7 +215,14 @@ def create_all(
         return created
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="create") as pool:
-        done = [pool.submit(client.create, resource, namespace, body(m)) for m in manifests]
+        done = [
+            pool.submit(
+                _retrying,
+                functools.partial(client.create, resource, namespace, body(m)),
+                done_on_conflict=True,
+            )
+            for m in manifests
+        ]
         for future in done:
             future.result()
 
@@ -290,6 +323,8 @@ def by_generation(obj: JSON) -> str:
 
 
 def stats(latencies: list[float]) -> dict[str, float]:
+    if not latencies:
+        return {"count": 0}
     values = np.array(latencies)
     return {
         "count": len(latencies),
@@ -487,7 +522,7 @@ class ApiProxy:
         self.listen, self.stats_url = started["listen"], started["stats"]
 
     def counts(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.stats_url, timeout=10) as response:  # noqa: S310 - loopback
+        with urllib.request.urlopen(self.stats_url, timeout=60) as response:  # noqa: S310 - loopback
             counted: dict[str, Any] = json.loads(response.read())
             return counted
 
@@ -597,7 +632,7 @@ class OperatorInstall:
         if pod is None:
             return ""
         url = f"http://{pod['status']['podIP']}:9090/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(url, timeout=60) as response:
             text: str = response.read().decode()
             return text
 

@@ -221,7 +221,11 @@ class Run:
 
     def meter(self) -> dict[str, Any]:
         """What the meters show now: proxy counts, reconciles by result, CPU seconds."""
-        text = self.operator.metrics()
+        try:
+            text = self.operator.metrics()
+        except OSError as error:  # a starved operator may not answer in time
+            sys.stderr.write(f"[scale] operator metrics: {error}\n")
+            text = ""
         results = {"ok", "quiet", "gone", "error"}
         assert self.sampler is not None  # noqa: S101 - started in setup
         sample = self.sampler.once()
@@ -231,7 +235,9 @@ class Run:
             "reconciles": {
                 r: metric_sum(text, "infergate_reconcile_duration_seconds_count", result=r)
                 for r in results
-            },
+            }
+            if text
+            else None,
             "cpu": sample.cpu_seconds if sample else None,
             "host": host_cpu(),
             "load": os.getloadavg()[0],
@@ -239,11 +245,13 @@ class Run:
 
     def between(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         rate = request_rate(before["proxy"], after["proxy"])
-        reconciles = {
-            r: int(after["reconciles"][r] - before["reconciles"][r]) for r in before["reconciles"]
-        }
+        reconciles = (
+            {r: int(after["reconciles"][r] - before["reconciles"][r]) for r in before["reconciles"]}
+            if before["reconciles"] is not None and after["reconciles"] is not None
+            else {}
+        )
         total = sum(reconciles.values())
-        acting = total - reconciles["quiet"]
+        acting = total - reconciles.get("quiet", 0)
         seconds = after["at"] - before["at"]
         cpu = (after["cpu"] or 0.0) - (before["cpu"] or 0.0)
         assert self.sampler is not None  # noqa: S101 - started in setup
@@ -296,6 +304,8 @@ class Run:
         step = max(1, len(manifests) // self.args.checks)
         sample = list(manifests)[::step][: self.args.checks]
         operator, reference = Timings(), Timings()
+        missed = {"operator": 0, "kube_controller_manager": 0}
+        wait = self.args.change_timeout
         for index, name in enumerate(sample):
             changed = copy.deepcopy(manifests[name])
             changed["spec"]["engine"]["dtype"] = DTYPES[1]
@@ -303,18 +313,24 @@ class Run:
             t0 = time.monotonic()
             self.kubectl.apply([changed])
             t_return = time.monotonic()
-            appeared = self.canaries.wait_for({canary}, 120)[canary]
-            seen = self.ideps.wait_for({f"{name}@2"}, 10)[f"{name}@2"]
-            operator.add(t0, seen, appeared, t_return)
+            appeared = self.canaries.seen_by({canary}, wait)
+            seen = self.ideps.seen_by({f"{name}@2"}, 60)
+            if canary in appeared and f"{name}@2" in seen:
+                operator.add(t0, seen[f"{name}@2"], appeared[canary], t_return)
+            else:
+                missed["operator"] += 1
             manifests[name] = changed
             self.generation[name] = 2
 
             t0 = time.monotonic()
             self.ref.apply([reference_deployment(name, 2)])
             t_return = time.monotonic()
-            created = self.ref_sets.wait_for({f"{name}@2"}, 120)[f"{name}@2"]
-            seen = self.ref_changes.wait_for({f"{name}@2"}, 10)[f"{name}@2"]
-            reference.add(t0, seen, created, t_return)
+            created = self.ref_sets.seen_by({f"{name}@2"}, wait)
+            seen = self.ref_changes.seen_by({f"{name}@2"}, 60)
+            if f"{name}@2" in created and f"{name}@2" in seen:
+                reference.add(t0, seen[f"{name}@2"], created[f"{name}@2"], t_return)
+            else:
+                missed["kube_controller_manager"] += 1
             self.ref_generation[name] = 2
             if index % 10 == 9:
                 active = _active_checks(self.checks.snapshot())
@@ -324,8 +340,11 @@ class Run:
                 )
         return {
             "sample": len(sample),
-            "operator": operator.stats(),
-            "kube_controller_manager": reference.stats(),
+            "operator": {**operator.stats(), "not_seen_within_timeout": missed["operator"]},
+            "kube_controller_manager": {
+                **reference.stats(),
+                "not_seen_within_timeout": missed["kube_controller_manager"],
+            },
         }
 
     def burst(self, manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -545,6 +564,9 @@ def main() -> int:
     parser.add_argument("--settle-seconds", type=float, default=30.0)
     parser.add_argument("--sample-seconds", type=float, default=5.0, help="RSS/CPU sampling")
     parser.add_argument("--setup-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--change-timeout", type=float, default=300.0, help="longest wait for one change's result"
+    )
     parser.add_argument("--burst-timeout", type=float, default=900.0)
     parser.add_argument("--out", type=Path, help="write the JSON result here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here")
