@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from tests.e2e.canary import SHORT_CONTEXT
+from tests.e2e.canary import SUITE as CANARY_SUITE
 from tests.e2e.support import MODEL_NAME, fixture_model
 from tests.harness import Cluster
 
@@ -49,15 +51,11 @@ _TEXTS = [
     "Yesterday I went to the market and bought",
 ]
 _ZH = ["今天早上", "我们明天去", "这本书讲的是", "北京的天气"]
-# The parity core's evidence floor holds here as everywhere: 32 prompts (the profiles'
-# minPrompts) of text in two scripts and raw token ids; SUITE_MAX_TOKENS tokens each give
-# the 1,024 teacher-forced positions the strict profile needs.
-SUITE = [
-    *({"id": f"en-{i}", "text": text} for i, text in enumerate(_TEXTS)),
-    *({"id": f"zh-{i}", "text": text} for i, text in enumerate(_ZH)),
-    *({"id": f"ids-{i}", "tokenIds": [(11 + 37 * i + 101 * j) % 2000 + 20 for j in range(4 + i % 5)]}
-      for i in range(16)),
-]  # fmt: skip
+# The parity core's evidence floor holds here as everywhere: the shared short-context
+# suite (tests/e2e/canary.py: 36 prompts of about a hundred tokens, Chinese and English
+# text and token ids) gives the profiles' 32 prompts and, with SUITE_MAX_TOKENS answers,
+# several thousand teacher-forced positions, whatever the answers' lengths.
+SUITE = copy.deepcopy(CANARY_SUITE)
 # The hidden-state probes (a pooling vLLM per side) are left out: these tests are about
 # traffic, and the served answers (tokens, teacher-forced logprobs) judge the canary.
 HIDDEN_CHECKS = [
@@ -70,13 +68,13 @@ HIDDEN_CHECKS = [
 # seed, any concurrency: experiments/batch_invariance.py), so a benign change is judged as
 # a replay (`strict`: every token and logprob equal, the profile's own evidence floor of
 # 32 prompts and 1,024 positions); a harmful change fails it at once.
-# minLongPrompts 0, stated: the CPU fixture engines (maxModelLen 512, two shared cores)
-# cannot serve 8K-token prompts in a test's time, so the long-context checks are not part
-# of these verdicts, and the verdicts say so.
+# minLongPrompts 0, stated (SHORT_CONTEXT): the CPU fixture engines (maxModelLen 512, two
+# shared cores) cannot serve 8K-token prompts, so the long-context checks are not part of
+# these verdicts, and the verdicts say so. No limit is relaxed.
 STRICT = {
     "profile": "strict",
     "disabledChecks": list(HIDDEN_CHECKS),
-    "thresholds": {"minLongPrompts": 0},
+    "thresholds": dict(SHORT_CONTEXT),
 }
 
 

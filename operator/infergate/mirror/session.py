@@ -59,6 +59,8 @@ class SessionRequest(KubeModel):
     candidate: RecordMeta
     thresholds: Thresholds
     allowed_config_differences: list[str] = Field(default_factory=list)
+    disabled: dict[str, str] = Field(default_factory=dict)
+    """Threshold keys not part of the verdict, and why (the runner's gate)."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,12 @@ class Session:
         self.sampler = Sampler.of(r.sample_rate, r.max_requests_per_second, r.max_queue)
         self.queue = asyncio.Queue(maxsize=r.max_queue)
         allowed = tuple(r.allowed_config_differences)
-        self.forced = ParityComparison(r.baseline, r.candidate, r.thresholds, allowed)
-        self.greedy_comparison = ParityComparison(r.baseline, r.candidate, r.thresholds, allowed)
+        self.forced = ParityComparison(
+            r.baseline, r.candidate, r.thresholds, allowed, disabled=r.disabled
+        )
+        self.greedy_comparison = ParityComparison(
+            r.baseline, r.candidate, r.thresholds, allowed, disabled=r.disabled
+        )
 
     # -- the client's path: O(1), never waits --------------------------------------------
 

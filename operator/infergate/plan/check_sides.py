@@ -63,11 +63,11 @@ def parse_revision_config(name: str, data: Mapping[str, Any] | None) -> Revision
         ) from err
 
 
-def needs_probe(engine: str, hidden_states: bool) -> bool:
-    """Whether a revision of `engine` needs a separate probe for its hidden states (vLLM
-    serves hidden states only under its pooling runner; our adapters serve them beside
-    the completions)."""
-    return hidden_states and engine == ENGINE_VLLM
+def needs_probe(engine: str) -> bool:
+    """Whether a revision of `engine` needs a probe beside it: vLLM says neither what it
+    loaded (our fingerprint server in the probe does) nor, but under its pooling runner,
+    its hidden states; our adapters serve both themselves."""
+    return engine == ENGINE_VLLM
 
 
 def choose_revision(

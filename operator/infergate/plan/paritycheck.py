@@ -142,7 +142,7 @@ def side_view(
     if not found.available:
         pods = "its Deployment does not exist (yet)" if found.available is None else "no pod ready"
         return replace(base, waiting=f"Service {name} has no ready endpoint: {pods}")
-    probe = needs_probe(found.config.engine, spec.hidden_states)
+    probe = needs_probe(found.config.engine)
     if probe and found.template is None:
         return replace(base, waiting=f"Deployment {name} does not exist (yet)")
     return replace(base, needs_probe=probe, probe_template=found.template if probe else None)
@@ -412,9 +412,16 @@ def _before_runner(state: CheckState) -> CheckPlan:
         pod = _child(state, "Pod", probe_name(check.name, side))
         if pod is None:
             assert view.probe_template is not None  # noqa: S101 - a probe side has its template
+            hidden = check.spec.hidden_states if check.spec is not None else True
             plan.create += [
-                probe_service(_body(check), side, HTTP_PORT),
-                probe_pod(_body(check), side, view.probe_template),
+                probe_service(_body(check), side, HTTP_PORT, hidden_states=hidden),
+                probe_pod(
+                    _body(check),
+                    side,
+                    view.probe_template,
+                    hidden_states=hidden,
+                    fingerprint_image=state.runner_image,
+                ),
             ]
             starting.append(side)
             not_ready.append(f"{side} probe starting")

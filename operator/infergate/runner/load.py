@@ -29,9 +29,8 @@ from infergate.api.check_status import VerdictReason
 from infergate.api.load import LevelStatus, Load, Performance, PerformanceStatus
 from infergate.api.parity_check import ParityCheckSpec
 from infergate.parity.compare import ParityComparison
-from infergate.parity.profiles import PROFILES, resolve_thresholds, resolve_warnings
+from infergate.parity.profiles import Gate
 from infergate.parity.record import PromptRecord, RecordMeta
-from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import decide
 from infergate.plan.check_status import Judgement
 from infergate.runner.combine import judged
@@ -196,17 +195,18 @@ def run_load(
     *,
     kept: Sequence[PromptRecord],
     metas: tuple[RecordMeta, RecordMeta],
-    profile: ProfileName,
+    gate: Gate,
     say: Callable[[str], None],
     transport: httpx.AsyncBaseTransport | None = None,
     preemption_counter: Callable[[str], int | None] = read_preemptions,
 ) -> LoadOutcome:
-    """Drive the levels, then the paired performance runs; judge each."""
+    """Drive the levels, then the paired performance runs; judge each, under the suite's
+    gate (its profile, thresholds and disabled checks) less the hidden-state limits: the
+    levels compare served answers only."""
     outcome = LoadOutcome()
-    explicit = spec.effective_thresholds()
-    thresholds = without_hidden(resolve_thresholds(profile, explicit))
-    warn = resolve_warnings(profile, explicit)
-    allowed = PROFILES[profile].allowed_config_differences
+    profile = gate.profile
+    thresholds = without_hidden(gate.thresholds)
+    warn = gate.warn
     seed = spec.sampling.seed
     levels: list[LevelStatus] = []
     documents: list[dict[str, Any]] = []
@@ -225,7 +225,9 @@ def run_load(
                 )
             )
             preempted = _delta(before, preemption_counter(candidate.url))
-            comparison = ParityComparison(metas[0], metas[1], thresholds, allowed)
+            comparison = ParityComparison(
+                metas[0], metas[1], thresholds, gate.expected_differences, disabled=gate.disabled
+            )
             for base, cand in level_records(kept, run):
                 comparison.add(base, cand)
             result = comparison.finalize()

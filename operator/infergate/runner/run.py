@@ -46,13 +46,9 @@ from infergate.errors import (
 )
 from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
+from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.metrics import ParityMetrics
-from infergate.parity.profiles import (
-    PROFILES,
-    resolve_thresholds,
-    resolve_warnings,
-    suggest_profile,
-)
+from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
@@ -219,27 +215,34 @@ class _Runner:
         _say(f"baseline: {baseline.description} at {baseline.url}")
         _say(f"candidate: {candidate.description} at {candidate.url}")
         self._health(baseline, candidate)
-        meta_b, meta_c = _meta(baseline, suite), _meta(candidate, suite)
-        profile, why = (
-            (spec.profile, "set in spec.profile")
-            if spec.profile is not None
-            else suggest_profile(meta_b, meta_c)
+        asked = run_fingerprints(
+            suite_digest=suite.digest(),
+            max_tokens=spec.sampling.max_tokens,
+            temperature=spec.sampling.temperature,
+            top_logprobs=spec.sampling.top_logprobs,
+            seed=spec.sampling.seed,
         )
-        explicit = spec.effective_thresholds()
-        thresholds = resolve_thresholds(profile, explicit)
+        meta_b, meta_c = _meta(baseline, suite, asked), _meta(candidate, suite, asked)
+        try:
+            gate = plan_gate(
+                meta_b,
+                meta_c,
+                profile=spec.profile,
+                explicit=spec.effective_thresholds(),
+                hidden_states=spec.hidden_states.enabled,
+            )
+        except ProfileChoiceError as err:
+            raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
+        profile, why = gate.profile, gate.reason
         comparison = ParityComparison(
-            meta_b, meta_c, thresholds, PROFILES[profile].allowed_config_differences
+            meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
         )
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
         kept = self._drive(spec, suite, baseline, candidate, comparison)
         result = comparison.finalize()
         previous = self._previous_metrics(profile)
-        verdict = decide(
-            result, resolve_warnings(profile, explicit), previous, spec.effective_regression()
-        )
-        load = self._load(
-            spec, baseline, candidate, kept=kept, metas=(meta_b, meta_c), profile=profile
-        )
+        verdict = decide(result, gate.warn, previous, spec.effective_regression())
+        load = self._load(spec, baseline, candidate, kept=kept, metas=(meta_b, meta_c), gate=gate)
         seconds = time.monotonic() - started
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
         for reason in verdict.reasons:
@@ -289,11 +292,8 @@ class _Runner:
             raise CheckEndedError(reasons.CHECK_INVALID, "spec.suite is unset")
         if source.inline is not None:
             prompts = tuple(
-                PromptSpec(
-                    id=p.id,
-                    text=p.text,
-                    token_ids=tuple(p.token_ids) if p.token_ids is not None else None,
-                    tags=tuple(p.tags),
+                PromptSpec.model_validate(
+                    p.model_dump(mode="json", by_alias=True, exclude_none=True)
                 )
                 for p in source.inline
             )
@@ -480,14 +480,12 @@ class _Runner:
         *,
         kept: list[PromptRecord],
         metas: tuple[RecordMeta, RecordMeta],
-        profile: ProfileName,
+        gate: Gate,
     ) -> LoadOutcome | None:
         if spec.load is None and spec.performance is None:
             return None
         try:
-            return run_load(
-                spec, baseline, candidate, kept=kept, metas=metas, profile=profile, say=_say
-            )
+            return run_load(spec, baseline, candidate, kept=kept, metas=metas, gate=gate, say=_say)
         except SideUnavailableError as err:
             raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
         except (SideAnswerError, ParityInputError) as err:
@@ -623,8 +621,8 @@ class _ShadowSteps:
     def health(self, baseline: SideTarget, candidate: SideTarget) -> None:
         self._runner._health(baseline, candidate)
 
-    def meta(self, target: SideTarget, suite: Suite) -> RecordMeta:
-        return _meta(target, suite)
+    def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
+        return _meta(target, suite, asked)
 
     def progress(self, done: int, total: int) -> None:
         _say(f"progress {done}/{total}")
@@ -673,7 +671,7 @@ def _api_failure(err: KubeError) -> Exception:
     return CheckEndedError("ApiRefused", str(err))
 
 
-def _meta(target: SideTarget, suite: Suite) -> RecordMeta:
+def _meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
     identity = json.dumps(
         {"revision": target.revision, "config": target.effective_config, "url": target.url},
         sort_keys=True,
@@ -687,6 +685,7 @@ def _meta(target: SideTarget, suite: Suite) -> RecordMeta:
         model=target.model,
         suite=suite.name,
         effective_config=target.effective_config,
+        fingerprints=merge_fingerprints(target.fingerprints, asked),
     )
 
 

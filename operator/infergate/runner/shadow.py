@@ -28,13 +28,9 @@ from infergate.api.common import ConfigMapKeyReference
 from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import HiddenStates, ParityCheckSpec
 from infergate.api.shadow import ShadowSettings, ShadowStatus
+from infergate.parity.fingerprints import run_fingerprints
 from infergate.parity.metrics import ParityResult
-from infergate.parity.profiles import (
-    PROFILES,
-    resolve_thresholds,
-    resolve_warnings,
-    suggest_profile,
-)
+from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import Thresholds
@@ -77,7 +73,7 @@ class RunnerSteps(Protocol):
 
     def health(self, baseline: SideTarget, candidate: SideTarget) -> None: ...
 
-    def meta(self, target: SideTarget, suite: Suite) -> RecordMeta: ...
+    def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta: ...
 
     def progress(self, done: int, total: int) -> None: ...
 
@@ -291,14 +287,28 @@ def run_shadow(
     baseline, candidate = runner.resolve(served)
     runner.health(baseline, candidate)
     suite = Suite(SHADOW_SUITE, ())
-    meta_b, meta_c = runner.meta(baseline, suite), runner.meta(candidate, suite)
-    profile, why = (
-        (spec.profile, "set in spec.profile")
-        if spec.profile is not None
-        else suggest_profile(meta_b, meta_c)
+    # What the runner asks of both sides: the live requests' own sampling is theirs, the
+    # scoring's (top-k) is the check's.
+    asked = run_fingerprints(
+        suite_digest=suite.digest(),
+        max_tokens=spec.sampling.max_tokens,
+        temperature=spec.sampling.temperature,
+        top_logprobs=spec.sampling.top_logprobs,
+        seed=spec.sampling.seed,
     )
-    explicit = spec.effective_thresholds()
-    thresholds = without_hidden(resolve_thresholds(profile, explicit))
+    meta_b, meta_c = runner.meta(baseline, suite, asked), runner.meta(candidate, suite, asked)
+    try:
+        gate = plan_gate(
+            meta_b,
+            meta_c,
+            profile=spec.profile,
+            explicit=spec.effective_thresholds(),
+            hidden_states=False,
+        )
+    except ProfileChoiceError as err:
+        raise ShadowError(reasons.CHECK_INVALID, str(err), retry=False) from err
+    profile, why = gate.profile, gate.reason
+    thresholds = without_hidden(gate.thresholds)
     deployment = candidate.deployment
     if deployment is None or candidate.revision is None:
         raise ShadowError(
@@ -323,7 +333,8 @@ def run_shadow(
         "baseline": meta_b.model_dump(mode="json"),
         "candidate": meta_c.model_dump(mode="json"),
         "thresholds": thresholds.model_dump(mode="json"),
-        "allowedConfigDifferences": sorted(PROFILES[profile].allowed_config_differences),
+        "allowedConfigDifferences": sorted(gate.expected_differences),
+        "disabled": dict(gate.disabled),
     }
     try:
         try:
@@ -344,9 +355,7 @@ def run_shadow(
             ) from err
     finally:
         sessions.close()
-    verdict, shown, totals = judge_results(
-        results, settings, profile=profile.value, warn=resolve_warnings(profile, explicit)
-    )
+    verdict, shown, totals = judge_results(results, settings, profile=profile.value, warn=gate.warn)
     document: dict[str, Any] = {
         "check": {"namespace": runner.namespace, "name": runner.name},
         "status": verdict.phase.value,

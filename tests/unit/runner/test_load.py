@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import ParityCheckSpec
+from infergate.parity.profiles import plan_gate
 from infergate.parity.record import PromptRecord, RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName
 from infergate.runner.load import level_requests, run_load
@@ -166,7 +167,12 @@ def _run(spec: ParityCheckSpec, *, sensitive: bool) -> Any:
         _side("candidate"),
         kept=_baseline(),
         metas=metas,
-        profile=ProfileName.STRICT,
+        gate=plan_gate(
+            *metas,
+            profile=ProfileName.STRICT,
+            explicit=spec.effective_thresholds(),
+            hidden_states=False,
+        ),
         say=lambda _: None,
         transport=transport,
         preemption_counter=lambda _: None,
