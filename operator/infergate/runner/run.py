@@ -57,6 +57,7 @@ from infergate.plan import check_status as st
 from infergate.plan import reasons
 from infergate.plan.check_status import Judgement
 from infergate.plan.phases import is_check_terminal
+from infergate.plan.revision_diff import revision_changes
 from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
 from infergate.retry import retry_call
 from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
@@ -247,8 +248,10 @@ class _Runner:
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
         for reason in verdict.reasons:
             _say(f"  reason: {reason}")
+        changes = _revision_changes(baseline, candidate)
         document = {
             "check": {"namespace": self.api.namespace, "name": self.name},
+            "changes": changes,
             "status": verdict.status.value,
             "profile": profile.value,
             "profileReason": why,
@@ -263,7 +266,7 @@ class _Runner:
             document["status"] = judged.phase.value
             document |= load.document
             _say(f"with load and performance: {judged.phase.value}")
-        html = render_report(result, verdict, f"{profile.value} ({why})")
+        html = render_report(result, verdict, f"{profile.value} ({why})", changes)
         report = self._write_report(document, html)
         binding = st.Binding(
             spec_digest=st.spec_digest(self.check.get("spec") or {}),
@@ -687,6 +690,22 @@ def _meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordM
         effective_config=target.effective_config,
         fingerprints=merge_fingerprints(target.fingerprints, asked),
     )
+
+
+def _revision_changes(baseline: SideTarget, candidate: SideTarget) -> list[str] | None:
+    """What the candidate revision changes, one line each; None unless both are revisions.
+
+    Environment values are not shown: a report is read more widely than the spec.
+    """
+    if baseline.revision_spec is None or candidate.revision_spec is None:
+        return None
+    lines = []
+    for change in revision_changes(baseline.revision_spec, candidate.revision_spec):
+        if change.path.startswith("engine.env."):
+            lines.append(f"{change.path}: changed")
+        else:
+            lines.append(change.describe())
+    return lines
 
 
 def _side_summary(target: SideTarget) -> dict[str, Any]:
