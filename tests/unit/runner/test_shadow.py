@@ -1,17 +1,28 @@
 """A shadow check's verdict from the mirror's results: the core's verdict, the evidence."""
 
+# ruff: noqa: ARG002 - the fakes take the protocols' arguments, used or not
+
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import pytest
 
+from infergate.api.common import ConfigMapKeyReference
 from infergate.api.enums import CheckPhase
+from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import ShadowSettings
 from infergate.parity.compare import ParityComparison
 from infergate.parity.profiles import PROFILES
+from infergate.parity.record import RecordMeta
 from infergate.parity.thresholds import ProfileName, Thresholds
+from infergate.plan.check_status import Judgement
+from infergate.runner import shadow
 from infergate.runner.shadow import judge_results, without_hidden
+from infergate.runner.sides import SideTarget
+from infergate.suite import Suite
 from tests.unit.parity.builders import meta, prompt, replace, teacher_forced_on
 
 PROFILE = ProfileName.BF16_KERNEL
@@ -98,3 +109,118 @@ def test_hidden_state_limits_are_left_out() -> None:
     assert all(
         getattr(THRESHOLDS, name) is None for name in Thresholds.model_fields if "hidden" in name
     )
+
+
+class _Sessions:
+    """The mirror pods' control API, as run_shadow sees it: one pod with `pod`'s results."""
+
+    opened: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, urls: list[str], session: str, pod: dict[str, Any]) -> None:
+        self.pod = pod
+
+    def open(self, body: dict[str, Any]) -> None:
+        _Sessions.opened.append(dict(body))
+
+    def counts(self) -> list[dict[str, Any]]:
+        return [self.pod["counts"]]
+
+    def results(self) -> list[dict[str, Any]]:
+        return [self.pod]
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class _Runner:
+    """What run_shadow uses of the runner; the sides are revisions of one deployment."""
+
+    name: str = "qwen-bbbbbbbbbb"
+    check: dict[str, Any] = field(default_factory=dict)
+    namespace: str = "llm"
+    finished: list[tuple[Judgement, dict[str, Any]]] = field(default_factory=list)
+
+    def mark_running(self, total: int) -> bool:
+        return True
+
+    def resolve(self, spec: ParityCheckSpec) -> tuple[SideTarget, SideTarget]:
+        common: dict[str, Any] = {
+            "model": "tiny-qwen", "engine": "vllm", "engine_version": "0.32.0",
+            "dtype": "bfloat16", "deployment": "qwen",
+        }  # fmt: skip
+        return (
+            SideTarget(side="baseline", url="http://baseline", description="stable",
+                       revision="aaaaaaaaaa", **common),
+            SideTarget(side="candidate", url="http://candidate", description="canary",
+                       revision="bbbbbbbbbb", **common),
+        )  # fmt: skip
+
+    def health(self, baseline: SideTarget, candidate: SideTarget) -> None:
+        pass
+
+    def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
+        return meta(fingerprints=dict(asked))
+
+    def progress(self, done: int, total: int) -> None:
+        pass
+
+    def mirror_service(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        service = {
+            "metadata": {"name": name},
+            "spec": {"ports": [{"name": "control", "port": 9000}]},
+        }
+        slices = [
+            {
+                "metadata": {"labels": {"kubernetes.io/service-name": name}},
+                "addressType": "IPv4",
+                "ports": [{"name": "control", "port": 9000}],
+                "endpoints": [{"addresses": ["10.0.0.9"], "conditions": {"ready": True}}],
+            }
+        ]
+        return service, slices
+
+    def write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference:
+        return ConfigMapKeyReference(name=f"{self.name}-report", key="result.json")
+
+    def finish(
+        self, verdict: Judgement, baseline: SideTarget, candidate: SideTarget,
+        report: ConfigMapKeyReference, extra: Mapping[str, Any],
+    ) -> None:  # fmt: skip
+        self.finished.append((verdict, dict(extra)))
+
+
+def _shadow_spec() -> ParityCheckSpec:
+    return ParityCheckSpec.model_validate(
+        {
+            "baseline": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "aaaaaaaaaa"},
+            "candidate": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "bbbbbbbbbb"},
+            "source": "shadow",
+            "shadow": {"minRequests": COPIES},
+            "profile": PROFILE.value,
+            "thresholds": {"minLongPrompts": 0},
+            "disabledChecks": ["maxLogPerplexityRatio"],
+        }
+    )
+
+
+def test_a_shadow_check_runs_under_the_suites_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session gets the gate's thresholds (no hidden-state limit, the stated long-prompt
+    minimum) and disabled checks; both sides' records carry the runner's sampling
+    fingerprints; enough agreeing copies pass."""
+    pod = _pod(COPIES)
+    _Sessions.opened.clear()
+    monkeypatch.setattr(
+        shadow, "MirrorSessions", lambda urls, session: _Sessions(urls, session, pod)
+    )
+    runner, spec = _Runner(), _shadow_spec()
+    shadow.run_shadow(runner, spec, sleep=lambda _: None)
+    [body] = _Sessions.opened
+    assert body["thresholds"]["min_long_prompts"] == 0
+    assert all(v is None for k, v in body["thresholds"].items() if "hidden" in k)
+    assert "maxLogPerplexityRatio" in body["disabled"]
+    for side in ("baseline", "candidate"):
+        assert body[side]["fingerprints"]["sampling.top_logprobs"] == spec.sampling.top_logprobs
+    [(verdict, extra)] = runner.finished
+    assert verdict.phase is CheckPhase.PASSED
+    assert extra["shadow"]["scored"] == COPIES
