@@ -126,6 +126,9 @@ def run_operator(args: argparse.Namespace) -> int:
         print(f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models")
         return 2
     OPTIONS.allowed_host_paths = tuple(args.allow_host_path)
+    OPTIONS.exact_namespaces = bool(args.namespace) and not any(
+        set(pattern) & set("*?[]!") for pattern in args.namespace
+    )
     if args.leader_election:
         namespace = os.environ.get("POD_NAMESPACE")
         if not namespace:

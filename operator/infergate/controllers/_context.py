@@ -38,6 +38,9 @@ class OperatorOptions:
     allowed_host_paths: tuple[str, ...] = ()
     """Host directories a file:// model may name (`--allow-host-path`); none: file:// is off.
     The namespace's infergate.io/allowed-host-paths narrows it further at admission."""
+    exact_namespaces: bool = False
+    """Watching only namespaces named exactly (no glob): kopf then scans neither namespaces
+    nor CRDs, which a namespaced install has no right to list."""
     runner_image: str = DEFAULT_RUNNER_IMAGE
     """Image of every runner Job: the operator's own (env INFERGATE_RUNNER_IMAGE), never a
     user's choice."""
