@@ -37,14 +37,14 @@ from pydantic import ConfigDict, Field, model_validator
 
 from infergate.api.base import SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
 from infergate.api.common import LocalObjectReference, ObjectName, Quantity
-from infergate.golden.policy import (
+from infergate.golden.settings import (
     MIN_BYTES,
     SKETCH_DIMS_DEFAULT,
     SKETCH_DIMS_MAX,
     SKETCH_DIMS_MIN,
     HiddenStatesPolicy,
+    WhenDeleted,
 )
-from infergate.golden.retention import WhenDeleted
 
 MAX_BYTES_CAP = 1 << 40
 RECORDS_PER_REVISION_MAX = 10

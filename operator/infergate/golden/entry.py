@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from infergate.golden.errors import GoldenIntegrityError
 from infergate.golden.keys import EntryLocation, EntryName, Role
-from infergate.golden.policy import HiddenStatesPolicy
+from infergate.golden.settings import HiddenStatesPolicy
 from infergate.parity.record import RecordMeta
 
 ENTRY_FORMAT: Final = "infergate.io/golden-entry"

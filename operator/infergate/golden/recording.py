@@ -29,12 +29,12 @@ from infergate.golden.errors import GoldenBudgetError, GoldenError
 from infergate.golden.keys import EntryName, Role
 from infergate.golden.policy import (
     FILE_OVERHEAD,
-    HiddenStatesPolicy,
     StoragePolicy,
     base_bytes,
     choose_hidden_form,
     own_sequence_rows,
 )
+from infergate.golden.settings import HiddenStatesPolicy
 from infergate.golden.summary import SKETCH_SEED, summarize
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.recordio import RecordWriter

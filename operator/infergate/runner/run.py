@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from infergate.api.common import ConfigMapKeyReference
+from infergate.api.golden import GoldenSpec
 from infergate.api.parity_check import ParityCheck, ParityCheckSpec
 from infergate.errors import (
     ConflictError,
@@ -48,7 +49,7 @@ from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.metrics import ParityMetrics
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
-from infergate.parity.record import ParityInputError, RecordMeta
+from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
@@ -66,6 +67,7 @@ from infergate.runner.drive import (
     drive_suite,
     measure_prompt,
 )
+from infergate.runner.golden import GoldenRecorder
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
 from infergate.runner.sides import (
     ClusterReads,
@@ -121,6 +123,10 @@ class RunOptions:
     """Least seconds between two progress writes to the status."""
     previous_report: str | None = None
     """Report ConfigMap of the last passing check, for the regression test."""
+    golden: GoldenSpec | None = None
+    """The operator's golden record store and size policy (None: no records are kept)."""
+    environ: Mapping[str, str] | None = None
+    """Where the S3 keys and the store's mount override are read (None: os.environ)."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +237,17 @@ class _Runner:
             meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
         )
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
-        self._drive(spec, suite, baseline, candidate, comparison)
+        recorder = GoldenRecorder.start(
+            self.options.golden,
+            namespace=self.api.namespace,
+            check=self.name,
+            spec=spec,
+            suite=suite,
+            baseline=(baseline, meta_b),
+            candidate=(candidate, meta_c),
+            environ=self.options.environ,
+        )
+        self._drive(spec, suite, (baseline, candidate), comparison, recorder=recorder)
         result = comparison.finalize()
         previous = self._previous_metrics(profile)
         verdict = decide(result, gate.warn, previous, spec.effective_regression())
@@ -239,6 +255,7 @@ class _Runner:
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
         for reason in verdict.reasons:
             _say(f"  reason: {reason}")
+        golden = _finish_golden(recorder, verdict.status, profile)
         document = {
             "check": {"namespace": self.api.namespace, "name": self.name},
             "status": verdict.status.value,
@@ -249,6 +266,8 @@ class _Runner:
             "verdict": verdict.model_dump(mode="json", by_alias=True),
             "result": result.model_dump(mode="json", by_alias=True),
         }
+        if golden is not None:
+            document["golden"] = golden
         html = render_report(result, verdict, f"{profile.value} ({why})")
         report = self._write_report(document, html)
         binding = st.Binding(
@@ -265,6 +284,8 @@ class _Runner:
             at=self.clock(),
         )
         fields["progress"] = {"done": result.metrics.prompts, "total": len(suite.prompts)}
+        if golden is not None:
+            fields["golden"] = golden
         self._finish(fields)
         return EXIT_DONE
 
@@ -342,10 +363,29 @@ class _Runner:
         self,
         spec: ParityCheckSpec,
         suite: Suite,
-        baseline: SideTarget,
-        candidate: SideTarget,
+        sides: tuple[SideTarget, SideTarget],
         comparison: ParityComparison,
+        *,
+        recorder: GoldenRecorder | None = None,
     ) -> None:
+        """Measure the suite into the comparison (and the golden recorder, if any); what
+        the recorder staged is dropped when the run ends without measuring everything."""
+        try:
+            self._drive_sides(spec, suite, sides, comparison, recorder)
+        except BaseException:
+            if recorder is not None:
+                recorder.discard()
+            raise
+
+    def _drive_sides(
+        self,
+        spec: ParityCheckSpec,
+        suite: Suite,
+        sides: tuple[SideTarget, SideTarget],
+        comparison: ParityComparison,
+        recorder: GoldenRecorder | None,
+    ) -> None:
+        baseline, candidate = sides
         settings = DriveSettings(
             max_tokens=spec.sampling.max_tokens,
             top_logprobs=spec.sampling.top_logprobs,
@@ -362,6 +402,11 @@ class _Runner:
                 _say(f"progress {done}/{total}")
                 self._patch({"progress": {"done": done, "total": total}})
 
+        def feed(base: PromptRecord, cand: PromptRecord) -> None:
+            comparison.add(base, cand)
+            if recorder is not None:
+                recorder.add(base, cand)
+
         with ExitStack() as stack:
             base = self.connector.open(baseline, stack, self.options.request_timeout)
             cand = self.connector.open(candidate, stack, self.options.request_timeout)
@@ -369,7 +414,7 @@ class _Runner:
                 drive_suite(
                     suite.prompts,
                     lambda prompt: measure_prompt(prompt, base, cand, settings),
-                    comparison.add,
+                    feed,
                     concurrency=self.options.concurrency,
                     progress=progress,
                 )
@@ -550,6 +595,19 @@ def _api_failure(err: KubeError) -> Exception:
     if isinstance(err, NotFoundError):
         return CheckEndedError("NotFound", str(err))
     return CheckEndedError("ApiRefused", str(err))
+
+
+def _finish_golden(
+    recorder: GoldenRecorder | None, status: VerdictStatus, profile: ProfileName
+) -> dict[str, Any] | None:
+    """Commit the golden records on Passed; the status `golden` field (None: no store)."""
+    if recorder is None:
+        return None
+    golden = recorder.finish(
+        status is VerdictStatus.PASSED, outcome=status.value, profile=profile.value
+    )
+    _say(f"golden records: {golden.get('entries') or golden.get('message')}")
+    return golden
 
 
 def _meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
