@@ -56,7 +56,13 @@ from infergate.parity.verdict import VerdictStatus, decide
 from infergate.plan import check_status as st
 from infergate.plan import reasons
 from infergate.plan.phases import is_check_terminal
-from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
+from infergate.render.check_names import (
+    REPORT_HTML_KEY,
+    SIDES,
+    SideName,
+    child_labels,
+    report_name,
+)
 from infergate.retry import retry_call
 from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
 from infergate.runner.drive import (
@@ -65,9 +71,17 @@ from infergate.runner.drive import (
     SideAnswerError,
     SideUnavailableError,
     drive_suite,
+    measure_against_record,
     measure_prompt,
 )
-from infergate.runner.golden import GoldenRecorder
+from infergate.runner.golden import (
+    GOLDEN_URL_PREFIX,
+    GoldenBaseline,
+    GoldenBaselineError,
+    GoldenRecorder,
+    golden_target,
+    open_golden_baseline,
+)
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
 from infergate.runner.sides import (
     ClusterReads,
@@ -210,7 +224,26 @@ class _Runner:
         started = time.monotonic()
         if not self._mark_running(len(suite.prompts)):
             return EXIT_DONE
-        baseline, candidate = self._resolve(spec)
+        with ExitStack() as held:
+            golden_base = None
+            if spec.baseline.golden is not None:
+                [candidate] = self._resolve(spec, ("candidate",))
+                golden_base = self._golden_baseline(spec, suite, candidate)
+                held.callback(golden_base.close)
+                baseline = golden_target(golden_base)
+            else:
+                baseline, candidate = self._resolve(spec, SIDES)
+            return self._measure(spec, suite, started, (baseline, candidate), golden_base)
+
+    def _measure(
+        self,
+        spec: ParityCheckSpec,
+        suite: Suite,
+        started: float,
+        sides: tuple[SideTarget, SideTarget],
+        golden_base: GoldenBaseline | None,
+    ) -> int:
+        baseline, candidate = sides
         _say(f"baseline: {baseline.description} at {baseline.url}")
         _say(f"candidate: {candidate.description} at {candidate.url}")
         self._health(baseline, candidate)
@@ -221,7 +254,8 @@ class _Runner:
             top_logprobs=spec.sampling.top_logprobs,
             seed=spec.sampling.seed,
         )
-        meta_b, meta_c = _meta(baseline, suite, asked), _meta(candidate, suite, asked)
+        meta_c = _meta(candidate, suite, asked)
+        meta_b = golden_base.meta if golden_base is not None else _meta(baseline, suite, asked)
         try:
             gate = plan_gate(
                 meta_b,
@@ -237,18 +271,26 @@ class _Runner:
             meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
         )
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
-        recorder = GoldenRecorder.start(
-            self.options.golden,
-            namespace=self.api.namespace,
-            check=self.name,
-            spec=spec,
-            suite=suite,
-            baseline=(baseline, meta_b),
-            candidate=(candidate, meta_c),
-            environ=self.options.environ,
+        recorder = (
+            None
+            if golden_base is not None
+            else GoldenRecorder.start(
+                self.options.golden,
+                namespace=self.api.namespace,
+                check=self.name,
+                spec=spec,
+                suite=suite,
+                baseline=(baseline, meta_b),
+                candidate=(candidate, meta_c),
+                environ=self.options.environ,
+            )
         )
-        self._drive(spec, suite, (baseline, candidate), comparison, recorder=recorder)
+        self._drive(
+            spec, suite, (baseline, candidate), comparison, recorder=recorder, golden=golden_base
+        )
         result = comparison.finalize()
+        if golden_base is not None:
+            result = result.model_copy(update={"notes": [golden_base.note(), *result.notes]})
         previous = self._previous_metrics(profile)
         verdict = decide(result, gate.warn, previous, spec.effective_regression())
         seconds = time.monotonic() - started
@@ -268,6 +310,8 @@ class _Runner:
         }
         if golden is not None:
             document["golden"] = golden
+        if golden_base is not None:
+            document["goldenBaseline"] = golden_base.status()
         html = render_report(result, verdict, f"{profile.value} ({why})")
         report = self._write_report(document, html)
         binding = st.Binding(
@@ -286,6 +330,8 @@ class _Runner:
         fields["progress"] = {"done": result.metrics.prompts, "total": len(suite.prompts)}
         if golden is not None:
             fields["golden"] = golden
+        if golden_base is not None:
+            fields["goldenBaseline"] = golden_base.status()
         self._finish(fields)
         return EXIT_DONE
 
@@ -318,7 +364,26 @@ class _Runner:
         except SuiteError as err:
             raise CheckEndedError("InvalidSuite", str(err)) from err
 
-    def _resolve(self, spec: ParityCheckSpec) -> tuple[SideTarget, SideTarget]:
+    def _golden_baseline(
+        self, spec: ParityCheckSpec, suite: Suite, candidate: SideTarget
+    ) -> GoldenBaseline:
+        try:
+            found = open_golden_baseline(
+                self.options.golden,
+                namespace=self.api.namespace,
+                spec=spec,
+                suite=suite,
+                candidate_revision=candidate.revision,
+                environ=self.options.environ,
+            )
+        except GoldenBaselineError as err:
+            if err.retry:
+                raise RetryableRunError(err.reason, str(err)) from err
+            raise CheckEndedError(err.reason, str(err)) from err
+        _say(f"golden baseline: {found.note()}")
+        return found
+
+    def _resolve(self, spec: ParityCheckSpec, sides: tuple[SideName, ...]) -> list[SideTarget]:
         status = self.check.get("status") or {}
         pinned = {
             "baseline": status.get("baselineRevision"),
@@ -327,14 +392,13 @@ class _Runner:
         deadline = time.monotonic() + self.options.wait_for_sides
         while True:
             try:
-                targets = [
+                return [
                     resolve_side(
                         side, self.name, spec, reads=self.api, info=self.connector.info,
                         pinned_revision=pinned[side],
                     )
-                    for side in SIDES
+                    for side in sides
                 ]  # fmt: skip
-                return targets[0], targets[1]
             except SideResolutionError as err:
                 if not err.transient:
                     raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
@@ -350,10 +414,9 @@ class _Runner:
             time.sleep(2.0)
 
     def _health(self, baseline: SideTarget, candidate: SideTarget) -> None:
-        urls = [baseline.url, candidate.url]
-        urls += [
-            t.probe_url for t in (baseline, candidate) if t.probe_url and t.probe_url not in urls
-        ]
+        live = [t for t in (baseline, candidate) if not t.url.startswith(GOLDEN_URL_PREFIX)]
+        urls = [t.url for t in live]
+        urls += [t.probe_url for t in live if t.probe_url and t.probe_url not in urls]
         try:
             self.connector.health(urls, min(60.0, self.options.wait_for_sides))
         except SideUnavailableError as err:
@@ -367,11 +430,12 @@ class _Runner:
         comparison: ParityComparison,
         *,
         recorder: GoldenRecorder | None = None,
+        golden: GoldenBaseline | None = None,
     ) -> None:
         """Measure the suite into the comparison (and the golden recorder, if any); what
         the recorder staged is dropped when the run ends without measuring everything."""
         try:
-            self._drive_sides(spec, suite, sides, comparison, recorder)
+            self._drive_sides(spec, suite, sides, comparison, (recorder, golden))
         except BaseException:
             if recorder is not None:
                 recorder.discard()
@@ -383,9 +447,10 @@ class _Runner:
         suite: Suite,
         sides: tuple[SideTarget, SideTarget],
         comparison: ParityComparison,
-        recorder: GoldenRecorder | None,
+        golden: tuple[GoldenRecorder | None, GoldenBaseline | None],
     ) -> None:
         baseline, candidate = sides
+        recorder, record = golden
         settings = DriveSettings(
             max_tokens=spec.sampling.max_tokens,
             top_logprobs=spec.sampling.top_logprobs,
@@ -408,12 +473,22 @@ class _Runner:
                 recorder.add(base, cand)
 
         with ExitStack() as stack:
-            base = self.connector.open(baseline, stack, self.options.request_timeout)
             cand = self.connector.open(candidate, stack, self.options.request_timeout)
+            if record is not None:
+
+                def measure(prompt: PromptSpec) -> tuple[PromptRecord, PromptRecord]:
+                    return measure_against_record(prompt, record.prompt(prompt.id), cand, settings)
+
+            else:
+                base = self.connector.open(baseline, stack, self.options.request_timeout)
+
+                def measure(prompt: PromptSpec) -> tuple[PromptRecord, PromptRecord]:
+                    return measure_prompt(prompt, base, cand, settings)
+
             try:
                 drive_suite(
                     suite.prompts,
-                    lambda prompt: measure_prompt(prompt, base, cand, settings),
+                    measure,
                     feed,
                     concurrency=self.options.concurrency,
                     progress=progress,

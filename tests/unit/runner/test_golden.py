@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from infergate.api.golden import GoldenSpec
 from infergate.golden.blobs import DirectoryStore
@@ -22,8 +23,8 @@ from infergate.runner.golden import golden_from_env
 from infergate.runner.report_store import read_report
 from infergate.runner.run import EXIT_DONE, EXIT_RETRY, run_check
 
-from .fakes import ToyConnector, ToyEngine
-from .test_run import FAST, cluster, engines, status
+from .fakes import FakeApi, ToyConnector, ToyEngine
+from .test_run import FAST, cluster, conditions, engines, status
 
 GOLDEN = GoldenSpec.model_validate({"store": {"pvc": {"claimName": "golden"}}})
 
@@ -130,3 +131,124 @@ def test_the_operator_settings_come_from_the_runner_environment() -> None:
     assert golden_from_env({}) is None
     text = json.dumps(GOLDEN.to_kube())
     assert golden_from_env({GOLDEN_CONFIG_ENV: text}) == GOLDEN
+
+
+# -- a golden record as the baseline ------------------------------------------------------
+
+FULL = GoldenSpec.model_validate(
+    {"store": {"pvc": {"claimName": "golden"}}, "hiddenStates": "full"}
+)
+
+
+def _recorded(tmp_path: Path, golden: GoldenSpec = FULL) -> dict[str, Any]:
+    """A live Passed check that stored its records; its status."""
+    api = cluster()
+    run_check(api, "check", options(tmp_path, golden), connector=engines().connector())
+    s = status(api)
+    assert s["phase"] == "Passed"
+    assert s["golden"]["stored"] is True
+    return s
+
+
+def _against_golden(
+    tmp_path: Path,
+    golden: GoldenSpec | None = FULL,
+    candidate: ToyEngine | None = None,
+    **overrides: Any,
+) -> FakeApi:
+    """A check of revision bbbbbbbbbb against a golden record, with the stable pods gone."""
+    api = cluster(
+        baseline=overrides.pop("baseline", {"golden": {"revision": "aaaaaaaaaa"}}), **overrides
+    )
+    # The stable revision's pods and probe are gone: nothing answers for it.
+    for name in ("qwen-aaaaaaaaaa", "check-probe-baseline"):
+        api.services.pop(name, None)
+        api.slices.pop(name, None)
+    opts = options(tmp_path, golden) if golden is not None else FAST
+    run_check(api, "check", opts, connector=engines(candidate).connector())
+    return api
+
+
+def test_a_golden_baseline_gives_the_live_checks_verdict_with_no_stable_pods(
+    tmp_path: Path,
+) -> None:
+    live = _recorded(tmp_path)
+    api = _against_golden(tmp_path)
+    s = status(api)
+    assert s["phase"] == "Passed", s.get("verdict")
+    assert s["metrics"]["tokenMatchRate"] == live["metrics"]["tokenMatchRate"]
+    assert s["metrics"]["hiddenCosineP1"] == pytest.approx(live["metrics"]["hiddenCosineP1"])
+    baseline = s["goldenBaseline"]
+    assert baseline["revision"] == "aaaaaaaaaa"
+    assert baseline["entry"] == live["golden"]["entries"][0]
+    assert baseline["check"] == "check"
+    assert s["baselineRevision"] == "aaaaaaaaaa"
+    report = read_report(api.config_maps["check-report"]["data"], {})
+    assert "golden record" in report["report.html"]
+    assert "no baseline pods" in report["report.html"]
+    document = json.loads(report["result.json"])
+    assert document["goldenBaseline"]["recorded"] == baseline["recorded"]
+
+
+def test_a_golden_baseline_fails_a_numerically_different_candidate_as_a_live_one_does(
+    tmp_path: Path,
+) -> None:
+    _recorded(tmp_path)
+    api = _against_golden(tmp_path, candidate=ToyEngine(offset=3, shift=-1.0))
+    s = status(api)
+    assert s["phase"] == "Failed"
+    metrics = {r["metric"] for r in s["verdict"]["reasons"]}
+    assert {"maxIllegitimateDivergenceRate", "maxMeanKl", "minHiddenCosineP1"} <= metrics
+
+
+def test_latest_takes_the_newest_record_of_another_revision(tmp_path: Path) -> None:
+    _recorded(tmp_path)
+    api = _against_golden(tmp_path, baseline={"golden": {}})
+    s = status(api)
+    assert s["phase"] == "Passed"
+    assert s["goldenBaseline"]["revision"] == "aaaaaaaaaa"
+
+
+def test_a_record_of_other_sampling_is_an_error_never_a_pass(tmp_path: Path) -> None:
+    _recorded(tmp_path)
+    api = _against_golden(tmp_path, sampling={"maxTokens": 8, "topLogprobs": 5})
+    s = status(api)
+    assert s["phase"] == "Error"
+    message = conditions(api)["Error"]["message"] if "Error" in conditions(api) else str(s)
+    assert "no golden record" in message
+    assert "other suites, sampling or engines" in message
+
+
+def test_a_corrupt_record_is_an_error_never_a_pass(tmp_path: Path) -> None:
+    live = _recorded(tmp_path)
+    name = live["golden"]["entries"][0].rsplit("/", 1)[1]
+    [blob] = [p for p in (tmp_path / "records").rglob("*.safetensors") if name in str(p)][:1]
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    api = _against_golden(tmp_path)
+    assert status(api)["phase"] == "Error"
+    assert "GoldenRecordCorrupt" in json.dumps(status(api))
+
+
+def test_a_missing_record_and_a_missing_store_are_errors(tmp_path: Path) -> None:
+    api = _against_golden(tmp_path)  # nothing recorded yet
+    assert status(api)["phase"] == "Error"
+    assert "GoldenRecordNotFound" in json.dumps(status(api))
+    api = _against_golden(tmp_path, golden=None)
+    assert status(api)["phase"] == "Error"
+    assert "GoldenStoreNotConfigured" in json.dumps(status(api))
+
+
+def test_summaries_serve_tokens_and_logprobs_but_not_a_hidden_state_check(tmp_path: Path) -> None:
+    _recorded(tmp_path, GOLDEN)  # the default policy: summaries
+    api = _against_golden(tmp_path, GOLDEN)
+    assert status(api)["phase"] == "Error"
+    assert "hiddenStates.enabled: false" in json.dumps(status(api))
+    api = _against_golden(
+        tmp_path,
+        GOLDEN,
+        hiddenStates={"enabled": False},
+        disabledChecks=["minHiddenCosineP1", "maxHiddenRelL2P99"],
+    )
+    assert status(api)["phase"] == "Passed"
