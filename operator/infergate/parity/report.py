@@ -56,8 +56,15 @@ def _num(value: float | None, digits: int = 6) -> str:
     return f"{value:.{digits}g}"
 
 
-def render_report(result: ParityResult, verdict: Verdict, profile: str | None = None) -> str:
-    """The whole report page for one parity check."""
+def render_report(
+    result: ParityResult,
+    verdict: Verdict,
+    profile: str | None = None,
+    *,
+    sections: Sequence[str] = (),
+) -> str:
+    """The whole report page for one parity check; `sections` are trusted HTML fragments
+    (already escaped, e.g. the per-layer chart) shown after the reasons."""
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
     parts = [
@@ -70,6 +77,7 @@ def render_report(result: ParityResult, verdict: Verdict, profile: str | None = 
         ),
         _sides(result, profile),
         _reasons(verdict),
+        *sections,
         "<h2>Thresholds</h2>",
         _checks_table(verdict),
         "<h2>Metrics</h2>",

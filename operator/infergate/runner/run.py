@@ -27,13 +27,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
+from infergate.api.check_status import VerdictReason
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.golden import GoldenSpec
 from infergate.api.parity_check import ParityCheck, ParityCheckSpec
@@ -47,7 +48,7 @@ from infergate.errors import (
 from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
-from infergate.parity.metrics import ParityMetrics
+from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
@@ -82,6 +83,7 @@ from infergate.runner.golden import (
     golden_target,
     open_golden_baseline,
 )
+from infergate.runner.layers import LayerOpener, LayerReport, localise_failure, open_layer_probe
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
 from infergate.runner.sides import (
     ClusterReads,
@@ -150,6 +152,7 @@ class Connector:
     info: EngineInfo = field(default_factory=HttpEngineInfo)
     open: Callable[[SideTarget, ExitStack, float], Channels] = open_channels
     health: Callable[[list[str], float], None] = wait_healthy
+    layers: LayerOpener = open_layer_probe
 
 
 class RetryableRunError(RuntimeError):
@@ -206,6 +209,8 @@ class _Runner:
         self.connector = connector
         self.generation: int | None = None
         self.check: dict[str, Any] = {}
+        self.references: dict[str, list[int]] = {}
+        """Each prompt's baseline sequence (token ids), for the layer probe."""
 
     # -- the run --------------------------------------------------------------------------
 
@@ -298,6 +303,12 @@ class _Runner:
         for reason in verdict.reasons:
             _say(f"  reason: {reason}")
         golden = _finish_golden(recorder, verdict.status, profile)
+        layers = self._layers(verdict.status, result, (baseline, candidate), golden_base)
+        if layers.notes:
+            result = result.model_copy(update={"notes": [*result.notes, *layers.notes]})
+        if layers.reason is not None:
+            _say(f"  {layers.reason}")
+            verdict = verdict.model_copy(update={"reasons": [*verdict.reasons, layers.reason]})
         document = {
             "check": {"namespace": self.api.namespace, "name": self.name},
             "status": verdict.status.value,
@@ -312,7 +323,12 @@ class _Runner:
             document["golden"] = golden
         if golden_base is not None:
             document["goldenBaseline"] = golden_base.status()
-        html = render_report(result, verdict, f"{profile.value} ({why})")
+        html = render_report(
+            result,
+            verdict,
+            f"{profile.value} ({why})",
+            sections=[layers.html] if layers.html else [],
+        )
         report = self._write_report(document, html)
         binding = st.Binding(
             spec_digest=st.spec_digest(self.check.get("spec") or {}),
@@ -320,8 +336,17 @@ class _Runner:
             baseline_revision=baseline.revision,
             candidate_revision=candidate.revision,
         )
+        judged = judgement(result, verdict, profile.value)
+        if layers.reason is not None:
+            judged = replace(
+                judged,
+                reasons=[
+                    *judged.reasons,
+                    VerdictReason(metric="layers.firstDiverging", message=layers.reason),
+                ],
+            )
         fields = st.verdict_status(
-            judgement(result, verdict, profile.value),
+            judged,
             binding,
             status=self.check.get("status") or {},
             report=report,
@@ -363,6 +388,29 @@ class _Runner:
             return parse_suite(text.splitlines(), name=f"{ref.name}/{ref.key}", source=where)
         except SuiteError as err:
             raise CheckEndedError("InvalidSuite", str(err)) from err
+
+    def _layers(
+        self,
+        status: VerdictStatus,
+        result: ParityResult,
+        sides: tuple[SideTarget, SideTarget],
+        golden: GoldenBaseline | None,
+    ) -> LayerReport:
+        """A failed check's first diverging layer (nothing for any other verdict)."""
+        if status is not VerdictStatus.FAILED:
+            return LayerReport(None, (), "")
+        if golden is not None:
+            return LayerReport.skipped(
+                "the baseline is a golden record, which keeps no per-layer states"
+            )
+        _say("failed: asking both sides for every layer's states on the worst prompts")
+        return localise_failure(
+            result,
+            sides,
+            self.references,
+            self.connector.layers,
+            timeout=self.options.request_timeout,
+        )
 
     def _golden_baseline(
         self, spec: ParityCheckSpec, suite: Suite, candidate: SideTarget
@@ -468,6 +516,10 @@ class _Runner:
                 self._patch({"progress": {"done": done, "total": total}})
 
         def feed(base: PromptRecord, cand: PromptRecord) -> None:
+            self.references[base.prompt_id] = [
+                *base.prompt_token_ids.tolist(),
+                *base.output_token_ids.tolist(),
+            ][: settings.max_hidden_positions]
             comparison.add(base, cand)
             if recorder is not None:
                 recorder.add(base, cand)
