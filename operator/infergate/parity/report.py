@@ -60,11 +60,17 @@ def render_report(
     result: ParityResult,
     verdict: Verdict,
     profile: str | None = None,
+    changes: Sequence[str] | None = None,
     *,
     sections: Sequence[str] = (),
 ) -> str:
-    """The whole report page for one parity check; `sections` are trusted HTML fragments
-    (already escaped, e.g. the per-layer chart) shown after the reasons."""
+    """The whole report page for one parity check.
+
+    `changes`: the fields that differ between the two revisions, one line each, in reading
+    order (plan.revision_diff); None when a side is not a revision (an endpoint).
+    `sections`: trusted HTML fragments (already escaped, e.g. the per-layer chart) shown
+    after the reasons.
+    """
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
     parts = [
@@ -76,6 +82,7 @@ def render_report(
             f"{escape(status.value)}</span></h1>"
         ),
         _sides(result, profile),
+        _changes(changes),
         _reasons(verdict),
         *sections,
         "<h2>Thresholds</h2>",
@@ -104,7 +111,22 @@ def render_report_from_json(text: str) -> str:
     result = ParityResult.model_validate(document["result"])
     verdict = Verdict.model_validate(document["verdict"])
     profile, why = document.get("profile"), document.get("profileReason")
-    return render_report(result, verdict, f"{profile} ({why})" if profile and why else profile)
+    changes = document.get("changes")
+    return render_report(
+        result,
+        verdict,
+        f"{profile} ({why})" if profile and why else profile,
+        [str(c) for c in changes] if isinstance(changes, list) else None,
+    )
+
+
+def _changes(changes: Sequence[str] | None) -> str:
+    if changes is None:
+        return ""
+    if not changes:
+        return "<h2>What changed</h2><p>No field of the revision differs.</p>"
+    items = "".join(f"<li><code>{escape(c)}</code></li>" for c in changes)
+    return f'<h2>What changed</h2><ul class="reasons">{items}</ul>'
 
 
 def _sides(result: ParityResult, profile: str | None) -> str:

@@ -57,6 +57,7 @@ from infergate.parity.verdict import VerdictStatus, decide
 from infergate.plan import check_status as st
 from infergate.plan import reasons
 from infergate.plan.phases import is_check_terminal
+from infergate.plan.revision_diff import revision_changes
 from infergate.render.check_names import (
     REPORT_HTML_KEY,
     SIDES,
@@ -309,8 +310,10 @@ class _Runner:
         if layers.reason is not None:
             _say(f"  {layers.reason}")
             verdict = verdict.model_copy(update={"reasons": [*verdict.reasons, layers.reason]})
+        changes = _revision_changes(baseline, candidate)
         document = {
             "check": {"namespace": self.api.namespace, "name": self.name},
+            "changes": changes,
             "status": verdict.status.value,
             "profile": profile.value,
             "profileReason": why,
@@ -327,6 +330,7 @@ class _Runner:
             result,
             verdict,
             f"{profile.value} ({why})",
+            changes,
             sections=[layers.html] if layers.html else [],
         )
         report = self._write_report(document, html)
@@ -753,6 +757,22 @@ def _meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordM
         effective_config=target.effective_config,
         fingerprints=merge_fingerprints(target.fingerprints, asked),
     )
+
+
+def _revision_changes(baseline: SideTarget, candidate: SideTarget) -> list[str] | None:
+    """What the candidate revision changes, one line each; None unless both are revisions.
+
+    Environment values are not shown: a report is read more widely than the spec.
+    """
+    if baseline.revision_spec is None or candidate.revision_spec is None:
+        return None
+    lines = []
+    for change in revision_changes(baseline.revision_spec, candidate.revision_spec):
+        if change.path.startswith("engine.env."):
+            lines.append(f"{change.path}: changed")
+        else:
+            lines.append(change.describe())
+    return lines
 
 
 def _side_summary(target: SideTarget) -> dict[str, Any]:
