@@ -27,7 +27,7 @@ from infergate.golden.entry import GoldenEntry
 from infergate.golden.errors import GoldenConfigError, GoldenError, GoldenUnavailableError
 from infergate.golden.keys import engine_fingerprint, suite_digest
 from infergate.golden.recording import CheckIdentity, GoldenRecording, SideIdentity
-from infergate.golden.retention import IndexItem
+from infergate.golden.retention import DeploymentHistory, IndexItem, plan_retention
 from infergate.golden.settings import GOLDEN_CONFIG_ENV, HiddenStatesPolicy
 from infergate.golden.store import GoldenRecord, GoldenStore
 from infergate.parity.record import PromptRecord, RecordMeta
@@ -78,6 +78,17 @@ def _status(stored: bool, store: str | None, message: str, **extra: Any) -> dict
     ).to_kube()
 
 
+def deployment_history(deployment: Mapping[str, Any] | None) -> DeploymentHistory:
+    """What retention keeps of a deployment: its stable and canary revisions and every
+    revision its status still lists (`revisionHistoryLimit` bounds that list)."""
+    if deployment is None:
+        return DeploymentHistory(exists=False)
+    status = deployment.get("status") or {}
+    hashes = {r.get("hash") for r in status.get("revisions") or [] if isinstance(r, Mapping)}
+    hashes |= {status.get("stableRevision"), status.get("canaryRevision")}
+    return DeploymentHistory(True, frozenset(h for h in hashes if isinstance(h, str)))
+
+
 class GoldenRecorder:
     """Both sides of one check staged for the store; `finish()` commits them on Passed."""
 
@@ -87,11 +98,17 @@ class GoldenRecorder:
         recording: GoldenRecording | None,
         digest: str | None,
         skipped: str | None,
+        *,
+        golden: GoldenSpec | None = None,
+        where: tuple[str, str] | None = None,
     ) -> None:
         self.store = store
         self._recording = recording
         self._digest = digest
         self._problem = skipped
+        self._golden = golden
+        self.where = where
+        """(namespace, deployment) the records go under."""
 
     @classmethod
     def start(
@@ -140,7 +157,9 @@ class GoldenRecorder:
             recording = store.begin(identity, policy_from_spec(golden))
         except (GoldenError, OSError) as err:
             return cls(store, None, digest, f"golden store unusable: {err}")
-        return cls(store, recording, digest, None)
+        return cls(
+            store, recording, digest, None, golden=golden, where=(namespace, base.deployment)
+        )
 
     def add(self, baseline: PromptRecord, candidate: PromptRecord) -> None:
         """Stage one measured pair; a store problem stops recording, never the check."""
@@ -153,8 +172,16 @@ class GoldenRecorder:
             self._recording.discard()
             self._recording = None
 
-    def finish(self, passed: bool, *, outcome: str, profile: str) -> dict[str, Any]:
-        """Commit both records if the check Passed; the status `golden` field either way."""
+    def finish(
+        self,
+        passed: bool,
+        *,
+        outcome: str,
+        profile: str,
+        history: DeploymentHistory | None = None,
+    ) -> dict[str, Any]:
+        """Commit both records if the check Passed, then apply retention to the
+        deployment's records (`history`: what it still keeps); the status `golden` field."""
         where = self.store.describe() if self.store is not None else None
         recording, self._recording = self._recording, None
         if not passed:
@@ -170,6 +197,7 @@ class GoldenRecorder:
             base, cand = recording.commit(profile=profile)
         except (GoldenError, OSError) as err:
             return _status(False, where, f"not recorded: {err}", suite_digest=self._digest)
+        pruned = self._retain(history)
         forms = ", ".join(
             f"{entry.role.value}: "
             + " ".join(f"{n} {form}" for form, n in entry.hidden_counts().items() if n)
@@ -178,11 +206,29 @@ class GoldenRecorder:
         return _status(
             True,
             where,
-            f"hidden states kept per prompt ({forms})",
+            f"hidden states kept per prompt ({forms}){pruned}",
             suite_digest=self._digest,
             entries=[str(base.location), str(cand.location)],
             size_bytes=base.size_bytes + cand.size_bytes,
         )
+
+    def _retain(self, history: DeploymentHistory | None) -> str:
+        """Delete the deployment's records retention no longer keeps; a note for the status."""
+        if history is None or self.store is None or self._golden is None or self.where is None:
+            return ""
+        retention = self._golden.retention
+        try:
+            items = self.store.list_entries(*self.where)
+            deletions = plan_retention(
+                items,
+                {self.where: history},
+                when_deleted=retention.when_deleted,
+                records_per_revision=retention.records_per_revision,
+            )
+            self.store.delete([d.location for d in deletions])
+        except (GoldenError, OSError) as err:
+            return f"; retention not applied: {err}"
+        return f"; retention removed {len(deletions)} older record(s)" if deletions else ""
 
     def discard(self) -> None:
         """Drop whatever was staged (the run ended without a verdict)."""

@@ -81,6 +81,7 @@ from infergate.runner.golden import (
     GoldenBaseline,
     GoldenBaselineError,
     GoldenRecorder,
+    deployment_history,
     golden_target,
     open_golden_baseline,
 )
@@ -303,7 +304,7 @@ class _Runner:
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
         for reason in verdict.reasons:
             _say(f"  reason: {reason}")
-        golden = _finish_golden(recorder, verdict.status, profile)
+        golden = self._finish_golden(recorder, verdict.status, profile)
         layers = self._layers(verdict.status, result, (baseline, candidate), golden_base)
         if layers.notes:
             result = result.model_copy(update={"notes": [*result.notes, *layers.notes]})
@@ -392,6 +393,27 @@ class _Runner:
             return parse_suite(text.splitlines(), name=f"{ref.name}/{ref.key}", source=where)
         except SuiteError as err:
             raise CheckEndedError("InvalidSuite", str(err)) from err
+
+    def _finish_golden(
+        self, recorder: GoldenRecorder | None, status: VerdictStatus, profile: ProfileName
+    ) -> dict[str, Any] | None:
+        """Commit the golden records on Passed and apply retention; the status `golden`
+        field (None: the operator keeps no records)."""
+        if recorder is None:
+            return None
+        history = None
+        where = recorder.where
+        if status is VerdictStatus.PASSED and where is not None:
+            deployment = self._api_call(lambda: self.api.inference_deployment(where[1]))
+            history = deployment_history(deployment)
+        golden = recorder.finish(
+            status is VerdictStatus.PASSED,
+            outcome=status.value,
+            profile=profile.value,
+            history=history,
+        )
+        _say(f"golden records: {golden.get('entries') or golden.get('message')}")
+        return golden
 
     def _layers(
         self,
@@ -726,19 +748,6 @@ def _api_failure(err: KubeError) -> Exception:
     if isinstance(err, NotFoundError):
         return CheckEndedError("NotFound", str(err))
     return CheckEndedError("ApiRefused", str(err))
-
-
-def _finish_golden(
-    recorder: GoldenRecorder | None, status: VerdictStatus, profile: ProfileName
-) -> dict[str, Any] | None:
-    """Commit the golden records on Passed; the status `golden` field (None: no store)."""
-    if recorder is None:
-        return None
-    golden = recorder.finish(
-        status is VerdictStatus.PASSED, outcome=status.value, profile=profile.value
-    )
-    _say(f"golden records: {golden.get('entries') or golden.get('message')}")
-    return golden
 
 
 def _meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:

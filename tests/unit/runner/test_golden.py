@@ -24,7 +24,7 @@ from infergate.runner.report_store import read_report
 from infergate.runner.run import EXIT_DONE, EXIT_RETRY, run_check
 
 from .fakes import FakeApi, ToyConnector, ToyEngine
-from .test_run import FAST, cluster, conditions, engines, status
+from .test_run import FAST, PROBE_IP, cluster, conditions, engines, status
 
 GOLDEN = GoldenSpec.model_validate({"store": {"pvc": {"claimName": "golden"}}})
 
@@ -119,6 +119,34 @@ def test_a_budget_that_cannot_hold_the_record_stores_nothing_and_still_passes(
     assert s["golden"]["stored"] is False
     assert "maxBytes" in s["golden"]["message"]
     assert GoldenStore(DirectoryStore(tmp_path)).list_entries() == []
+
+
+def test_retention_keeps_the_newest_record_per_revision_and_drops_forgotten_revisions(
+    tmp_path: Path,
+) -> None:
+    api = cluster()
+    connector = engines()
+    run_check(api, "check", options(tmp_path), connector=connector.connector())
+    first = status(api)["golden"]["entries"]
+    # A second Passed check of the same revisions supersedes the first one's records.
+    api.add_check("again", api.checks["check"]["spec"])
+    api.add_service("again-probe-baseline", PROBE_IP)
+    run_check(api, "again", options(tmp_path), connector=connector.connector())
+    second = api.checks["again"]["status"]["golden"]
+    assert "retention removed 2 older record(s)" in second["message"]
+    store = GoldenStore(DirectoryStore(tmp_path))
+    assert sorted(str(i.location) for i in store.list_entries()) == sorted(second["entries"])
+    assert not set(first) & {str(i.location) for i in store.list_entries()}
+    # The deployment forgets revision aaaaaaaaaa (revisionHistoryLimit): its record goes.
+    api.deployments["qwen"]["status"] = {
+        "stableRevision": "bbbbbbbbbb",
+        "revisions": [{"hash": "bbbbbbbbbb"}],
+    }
+    api.add_check("third", api.checks["check"]["spec"])
+    api.add_service("third-probe-baseline", PROBE_IP)
+    run_check(api, "third", options(tmp_path), connector=connector.connector())
+    left = {i.entry.revision for i in store.list_entries() if i.entry is not None}
+    assert left == {"bbbbbbbbbb"}
 
 
 def test_without_operator_settings_no_golden_status_is_written(tmp_path: Path) -> None:
