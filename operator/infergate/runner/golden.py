@@ -25,7 +25,7 @@ from infergate.api.parity_check import ParityCheckSpec
 from infergate.golden.config import policy_from_spec, store_from_spec
 from infergate.golden.entry import GoldenEntry
 from infergate.golden.errors import GoldenConfigError, GoldenError, GoldenUnavailableError
-from infergate.golden.keys import engine_fingerprint, suite_digest
+from infergate.golden.keys import Role, engine_fingerprint, suite_digest
 from infergate.golden.recording import CheckIdentity, GoldenRecording, SideIdentity
 from infergate.golden.retention import DeploymentHistory, IndexItem, plan_retention
 from infergate.golden.settings import GOLDEN_CONFIG_ENV, HiddenStatesPolicy
@@ -303,6 +303,11 @@ def _choose(
             continue
         if revision is None and name.revision == exclude:
             continue
+        if name.role is not Role.BASELINE:
+            # A candidate's record was scored along the other side's sequence, and kept
+            # hidden states only where the two agreed: it is no baseline of its own.
+            others.append(f"{item.location} (a candidate's record)")
+            continue
         entry = item.entry
         if entry is None:
             raise GoldenBaselineError(
@@ -359,11 +364,7 @@ def open_golden_baseline(
     )  # fmt: skip
     if entry is None:
         what = f"revision {revision}" if revision else "any revision but the candidate's"
-        detail = (
-            "; records of it exist for other suites, sampling or engines: " + ", ".join(others[:5])
-            if others
-            else ""
-        )
+        detail = "; other records of it: " + ", ".join(others[:5]) if others else ""
         raise GoldenBaselineError(
             "GoldenRecordNotFound",
             f"baseline.golden: {store.describe()} holds no golden record of "

@@ -244,7 +244,15 @@ def test_a_record_of_other_sampling_is_an_error_never_a_pass(tmp_path: Path) -> 
     assert s["phase"] == "Error"
     message = conditions(api)["Error"]["message"] if "Error" in conditions(api) else str(s)
     assert "no golden record" in message
-    assert "other suites, sampling or engines" in message
+    assert "other records of it" in message
+    assert "(suite " in message
+
+
+def test_a_candidates_record_is_no_baseline(tmp_path: Path) -> None:
+    _recorded(tmp_path)  # bbbbbbbbbb was the candidate: scored along aaaaaaaaaa's sequence
+    api = _against_golden(tmp_path, baseline={"golden": {"revision": "bbbbbbbbbb"}})
+    assert status(api)["phase"] == "Error"
+    assert "a candidate's record" in json.dumps(status(api))
 
 
 def test_a_corrupt_record_is_an_error_never_a_pass(tmp_path: Path) -> None:
