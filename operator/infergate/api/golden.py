@@ -237,9 +237,9 @@ class GoldenBaseline(KubeModel):
     """InferenceDeployment whose records to use. Unset: the candidate's."""
     revision: str = Field(default="latest", max_length=10, pattern=r"^([0-9a-f]{10}|latest)$")
     """Revision hash whose record to use, or latest: the newest record for this suite of any
-    revision of the deployment other than the candidate's. Only records a revision made as
-    the baseline of a Passed check qualify (a candidate's were scored along the other
-    side's sequence).
+    revision of the deployment other than the candidate's. A record the revision made as
+    a candidate qualifies only if its outputs matched its baseline's on every prompt (else
+    it was scored along the other side's sequence).
     """
     fingerprint: str | None = Field(
         default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+=-]*$"

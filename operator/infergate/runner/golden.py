@@ -303,17 +303,17 @@ def _choose(
             continue
         if revision is None and name.revision == exclude:
             continue
-        if name.role is not Role.BASELINE:
-            # A candidate's record was scored along the other side's sequence, and kept
-            # hidden states only where the two agreed: it is no baseline of its own.
-            others.append(f"{item.location} (a candidate's record)")
-            continue
         entry = item.entry
         if entry is None:
             raise GoldenBaselineError(
                 "GoldenRecordCorrupt",
                 f"golden record {item.location} cannot be read: {item.problem}",
             )
+        if name.role is not Role.BASELINE and not entry.self_scored:
+            # This candidate's outputs forked from its baseline's: it was scored along the
+            # other side's sequence and kept hidden states only where the two agreed.
+            others.append(f"{item.location} (a candidate's record, scored along another sequence)")
+            continue
         if entry.suite_digest != digest:
             others.append(f"{entry.location} (suite {entry.suite_digest[:12]})")
             continue

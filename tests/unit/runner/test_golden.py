@@ -17,11 +17,13 @@ import pytest
 from infergate.api.golden import GoldenSpec
 from infergate.golden.blobs import DirectoryStore
 from infergate.golden.keys import Role
-from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_DIR_ENV
+from infergate.golden.policy import StoragePolicy
+from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_DIR_ENV, HiddenStatesPolicy
 from infergate.golden.store import GoldenStore
-from infergate.runner.golden import golden_from_env
+from infergate.runner.golden import _choose, golden_from_env
 from infergate.runner.report_store import read_report
 from infergate.runner.run import EXIT_DONE, EXIT_RETRY, run_check
+from tests.unit.golden.records import CANARY, DIGEST, STABLE, check, pair
 
 from .fakes import FakeApi, ToyConnector, ToyEngine
 from .test_run import FAST, PROBE_IP, cluster, conditions, engines, status
@@ -248,11 +250,30 @@ def test_a_record_of_other_sampling_is_an_error_never_a_pass(tmp_path: Path) -> 
     assert "(suite " in message
 
 
-def test_a_candidates_record_is_no_baseline(tmp_path: Path) -> None:
-    _recorded(tmp_path)  # bbbbbbbbbb was the candidate: scored along aaaaaaaaaa's sequence
+def test_a_candidates_record_with_the_same_outputs_serves_as_a_baseline(tmp_path: Path) -> None:
+    # bbbbbbbbbb was the candidate and answered exactly as aaaaaaaaaa: scored along its own
+    # sequence, so a promoted canary's record can be a later baseline.
+    _recorded(tmp_path)
     api = _against_golden(tmp_path, baseline={"golden": {"revision": "bbbbbbbbbb"}})
-    assert status(api)["phase"] == "Error"
-    assert "a candidate's record" in json.dumps(status(api))
+    assert status(api)["phase"] == "Passed"
+    assert status(api)["goldenBaseline"]["revision"] == "bbbbbbbbbb"
+
+
+def test_a_candidates_record_whose_outputs_forked_is_no_baseline(tmp_path: Path) -> None:
+    store = GoldenStore(DirectoryStore(tmp_path))
+    recording = store.begin(check(), StoragePolicy(HiddenStatesPolicy.FULL, max_bytes=8 << 20))
+    with recording:
+        recording.add(*pair("p0", seed=0))
+        recording.add(*pair("p1", seed=1, fork_at=3))
+        base, cand = recording.commit()
+    assert base.self_scored is True
+    assert cand.self_scored is False
+    items = store.list_entries()
+    chosen, others = _choose(items, revision=CANARY, exclude=None, digest=DIGEST, fingerprint=None)
+    assert chosen is None
+    assert "scored along another sequence" in others[0]
+    chosen, _ = _choose(items, revision=STABLE, exclude=None, digest=DIGEST, fingerprint=None)
+    assert chosen == base
 
 
 def test_a_corrupt_record_is_an_error_never_a_pass(tmp_path: Path) -> None:
