@@ -91,7 +91,8 @@ class GoldenRecordStatus(KubeModel):
     stored: bool
     """Both sides' records are in the store and listed in its index."""
     store: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
-    """The store, as the operator configured it: `directory <path>` or `s3 <endpoint>/<bucket>/<prefix>`."""
+    """The store, as the operator configured it: `directory <path>` or
+    `s3 <endpoint>/<bucket>/<prefix>`."""
     suite_digest: str | None = Field(default=None, max_length=64)
     """Content digest of the suite and sampling the records answer."""
     entries: list[Annotated[str, StringConstraints(max_length=SHORT_TEXT_MAX)]] = Field(
