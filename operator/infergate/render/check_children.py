@@ -47,6 +47,7 @@ from infergate.render.vllm import pooling_args
 
 RUNNER_CONTAINER = "runner"
 _GOLDEN_VOLUME = "golden"
+_RUNNER_UID = 1000
 _SCRATCH_VOLUME = "scratch"
 _SCRATCH_PATH = "/var/lib/infergate/scratch"
 """The runner's TMPDIR when it keeps golden records: an emptyDir (the root is read-only)."""
@@ -308,7 +309,7 @@ def runner_job(
         "restartPolicy": "Never",
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": 1000,
+            "runAsUser": _RUNNER_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
@@ -316,6 +317,9 @@ def runner_job(
     if volumes:
         container["volumeMounts"] = mounts
         pod["volumes"] = volumes
+    if golden is not None and golden.store.pvc is not None:
+        # The runner (uid 1000) writes to the claim: its files belong to that group.
+        pod["securityContext"]["fsGroup"] = _RUNNER_UID
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -192,6 +192,7 @@ def test_the_operators_golden_store_reaches_the_runner_and_nothing_else_does() -
     assert volumes[mounts[GOLDEN_MOUNT_PATH]]["persistentVolumeClaim"] == {
         "claimName": "golden-records"
     }
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
     # The root stays read-only; scratch space is the pod's own emptyDir.
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert "emptyDir" in volumes[mounts[env["TMPDIR"]["value"]]]
