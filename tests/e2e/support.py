@@ -70,17 +70,6 @@ class Operator:
         )
 
 
-GOLDEN_CLAIM = "golden-records"
-GOLDEN_CONFIG = {"store": {"pvc": {"claimName": GOLDEN_CLAIM}}, "hiddenStates": "full"}
-
-
-def golden_store_dir(namespace: str) -> Path:
-    """Where the local executor keeps the golden claim of `namespace`."""
-    from infergate.localcluster.layout import cache_dir
-
-    return cache_dir() / "pvc" / namespace / GOLDEN_CLAIM
-
-
 def install_operator(cluster: Cluster) -> Iterator[Operator]:
     apply_crds(cluster)
     documents = []
@@ -97,10 +86,6 @@ def install_operator(cluster: Cluster) -> Iterator[Operator]:
             "--resync-seconds=2",
             # The fixture model is a file:// model in the cache: the one directory allowed.
             f"--allow-host-path={default_model_dir().parent}",
-            # Every Passed check stores its golden records on a claim of its namespace (the
-            # local executor keeps claims under the cache); full states: the fixture's
-            # records are small, and a golden baseline then compares hidden states too.
-            f"--golden-config={json.dumps(GOLDEN_CONFIG)}",
         ],
     )
     operator = Operator(
