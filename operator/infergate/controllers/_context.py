@@ -11,6 +11,7 @@ import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
 
+from infergate.api.golden import GoldenSpec
 from infergate.controllers._resync import Schedule
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
@@ -44,6 +45,10 @@ class OperatorOptions:
     runner_image: str = DEFAULT_RUNNER_IMAGE
     """Image of every runner Job: the operator's own (env INFERGATE_RUNNER_IMAGE), never a
     user's choice."""
+    golden: GoldenSpec | None = None
+    """The golden record store and size policy every runner Job gets (`--golden-config`);
+    None: no records are kept. An operator setting: a tenant cannot point a runner at
+    storage of its choosing."""
 
 
 OPTIONS = OperatorOptions()
