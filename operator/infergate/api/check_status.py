@@ -86,6 +86,42 @@ class RunnerServiceAccount(KubeModel):
     another identity and may not write this status."""
 
 
+class GoldenRecordStatus(KubeModel):
+    """Where a Passed check's golden records went (the operator's record store), or why
+    none were stored."""
+
+    stored: bool
+    """Both sides' records are in the store and listed in its index."""
+    store: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """The store, as the operator configured it: `directory <path>` or
+    `s3 <endpoint>/<bucket>/<prefix>`."""
+    suite_digest: str | None = Field(default=None, max_length=64)
+    """Content digest of the suite and sampling the records answer."""
+    entries: list[Annotated[str, StringConstraints(max_length=SHORT_TEXT_MAX)]] = Field(
+        default_factory=list, max_length=2
+    )
+    """Index entries written (namespace/deployment/name): the baseline's, then the candidate's."""
+    size_bytes: int | None = Field(default=None, ge=0)
+    """Bytes both records take in the store."""
+    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    """Why nothing was stored, or what the records kept (hidden-state forms)."""
+
+
+class GoldenBaselineStatus(KubeModel):
+    """The golden record a check used as its baseline."""
+
+    entry: str = Field(max_length=SHORT_TEXT_MAX)
+    """Index entry (namespace/deployment/name) of the record."""
+    store: str = Field(max_length=SHORT_TEXT_MAX)
+    """The store it was read from."""
+    revision: str = Field(max_length=SHORT_TEXT_MAX)
+    """Revision the record was made of."""
+    recorded: datetime
+    """When the record was made (the check that stored it)."""
+    check: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """The Passed check that stored it."""
+
+
 class ParityCheckStatus(KubeModel):
     """Observed state of a ParityCheck, written by the operator."""
 
@@ -131,3 +167,7 @@ class ParityCheckStatus(KubeModel):
     """Both sides' throughput and latency under the same load, and the judged changes."""
     shadow: ShadowStatus | None = None
     """What the mirror copied and scored (source shadow)."""
+    golden: GoldenRecordStatus | None = None
+    """Golden records of this check: where they went (only a Passed check stores them)."""
+    golden_baseline: GoldenBaselineStatus | None = None
+    """The golden record used as the baseline, when spec.baseline.golden is set."""

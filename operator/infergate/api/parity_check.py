@@ -27,6 +27,7 @@ from infergate.api.common import (
     ResourceRequirements,
     ShortHash,
 )
+from infergate.api.golden import GoldenBaseline
 from infergate.api.load import Load, Performance
 from infergate.api.prompts import PromptSuite
 from infergate.api.shadow import CheckSource, ShadowSettings
@@ -166,28 +167,36 @@ class Runner(KubeModel):
         return self
 
 
+_DEADLINE_RULE = cel(
+    "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
+    "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
+    field_path=".runner.activeDeadlineSeconds",
+)
+
+# A shadow check judges mirrored live requests: no suite, and nothing that drives one.
+_SOURCE_RULES = (
+    cel(
+        "has(self.source) && self.source == 'shadow' ? !has(self.suite) : has(self.suite)",
+        "suite is required with source suite (the default) and not allowed with source "
+        "shadow, which judges mirrored live requests",
+        field_path=".suite",
+    ),
+    cel(
+        "!has(self.source) || self.source == 'suite' || "
+        "(!has(self.load) && !has(self.performance))",
+        "load and performance drive the suite's prompts: not allowed with source shadow",
+        field_path=".source",
+    ),
+)
+
+
 class ParityCheckTemplate(KubeModel):
     """What to compare and how to judge it; the two sides are added by the operator or the user."""
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
-            cel(
-                "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
-                "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
-                field_path=".runner.activeDeadlineSeconds",
-            ),
-            cel(
-                "has(self.source) && self.source == 'shadow' ? !has(self.suite) : has(self.suite)",
-                "suite is required with source suite (the default) and not allowed with source "
-                "shadow, which judges mirrored live requests",
-                field_path=".suite",
-            ),
-            cel(
-                "!has(self.source) || self.source == 'suite' || "
-                "(!has(self.load) && !has(self.performance))",
-                "load and performance drive the suite's prompts: not allowed with source shadow",
-                field_path=".source",
-            ),
+            _DEADLINE_RULE,
+            *_SOURCE_RULES,
         )
     )
 
@@ -330,8 +339,9 @@ class Side(KubeModel):
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
             cel(
-                "has(self.inferenceDeploymentRef) != has(self.endpoint)",
-                "exactly one of inferenceDeploymentRef or endpoint must be set",
+                "[has(self.inferenceDeploymentRef), has(self.endpoint), has(self.golden)]"
+                ".filter(x, x).size() == 1",
+                "exactly one of inferenceDeploymentRef, endpoint or golden must be set",
             ),
             cel(
                 "!has(self.revision) || has(self.inferenceDeploymentRef)",
@@ -349,12 +359,18 @@ class Side(KubeModel):
     stable revision.
     """
     endpoint: Endpoint | None = None
-    """A server given by URL. Exclusive with inferenceDeploymentRef."""
+    """A server given by URL. Exclusive with inferenceDeploymentRef and golden."""
+    golden: GoldenBaseline | None = None
+    """A golden record from the operator's store, in place of running pods (baseline only).
+    Exclusive with inferenceDeploymentRef and endpoint."""
 
     @model_validator(mode="after")
     def _one_side(self) -> Self:
-        if (self.inference_deployment_ref is None) == (self.endpoint is None):
-            raise ValueError("exactly one of inferenceDeploymentRef or endpoint must be set")
+        kinds = [self.inference_deployment_ref, self.endpoint, self.golden]
+        if sum(kind is not None for kind in kinds) != 1:
+            raise ValueError(
+                "exactly one of inferenceDeploymentRef, endpoint or golden must be set"
+            )
         if self.revision is not None and self.inference_deployment_ref is None:
             raise ValueError(
                 "revision selects a revision of an InferenceDeployment; "
@@ -366,10 +382,55 @@ class Side(KubeModel):
 class ParityCheckSpec(ParityCheckTemplate):
     """A parity check: the template plus the two sides to compare."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            _DEADLINE_RULE,
+            *_SOURCE_RULES,
+            cel(
+                "!has(self.candidate.golden)",
+                "candidate.golden is not allowed: the candidate is the side being judged and "
+                "must run; a golden record can only be the baseline",
+            ),
+            cel(
+                "!has(self.baseline.golden) || has(self.baseline.golden.inferenceDeploymentRef)"
+                " || has(self.candidate.inferenceDeploymentRef)",
+                "baseline.golden needs an InferenceDeployment: set "
+                "baseline.golden.inferenceDeploymentRef, or make the candidate a revision",
+            ),
+        )
+    )
+
     baseline: Side
     """The reference side (in a rollout: the stable revision)."""
     candidate: Side
     """The side being judged (in a rollout: the canary revision)."""
+
+    @model_validator(mode="after")
+    def _golden_baseline_only(self) -> Self:
+        if self.candidate.golden is not None:
+            raise ValueError(
+                "candidate.golden is not allowed: the candidate is the side being judged and "
+                "must run; a golden record can only be the baseline"
+            )
+        golden = self.baseline.golden
+        if (
+            golden is not None
+            and golden.inference_deployment_ref is None
+            and self.candidate.inference_deployment_ref is None
+        ):
+            raise ValueError(
+                "baseline.golden needs an InferenceDeployment: set "
+                "baseline.golden.inferenceDeploymentRef, or make the candidate a revision"
+            )
+        return self
+
+    def golden_deployment(self) -> str | None:
+        """The InferenceDeployment whose golden record is the baseline (None: not golden)."""
+        golden = self.baseline.golden
+        if golden is None:
+            return None
+        ref = golden.inference_deployment_ref or self.candidate.inference_deployment_ref
+        return ref.name if ref is not None else None
 
 
 class ParityCheck(KubeModel):

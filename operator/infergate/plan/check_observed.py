@@ -48,9 +48,12 @@ class SideRef:
     """One side of a check as its spec names it."""
 
     deployment: str | None
-    """InferenceDeployment name (same namespace); None for an endpoint."""
+    """InferenceDeployment name (same namespace); None for an endpoint or a golden record
+    (neither has pods the controller waits for or probes)."""
     revision: str | None
     """Revision named in the spec; None: the deployment's stable one."""
+    golden: bool = False
+    """A golden record (the runner reads it from the operator's store)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ class CheckChild:
 
 
 def _side(side: Side) -> SideRef:
+    if side.golden is not None:
+        return SideRef(deployment=None, revision=None, golden=True)
     ref = side.inference_deployment_ref
     return SideRef(deployment=ref.name if ref is not None else None, revision=side.revision)
 
