@@ -69,7 +69,7 @@ from infergate.kube.client import (
 from infergate.localcluster.layout import ClusterLayout
 
 NODE_PREFIX = "soak-gpu"
-TERMINAL = ("Passed", "Failed", "Error")
+TERMINAL = ("Passed", "Failed", "Inconclusive", "Error")
 SETTLED = ("Stable", "RolledBack")
 # The label the ParityCheck controller puts on a check's children, value "report" on its
 # report ConfigMap.

@@ -53,7 +53,7 @@ from infergate.suite import inline, medium_prompts  # noqa: E402
 NAMESPACE = "infergate-demo"
 OPERATOR_NAMESPACE = "infergate-system"
 NAME = "qwen"
-TERMINAL = ("Passed", "Failed", "Error")
+TERMINAL = ("Passed", "Failed", "Inconclusive", "Error")
 
 # Enough evidence for a verdict (the profiles' 32 prompts and 4096 scored positions) from
 # prompts of about a hundred tokens; the engines run with maxModelLen 512 on CPU, so no

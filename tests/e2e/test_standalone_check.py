@@ -58,7 +58,8 @@ def check(name: str, baseline: str, candidate: str) -> dict[str, Any]:
             "baseline": {"endpoint": {"url": baseline, "model": MODEL_NAME}},
             "candidate": {"endpoint": {"url": candidate, "model": MODEL_NAME}},
             "suite": {"inline": SUITE},
-            "sampling": {"maxTokens": 16, "topLogprobs": 5},
+            # 64: fp32-cross-framework judges the first fork's P10 against 64 tokens.
+            "sampling": {"maxTokens": 64, "topLogprobs": 5},
             "profile": "fp32-cross-framework",
             "thresholds": dict(SHORT_CONTEXT),
             "runner": {"activeDeadlineSeconds": 300, "backoffLimit": 0},
