@@ -137,7 +137,11 @@ def _check_summary(obj: JSON) -> dict[str, Any]:
 
 
 def _active_checks(latest: dict[str, Any]) -> int:
-    return sum(1 for s in latest.values() if s["phase"] not in ("Passed", "Failed", "Inconclusive", "Error"))
+    return sum(
+        1
+        for s in latest.values()
+        if s["phase"] not in ("Passed", "Failed", "Inconclusive", "Error")
+    )
 
 
 class Run:

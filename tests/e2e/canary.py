@@ -129,7 +129,11 @@ class Rollout:
             if found.returncode != 0:
                 return None
             status = check_status(self.cluster, self.namespace, name)
-            return status if status.get("phase") in ("Passed", "Failed", "Inconclusive", "Error") else None
+            return (
+                status
+                if status.get("phase") in ("Passed", "Failed", "Inconclusive", "Error")
+                else None
+            )
 
         try:
             return wait_for(ended, timeout, f"ParityCheck {name} to end", interval=2.0)

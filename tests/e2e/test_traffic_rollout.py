@@ -126,7 +126,9 @@ def test_dark_a_harmful_canary_never_serves_a_client(story: Story) -> None:
                 canary_counts.append(count)
         urls_seen.update(story.stable_urls())
         status = check_status(story.cluster, story.namespace, story.rollout.check_name(canary))
-        return status if status.get("phase") in ("Passed", "Failed", "Inconclusive", "Error") else None
+        return (
+            status if status.get("phase") in ("Passed", "Failed", "Inconclusive", "Error") else None
+        )
 
     check = wait_for(check_ended, 1800, "the harmful canary's check", interval=2.0)
     story.clock.mark(f"check {check['phase']}")
