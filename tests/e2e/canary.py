@@ -26,9 +26,7 @@ def mindformers_deployment(
     seed: int = 42,
     config: dict[str, Any] | None = None,
     auto_promote: bool = True,
-    # fp32-cross-framework decides the first fork's P10 against 64 tokens: a check that
-    # generates fewer cannot show it and ends Inconclusive (the profile's evidence rule).
-    max_tokens: int = 64,
+    max_tokens: int = 12,
     suite: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """MindFormers (float32, its adapter serves its own hidden states) on the Ascend executor."""
@@ -56,7 +54,11 @@ def mindformers_deployment(
                 "parity": {
                     "suite": {"inline": copy.deepcopy(suite or SUITE)},
                     "sampling": {"maxTokens": max_tokens, "topLogprobs": 5},
-                    "profile": "fp32-cross-framework",
+                    # Same engine, dtype and config on both sides (a seed or nothing
+                    # changed): a replay, judged bit for bit. Measured on this cluster: two
+                    # MindFormers fp32 processes agree exactly on 36 prompts (token match 1,
+                    # mean KL 0, hidden max-abs error 0 over 4761 tokens).
+                    "profile": "strict",
                     "thresholds": dict(SHORT_CONTEXT),
                     "runner": {"activeDeadlineSeconds": 600, "backoffLimit": 0},
                     "deadlineSeconds": 900,

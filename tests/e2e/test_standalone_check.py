@@ -58,9 +58,9 @@ def check(name: str, baseline: str, candidate: str) -> dict[str, Any]:
             "baseline": {"endpoint": {"url": baseline, "model": MODEL_NAME}},
             "candidate": {"endpoint": {"url": candidate, "model": MODEL_NAME}},
             "suite": {"inline": SUITE},
-            # 64: fp32-cross-framework judges the first fork's P10 against 64 tokens.
-            "sampling": {"maxTokens": 64, "topLogprobs": 5},
-            "profile": "fp32-cross-framework",
+            "sampling": {"maxTokens": 16, "topLogprobs": 5},
+            # Two adapter pods of one image and config: a replay, judged bit for bit.
+            "profile": "strict",
             "thresholds": dict(SHORT_CONTEXT),
             "runner": {"activeDeadlineSeconds": 300, "backoffLimit": 0},
             "deadlineSeconds": 600,
@@ -125,7 +125,7 @@ def test_a_harmful_norm_epsilon_fails_with_reasons_a_person_understands(
     reasons = {r["metric"]: r for r in status["verdict"]["reasons"]}
     assert "rms_norm_eps: 1e-06 -> 0.0001" in reasons["hygiene.ConfigDiffers"]["message"]
     cosine = reasons["minHiddenCosineP1"]
-    assert cosine["value"] < cosine["threshold"] == 0.99999
+    assert cosine["value"] < cosine["threshold"] == 1.0  # strict: bit for bit
     assert cosine["prompts"]
 
     def failed_event() -> bool:
