@@ -143,7 +143,11 @@ _BF16_SOURCES = {
     "maxLogPerplexityRatio": _PPL,
     "maxHiddenNormLogRatio": _NORM,
     "minHiddenCosineP1": f"{_OURS_HIDDEN} (1 - cos 7e-5, 7x); {_DEPTH}",
-    "minHiddenCosine": f"{_MSPROBE_COS} at 28 layers; 0.999 at the fixture's 2; {_DEPTH}",
+    "minHiddenCosine": (
+        f"{_MSPROBE_COS} at 28 layers; at the fixture's 2: experiments/GATE_BENCH.md "
+        "calibration, benign bf16 vs fp32 worst token 1 - cos = 1.06e-3 over 35,813 tokens, "
+        f"9x (the rule for quadratic errors) gives 0.99 (0.999 failed that benign pair); {_DEPTH}"
+    ),
     "maxHiddenRelL2P99": f"{_OURS_HIDDEN} (P99 about 1.2e-2, 2.5x); {_DEPTH}",
     "maxIllegitimateDivergenceRate": _ILLEGIT,
     "maxDivergenceLogprobGap": f"{_TAU_BF16}; scaled by the dtype rounding step at the logit",
@@ -183,7 +187,7 @@ _BF16_BLOCK = Thresholds(
     max_log_perplexity_ratio=1e-2,
     max_hidden_norm_log_ratio=5e-3,
     min_hidden_cosine_p1=0.9995,
-    min_hidden_cosine=0.999,
+    min_hidden_cosine=0.99,
     max_hidden_rel_l2_p99=3e-2,
     max_illegitimate_divergence_rate=0.1,
     max_divergence_logprob_gap=0.1,

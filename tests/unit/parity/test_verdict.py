@@ -514,7 +514,7 @@ def test_failed_reason_names_metric_value_bounds_and_prompt() -> None:
     check = next(c for c in verdict.checks if c.key == "minHiddenCosine")
     assert check.outcome == "fail"
     assert check.value is not None
-    assert check.threshold == 0.999
+    assert check.threshold == 0.99
     assert check.worst_prompts[0].startswith("p3 ")
 
 
