@@ -125,3 +125,68 @@ def test_pair_report_lists_every_numeric_per_prompt_field() -> None:
 def test_bad_pair_argument_names_the_expected_form(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["parity", "calibrate", "--pair", "only-one-dir"]) == 2
     assert "[LABEL=]BASELINE:CANDIDATE" in capsys.readouterr().err
+
+
+class _Serving:
+    """A channel that answers with what it was asked, counting calls and threads."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.calls: list[tuple[str, object]] = []
+        self.threads: set[int] = set()
+        self._lock = threading.Lock()
+        self._threading = threading
+
+    def _note(self, kind: str, key: object) -> None:
+        with self._lock:
+            self.calls.append((kind, key))
+            self.threads.add(self._threading.get_ident())
+
+    def tokenize(self, text: str) -> list[int]:
+        return [len(text)]
+
+    def complete(
+        self, prompt: list[int], *, max_tokens: int, top_logprobs: int, seed: int
+    ) -> object:
+        self._note("complete", (tuple(prompt), max_tokens, top_logprobs, seed))
+        return ("completion", tuple(prompt), max_tokens)
+
+    def score(
+        self, prompt: list[int], forced: list[int], *, top_logprobs: int, seed: int
+    ) -> object:
+        self._note("score", (tuple(prompt), tuple(forced), top_logprobs, seed))
+        return ("scored", tuple(prompt), tuple(forced))
+
+    def hidden_states(self, token_ids: list[int]) -> object:
+        self._note("hidden", tuple(token_ids))
+        return ("hidden", tuple(token_ids))
+
+
+def test_threaded_prefetch_answers_the_recorder_from_one_concurrent_pass() -> None:
+    from infergate.commands.calibrate import ThreadedPrefetch
+    from infergate.engines.record import RecordSettings
+    from infergate.suite import PromptSpec, Suite
+    from tests.unit.parity.builders import record
+
+    prompts = suite(4)
+    baseline = record(prompts)
+    specs = tuple(
+        PromptSpec(id=p.prompt_id, token_ids=tuple(int(t) for t in p.prompt_token_ids))
+        for p in prompts
+    )
+    inner = _Serving()
+    channel = ThreadedPrefetch(inner, inner, concurrency=4)
+    settings = RecordSettings(max_tokens=8)
+    channel.prefetch(Suite("s", specs), settings, baseline)
+    assert len(inner.calls) == 12, "one completion, one score, one hidden pass per prompt"
+    before = len(inner.calls)
+    for spec, base in zip(specs, prompts, strict=True):
+        ids = list(spec.token_ids or ())
+        assert channel.complete(ids, max_tokens=8, top_logprobs=5, seed=42) == (
+            "completion", tuple(ids), 8,
+        )  # fmt: skip
+        forced = base.output_token_ids.tolist()
+        channel.score(base.prompt_token_ids.tolist(), forced, top_logprobs=5, seed=42)
+        channel.hidden_states(base.prompt_token_ids.tolist() + forced)
+    assert len(inner.calls) == before, "the recorder's calls were all answered from the pass"
