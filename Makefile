@@ -50,16 +50,17 @@ lint: venv
 	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
 	$(BIN)/mypy $(SCRIPTS)
+	$(BIN)/lint-imports
 
 fmt: venv
 	$(BIN)/ruff format $(PY_DIRS)
 	$(BIN)/ruff check --fix $(PY_DIRS)
 
 crds: venv
-	$(BIN)/infergate crds --out crds
+	$(BIN)/infergate crds --out crds --reference docs/api-reference.md
 
 crds-check: venv
-	$(BIN)/infergate crds --check crds
+	$(BIN)/infergate crds --check crds --reference docs/api-reference.md
 
 test-unit: venv
 	$(BIN)/pytest tests/unit

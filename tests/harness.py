@@ -152,6 +152,7 @@ def install_for_session(
             metadata["namespace"] = namespace
         if kind == "ClusterRoleBinding":
             doc["roleRef"]["name"] = cluster_role(doc["roleRef"]["name"])
+        if kind in ("ClusterRoleBinding", "RoleBinding"):
             for subject in doc["subjects"]:
                 subject["namespace"] = namespace
         if kind == "Deployment":
@@ -159,3 +160,19 @@ def install_for_session(
             container["args"] = [*container["args"], *operator_args]
         renamed.append(doc)
     return renamed
+
+
+def leader_pod(cluster: Cluster, namespace: str) -> dict[str, Any] | None:
+    """The operator replica holding the leader Lease of the install in `namespace` (the
+    one that acts and counts), or None while no replica holds it."""
+    found = cluster.kubectl(
+        "get", "lease", "infergate-operator", "-n", namespace, "-o", "json", check=False
+    )
+    if found.returncode != 0:
+        return None
+    holder = str(json.loads(found.stdout)["spec"].get("holderIdentity") or "")
+    name = holder.rsplit("_", 1)[0]  # <pod name>_<process>
+    pods = cluster.get_json(
+        "pods", "-n", namespace, "-l", "app.kubernetes.io/name=infergate-operator"
+    )["items"]
+    return next((p for p in pods if p["metadata"]["name"] == name), None)

@@ -18,12 +18,14 @@ from infergate import __version__
 _COMMAND_MODULES: tuple[str, ...] = (
     "localcluster",
     "crds",
+    "chart",
     "parity",
     "fixture",
     "serve",
     "record",
     "operator",
     "control",
+    "golden",
 )
 
 

@@ -7,7 +7,9 @@ kubectl finds on PATH:
   kubectl infergate -n llm promote qwen --wait
   kubectl infergate abort qwen
   kubectl infergate rollback qwen --to 3f2a9c1d0e
+  kubectl infergate diff qwen                 what the canary changes against stable
   kubectl infergate report qwen -o qwen.html  the last check's HTML report, to a file
+  kubectl infergate golden list --store s3://golden --s3-endpoint https://s3.example.com
 
 As kubectl does, it reads $KUBECONFIG (or --kubeconfig), uses --context when given,
 and -n/--namespace defaults to the context's namespace; these flags go before or
@@ -23,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infergate.commands import control
+from infergate.commands import control, golden
 from infergate.errors import InfergateError, NotFoundError
+from infergate.jsontypes import JSON
 
 _CONNECTION_FLAGS = ("namespace", "kubeconfig", "context")
-JSON = dict[str, Any]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     control.register(commands)
     commands.choices["status"].set_defaults(handler=run_status)
     _register_report(commands)
+    golden.register(commands)
     return parser
 
 
@@ -202,7 +205,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """Write the HTML report (and, with --json, the result) of a check."""
     from infergate.commands.parity_run import html_from_json
-    from infergate.runner.naming import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
+    from infergate.render.check_names import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
     from infergate.runner.report_store import read_report
 
     try:

@@ -81,7 +81,12 @@ def install_operator(cluster: Cluster) -> Iterator[Operator]:
         documents,
         namespace=f"infergate-e2e-{session}",
         cluster_role=lambda name: f"{name}-e2e-{session}",
-        operator_args=[f"--namespace=e2e-{session}-*", "--resync-seconds=2"],
+        operator_args=[
+            f"--namespace=e2e-{session}-*",
+            "--resync-seconds=2",
+            # The fixture model is a file:// model in the cache: the one directory allowed.
+            f"--allow-host-path={default_model_dir().parent}",
+        ],
     )
     operator = Operator(
         cluster=cluster,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from infergate.engines.client import (
     parse_completion_choice,
     parse_prompt_logprobs,
 )
-from infergate.engines.vllm_args import vllm_serve_argv
+from infergate.render.vllm import VllmServe, pooling_args, vllm_serve_args
 from infergate.runtime.backend import BackendError, parse_config_overrides
 from infergate.runtime.mindformers_weights import convert_qwen2_weights, mindformers_name
 
@@ -84,9 +83,13 @@ def test_qwen2_names_map_to_mindformers_including_qkv_bias() -> None:
 
 def test_config_overrides_become_vllm_hf_overrides() -> None:
     overrides = parse_config_overrides(["rms_norm_eps=1e-5", "rope_theta=10000"])
-    argv = vllm_serve_argv(
-        Path("/venv/bin/python"), Path("/m"), dtype="bfloat16", overrides=overrides,
-        host="127.0.0.1", port=8000, served_model_name="m", max_model_len=4096, pooling=True,
+    argv = pooling_args(
+        vllm_serve_args(
+            VllmServe(
+                model="/m", served_model_name="m", dtype="bfloat16", max_model_len=4096,
+                seed=42, host="127.0.0.1", port=8000, config=overrides,
+            )
+        )
     )  # fmt: skip
     hf = json.loads(argv[argv.index("--hf-overrides") + 1])
     assert hf == {

@@ -24,17 +24,20 @@ from typing import Any
 import pytest
 import yaml
 
+from infergate.plan.check_status import spec_digest
 from tests.harness import (
     REPO,
     Cluster,
     apply_crds,
     install_for_session,
+    leader_pod,
     namespace_for,
     release_namespace,
     wait_for,
 )
 
-OPERATOR_DIR = REPO / "manifests" / "operator"
+# The operator and the ParityCheck controller's role, exactly as installed.
+INSTALL_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
 RESYNC_SECONDS = 2
 # Tolerations and selector that put engine pods on KWOK's simulated accelerator nodes,
 # where they become Ready at once and no engine process runs.
@@ -53,7 +56,7 @@ class OperatorInstall:
     cluster: Cluster
     session: str
     namespace: str
-    cluster_role: str
+    cluster_roles: tuple[str, ...]
 
     @property
     def service_account(self) -> str:
@@ -106,19 +109,31 @@ class OperatorInstall:
             return ""
         return self.cluster.pod_log(self.namespace, pod["metadata"]["name"], "operator")
 
+    def leader(self, timeout: float = 60) -> dict[str, Any]:
+        """The replica holding the leader Lease (the one that acts), once there is one."""
+        return wait_for(
+            lambda: leader_pod(self.cluster, self.namespace),
+            timeout,
+            "a replica holding the leader Lease",
+        )
+
     def metrics(self) -> str:
-        """The operator's /metrics, fetched from its (loopback) pod IP."""
+        """The acting replica's /metrics, fetched from its (loopback) pod IP."""
         import httpx
 
-        pod = self.wait_ready()
+        self.wait_ready()
+        pod = self.leader()
         response = httpx.get(f"http://{pod['status']['podIP']}:9090/metrics", timeout=10)
         response.raise_for_status()
         return response.text
 
 
 def _documents(cluster: Cluster) -> list[dict[str, Any]]:
-    built = cluster.kubectl("kustomize", str(OPERATOR_DIR)).stdout
-    return [d for d in yaml.safe_load_all(built) if d]
+    documents = []
+    for directory in INSTALL_DIRS:
+        built = cluster.kubectl("kustomize", str(directory)).stdout
+        documents += [d for d in yaml.safe_load_all(built) if d]
+    return documents
 
 
 def session_manifests(
@@ -126,18 +141,16 @@ def session_manifests(
 ) -> list[dict[str, Any]]:
     """The operator's manifests for one test session, watching the namespaces of `pattern`.
 
-    Besides the names, the operator's arguments gain a short resync and
-    `--disable-controller=paritycheck` (the tests write verdicts themselves): the rules of
-    the ClusterRole are applied exactly as written.
+    Besides the names, the operator's arguments gain a short resync: the rules of the
+    ClusterRole are applied exactly as written, and both controllers run.
     """
     return install_for_session(
         documents,
         namespace=f"infergate-it-{session}",
-        cluster_role=lambda _: f"infergate-operator-it-{session}",
+        cluster_role=lambda name: f"{name}-it-{session}",
         operator_args=[
             f"--namespace={pattern}",
             f"--resync-seconds={RESYNC_SECONDS}",
-            "--disable-controller=paritycheck",
         ],
     )
 
@@ -157,13 +170,14 @@ def install_operator(request: pytest.FixtureRequest, cluster: Cluster) -> Operat
         cluster=cluster,
         session=session,
         namespace=f"infergate-it-{session}",
-        cluster_role=f"infergate-operator-it-{session}",
+        cluster_roles=tuple(d["metadata"]["name"] for d in documents if d["kind"] == "ClusterRole"),
     )
 
     def uninstall() -> None:
         cluster.kubectl("delete", "namespace", install.namespace, "--wait=false", check=False)
         for kind in ("clusterrolebinding", "clusterrole"):
-            cluster.kubectl("delete", kind, install.cluster_role, check=False)
+            for name in install.cluster_roles:
+                cluster.kubectl("delete", kind, name, check=False)
 
     request.config.add_cleanup(uninstall)
     cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents))
@@ -306,8 +320,15 @@ class Idep:
 
         return canary, wait_for(check, timeout, f"ParityCheck {name}")
 
-    def verdict(self, check: str, phase: str, *, passed: bool | None = None) -> None:
-        """Write a ParityCheck's status as its controller would (admin, status subresource)."""
+    def verdict(
+        self, check: str, phase: str, *, passed: bool | None = None, bound: bool = True
+    ) -> None:
+        """Write a ParityCheck's status as its runner would (admin, status subresource): a
+        verdict bound to the spec, generation and revisions it judged, unless `bound` is
+        False (a forged one). The simulated sides never answer, so the real runner the
+        controller starts only waits for them; the test's verdict ends the check first."""
+        body = self.cluster.get_json("pcheck", check, "-n", self.namespace)
+        spec = body["spec"]
         status: dict[str, Any] = {"phase": phase}
         if passed is not None:
             outcome = "Passed" if passed else "Failed"
@@ -317,6 +338,14 @@ class Idep:
                 "summary": f"{phase} (written by the test)",
             }
             status["metrics"] = {"tokenMatchRate": 1.0 if passed else 0.5}
+        if bound:
+            status["baselineRevision"] = spec["baseline"].get("revision")
+            status["candidateRevision"] = spec["candidate"].get("revision")
+            if passed is not None:
+                status["verdict"] |= {
+                    "specDigest": spec_digest(spec),
+                    "generation": body["metadata"]["generation"],
+                }
         self.cluster.kubectl(
             "patch", "pcheck", check, "-n", self.namespace, "--subresource=status",
             "--type=merge", "-p", json.dumps({"status": status}),

@@ -168,3 +168,20 @@ def test_migration_is_an_update_of_the_same_object(crds: Cluster, namespace: str
     )
     listed = crds.kubectl("get", "infergate", "-n", namespace, "-o", "name").stdout.split()
     assert "inferencedeployment.infergate.io/qwen" in listed
+
+
+def test_a_parity_check_spec_cannot_be_edited(crds: Cluster, namespace: str) -> None:
+    crds.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES_DIR / "paritycheck.yaml"))
+    for patch in (
+        {"spec": {"candidate": {"revision": "0123456789"}}},  # point it at another revision
+        {"spec": {"disabledChecks": ["minTokenMatchRate"]}},  # switch a check off
+        {"spec": {"thresholds": {"minTokenMatchRate": 0.1}}},
+    ):
+        edited = crds.kubectl(
+            "patch", "pcheck", "qwen-vs-reference", "-n", namespace, "--type=merge",
+            "-p", json.dumps(patch), check=False,
+        )  # fmt: skip
+        assert edited.returncode != 0, patch
+        assert "spec: Forbidden: spec is immutable" in edited.stderr, edited.stderr
+    # Metadata stays editable (labels, kopf's annotations, finalizers).
+    crds.kubectl("label", "pcheck", "qwen-vs-reference", "-n", namespace, "team=llm")

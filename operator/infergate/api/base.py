@@ -17,6 +17,12 @@ from pydantic.alias_generators import to_camel
 GROUP = "infergate.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+# Kinds and plurals of the two resources: the CRDs, the API client, the kopf handlers and
+# the rendered RBAC rules all name them from here.
+INFERENCE_DEPLOYMENT_KIND = "InferenceDeployment"
+INFERENCE_DEPLOYMENTS_PLURAL = "inferencedeployments"
+PARITY_CHECK_KIND = "ParityCheck"
+PARITY_CHECKS_PLURAL = "paritychecks"
 
 # Upper bounds that keep the CEL cost estimate of every rule inside the API
 # server's per-rule budget: a rule over an unbounded list or string is

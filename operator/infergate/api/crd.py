@@ -7,13 +7,23 @@ subresources and root-level rules are declared here.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
-from infergate.api.base import GROUP, VERSION, cel
+from infergate.api.base import (
+    GROUP,
+    INFERENCE_DEPLOYMENT_KIND,
+    INFERENCE_DEPLOYMENTS_PLURAL,
+    PARITY_CHECK_KIND,
+    PARITY_CHECKS_PLURAL,
+    VERSION,
+    cel,
+)
 from infergate.api.check_status import ParityCheckStatus
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import (
@@ -45,6 +55,7 @@ class ResourceKind:
     status: type[BaseModel]
     printer_columns: tuple[dict[str, Any], ...]
     root_rules: tuple[dict[str, str], ...] = ()
+    spec_rules: tuple[dict[str, str], ...] = ()
     scale: dict[str, str] | None = None
 
     @property
@@ -73,8 +84,8 @@ def _column(
 _AGE = _column("Age", ".metadata.creationTimestamp", "Time since creation.", "date")
 
 INFERENCE_DEPLOYMENT = ResourceKind(
-    kind="InferenceDeployment",
-    plural="inferencedeployments",
+    kind=INFERENCE_DEPLOYMENT_KIND,
+    plural=INFERENCE_DEPLOYMENTS_PLURAL,
     short_names=("idep", "infdep"),
     description=(
         "InferenceDeployment serves one model on vLLM (NVIDIA GPU) or MindFormers (Huawei "
@@ -109,8 +120,8 @@ INFERENCE_DEPLOYMENT = ResourceKind(
 )
 
 PARITY_CHECK = ResourceKind(
-    kind="ParityCheck",
-    plural="paritychecks",
+    kind=PARITY_CHECK_KIND,
+    plural=PARITY_CHECKS_PLURAL,
     # Not "pc": kubectl resolves that to the built-in PriorityClass.
     short_names=("pcheck",),
     description=(
@@ -120,6 +131,16 @@ PARITY_CHECK = ResourceKind(
     ),
     spec=ParityCheckSpec,
     status=ParityCheckStatus,
+    spec_rules=(
+        # A verdict is about what the check was created to compare: an edited spec would
+        # let a Passed verdict stand for another comparison (other sides, checks switched off).
+        cel(
+            "self == oldSelf",
+            "spec is immutable: a ParityCheck judges exactly what it was created with; "
+            "delete it and create a new check to compare something else",
+            reason="FieldValueForbidden",
+        ),
+    ),
     printer_columns=(
         _column("Phase", ".status.phase", "Pending, Running, Passed, Failed or Error."),
         _column("Baseline", ".status.baselineRevision", "Revision of the baseline."),
@@ -137,9 +158,18 @@ RESOURCE_KINDS: tuple[ResourceKind, ...] = (INFERENCE_DEPLOYMENT, PARITY_CHECK)
 
 def openapi_schema(resource: ResourceKind) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of the whole object."""
-    spec = to_structural(resource.spec.model_json_schema(by_alias=True, mode="validation"))
-    status = to_structural(resource.status.model_json_schema(by_alias=True, mode="validation"))
+    spec = document_defaults(
+        to_structural(resource.spec.model_json_schema(by_alias=True, mode="validation"))
+    )
+    status = document_defaults(
+        to_structural(resource.status.model_json_schema(by_alias=True, mode="validation"))
+    )
     spec["description"] = (resource.spec.__doc__ or "").strip()
+    if resource.spec_rules:
+        spec["x-kubernetes-validations"] = [
+            *spec.get("x-kubernetes-validations", []),
+            *resource.spec_rules,
+        ]
     status["description"] = (resource.status.__doc__ or "").strip()
     schema: dict[str, Any] = {
         "description": resource.description,
@@ -159,6 +189,42 @@ def openapi_schema(resource: ResourceKind) -> dict[str, Any]:
     }
     if resource.root_rules:
         schema["x-kubernetes-validations"] = list(resource.root_rules)
+    return schema
+
+
+def default_text(value: Any) -> str:
+    """A default as a person writes it in YAML: 42, true, Equal, 0.95."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value else '""'
+    return json.dumps(value)
+
+
+def states_default(description: str, value: Any) -> bool:
+    """Whether a description names `value` as its default ("Default: 42", "(default 42)")."""
+    shown = re.escape(default_text(value))
+    return re.search(rf"\bdefault:?\s+{shown}(?!\w|\.\d)", description, re.IGNORECASE) is not None
+
+
+def document_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """Say each property's default in its description, so `kubectl explain` shows it.
+
+    Descriptions that already name their default are left as they are; empty objects
+    and lists as defaults ("every field at its own default") are not repeated.
+    """
+    for child in (schema.get("properties") or {}).values():
+        document_defaults(child)
+        if "default" not in child or child["default"] in ({}, []):
+            continue
+        description = child.get("description", "")
+        shown = default_text(child["default"])
+        if not states_default(description, child["default"]):
+            child["description"] = f"{description.rstrip()} Default: {shown}.".lstrip()
+    if isinstance(schema.get("items"), dict):
+        document_defaults(schema["items"])
+    if isinstance(schema.get("additionalProperties"), dict):
+        document_defaults(schema["additionalProperties"])
     return schema
 
 

@@ -37,6 +37,10 @@ class RevisionRecord(KubeModel):
     """Suite-level metrics of its parity check."""
     parity_check: ObjectName | None = None
     """Name of its ParityCheck."""
+    parity_check_uid: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """uid of the ParityCheck the operator created for this attempt: only that object's verdict
+    counts, so a check of the same name made by anyone else is never taken for it.
+    """
     rejected: bool = False
     """True when its check failed or erred: not retried until the spec changes."""
     message: str | None = Field(default=None, max_length=4096)

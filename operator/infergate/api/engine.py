@@ -11,8 +11,23 @@ from typing import Annotated, Any, Self
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from infergate.api.base import SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
+from infergate.api.engine_env import RESERVED_ENV, RESERVED_ENV_PREFIX, EnvVar
 from infergate.api.enums import AcceleratorKind, DType, EngineKind
-from infergate.api.model_uri import MODEL_URI_FORMS, MODEL_URI_PATTERN, parse_model_uri
+from infergate.api.model_uri import (
+    MODEL_URI_FORMS,
+    MODEL_URI_PATTERN,
+    MODEL_URI_TRAVERSAL_MESSAGE,
+    MODEL_URI_TRAVERSAL_PATTERN,
+    parse_model_uri,
+)
+from infergate.api.pinned import (
+    ARGS_MESSAGE,
+    CONFIG_MESSAGE,
+    MINDFORMERS_PINNED_CONFIG_KEYS,
+    PINNED_ARG_PATTERN,
+    pinned_config_keys,
+    pinned_flag,
+)
 
 # An image must be pinned by a tag other than latest, or by digest: the
 # revision hash covers the image reference, so a moving reference would let
@@ -27,33 +42,8 @@ _IMAGE_MESSAGE = (
     "e.g. vllm/vllm-openai:v0.32.0"
 )
 
-# Flags the renderer sets from typed fields; setting them again in args would
-# bypass the pinned value (or, for --config, load unpinned flags from a file).
-PINNED_FLAGS: tuple[str, ...] = (
-    "--model",
-    "--served-model-name",
-    "--dtype",
-    "--max-model-len",
-    "--tensor-parallel-size",
-    "-tp",
-    "--seed",
-    "--host",
-    "--port",
-    "--generation-config",
-    "--hf-overrides",
-    "--revision",
-    "--engine",
-    "--config",
-)
-_PINNED_FLAGS_CEL = "[" + ", ".join(f"'{flag}'" for flag in PINNED_FLAGS) + "]"
-_ARGS_MESSAGE = (
-    "args must not set " + ", ".join(PINNED_FLAGS) + ": they are pinned from spec.model and "
-    "spec.engine (dtype, maxModelLen, tensorParallelSize, seed, config); set those fields instead"
-)
-
-_RESERVED_ENV_PREFIX = "INFERGATE_"
-_RESERVED_ENV = ("POD_IP",)
 SIZE_PER_POD_MAX = 16
+CONFIG_KEYS_MAX = 128
 
 ArgString = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 
@@ -67,11 +57,13 @@ class ModelSource(KubeModel):
         min_length=1,
         max_length=URI_MAX,
         json_schema_extra=cel_rules(
-            cel(f"self.matches(r'{MODEL_URI_PATTERN}')", f"uri must be one of {MODEL_URI_FORMS}")
+            cel(f"self.matches(r'{MODEL_URI_PATTERN}')", f"uri must be one of {MODEL_URI_FORMS}"),
+            cel(f"!self.matches(r'{MODEL_URI_TRAVERSAL_PATTERN}')", MODEL_URI_TRAVERSAL_MESSAGE),
         ),
     )
     """Where the weights live: pvc://<claim>/<path>, hf://<org>/<model>[@<revision>],
-    s3://<bucket>/<key> (vllm only) or file:///<absolute path>.
+    s3://<bucket>/<key> (vllm only) or file:///<absolute path> (only under a directory the
+    cluster admin allows). No '.' or '..' segments, percent-encoding or backslashes.
     """
 
     @field_validator("uri")
@@ -79,17 +71,6 @@ class ModelSource(KubeModel):
     def _known_scheme(cls, uri: str) -> str:
         parse_model_uri(uri)
         return uri
-
-
-class EnvVar(KubeModel):
-    """An environment variable of the engine container."""
-
-    name: str = Field(
-        min_length=1, max_length=SHORT_TEXT_MAX, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-    )
-    """Variable name; POD_IP and INFERGATE_* are set by infergate."""
-    value: str = Field(default="", max_length=4096)
-    """Variable value."""
 
 
 class Engine(KubeModel):
@@ -103,6 +84,13 @@ class Engine(KubeModel):
                 "paramsDtype applies to mindformers only: vllm loads weights in dtype; "
                 "leave paramsDtype unset or equal to dtype",
                 field_path=".paramsDtype",
+            ),
+            cel(
+                "self.kind != 'mindformers' || !has(self.config) || !("
+                + " || ".join(f"has(self.config.{key})" for key in MINDFORMERS_PINNED_CONFIG_KEYS)
+                + ")",
+                CONFIG_MESSAGE,
+                field_path=".config",
             ),
         )
     )
@@ -134,32 +122,42 @@ class Engine(KubeModel):
     tensor_parallel_size: int = Field(default=1, ge=1, le=SIZE_PER_POD_MAX)
     """Devices one model replica is split across (tensor parallelism)."""
     seed: int = Field(default=42, ge=0, le=2**32 - 1)
-    """Engine random seed."""
+    """Engine random seed (an integer, no unit)."""
     deterministic: bool = True
     """Deterministic kernels: vLLM batch invariance (VLLM_BATCH_INVARIANT=1); MindSpore
     deterministic mode with deterministic HCCL/LCCL reductions.
     """
     config: dict[str, Any] = Field(
         default_factory=dict,
-        max_length=128,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        max_length=CONFIG_KEYS_MAX,
+        json_schema_extra={
+            "x-kubernetes-preserve-unknown-fields": True,
+            # Free-form, but the keys MindFormers pins are declared so that CEL can see them
+            # (it cannot see into preserved unknown fields); int-or-string is CEL's `dyn`.
+            "properties": {
+                key: {
+                    "description": f"Pinned by infergate for mindformers ({key}); refused there, "
+                    "passed to vllm as an hf override.",
+                    "x-kubernetes-int-or-string": True,
+                }
+                for key in MINDFORMERS_PINNED_CONFIG_KEYS
+            },
+        },
     )
     """Pinned model-config overrides in the engine's own names, e.g. {rms_norm_eps: 1.0e-6}: vLLM
-    passes them as --hf-overrides, MindFormers merges them into model_config.
+    passes them as --hf-overrides, MindFormers merges them into model_config (where the dtypes,
+    seq_length, use_past and checkpoint_name_or_path are pinned and may not be set here).
     """
     args: list[ArgString] = Field(
         default_factory=list,
         max_length=64,
         json_schema_extra=cel_rules(
-            cel(
-                f"self.all(a, !(a in {_PINNED_FLAGS_CEL}) && "
-                f"!{_PINNED_FLAGS_CEL}.exists(f, a.startsWith(f + '=')))",
-                _ARGS_MESSAGE,
-            )
+            cel(f"self.all(a, !a.matches(r'{PINNED_ARG_PATTERN}'))", ARGS_MESSAGE)
         ),
     )
     """Extra engine command-line arguments, e.g. [--enforce-eager]; flags pinned by other fields are
-    refused.
+    refused in every spelling the engine's parser accepts (underscores, --flag=value, --flag.key,
+    abbreviations).
     """
     env: list[EnvVar] = Field(
         default_factory=list,
@@ -175,7 +173,8 @@ class Engine(KubeModel):
             ),
         },
     )
-    """Extra environment of the engine container, e.g. an attention backend; part of the revision.
+    """Extra environment of the engine container: tuning variables by value (e.g. an attention
+    backend), anything else from a Secret (valueFrom.secretKeyRef); part of the revision.
     """
 
     @field_validator("image")
@@ -189,9 +188,11 @@ class Engine(KubeModel):
     @classmethod
     def _no_pinned_flags(cls, args: list[str]) -> list[str]:
         for arg in args:
-            flag = arg.split("=", 1)[0]
-            if flag in PINNED_FLAGS:
-                raise ValueError(f"engine.args: {arg!r} is not allowed; {_ARGS_MESSAGE}")
+            flag = pinned_flag(arg)
+            if flag is not None:
+                raise ValueError(
+                    f"engine.args: {arg!r} is not allowed (it sets {flag}); {ARGS_MESSAGE}"
+                )
         return args
 
     @field_validator("env")
@@ -199,7 +200,7 @@ class Engine(KubeModel):
     def _no_reserved_env(cls, env: list[EnvVar]) -> list[EnvVar]:
         names: set[str] = set()
         for var in env:
-            if var.name in _RESERVED_ENV or var.name.startswith(_RESERVED_ENV_PREFIX):
+            if var.name in RESERVED_ENV or var.name.startswith(RESERVED_ENV_PREFIX):
                 raise ValueError(
                     f"engine.env: {var.name!r} is not allowed; POD_IP and INFERGATE_* are set "
                     "by infergate"
@@ -208,6 +209,13 @@ class Engine(KubeModel):
                 raise ValueError(f"engine.env: {var.name!r} appears twice; names must be unique")
             names.add(var.name)
         return env
+
+    @model_validator(mode="after")
+    def _no_pinned_config(self) -> Self:
+        pinned = pinned_config_keys(self.config) if self.kind is EngineKind.MINDFORMERS else []
+        if pinned:
+            raise ValueError(f"engine.config: {', '.join(pinned)} is not allowed; {CONFIG_MESSAGE}")
+        return self
 
     @model_validator(mode="after")
     def _params_dtype(self) -> Self:

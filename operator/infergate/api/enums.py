@@ -50,14 +50,15 @@ class DeploymentPhase(StrEnum):
 
 
 class CheckPhase(StrEnum):
-    """Phase of a parity check: Pending, Running, Passed, Failed (measured bad) or Error (could not
-    measure).
+    """Phase of a parity check: Pending, Running, Passed, Failed (measured bad), Inconclusive (too
+    little evidence to decide) or Error (could not measure).
     """
 
     PENDING = "Pending"
     RUNNING = "Running"
     PASSED = "Passed"
     FAILED = "Failed"
+    INCONCLUSIVE = "Inconclusive"
     ERROR = "Error"
 
 

@@ -6,6 +6,14 @@ Allowed forms (the CRD rule on `spec.model.uri` accepts exactly these):
 - ``hf://<org>/<model>[@<revision>]``: a Hugging Face Hub repository, optionally pinned;
 - ``s3://<bucket>/<key>``: object storage (vLLM streams it; MindFormers cannot);
 - ``file:///<absolute path>``: a path on the node, mounted from the host.
+
+Every form is refused when it could step out of the place it names: a `.` or
+`..` path segment (also in an hf revision, which names a cache directory),
+percent-encoding (nothing decodes it here, but a later reader might) or a
+backslash. `file://` is a hostPath mount of the node's filesystem, so the
+cluster admin lists the directories that may be mounted (`infergate.api.access`):
+the CRD cannot know that list, so it accepts the form, and the admission policy
+and the operator refuse what is not listed.
 """
 
 from __future__ import annotations
@@ -31,11 +39,18 @@ MODEL_URI_PATTERN = (
     r"|s3://[a-z0-9][-.a-z0-9]*[a-z0-9](/[^\s]*)?"
     r"|file:///[^\s]*)$"
 )
+# A `.` or `..` segment (after `/` or an hf `@revision`), any `%` escape or a backslash.
+MODEL_URI_TRAVERSAL_PATTERN = r"(^|[/@])\.{1,2}([/@]|$)|%|\\"
+MODEL_URI_TRAVERSAL_MESSAGE = (
+    "uri must not contain '.' or '..' path segments, percent-encoding (%) or backslashes: "
+    "weights are read from the path exactly as written"
+)
 MODEL_URI_FORMS = (
     "pvc://<claim>/<path>, hf://<org>/<model>[@<revision>], s3://<bucket>/<key> "
     "or file:///<absolute path>"
 )
 _PATTERN = re.compile(MODEL_URI_PATTERN)
+_TRAVERSAL = re.compile(MODEL_URI_TRAVERSAL_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,8 @@ def parse_model_uri(uri: str) -> ModelLocation:
     """Parse a model URI; the error names the field, the value and the allowed forms."""
     if not _PATTERN.match(uri):
         raise ValueError(f"model.uri: {uri!r} is not allowed; use {MODEL_URI_FORMS}")
+    if _TRAVERSAL.search(uri):
+        raise ValueError(f"model.uri: {uri!r} is not allowed; {MODEL_URI_TRAVERSAL_MESSAGE}")
     scheme_text, rest = uri.split("://", 1)
     scheme = UriScheme(scheme_text)
     if scheme is UriScheme.FILE:

@@ -7,6 +7,7 @@ canary as candidate) to make a `ParityCheckSpec`.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
@@ -31,7 +32,16 @@ from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresh
 
 # Fields of Thresholds and RegressionTolerance that tune how a check measures
 # rather than being a check of their own: they cannot be switched off.
-CHECK_PARAMETERS = frozenset({"maxDivergenceLogprobGap", "longPromptTokens", "confidence"})
+CHECK_PARAMETERS = frozenset(
+    {
+        "maxDivergenceLogprobGap",
+        "longPromptTokens",
+        "confidence",
+        "minPrompts",
+        "minLongPrompts",
+        "minScoredSteps",
+    }
+)
 
 
 # A check is switched off by naming it here rather than by a null threshold:
@@ -89,11 +99,16 @@ class Sampling(KubeModel):
             )
         ),
     )
-    """Sampling temperature; must be 0 (greedy)."""
+    """Sampling temperature (no unit); must be 0 (greedy)."""
     seed: int = Field(default=42, ge=0, le=SEED_MAX)
-    """Sampling seed sent with every request, for engines that consult it even when greedy."""
-    top_logprobs: int = Field(default=5, ge=1, le=TOP_LOGPROBS_MAX)
-    """Top-k logprobs requested per step (vLLM serves at most 20 by default)."""
+    """Sampling seed (an integer, no unit) sent with every request, for engines that consult it
+    even when greedy."""
+    top_logprobs: int = Field(default=20, ge=1, le=TOP_LOGPROBS_MAX)
+    """Top-k logprobs requested per generated token (a count of tokens; vLLM serves at most 20
+    unless started with --max-logprobs). The KL over the top-k plus a tail bucket is a lower
+    bound of the full KL: 20 sees more of each distribution (the report gives the covered
+    probability mass).
+    """
 
     @model_validator(mode="after")
     def _greedy(self) -> Self:
@@ -108,25 +123,45 @@ class HiddenStates(KubeModel):
     """Probe channel: last-layer hidden states, teacher-forced on the baseline's tokens."""
 
     enabled: bool = True
-    """Compare last-layer hidden states (max abs error, relative L2, cosine) besides tokens and
-    logprobs.
+    """Compare last-layer hidden states (max abs error, relative L2, cosine, norm ratio) besides
+    tokens and logprobs. false: every hidden-state threshold is off with it, and the verdict says
+    they were not part of it.
     """
     max_positions_per_prompt: int = Field(default=16384, ge=1, le=1048576)
     """Positions (prompt and generated) compared per prompt, from the start; later ones are skipped.
     """
 
 
+RUNNER_IMAGE_MESSAGE = (
+    "runner.image is no longer accepted: the runner runs the operator's own pinned image "
+    "(set by whoever installs the operator, INFERGATE_RUNNER_IMAGE); leave it unset"
+)
+
+
 class Runner(KubeModel):
     """The Job that drives both sides and computes the verdict."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel("!has(self.image)", RUNNER_IMAGE_MESSAGE, field_path=".image"),
+        )
+    )
+
     image: str | None = Field(default=None, min_length=1, max_length=SHORT_TEXT_MAX * 2)
-    """Runner image; unset: the image the operator was built with."""
+    """Deprecated and refused: the runner always runs the operator's own pinned image. Kept in
+    the schema only so that a manifest setting it is told why it is refused."""
     resources: ResourceRequirements | None = None
     """CPU and memory of the runner container."""
     active_deadline_seconds: int = Field(default=3600, ge=60, le=RUNNER_DEADLINE_MAX)
     """Seconds the runner Job may run before it is stopped (the check then ends in Error)."""
     backoff_limit: int = Field(default=1, ge=0, le=10)
     """Retries of a failed runner pod before the check ends in Error."""
+
+    @model_validator(mode="after")
+    def _no_image(self) -> Self:
+        if self.image is not None:
+            raise ValueError(f"runner.image: {self.image!r} is not allowed; {RUNNER_IMAGE_MESSAGE}")
+        return self
 
 
 class ParityCheckTemplate(KubeModel):
@@ -152,14 +187,19 @@ class ParityCheckTemplate(KubeModel):
     """Last-layer hidden-state comparison (probe channel)."""
     profile: ProfileName | None = None
     """Tolerance profile giving default thresholds: bf16-kernel, dtype-change, fp32-cross-framework,
-    gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides.
+    gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides; a side
+    whose dtype is unknown (an endpoint that does not report it) needs it set.
     """
     thresholds: Thresholds | None = None
-    """Per-metric limits over the profile's (a field left out keeps the profile's limit)."""
+    """Per-metric limits over the profile's (a field left out keeps the profile's limit), and its
+    minimum evidence (minPrompts, minLongPrompts, minScoredSteps) and confidence level.
+    """
     regression: RegressionTolerance = Field(
         default_factory=RegressionTolerance, json_schema_extra={"default": {}}
     )
-    """Allowed worsening against the last passing check, judged with confidence bounds."""
+    """Allowed worsening against the last passing check of the same suite and sampling, judged
+    with confidence bounds; an allowance left out is a quarter of the profile limit's headroom.
+    """
     disabled_checks: list[CheckName] = Field(
         default_factory=list,
         max_length=len(SWITCHABLE_CHECKS),
@@ -197,6 +237,14 @@ class ParityCheckTemplate(KubeModel):
         return self
 
 
+# user[:password]@ before the host: a credential that would be stored, logged and reported.
+_USERINFO_PATTERN = r"^[A-Za-z][-+.A-Za-z0-9]*://[^/?#]*@"
+_USERINFO_MESSAGE = (
+    "url must not carry credentials (user:password@): the URL is stored in the check and "
+    "shown in logs and reports"
+)
+
+
 class Endpoint(KubeModel):
     """An OpenAI-compatible server outside infergate's control."""
 
@@ -208,10 +256,11 @@ class Endpoint(KubeModel):
                 "isURL(self) && url(self).getScheme() in ['http', 'https'] "
                 "&& url(self).getHostname() != ''",
                 "url must be an absolute http:// or https:// URL, e.g. http://qwen-baseline.llm.svc:8000",
-            )
+            ),
+            cel(f"!self.matches(r'{_USERINFO_PATTERN}')", _USERINFO_MESSAGE),
         ),
     )
-    """Base URL of the server, e.g. http://qwen-baseline.llm.svc:8000.
+    """Base URL of the server, e.g. http://qwen-baseline.llm.svc:8000, without credentials.
 
     The runner calls /v1/completions under it.
     """
@@ -220,6 +269,8 @@ class Endpoint(KubeModel):
 
     @model_validator(mode="after")
     def _absolute_http(self) -> Self:
+        if re.match(_USERINFO_PATTERN, self.url):
+            raise ValueError(f"endpoint.url is not allowed; {_USERINFO_MESSAGE}")
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(

@@ -223,7 +223,10 @@ def _exclusive_bounds(current: Mapping[str, Any], out: dict[str, Any]) -> None:
 
 
 def _require_type(out: Mapping[str, Any], path: str) -> None:
-    if "type" in out or out.get("x-kubernetes-preserve-unknown-fields") is True:
+    if "type" in out or True in (
+        out.get("x-kubernetes-preserve-unknown-fields"),
+        out.get("x-kubernetes-int-or-string"),
+    ):
         return
     raise SchemaConversionError(
         f"{path or '<root>'}: no type; a structural schema needs one on every node "

@@ -8,7 +8,11 @@ served at http://ADDRESS:HEALTH_PORT/healthz and Prometheus metrics at
 http://ADDRESS:METRICS_PORT/metrics; ADDRESS defaults to $POD_IP (set from the
 downward API in the operator's Deployment), else 127.0.0.1.
 
-Run one replica: two operators acting on the same objects undo each other.
+With `--leader-election` (the installed Deployment runs two replicas with it), a
+replica acts only while it holds the Lease `infergate-operator` in its own namespace
+($POD_NAMESPACE); the other keeps its caches warm and takes over when the Lease
+expires. Without it, run one replica: two operators acting on the same objects
+undo each other.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
+import uuid
 from typing import Any
 
 _DEFAULT_METRICS_PORT = 9090
@@ -71,6 +77,26 @@ def register(subparsers: Any) -> None:
         help="do not load this handler module of infergate.controllers (repeatable), e.g. "
         "paritycheck when something else writes ParityCheck verdicts",
     )
+    parser.add_argument(
+        "--allow-host-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a node directory file:// models may name (repeatable); none: file:// models "
+        "are refused",
+    )
+    parser.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="act only while holding the Lease infergate-operator in $POD_NAMESPACE "
+        "(for several replicas)",
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=int,
+        default=15,
+        help="how long a Lease not renewed keeps followers waiting (default: 15)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(handler=run_operator)
 
@@ -83,6 +109,8 @@ def run_operator(args: argparse.Namespace) -> int:
     from infergate import metrics
     from infergate.controllers import load_handlers
     from infergate.controllers._context import OPTIONS
+    from infergate.controllers._leader import LEADER
+    from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
 
     if args.resync_seconds <= 0:
         print(f"--resync-seconds: {args.resync_seconds} is not allowed; give a positive number")
@@ -92,6 +120,25 @@ def run_operator(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
     OPTIONS.resync_seconds = args.resync_seconds
     OPTIONS.kubeconfig = args.kubeconfig
+    OPTIONS.runner_image = os.environ.get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE
+    bad = [d for d in args.allow_host_path if not d.startswith("/")]
+    if bad:
+        print(f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models")
+        return 2
+    OPTIONS.allowed_host_paths = tuple(args.allow_host_path)
+    if args.leader_election:
+        namespace = os.environ.get("POD_NAMESPACE")
+        if not namespace:
+            print("--leader-election: set POD_NAMESPACE (the Lease lives in that namespace)")
+            return 2
+        OPTIONS.leader_election = True
+        OPTIONS.namespace = namespace
+        # One identity per process (pod name and a random part, as kube-controller-manager
+        # names itself): a restarted container is a new candidate, never the old holder.
+        pod = os.environ.get("POD_NAME") or socket.gethostname()
+        LEADER.identity = f"{pod}_{uuid.uuid4().hex[:8]}"
+        LEADER.lease_seconds = args.lease_seconds
+        LEADER.leading = False  # nothing acts before the Lease is held
     kopf.configure(verbose=args.verbose)
     if not args.verbose:
         # kopf reports every handler call at INFO; keep its warnings and our own messages.
@@ -112,5 +159,9 @@ def run_operator(args: argparse.Namespace) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=liveness,
+        stop_flag=LEADER.stop,
     )
+    if LEADER.stop.is_set():
+        print("leadership lost: exiting to restart as a follower")
+        return 1
     return 0

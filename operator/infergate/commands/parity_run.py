@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from infergate.runner.naming import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
+from infergate.render.check_names import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
 
 
 def add_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,7 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from infergate.runtime.backend import ALLOWED_DTYPES, BackendError, parse_config_overrides
+from infergate.runtime.backend import (
+    ALLOWED_DTYPES,
+    BackendError,
+    check_dtype,
+    parse_config_overrides,
+)
 
 _ENGINES = ("vllm", "mindformers", "transformers")
 
@@ -117,28 +122,42 @@ def _backend(args: argparse.Namespace, overrides: dict[str, float]) -> Any:
     )
 
 
+# What a CPU machine needs beside the rendered flags (the local executor runs the rendered
+# line alone; these tune the recorder's throughput, not its numerics): one chunk holds a
+# whole prompt, a few sequences at once, no CUDA-graph capture, quiet access log.
+_LOCAL_VLLM_ARGS = ("--max-num-seqs", "8", "--enforce-eager", "--disable-uvicorn-access-log")
+
+
 def _exec_vllm(args: argparse.Namespace, overrides: dict[str, float], name: str) -> None:
-    from infergate.engines.vllm_args import vllm_serve_argv
+    from infergate.render.vllm import VllmServe, pooling_args, vllm_serve_args
     from infergate.runtime.model_config import load_model_config
 
     max_len = args.max_model_len or load_model_config(args.model).max_position_embeddings
     if importlib.util.find_spec("vllm") is None:
         raise BackendError(f"engine vllm: not installed for {sys.executable}; use the vLLM venv")
-    argv = vllm_serve_argv(
-        Path(sys.executable),
-        args.model,
-        dtype=args.dtype,
-        overrides=overrides,
-        host=args.host,
-        port=args.port,
-        served_model_name=name,
-        max_model_len=max_len,
-        seed=args.seed,
-        pooling=args.probe,
+    check_dtype(args.dtype)
+    serve_args = vllm_serve_args(
+        VllmServe(
+            model=str(args.model),
+            served_model_name=name,
+            dtype=args.dtype,
+            max_model_len=max_len,
+            seed=args.seed,
+            host=args.host,
+            port=args.port,
+            config=overrides,
+            extra=(*_LOCAL_VLLM_ARGS, "--max-num-batched-tokens", str(max_len)),
+        )
     )
+    if args.probe:
+        serve_args = pooling_args(serve_args)
+    # The venv's `vllm` command (hack/engine-commands.py), as engine pods run it.
+    vllm = Path(sys.executable).parent / "vllm"
+    if not vllm.exists():
+        raise BackendError(f"engine vllm: {vllm} is missing; run `make engines`")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.execve(argv[0], argv, env)  # noqa: S606 - argv built from our own flags
+    os.execve(vllm, [str(vllm), *serve_args], env)  # noqa: S606 - argv built from our own flags
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
-"""Process-wide state of the operator: options, the API client, the resync loop, locks.
+"""Process-wide state of the operator: options, the API client, the resync loops, locks.
 
-None of it is rollout truth: locks only keep two reconciles of one deployment
-from interleaving, the resync schedule only says when to look again, and the
-client is a connection pool. A restarted process starts with all of it empty.
+None of it is rollout truth: locks only keep two reconciles of one object from
+interleaving, the resync schedules only say when to look again, and the client is a
+connection pool. A restarted process starts with all of it empty.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from infergate.controllers._resync import Schedule
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
+from infergate.render.images import DEFAULT_RUNNER_IMAGE
 
 
 @dataclass
@@ -27,9 +28,24 @@ class OperatorOptions:
     """Kubeconfig for the API client; None: in-cluster credentials, else the default file."""
     workers: int = 16
     """Threads for blocking API calls: reconciles of different deployments overlap their waits."""
+    check_resync_seconds: float = 60.0
+    """Longest time between two reconciles of a ParityCheck when nothing wakes it (its own
+    changes, its children's and its sides' wake it at once; its deadline is scheduled)."""
+    leader_election: bool = False
+    """Hold the Lease `<namespace>/infergate-operator` before acting (several replicas)."""
+    namespace: str = ""
+    """The operator's own namespace (its Lease lives there)."""
+    allowed_host_paths: tuple[str, ...] = ()
+    """Host directories a file:// model may name (`--allow-host-path`); none: file:// is off.
+    The namespace's infergate.io/allowed-host-paths narrows it further at admission."""
+    runner_image: str = DEFAULT_RUNNER_IMAGE
+    """Image of every runner Job: the operator's own (env INFERGATE_RUNNER_IMAGE), never a
+    user's choice."""
 
 
 OPTIONS = OperatorOptions()
+# kopf's progress and diff-base annotations live under this prefix (controllers/startup.py).
+KOPF_PREFIX = "kopf.infergate.io"
 _client: KubeClient | None = None
 _events: EventPoster | None = None
 
@@ -63,10 +79,21 @@ def close_client() -> None:
 LOCKS: defaultdict[OwnerKey, asyncio.Lock] = defaultdict(asyncio.Lock)
 
 
-# The process's resync loop over InferenceDeployments, once started.
+# The process's resync loops over InferenceDeployments and ParityChecks, once started.
 SCHEDULE = Schedule()
+CHECK_SCHEDULE = Schedule()
+# Checks by the InferenceDeployments their sides name, so a change of a deployment (its
+# stable revision, a revision becoming available) wakes the checks waiting on it.
+CHECKS_OF_DEPLOYMENT: defaultdict[OwnerKey, set[OwnerKey]] = defaultdict(set)
 
 
 def wake(key: OwnerKey) -> None:
-    """Reconcile this deployment soon (a child of it changed)."""
+    """Reconcile this deployment soon (a child of it changed), and the checks of its sides."""
     SCHEDULE.wake(key)
+    for check in tuple(CHECKS_OF_DEPLOYMENT.get(key, ())):
+        CHECK_SCHEDULE.wake(check)
+
+
+def wake_check(key: OwnerKey) -> None:
+    """Reconcile this check soon (it or a child of it changed)."""
+    CHECK_SCHEDULE.wake(key)

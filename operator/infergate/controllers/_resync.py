@@ -1,45 +1,71 @@
-"""Re-observation of every InferenceDeployment: on a timer, and at once when woken.
+"""Re-observation of every object of a kind: on a timer, at once when woken, and after
+a failure under the one retry policy.
 
-One loop for the whole process (not a kopf daemon or timer per object: kopf
+One loop per kind for the whole process (not a kopf daemon or timer per object: kopf
 guards those with a finalizer, and a finalizer would hang deletion while the
-operator is down). Each known deployment is reconciled every `interval`
-seconds, sooner when a child of it changed, never twice at the same time.
-Nothing here is rollout truth: a restarted process starts with an empty
-schedule and reconciles everything once.
+operator is down). Each known object is reconciled every `interval` seconds, sooner
+when something it depends on changed or when the reconcile asked for it (a deadline),
+never twice at the same time. A failed reconcile runs again after the backoff of
+`infergate.retry.RECONCILES` (jittered, doubling per consecutive failure, a server's
+Retry-After as a floor); a permanent error (a spec problem, a refused request) waits
+for the next change or the usual interval: repeating it now would repeat the refusal.
+Nothing here is rollout truth: a restarted process starts with an empty schedule and
+reconciles everything once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from infergate.errors import InfergateError, KubeError, PermanentKubeError, SpecError
 from infergate.plan.observed import OwnerKey
+from infergate.retry import RECONCILES
 
-# A reconcile returns how soon to try again (after an error), or None for the usual interval.
+# A reconcile returns how soon it wants to run again (a deadline), or None for the usual
+# interval; it raises `infergate.errors` when it failed.
 Reconcile = Callable[[OwnerKey], Awaitable[float | None]]
 _MIN_WAIT = 0.05
 
+log = logging.getLogger(__name__)
+
 
 class Resyncer:
-    """Schedules reconciles of the deployments `known()` lists."""
+    """Schedules reconciles of the objects `known()` lists."""
 
-    def __init__(self, reconcile: Reconcile, interval: float, *, wake_delay: float = 0.5) -> None:
+    def __init__(
+        self,
+        reconcile: Reconcile,
+        interval: float,
+        *,
+        wake_delay: float = 0.5,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
         self._reconcile = reconcile
         self.interval = interval
         # A change of one child comes with changes of others (a Deployment, its pods, the
         # Service's endpoints): wait a moment so one reconcile sees them together.
         self.wake_delay = wake_delay
+        self._draw = draw
         self._due: dict[OwnerKey, float] = {}
+        self._failures: dict[OwnerKey, int] = {}
         self._running: dict[OwnerKey, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
 
     def wake(self, key: OwnerKey) -> None:
-        """Reconcile this deployment soon (after the one in flight, if any)."""
+        """Reconcile this object soon (after the one in flight, if any)."""
         soon = asyncio.get_running_loop().time() + self.wake_delay
         self._due[key] = min(self._due.get(key, soon), soon)
         self._changed.set()
+
+    def wake_all(self) -> None:
+        """Reconcile every key soon."""
+        for key in list(self._due):
+            self.wake(key)
 
     async def run(self, known: Callable[[], Iterable[OwnerKey]]) -> None:
         """Forever: start the reconciles that are due, then sleep until the next one or a wake."""
@@ -50,6 +76,7 @@ class Resyncer:
             keys = set(known())
             for key in set(self._due) - keys:
                 self._due.pop(key, None)
+                self._failures.pop(key, None)
             for key in keys:
                 due = self._due.setdefault(key, now)
                 if key in self._running or due > now:
@@ -61,12 +88,35 @@ class Resyncer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
+    def _again_in(self, key: OwnerKey, seconds: float) -> None:
+        again = asyncio.get_running_loop().time() + seconds
+        self._due[key] = min(self._due.get(key, again), again)
+
     async def _one(self, key: OwnerKey) -> None:
         try:
-            retry = await self._reconcile(key)
-            if retry is not None:
-                again = asyncio.get_running_loop().time() + retry
-                self._due[key] = min(self._due.get(key, again), again)
+            wanted = await self._reconcile(key)
+        except (SpecError, PermanentKubeError) as error:
+            self._failures.pop(key, None)
+            log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
+        except (InfergateError, Exception) as error:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            retry_after = error.retry_after if isinstance(error, KubeError) else None
+            delay = RECONCILES.delay(failures, retry_after=retry_after, draw=self._draw)
+            if isinstance(error, InfergateError):
+                log.warning(
+                    "%s/%s: reconcile failed (%d in a row), again in %.1fs: %s",
+                    key.namespace, key.name, failures, delay, error,
+                )  # fmt: skip
+            else:
+                log.exception(
+                    "%s/%s: reconcile crashed, again in %.1fs", key.namespace, key.name, delay
+                )
+            self._again_in(key, delay)
+        else:
+            self._failures.pop(key, None)
+            if wanted is not None:
+                self._again_in(key, max(_MIN_WAIT, wanted))
         finally:
             self._running.pop(key, None)
             self._changed.set()
@@ -103,6 +153,11 @@ class Schedule:
         """Reconcile `key` soon, when the loop runs."""
         if self.resyncer is not None:
             self.resyncer.wake(key)
+
+    def wake_all(self) -> None:
+        """Reconcile every known key soon (this replica just became the leader)."""
+        if self.resyncer is not None:
+            self.resyncer.wake_all()
 
     async def stop(self) -> None:
         """Stop the loop and the reconciles it started."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import kopf
 
+from infergate.api.base import GROUP, PARITY_CHECK_KIND, PARITY_CHECKS_PLURAL, VERSION
 from infergate.controllers._context import wake
 from infergate.plan.observed import (
     ObservedCheck,
@@ -25,6 +26,7 @@ from infergate.plan.observed import (
     ObservedObject,
     ObservedPod,
     OwnerKey,
+    check_family,
     observe_check,
     observe_deployment,
     observe_object,
@@ -34,7 +36,7 @@ from infergate.plan.observed import (
 from infergate.render.labels import LABEL_MANAGED_BY, MANAGED_BY
 
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
-PARITY_CHECKS = ("infergate.io", "v1alpha1", "paritychecks")
+PARITY_CHECKS = (GROUP, VERSION, PARITY_CHECKS_PLURAL)
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
@@ -58,11 +60,13 @@ async def owned_services(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedOb
     return {key: record} if key is not None and record is not None else None
 
 
-@kopf.index(*PARITY_CHECKS, labels=MANAGED)
-async def owned_checks(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedCheck] | None:
-    """ParityChecks of canaries by owning deployment."""
-    key, record = owner_key(body), observe_check(body)
-    return {key: record} if key is not None and record is not None else None
+@kopf.index(*PARITY_CHECKS)
+async def owned_checks(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedCheck]:
+    """Every ParityCheck under the deployment its name would belong to (`<deployment>-<rev>`),
+    whoever made it: the rollout adopts only the one it created, and says so of any other."""
+    record = observe_check(body)
+    namespace = str(body.get("metadata", {}).get("namespace") or "")
+    return {OwnerKey(namespace, check_family(record.name)): record}
 
 
 @kopf.index("", "v1", "pods", labels=MANAGED)
@@ -99,10 +103,15 @@ def _essence(record: object) -> object:
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED)
 @kopf.on.event("", "v1", "services", labels=MANAGED)
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
-@kopf.on.event(*PARITY_CHECKS, labels=MANAGED)
+@kopf.on.event(*PARITY_CHECKS)
 async def wake_owner(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
     """Wake the owning deployment's resync loop when the child changed in a way that counts."""
     key = owner_key(body)
+    if body.get("kind") == PARITY_CHECK_KIND:
+        metadata = body.get("metadata") or {}
+        key = OwnerKey(
+            str(metadata.get("namespace") or ""), check_family(str(metadata.get("name")))
+        )
     if key is None:
         return
     kind = str(body.get("kind") or "")

@@ -25,19 +25,22 @@ import kopf
 from pydantic import ValidationError
 
 from infergate import metrics
+from infergate.api.access import check_host_path
+from infergate.api.base import GROUP, INFERENCE_DEPLOYMENTS_PLURAL, VERSION
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
-from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
+from infergate.controllers._context import KOPF_PREFIX, LOCKS, OPTIONS, SCHEDULE, client
 from infergate.controllers._context import events as post_events
+from infergate.controllers._leader import LEADER
 from infergate.errors import (
-    ConflictError,
     InfergateError,
+    KubeError,
     NotFoundError,
     PermanentKubeError,
-    RetriableKubeError,
     SpecError,
 )
-from infergate.kube.client import INFERENCE_DEPLOYMENTS, JSON
+from infergate.jsontypes import JSON
+from infergate.kube.client import INFERENCE_DEPLOYMENTS
 from infergate.kube.writer import PlanWriter, WriteResult
 from infergate.plan import reasons
 from infergate.plan.control import manual_requests
@@ -46,13 +49,9 @@ from infergate.plan.observed import Observed, OwnerKey, collect
 from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.rollout import DeploymentState, Notice
 from infergate.plan.status import latest_parity_figures
+from infergate.retry import RECONCILES
 
-GROUP, VERSION, PLURAL = "infergate.io", "v1alpha1", "inferencedeployments"
-# Handler retries: a conflict or a busy API server passes in seconds; a spec problem does not.
-_RETRIES = 12
-_BACKOFF = 3.0
-_RETRY_DELAY = 2.0
-_CONFLICT_DELAY = 0.2
+PLURAL = INFERENCE_DEPLOYMENTS_PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +85,12 @@ def _parse_spec(body: JSON) -> InferenceDeploymentSpec:
     where = f"InferenceDeployment {metadata.get('namespace')}/{metadata.get('name')}"
     try:
         check_deployment_name(str(metadata.get("name")))
-        return InferenceDeploymentSpec.model_validate(body.get("spec") or {})
+        spec = InferenceDeploymentSpec.model_validate(body.get("spec") or {})
+        # file:// mounts a node directory: only those the operator was started to allow.
+        check_host_path(spec.model.uri, OPTIONS.allowed_host_paths)
     except (ValidationError, ValueError) as error:
         raise SpecError(f"{where}: {error}") from error
+    return spec
 
 
 def _parse_status(body: JSON) -> InferenceDeploymentStatus:
@@ -166,6 +168,8 @@ async def reconcile(
     namespace: str, name: str, indexes: Mapping[str, Any], *, trigger: str = "resync"
 ) -> None:
     """One reconcile of one deployment; errors are `infergate.errors`."""
+    if not LEADER.leading:
+        return  # a follower keeps its indexes warm and acts once it leads
     key = OwnerKey(namespace, name)
     queued = time.monotonic()
     async with LOCKS[key]:
@@ -202,25 +206,25 @@ async def reconcile(
             )  # fmt: skip
 
 
-def _kopf_error(error: InfergateError) -> Exception:
-    if isinstance(error, ConflictError):
-        return kopf.TemporaryError(str(error), delay=_CONFLICT_DELAY)
-    if isinstance(error, RetriableKubeError):
-        return kopf.TemporaryError(str(error), delay=_RETRY_DELAY)
+def _kopf_error(error: InfergateError, retry: int) -> Exception:
+    """kopf's error for ours: permanent for a spec problem or a refused request; otherwise
+    temporary, after the one retry policy's jittered backoff (Retry-After honoured)."""
     if isinstance(error, SpecError | PermanentKubeError):
         return kopf.PermanentError(str(error))
-    return kopf.TemporaryError(str(error), delay=_RETRY_DELAY)
+    retry_after = error.retry_after if isinstance(error, KubeError) else None
+    delay = RECONCILES.delay(retry + 1, retry_after=retry_after)
+    return kopf.TemporaryError(str(error), delay=delay)
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL, retries=_RETRIES, backoff=_BACKOFF)
-@kopf.on.create(GROUP, VERSION, PLURAL, retries=_RETRIES, backoff=_BACKOFF)
-@kopf.on.update(GROUP, VERSION, PLURAL, retries=_RETRIES, backoff=_BACKOFF)
-async def reconcile_on_change(name: str, namespace: str | None, **kwargs: Any) -> None:
+@kopf.on.resume(GROUP, VERSION, PLURAL, retries=RECONCILES.attempts)
+@kopf.on.create(GROUP, VERSION, PLURAL, retries=RECONCILES.attempts)
+@kopf.on.update(GROUP, VERSION, PLURAL, retries=RECONCILES.attempts)
+async def reconcile_on_change(name: str, namespace: str | None, retry: int, **kwargs: Any) -> None:
     """Create, resume and update share one reconcile."""
     try:
         await reconcile(namespace or "", name, kwargs, trigger="change")
     except InfergateError as error:
-        raise _kopf_error(error) from error
+        raise _kopf_error(error, retry) from error
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -228,26 +232,27 @@ async def known_deployments(
     body: kopf.Body, name: str, namespace: str | None, **_: Any
 ) -> dict[OwnerKey, JSON]:
     """Every InferenceDeployment the operator serves (the resync loop's work list), with the
-    last copy the watch delivered (to tell whether a resync has anything to do)."""
-    return {OwnerKey(namespace or "", name): dict(body)}
+    last copy the watch delivered (to tell whether a resync has anything to do), slimmed."""
+    return {OwnerKey(namespace or "", name): slim_body(body)}
+
+
+def slim_body(body: Mapping[str, Any]) -> JSON:
+    """The object without what no decision reads: managedFields, and kopf's own annotations
+    (one of which holds a whole copy of the spec)."""
+    metadata = dict(body.get("metadata") or {})
+    metadata.pop("managedFields", None)
+    annotations = {
+        k: v
+        for k, v in (metadata.get("annotations") or {}).items()
+        if not k.startswith(KOPF_PREFIX)
+    }
+    metadata["annotations"] = annotations
+    return {**dict(body), "metadata": metadata}
 
 
 async def _resync_one(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
-    """One scheduled reconcile; how soon to retry after an error (None: the usual interval)."""
-    try:
-        await reconcile(key.namespace, key.name, indexes)
-    except ConflictError as error:
-        # Someone (often kopf's own bookkeeping) wrote in between: read again soon.
-        log.debug("%s/%s: conflict, reconciling again: %s", key.namespace, key.name, error)
-        return _CONFLICT_DELAY
-    except SpecError as error:
-        log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
-    except InfergateError as error:
-        log.warning("%s/%s: reconcile failed, retrying: %s", key.namespace, key.name, error)
-        return _RETRY_DELAY
-    except Exception:
-        log.exception("%s/%s: reconcile crashed, retrying", key.namespace, key.name)
-        return _RETRY_DELAY
+    """One scheduled reconcile (errors go to the resync loop's retry policy)."""
+    await reconcile(key.namespace, key.name, indexes)
     return None
 
 

@@ -1,12 +1,14 @@
-"""kopf handlers of ParityChecks: one level-triggered reconcile, every few seconds.
+"""kopf handlers of ParityChecks: gather from indexes, decide (`plan.paritycheck`), write.
 
-Every few seconds, for every check that has not ended and released its children,
-`kube.paritycheck_reconcile.reconcile` gathers what is observed (sides, probes, the
-runner Job), decides with the pure `runner.lifecycle`, and writes. The runner writes
-progress and the verdict itself; this controller starts what the check needs, follows
-the Job, enforces the check's deadline, ends the check in `Error` when the runner
-cannot, and deletes probes, Job and RBAC once the check ended. No finalizer: children
-are owned by the check and go with it.
+Every check, its children (probes, runner Job and pods, runner RBAC, report) and the
+InferenceDeployment revisions its sides name are kept current in memory by kopf's
+watches, as small records. A reconcile reads nothing from the API server: it gathers
+those records, `plan.paritycheck.decide` turns them into a plan, and `kube.check_writer`
+writes only what the plan says (status guarded by the resourceVersion it was decided
+from). Reconciles run when the check, a child or a side changes, at the check's
+deadline, and otherwise every `check_resync_seconds` as a safety net; a check at rest
+costs no API call. The runner writes progress and the verdict itself. No finalizer:
+children are owned by the check and go with it.
 """
 
 from __future__ import annotations
@@ -14,92 +16,229 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from infergate.controllers._context import client, events
-from infergate.controllers._resync import Schedule
-from infergate.errors import ConflictError, InfergateError, PermanentKubeError
-from infergate.kube.paritycheck_children import CheckChildren
-from infergate.kube.paritycheck_reconcile import reconcile
-from infergate.plan.observed import OwnerKey
-from infergate.runner.lifecycle import COND_RELEASED
-
-GROUP, VERSION, PLURAL = "infergate.io", "v1alpha1", "paritychecks"
-INTERVAL_SECONDS = 2.0
-_CONFLICT_DELAY = 0.5
-_RETRY_DELAY = 3.0
+from infergate.api.base import GROUP, PARITY_CHECKS_PLURAL, VERSION
+from infergate.controllers._context import (
+    CHECK_SCHEDULE,
+    CHECKS_OF_DEPLOYMENT,
+    OPTIONS,
+    client,
+    events,
+    wake_check,
+)
+from infergate.controllers._leader import LEADER
+from infergate.kube.check_writer import CheckWriter, ForeignChildError
+from infergate.plan.check_observed import (
+    CheckChild,
+    ObservedParityCheck,
+    check_key,
+    child_key,
+    observe_child,
+    observe_parity_check,
+)
+from infergate.plan.check_sides import RevisionConfigError, SideView, parse_revision_config
+from infergate.plan.observed import ObservedDeployment, ObservedObject, OwnerKey
+from infergate.plan.paritycheck import (
+    CheckPlan,
+    CheckState,
+    RevisionSeen,
+    decide,
+    foreign_child,
+    previous_report,
+    side_view,
+)
+from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
+from infergate.render.labels import revision_object_name
 
 log = logging.getLogger(__name__)
+CHILD_LABELS = {LABEL_CHECK: kopf.PRESENT}
 
 
-def _active(status: Mapping[str, Any], **_: Any) -> bool:
-    """Still to be followed: not ended, or ended with children left to delete."""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == COND_RELEASED and condition.get("status") == "True":
-            return False
-    return True
+# -- indexes: what a reconcile gathers from ------------------------------------------------
 
 
-@kopf.index(GROUP, VERSION, PLURAL)
-async def active_checks(
-    body: kopf.Body, name: str, namespace: str | None, status: Mapping[str, Any], **_: Any
-) -> dict[OwnerKey, dict[str, Any]]:
-    """The checks still to follow (the resync loop's work list), with their last copy."""
-    return {OwnerKey(namespace or "", name): dict(body)} if _active(status) else {}
+@kopf.index(GROUP, VERSION, PARITY_CHECKS_PLURAL)
+async def parity_checks(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedParityCheck]:
+    """Every ParityCheck, by its children's label key (the resync loop's work list)."""
+    record = observe_parity_check(body)
+    return {check_key(record.namespace, record.name): record}
 
 
-def _follow_blocking(namespace: str, name: str, body: dict[str, Any]) -> None:
-    """Reconcile one check (blocking API calls: run in a worker thread)."""
-    api = CheckChildren(client(), namespace)
+@kopf.index("", "v1", "pods", labels=CHILD_LABELS)
+@kopf.index("", "v1", "services", labels=CHILD_LABELS)
+@kopf.index("", "v1", "configmaps", labels=CHILD_LABELS)
+@kopf.index("", "v1", "serviceaccounts", labels=CHILD_LABELS)
+@kopf.index("batch", "v1", "jobs", labels=CHILD_LABELS)
+@kopf.index("rbac.authorization.k8s.io", "v1", "roles", labels=CHILD_LABELS)
+@kopf.index("rbac.authorization.k8s.io", "v1", "rolebindings", labels=CHILD_LABELS)
+async def check_children(body: kopf.Body, **_: Any) -> dict[OwnerKey, CheckChild] | None:
+    """Objects labelled with a check: probes, runner Job and pods, runner RBAC, report."""
+    key = child_key(body)
+    return {key: observe_child(body)} if key is not None else None
 
-    def emit(type_: str, reason: str, message: str) -> None:
-        events().post(body, warning=type_ == "Warning", reason=reason, message=message)
 
-    result = reconcile(api, name, datetime.now(UTC).replace(microsecond=0), emit)
-    if result.actions.terminal is not None:
-        log.info("ParityCheck %s/%s ended: %s", namespace, name, result.phase)
+# -- wake-ups -------------------------------------------------------------------------------
 
 
-async def _follow(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
-    """One scheduled reconcile; how soon to retry after an error (None: the usual interval)."""
-    index = indexes.get("active_checks")
-    body = next(iter(index[key]), None) if index is not None and key in index else None
-    if body is None:
+@kopf.on.event(GROUP, VERSION, PARITY_CHECKS_PLURAL)
+async def check_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
+    """Reconcile a check when it changed; keep the map from deployments to their checks."""
+    record = observe_parity_check(body)
+    key = check_key(record.namespace, record.name)
+    for deployments in CHECKS_OF_DEPLOYMENT.values():
+        deployments.discard(key)
+    if type != "DELETED" and record.spec is not None:
+        for side in SIDES:
+            deployment = record.spec.side(side).deployment
+            if deployment is not None:
+                CHECKS_OF_DEPLOYMENT[OwnerKey(record.namespace, deployment)].add(key)
+    wake_check(key)
+
+
+@kopf.on.event("", "v1", "pods", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "configmaps", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "serviceaccounts", labels=CHILD_LABELS)
+@kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)
+@kopf.on.event("rbac.authorization.k8s.io", "v1", "roles", labels=CHILD_LABELS)
+@kopf.on.event("rbac.authorization.k8s.io", "v1", "rolebindings", labels=CHILD_LABELS)
+async def child_changed(body: kopf.Body, **_: Any) -> None:
+    """Reconcile the check a child belongs to."""
+    key = child_key(body)
+    if key is not None:
+        wake_check(key)
+
+
+# -- gather -------------------------------------------------------------------------------
+
+
+def _values(indexes: Mapping[str, Any], index: str, key: OwnerKey) -> list[Any]:
+    found = indexes.get(index)
+    return list(found[key]) if found is not None and key in found else []
+
+
+def _side(check: ObservedParityCheck, side: SideName, indexes: Mapping[str, Any]) -> SideView:
+    spec = check.spec
+    assert spec is not None  # noqa: S101 - sides are resolved for valid checks only
+    deployment = spec.side(side).deployment
+    if deployment is None:
+        return SideView()
+    owner = OwnerKey(check.namespace, deployment)
+    bodies = _values(indexes, "known_deployments", owner)
+    body = bodies[0] if bodies else {}
+    uid = str(body.get("metadata", {}).get("uid") or "")
+    config_maps: list[ObservedObject] = _values(indexes, "owned_config_maps", owner)
+    deployments: list[ObservedDeployment] = _values(indexes, "owned_deployments", owner)
+
+    def seen(revision: str) -> RevisionSeen:
+        name = revision_object_name(deployment, revision)
+        found = RevisionSeen()
+        config_map = next((c for c in config_maps if c.name == name and c.owner_uid == uid), None)
+        if config_map is not None:
+            try:
+                found = replace(found, config=parse_revision_config(name, config_map.content))
+            except RevisionConfigError as error:
+                found = replace(found, config=str(error))
+        revision_deployment = next(
+            (d for d in deployments if d.name == name and d.owner_uid == uid), None
+        )
+        if revision_deployment is not None:
+            template = {"metadata": {"name": name}, "spec": revision_deployment.spec}
+            found = replace(
+                found, available=revision_deployment.available_replicas, template=template
+            )
+        return found
+
+    return side_view(
+        spec,
+        side,
+        pinned=check.status.get(f"{side}Revision"),
+        deployment_exists=bool(body),
+        stable=body.get("status", {}).get("stableRevision"),
+        seen=seen,
+    )
+
+
+def _state(key: OwnerKey, indexes: Mapping[str, Any], now: datetime) -> CheckState | None:
+    records: list[ObservedParityCheck] = _values(indexes, "parity_checks", key)
+    if not records:
         return None
+    check = records[0]
+    children: list[CheckChild] = _values(indexes, "check_children", key)
+    sides: dict[SideName, SideView] = {}
+    previous = None
+    if check.spec is not None:
+        sides = {side: _side(check, side, indexes) for side in SIDES}
+        everything = indexes.get("parity_checks")
+        others = [r for group in everything.values() for r in group] if everything else []
+        previous = previous_report(check, others)
+    return CheckState(
+        check=check,
+        sides=sides,
+        children=children,
+        runner_image=OPTIONS.runner_image,
+        now=now,
+        previous_report=previous,
+    )
+
+
+# -- write ----------------------------------------------------------------------------------
+
+
+def _write(state: CheckState, plan: CheckPlan) -> None:
+    """Carry the plan out (blocking API calls: runs in a worker thread)."""
+    check = state.check
+    writer = CheckWriter(client(), check)
+    if plan.status:
+        writer.patch_status(plan.status)
     try:
-        await asyncio.to_thread(_follow_blocking, key.namespace, key.name, body)
-    except ConflictError:
-        return _CONFLICT_DELAY
-    except PermanentKubeError as error:
-        log.warning("ParityCheck %s/%s: %s", key.namespace, key.name, error)
-        return _RETRY_DELAY * 5
-    except InfergateError as error:
-        log.warning("ParityCheck %s/%s: retrying: %s", key.namespace, key.name, error)
-        return _RETRY_DELAY
-    except Exception:
-        log.exception("ParityCheck %s/%s: reconcile crashed, retrying", key.namespace, key.name)
-        return _RETRY_DELAY
-    return None
+        for manifest in plan.create:
+            created = writer.create(manifest)
+            if created is not None and created["kind"] == "ServiceAccount":
+                writer.record_runner_account(created)
+    except ForeignChildError as error:
+        plan = foreign_child(state, str(error))
+    ended = writer.end(plan.terminal) if plan.terminal is not None else False
+    if plan.delete and (plan.terminal is None or ended):
+        writer.delete(plan.delete)
+    if plan.terminal is not None and not ended:
+        return  # the runner (or a person) ended it meanwhile: its Events are the story
+    for warning, reason, message in plan.events:
+        events().post(check.reference, warning=warning, reason=reason, message=message)
+    if plan.terminal is not None:
+        log.info("ParityCheck %s/%s ended: %s", check.namespace, check.name, plan.terminal["phase"])
 
 
-_SCHEDULE = Schedule()
+async def reconcile(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
+    """One reconcile of one check; how soon it wants to run again (its deadline)."""
+    if not LEADER.leading:
+        return None  # a follower keeps its indexes warm and acts once it leads
+    state = _state(key, indexes, datetime.now(UTC).replace(microsecond=0))
+    if state is None:
+        return None
+    plan = decide(state)
+    if not plan.quiet:
+        await asyncio.to_thread(_write, state, plan)
+    return plan.wake_in
 
 
 @kopf.on.startup()
 async def start_following(**kwargs: Any) -> None:
-    """One loop follows every active check (a kopf timer per check would put a
-    finalizer on it, which hangs deletion while the operator is down)."""
+    """One loop follows every check (a kopf timer per check would put a finalizer on it,
+    which hangs deletion while the operator is down)."""
     indexes: Mapping[str, Any] = kwargs
 
-    async def follow(key: OwnerKey) -> float | None:
-        return await _follow(key, indexes)
+    async def one(key: OwnerKey) -> float | None:
+        return await reconcile(key, indexes)
 
-    _SCHEDULE.start(follow, INTERVAL_SECONDS, "active_checks", indexes)
+    CHECK_SCHEDULE.start(one, OPTIONS.check_resync_seconds, "parity_checks", indexes)
 
 
 @kopf.on.cleanup()
 async def stop_following(**_: Any) -> None:
-    await _SCHEDULE.stop()
+    await CHECK_SCHEDULE.stop()

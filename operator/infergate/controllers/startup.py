@@ -8,14 +8,22 @@ prune them silently), and a prefix of our own keeps them apart from the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import kopf
 
-from infergate.controllers._context import close_client
-
-KOPF_PREFIX = "kopf.infergate.io"
+from infergate.controllers._context import (
+    CHECK_SCHEDULE,
+    KOPF_PREFIX,
+    OPTIONS,
+    SCHEDULE,
+    client,
+    close_client,
+)
+from infergate.controllers._leader import LEADER
+from infergate.kube.lease import LeaseClient
 
 
 @kopf.on.startup()
@@ -34,7 +42,30 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 330
 
 
+LEASE_NAME = "infergate-operator"
+_ELECTION: list[asyncio.Task[None]] = []
+
+
+@kopf.on.startup()
+async def elect(**_: Any) -> None:
+    """With several replicas: act only while holding the Lease (one replica: act at once)."""
+    if not OPTIONS.leader_election:
+        return
+
+    def lead() -> None:
+        SCHEDULE.wake_all()
+        CHECK_SCHEDULE.wake_all()
+
+    leases = LeaseClient(client(), OPTIONS.namespace, LEASE_NAME)
+    _ELECTION.append(asyncio.create_task(LEADER.run(leases, lead), name="leader-election"))
+
+
 @kopf.on.cleanup()
-def close(**_: Any) -> None:
-    """Close the API client's connections."""
+async def close(**_: Any) -> None:
+    """Give up the Lease (a follower takes over at once), close the API client."""
+    for task in _ELECTION:
+        task.cancel()
+    if OPTIONS.leader_election:
+        leases = LeaseClient(client(), OPTIONS.namespace, LEASE_NAME)
+        await asyncio.to_thread(LEADER.release, leases)
     close_client()

@@ -21,20 +21,25 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from infergate import metrics
-from infergate.errors import (
-    ConflictError,
-    ForbiddenError,
-    KubeError,
-    NotFoundError,
-    PermanentKubeError,
-    RetriableKubeError,
+from infergate.api.base import (
+    GROUP,
+    INFERENCE_DEPLOYMENT_KIND,
+    INFERENCE_DEPLOYMENTS_PLURAL,
+    PARITY_CHECK_KIND,
+    PARITY_CHECKS_PLURAL,
+    VERSION,
 )
+from infergate.errors import (
+    KubeError,
+    RetriableKubeError,
+    error_for_status,
+    parse_retry_after,
+)
+from infergate.jsontypes import JSON
 
 # The package's config loaders carry no annotations.
 k8s_config: Any = _k8s_config
-JSON = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
-_RETRIABLE_STATUS = (409, 429)
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -61,13 +66,31 @@ DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 SERVICES = Resource("", "v1", "services", "Service")
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
 PODS = Resource("", "v1", "pods", "Pod")
+JOBS = Resource("batch", "v1", "jobs", "Job")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
+EVENTS = Resource("", "v1", "events", "Event")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 INFERENCE_DEPLOYMENTS = Resource(
-    "infergate.io", "v1alpha1", "inferencedeployments", "InferenceDeployment"
+    GROUP, VERSION, INFERENCE_DEPLOYMENTS_PLURAL, INFERENCE_DEPLOYMENT_KIND
 )
-PARITY_CHECKS = Resource("infergate.io", "v1alpha1", "paritychecks", "ParityCheck")
+PARITY_CHECKS = Resource(GROUP, VERSION, PARITY_CHECKS_PLURAL, PARITY_CHECK_KIND)
 BY_KIND: Mapping[str, Resource] = {
     r.kind: r
-    for r in (DEPLOYMENTS, SERVICES, CONFIG_MAPS, PODS, INFERENCE_DEPLOYMENTS, PARITY_CHECKS)
+    for r in (
+        DEPLOYMENTS,
+        SERVICES,
+        CONFIG_MAPS,
+        PODS,
+        JOBS,
+        SERVICE_ACCOUNTS,
+        ROLES,
+        ROLE_BINDINGS,
+        INFERENCE_DEPLOYMENTS,
+        PARITY_CHECKS,
+    )
 }
 
 
@@ -101,27 +124,28 @@ def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = No
     return str((chosen or {}).get("context", {}).get("namespace") or "default")
 
 
-def _server_message(error: ApiException) -> str:
+def _server_status(error: ApiException) -> tuple[str, str]:
+    """The Status object's message and reason (e.g. AlreadyExists) of an error answer."""
     try:
         body = json.loads(error.body or "{}")
     except ValueError:
-        return str(error.body or error.reason or "")
-    return str(body.get("message") or error.reason or "")
+        return str(error.body or error.reason or ""), ""
+    if not isinstance(body, dict):
+        return str(error.body or error.reason or ""), ""
+    return str(body.get("message") or error.reason or ""), str(body.get("reason") or "")
 
 
 def convert_error(error: ApiException, verb: str, what: str) -> KubeError:
     """The error of ours an API answer stands for; the message names verb, object and cause."""
     status = int(error.status or 0)
-    message = f"{verb} {what}: {status} {_server_message(error)}"
-    if status == 404:
-        return NotFoundError(message, status=status, reason=str(error.reason or ""))
-    if status == 403:
-        return ForbiddenError(message, status=status, reason=str(error.reason or ""))
-    if status == 409:
-        return ConflictError(message, status=status, reason=str(error.reason or ""))
-    if status in _RETRIABLE_STATUS or status >= 500 or status == 0:
-        return RetriableKubeError(message, status=status, reason=str(error.reason or ""))
-    return PermanentKubeError(message, status=status, reason=str(error.reason or ""))
+    headers = error.headers or {}
+    message, reason = _server_status(error)
+    return error_for_status(
+        status,
+        f"{verb} {what}: {status} {message}",
+        reason=reason,
+        retry_after=parse_retry_after(headers.get("Retry-After")),
+    )
 
 
 def _successful(response: Any) -> bytes:
@@ -162,6 +186,7 @@ class KubeClient:
     ) -> JSON:
         """One request; the decoded JSON answer (empty for an empty answer)."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        metrics.API_REQUESTS.labels(verb, resource).inc()
         try:
             serialized = self._api.param_serialize(
                 method=verb,
@@ -236,6 +261,16 @@ class KubeClient:
             content_type=MERGE_PATCH,
         )
 
+    def replace(self, resource: Resource, namespace: str, name: str, body: JSON) -> JSON:
+        """PUT the object; body carries metadata.resourceVersion (409 if stale)."""
+        return self.request(
+            "PUT",
+            resource.path(namespace, name),
+            what=f"{resource.kind} {namespace}/{name}",
+            resource=resource.plural,
+            body=body,
+        )
+
     def replace_status(self, resource: Resource, namespace: str, name: str, body: JSON) -> JSON:
         """PUT the status subresource; body carries metadata.resourceVersion (409 if stale)."""
         return self.request(
@@ -246,14 +281,20 @@ class KubeClient:
             body=body,
         )
 
-    def delete(self, resource: Resource, namespace: str, name: str) -> None:
-        """Delete in the background (dependents go through garbage collection)."""
+    def delete(
+        self, resource: Resource, namespace: str, name: str, *, uid: str | None = None
+    ) -> None:
+        """Delete in the background (dependents go through garbage collection); with `uid`,
+        only that object (409 if the name now belongs to another)."""
+        body: JSON = {"propagationPolicy": "Background"}
+        if uid is not None:
+            body["preconditions"] = {"uid": uid}
         self.request(
             "DELETE",
             resource.path(namespace, name),
             what=f"{resource.kind} {namespace}/{name}",
             resource=resource.plural,
-            body={"propagationPolicy": "Background"},
+            body=body,
         )
 
     def watch(

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from infergate.errors import KubeError
-from infergate.kube.client import JSON, KubeClient, Resource
+from infergate.jsontypes import JSON
+from infergate.kube.client import EVENTS, KubeClient
 
-EVENTS = Resource("", "v1", "events", "Event")
 COMPONENT = "infergate-operator"
 _MESSAGE_MAX = 1024
 

@@ -10,21 +10,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from infergate.errors import ConflictError, NotFoundError
+from infergate.errors import NotFoundError
+from infergate.jsontypes import JSON
 from infergate.kube.client import (
     CONFIG_MAPS,
+    ENDPOINT_SLICES,
     INFERENCE_DEPLOYMENTS,
     PARITY_CHECKS,
     SERVICES,
     KubeClient,
     Resource,
 )
+from infergate.plan.phases import is_check_terminal
+from infergate.retry import retry_call
 
-JSON = dict[str, Any]
-ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-TERMINAL_PHASES = ("Passed", "Failed", "Error")
-_FINISH_ATTEMPTS = 5
 REPORT_KEYS = ("report.html", "report.html.gz", "result.json", "result.json.gz")
 
 
@@ -127,16 +127,15 @@ def write_terminal_status(api: StatusApi, name: str, fields: Mapping[str, Any]) 
 
     The write is a status update carrying the resourceVersion just read, so of the
     runner and the controller racing to end a check, exactly one wins and the other
-    sees the phase it wrote.
+    sees the phase it wrote. A conflict reads again, under the one retry policy.
     """
-    for _ in range(_FINISH_ATTEMPTS):
+
+    def attempt() -> bool:
         current = api.get_check(name)
         status = current.get("status") or {}
-        if status.get("phase") in TERMINAL_PHASES:
+        if is_check_terminal(status.get("phase")):
             return False
-        try:
-            api.replace_check_status({**current, "status": {**status, **fields}})
-        except ConflictError:
-            continue
+        api.replace_check_status({**current, "status": {**status, **fields}})
         return True
-    raise ConflictError(f"ParityCheck {name}: status kept changing while ending it", status=409)
+
+    return retry_call(attempt)

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infergate.api.deployment_status import InferenceDeploymentStatus
-from infergate.errors import ConflictError, NotFoundError
+from infergate.errors import AlreadyExistsError, NotFoundError
+from infergate.jsontypes import JSON
 from infergate.kube.client import (
     BY_KIND,
     INFERENCE_DEPLOYMENTS,
-    JSON,
     PARITY_CHECKS,
     KubeClient,
 )
-from infergate.plan.reconcile import ReconcilePlan
+from infergate.plan.reconcile import ReconcilePlan, with_check_uids
 from infergate.plan.sync import Create, Delete, Recreate, Update, Write
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ class WriteResult:
 
     status_written: bool = False
     created: list[str] = field(default_factory=list)
-    created_checks: list[str] = field(default_factory=list)
+    created_checks: dict[str, str] = field(default_factory=dict)
+    """Name -> uid of each ParityCheck created."""
     reverted: list[str] = field(default_factory=list)
 
 
@@ -62,18 +63,25 @@ class PlanWriter:
         self.name = name
 
     def write(self, plan: ReconcilePlan, body: JSON) -> WriteResult:
-        """Status, children, checks, then the consumed control annotations."""
+        """Status, children, checks (and their uids, into status), then the consumed control
+        annotations."""
         result = WriteResult()
+        current = body
         if plan.status_changed:
-            self.write_status(plan.status, body)
+            current = self.write_status(plan.status, body)
             result.status_written = True
         for write in plan.sync.writes:
             self._write_child(write, result)
-        for manifest in plan.create_checks:
-            if self._create(PARITY_CHECKS.kind, manifest):
-                result.created_checks.append(manifest["metadata"]["name"])
         for name in plan.delete_checks:
             self._delete(PARITY_CHECKS.kind, name)
+        for manifest in plan.create_checks:
+            created = self._create(PARITY_CHECKS.kind, manifest)
+            if created is not None:
+                result.created_checks[manifest["metadata"]["name"]] = created["metadata"]["uid"]
+        if result.created_checks:
+            # Bind the attempt to the objects just made; a crash before this write leaves
+            # them unbound, and the next reconcile replaces them.
+            self.write_status(with_check_uids(plan.status, result.created_checks), current)
         if plan.remove_annotations:
             self.client.merge_patch(
                 INFERENCE_DEPLOYMENTS,
@@ -83,8 +91,9 @@ class PlanWriter:
             )
         return result
 
-    def write_status(self, status: InferenceDeploymentStatus, body: JSON) -> None:
-        """Replace the status, guarded by the resourceVersion of `body` (409 when stale)."""
+    def write_status(self, status: InferenceDeploymentStatus, body: JSON) -> JSON:
+        """Replace the status, guarded by the resourceVersion of `body` (409 when stale);
+        the object as written."""
         replacement: dict[str, Any] = {
             "apiVersion": body["apiVersion"],
             "kind": body["kind"],
@@ -96,11 +105,13 @@ class PlanWriter:
             "spec": body.get("spec", {}),
             "status": status.to_kube(),
         }
-        self.client.replace_status(INFERENCE_DEPLOYMENTS, self.namespace, self.name, replacement)
+        return self.client.replace_status(
+            INFERENCE_DEPLOYMENTS, self.namespace, self.name, replacement
+        )
 
     def _write_child(self, write: Write, result: WriteResult) -> None:
         if isinstance(write, Create):
-            if self._create(write.ref.kind, write.manifest):
+            if self._create(write.ref.kind, write.manifest) is not None:
                 result.created.append(str(write.ref))
         elif isinstance(write, Update):
             self.client.merge_patch(
@@ -118,14 +129,14 @@ class PlanWriter:
         elif isinstance(write, Delete):
             self._delete(write.ref.kind, write.ref.name)
 
-    def _create(self, kind: str, manifest: JSON) -> bool:
-        """Create; False when it already exists (a repeated write after a stale read)."""
+    def _create(self, kind: str, manifest: JSON) -> JSON | None:
+        """Create; None when the name is taken (a repeated write after a stale read, or
+        someone else's object: the next reconcile sees which from the indexes)."""
         try:
-            self.client.create(BY_KIND[kind], self.namespace, manifest)
-        except ConflictError:
+            return self.client.create(BY_KIND[kind], self.namespace, manifest)
+        except AlreadyExistsError:
             log.debug("%s %s already exists", kind, manifest["metadata"]["name"])
-            return False
-        return True
+            return None
 
     def _delete(self, kind: str, name: str) -> None:
         try:

@@ -3,6 +3,10 @@
 The local executor and the bootstrap act as node agents of a test cluster;
 they need a handful of verbs on plain JSON, from a kubeconfig with client
 certificates. (The operator's own API access lives in `infergate.kube`.)
+
+Failures are the operator's own errors (`infergate.errors.error_for_status`: 409, 429,
+5xx and no answer retriable, other 4xx permanent), and retriable ones are retried
+under the one policy of `infergate.retry` (backoff with jitter, Retry-After honoured).
 """
 
 from __future__ import annotations
@@ -11,24 +15,31 @@ import json
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import yaml
 
-JSON = dict[str, Any]
+from infergate.errors import NotFoundError, error_for_status, parse_retry_after
+from infergate.jsontypes import JSON
+from infergate.retry import API_WRITES, RetryPolicy, retry_call
+
+_BODY_IN_MESSAGE = 500
 
 
-class ApiError(RuntimeError):
-    """The API server answered with an error status."""
-
-    def __init__(self, status: int, body: str, what: str) -> None:
-        super().__init__(f"{what}: HTTP {status}: {body[:500]}")
-        self.status = status
+def _status_reason(response: httpx.Response) -> str:
+    """The reason of a Status answer (e.g. AlreadyExists), "" when the body is not one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    return str(body.get("reason") or "") if isinstance(body, dict) else ""
 
 
 class RestClient:
-    def __init__(self, kubeconfig: Path, timeout: float = 30.0) -> None:
+    def __init__(
+        self, kubeconfig: Path, timeout: float = 30.0, retry: RetryPolicy = API_WRITES
+    ) -> None:
+        self.retry = retry
         config = yaml.safe_load(kubeconfig.read_text())
         context_name = config["current-context"]
         context = next(c for c in config["contexts"] if c["name"] == context_name)["context"]
@@ -53,19 +64,35 @@ class RestClient:
         content_type: str = "application/json",
         ok_missing: bool = False,
     ) -> JSON | None:
-        response = self._client.request(
-            method,
-            path,
-            params=params,
-            content=json.dumps(body) if body is not None else None,
-            headers={"Content-Type": content_type} if body is not None else None,
-        )
-        if ok_missing and response.status_code == 404:
-            return None
-        if response.status_code >= 400:
-            raise ApiError(response.status_code, response.text, f"{method} {path}")
-        data: JSON = response.json()
-        return data
+        what = f"{method} {path}"
+
+        def once() -> JSON:
+            try:
+                response = self._client.request(
+                    method,
+                    path,
+                    params=params,
+                    content=json.dumps(body) if body is not None else None,
+                    headers={"Content-Type": content_type} if body is not None else None,
+                )
+            except httpx.HTTPError as error:
+                raise error_for_status(0, f"{what}: no answer: {error}") from error
+            if response.status_code >= 400:
+                raise error_for_status(
+                    response.status_code,
+                    f"{what}: HTTP {response.status_code}: {response.text[:_BODY_IN_MESSAGE]}",
+                    reason=_status_reason(response),
+                    retry_after=parse_retry_after(response.headers.get("Retry-After")),
+                )
+            data: JSON = response.json()
+            return data
+
+        try:
+            return retry_call(once, self.retry)
+        except NotFoundError:
+            if ok_missing:
+                return None
+            raise
 
     def get(self, path: str, **params: str) -> JSON | None:
         return self.request("GET", path, params=params or None, ok_missing=True)
@@ -78,7 +105,7 @@ class RestClient:
     def create(self, path: str, body: JSON) -> JSON:
         data = self.request("POST", path, body=body)
         if data is None:
-            raise ApiError(404, "", f"POST {path}")
+            raise error_for_status(404, f"POST {path}: HTTP 404")
         return data
 
     def merge_patch(self, path: str, body: JSON) -> JSON | None:
@@ -95,7 +122,10 @@ class RestClient:
             "GET", path, params=query, timeout=timeout_seconds + 10
         ) as response:
             if response.status_code >= 400:
-                raise ApiError(response.status_code, response.read().decode(), f"WATCH {path}")
+                text = response.read().decode()[:_BODY_IN_MESSAGE]
+                raise error_for_status(
+                    response.status_code, f"WATCH {path}: HTTP {response.status_code}: {text}"
+                )
             for line in response.iter_lines():
                 if line:
                     yield json.loads(line)

@@ -1,13 +1,21 @@
-"""metav1.Condition-shaped conditions: one pure setter, lookups, and the phase they imply."""
+"""metav1.Condition-shaped conditions of both kinds: one pure setter and lookups.
+
+The one `set_condition` works on `Condition` models; a ParityCheck's conditions, read
+from its status as plain dicts, go through `from_kube` / `to_kube` on the way in and out,
+so both kinds follow the same transition rules.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
 
 from infergate.api.common import Condition
-from infergate.api.enums import ConditionStatus, DeploymentPhase
+from infergate.api.enums import ConditionStatus
 from infergate.plan import reasons
 
 # Kubernetes caps condition messages at 32768 characters.
@@ -59,8 +67,45 @@ def set_condition(
     )
     kept = [c for c in conditions if c.type != update.type]
     ordered = [*kept, replacement]
-    order = {name: index for index, name in enumerate(reasons.CONDITION_TYPES)}
-    return sorted(ordered, key=lambda c: order.get(c.type, len(order)))
+    return sorted(ordered, key=lambda c: _ORDER.get(c.type, len(_ORDER)))
+
+
+# Conditions list in a stable order (each kind's types in the order people read them).
+_ORDER = {
+    name: index
+    for index, name in enumerate((*reasons.CONDITION_TYPES, *reasons.CHECK_CONDITION_TYPES))
+}
+
+
+def set_conditions(
+    conditions: Sequence[Condition],
+    updates: Iterable[ConditionUpdate],
+    *,
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """Conditions with every update applied in turn."""
+    result = list(conditions)
+    for update in updates:
+        result = set_condition(result, update, generation=generation, now=now)
+    return result
+
+
+def from_kube(items: Iterable[Mapping[str, Any]]) -> list[Condition]:
+    """Conditions as written in a status; an entry that is not one is dropped (and so
+    rewritten by the next update of its type)."""
+    parsed: list[Condition] = []
+    for item in items:
+        try:
+            parsed.append(Condition.model_validate(item))
+        except ValidationError:
+            continue
+    return parsed
+
+
+def to_kube(conditions: Iterable[Condition]) -> list[dict[str, Any]]:
+    """Conditions as a status stores them."""
+    return [c.to_kube() for c in conditions]
 
 
 def changed_conditions(before: Sequence[Condition], after: Sequence[Condition]) -> list[Condition]:
@@ -71,30 +116,3 @@ def changed_conditions(before: Sequence[Condition], after: Sequence[Condition]) 
         if old is None or old.status is not condition.status or old.reason != condition.reason:
             changed.append(condition)
     return changed
-
-
-_PROGRESSING_PHASE: dict[str, DeploymentPhase] = {
-    reasons.REVISION_CREATED: DeploymentPhase.PROGRESSING,
-    reasons.CANARY_STARTED: DeploymentPhase.PROGRESSING,
-    reasons.AWAITING_PARITY: DeploymentPhase.VERIFYING,
-    reasons.AWAITING_PROMOTION: DeploymentPhase.VERIFYING,
-    reasons.PROMOTING: DeploymentPhase.PROMOTING,
-    reasons.ROLLOUT_COMPLETE: DeploymentPhase.STABLE,
-    reasons.ROLLED_BACK: DeploymentPhase.ROLLED_BACK,
-    reasons.PROGRESS_DEADLINE_EXCEEDED: DeploymentPhase.FAILED,
-    reasons.UNSCHEDULABLE: DeploymentPhase.FAILED,
-    reasons.INVALID_SPEC: DeploymentPhase.FAILED,
-    reasons.REVISION_LOST: DeploymentPhase.FAILED,
-}
-
-
-def derive_phase(conditions: Sequence[Condition]) -> DeploymentPhase:
-    """The phase shown to people, read off the Progressing condition's reason.
-
-    Every Progressing reason maps to exactly one phase, so the phase never says
-    something the conditions do not (as Argo Rollouts derives its phase).
-    """
-    progressing = find_condition(conditions, reasons.PROGRESSING)
-    if progressing is None:
-        return DeploymentPhase.PROGRESSING
-    return _PROGRESSING_PHASE.get(progressing.reason, DeploymentPhase.PROGRESSING)

@@ -12,20 +12,20 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from infergate.api.enums import CheckPhase, VerdictOutcome
+from infergate.jsontypes import JSONMap
+from infergate.plan.check_status import spec_digest
+from infergate.plan.phases import CHECK_TERMINAL_PHASES, check_phase
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, LABEL_REVISION, MANAGED_BY
-
-JSON = Mapping[str, Any]
 
 # Annotations the controller writes on its children.
 ANNOTATION_DESIRED_HASH = "infergate.io/desired-hash"
 ANNOTATION_REVISION_SPEC = "infergate.io/revision-spec"
 ANNOTATION_ROLE = "infergate.io/role"
-# Stamped on a ParityCheck: which canary attempt it judges, so a check left from an earlier
-# attempt at the same revision is never read as this attempt's verdict.
-ANNOTATION_CANARY_STARTED = "infergate.io/canary-started"
+# Stamped on a ParityCheck the operator creates: sha256 of the spec it asked for, which a
+# verdict must carry back (verdict.specDigest) to count.
+ANNOTATION_SPEC_DIGEST = "infergate.io/spec-digest"
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class ObservedDeployment:
     available_replicas: int
     annotations: Mapping[str, str]
     labels: Mapping[str, str]
-    spec: JSON
+    spec: JSONMap
 
     @property
     def rolled_out(self) -> bool:
@@ -68,7 +68,7 @@ class ObservedDeployment:
 
     @property
     def revision_spec(self) -> str | None:
-        """The revision's model/engine/accelerator as JSON, as the controller wrote it."""
+        """The revision's model/engine/accelerator as JSONMap, as the controller wrote it."""
         return self.annotations.get(ANNOTATION_REVISION_SPEC)
 
 
@@ -83,32 +83,48 @@ class ObservedObject:
     resource_version: str
     annotations: Mapping[str, str]
     labels: Mapping[str, str]
-    content: JSON
+    content: JSONMap
     """`data` of a ConfigMap, `spec` of a Service."""
 
 
 @dataclass(frozen=True)
 class ObservedCheck:
-    """A ParityCheck the controller created, and how far it got."""
+    """A ParityCheck named like a canary's check, whoever made it, and how far it got."""
 
     name: str
-    candidate_revision: str | None
-    baseline_revision: str | None
+    uid: str
     owner_uid: str | None
+    generation: int | None
     created: datetime | None
+    spec_baseline: str | None
+    """spec.baseline.revision."""
+    spec_candidate: str | None
+    """spec.candidate.revision."""
+    digest: str
+    """sha256 of its spec as it is now."""
+    stamped_digest: str | None
+    """The infergate.io/spec-digest the operator stamped when it made it."""
     phase: CheckPhase | None
     outcome: VerdictOutcome | None
     passed: bool | None
     summary: str | None
+    status_baseline: str | None = None
+    """status.baselineRevision: the revision the baseline resolved to."""
+    status_candidate: str | None = None
+    verdict_digest: str | None = None
+    """verdict.specDigest: the spec the verdict judged."""
+    verdict_generation: int | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     completion_time: datetime | None = None
-    attempt: str | None = None
-    """When the canary attempt it judges started (its infergate.io/canary-started)."""
 
     @property
     def terminal(self) -> bool:
-        """Passed, Failed or Error: the check will not change any more."""
-        return self.phase in (CheckPhase.PASSED, CheckPhase.FAILED, CheckPhase.ERROR)
+        """A verdict: the check will not change any more."""
+        return self.phase in CHECK_TERMINAL_PHASES
+
+    @property
+    def candidate_revision(self) -> str | None:
+        return self.spec_candidate
 
 
 @dataclass(frozen=True)
@@ -131,11 +147,11 @@ class Observed:
     services: Mapping[str, ObservedObject] = field(default_factory=dict)
     """By object name."""
     checks: Mapping[str, ObservedCheck] = field(default_factory=dict)
-    """By object name."""
+    """By object name: every check named `<deployment>-<revision>`, whoever made it."""
     pods: tuple[ObservedPod, ...] = ()
 
 
-def owner_key(body: JSON) -> OwnerKey | None:
+def owner_key(body: JSONMap) -> OwnerKey | None:
     """The owning deployment of a child managed by infergate; None for anything else."""
     metadata = body.get("metadata") or {}
     labels = metadata.get("labels") or {}
@@ -145,7 +161,7 @@ def owner_key(body: JSON) -> OwnerKey | None:
     return OwnerKey(namespace=str(metadata.get("namespace") or ""), name=str(owner))
 
 
-def controller_uid(body: JSON) -> str | None:
+def controller_uid(body: JSONMap) -> str | None:
     """uid of the controlling owner reference."""
     for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -165,7 +181,7 @@ def _int(value: object) -> int:
     return int(value) if isinstance(value, int | float) else 0
 
 
-def observe_deployment(body: JSON) -> ObservedDeployment | None:
+def observe_deployment(body: JSONMap) -> ObservedDeployment | None:
     """A revision Deployment; None for Deployments that are not one."""
     metadata = body.get("metadata") or {}
     labels = dict(metadata.get("labels") or {})
@@ -193,7 +209,7 @@ def observe_deployment(body: JSON) -> ObservedDeployment | None:
     )
 
 
-def observe_object(body: JSON) -> ObservedObject | None:
+def observe_object(body: JSONMap) -> ObservedObject | None:
     """A ConfigMap or Service of a deployment; None for objects infergate does not manage."""
     if owner_key(body) is None:
         return None
@@ -213,36 +229,53 @@ def observe_object(body: JSON) -> ObservedObject | None:
     )
 
 
-def observe_check(body: JSON) -> ObservedCheck | None:
-    """A ParityCheck created for a deployment's canary; None for checks made by people."""
-    if owner_key(body) is None:
-        return None
+def check_family(name: str) -> str:
+    """The InferenceDeployment a check of this name would belong to: `<deployment>-<revision>`
+    is indexed under `<deployment>`, whoever made it, so a check made under a canary
+    check's name by someone else is seen (and never adopted)."""
+    return name.rsplit("-", 1)[0]
+
+
+def observe_check(body: JSONMap) -> ObservedCheck:
+    """Any ParityCheck, as the rollout sees it."""
     metadata = body.get("metadata") or {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     verdict = status.get("verdict") or {}
-    phase = str(status.get("phase") or "")
-    outcome = str(verdict.get("outcome") or "")
     metrics = status.get("metrics") or {}
+    generation = metadata.get("generation")
+    verdict_generation = verdict.get("generation")
     return ObservedCheck(
         name=str(metadata.get("name")),
-        candidate_revision=(spec.get("candidate") or {}).get("revision"),
-        baseline_revision=(spec.get("baseline") or {}).get("revision"),
+        uid=str(metadata.get("uid") or ""),
         owner_uid=controller_uid(body),
+        generation=generation if isinstance(generation, int) else None,
         created=parse_time(metadata.get("creationTimestamp")),
-        phase=CheckPhase(phase) if phase in CheckPhase.__members__.values() else None,
-        outcome=(
-            VerdictOutcome(outcome) if outcome in VerdictOutcome.__members__.values() else None
-        ),
+        spec_baseline=(spec.get("baseline") or {}).get("revision"),
+        spec_candidate=(spec.get("candidate") or {}).get("revision"),
+        digest=spec_digest(spec),
+        stamped_digest=(metadata.get("annotations") or {}).get(ANNOTATION_SPEC_DIGEST),
+        phase=check_phase(status.get("phase")),
+        outcome=_outcome(verdict.get("outcome")),
         passed=verdict.get("passed") if isinstance(verdict.get("passed"), bool) else None,
         summary=verdict.get("summary"),
+        status_baseline=status.get("baselineRevision"),
+        status_candidate=status.get("candidateRevision"),
+        verdict_digest=verdict.get("specDigest"),
+        verdict_generation=verdict_generation if isinstance(verdict_generation, int) else None,
         metrics={str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float)},
         completion_time=parse_time(status.get("completionTime")),
-        attempt=(metadata.get("annotations") or {}).get(ANNOTATION_CANARY_STARTED),
     )
 
 
-def observe_pod(body: JSON) -> ObservedPod | None:
+def _outcome(value: object) -> VerdictOutcome | None:
+    try:
+        return VerdictOutcome(str(value))
+    except ValueError:
+        return None
+
+
+def observe_pod(body: JSONMap) -> ObservedPod | None:
     """An engine pod; its scheduler message when the scheduler could not place it."""
     if owner_key(body) is None:
         return None
@@ -278,6 +311,8 @@ def collect(
         deployments={d.revision: d for d in deployments if mine(d.owner_uid)},
         config_maps={o.name: o for o in objects if o.kind == "ConfigMap" and mine(o.owner_uid)},
         services={o.name: o for o in objects if o.kind == "Service" and mine(o.owner_uid)},
-        checks={c.name: c for c in checks if mine(c.owner_uid)},
+        # Every check under a canary check's name, the deployment's own or not: whose it
+        # is, the rollout decides (and adopts none it did not make).
+        checks={c.name: c for c in checks},
         pods=tuple(pods),
     )

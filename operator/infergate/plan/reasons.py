@@ -1,8 +1,9 @@
-"""Condition types, condition reasons and Event reasons of an InferenceDeployment, in one place.
+"""Condition types, condition reasons and Event reasons of both kinds, in one place.
 
 Reasons are one CamelCase word (metav1.Condition); the same words name the
 Events posted when a condition changes, so `kubectl describe` and
-`kubectl get idep -o yaml` tell one story.
+`kubectl get idep -o yaml` tell one story. The first part is the
+InferenceDeployment's, the second the ParityCheck's.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ PARITY_CHECK_PASSED: Final = "CheckPassed"
 PARITY_CHECK_FAILED: Final = "CheckFailed"
 PARITY_CHECK_ERROR: Final = "CheckError"
 PARITY_CHECK_PENDING: Final = "CheckPending"
+PARITY_CHECK_INCONCLUSIVE: Final = "CheckInconclusive"
+PARITY_CHECK_UNBOUND: Final = "CheckNotBound"
 NO_PARITY_CHECK: Final = "NoParityCheck"
-PROMOTED_BY_HAND: Final = "PromotedByHand"
 
 # ConfigDrifted.
 DRIFT_REVERTED: Final = "DriftReverted"
@@ -60,8 +62,53 @@ MANUAL_ACTION: Final = "ManualAction"
 # Why a revision was rolled back (promotion/rollback metric labels, record messages).
 ROLLBACK_PARITY_FAILED: Final = "ParityFailed"
 ROLLBACK_PARITY_ERROR: Final = "ParityError"
+ROLLBACK_PARITY_INCONCLUSIVE: Final = "ParityInconclusive"
 ROLLBACK_DEADLINE: Final = PROGRESS_DEADLINE_EXCEEDED
 ROLLBACK_ABORTED: Final = "Aborted"
 ROLLBACK_BY_HAND: Final = "RollbackByHand"
 PROMOTION_AUTOMATIC: Final = "ParityPassed"
 PROMOTION_BY_HAND: Final = "ByHand"
+
+
+# --- ParityCheck ------------------------------------------------------------------------
+
+# Condition types. Complete is True once the check ended; exactly one of Passed, Failed,
+# Inconclusive and Error is then True.
+CHECK_COMPLETE: Final = "Complete"
+CHECK_PASSED: Final = "Passed"
+CHECK_FAILED: Final = "Failed"
+CHECK_INCONCLUSIVE: Final = "Inconclusive"
+CHECK_ERROR: Final = "Error"
+CHECK_RUNNER_ERROR: Final = "RunnerError"
+CHECK_RELEASED: Final = "ResourcesReleased"
+CHECK_CONDITION_TYPES: Final = (
+    CHECK_COMPLETE,
+    CHECK_PASSED,
+    CHECK_FAILED,
+    CHECK_INCONCLUSIVE,
+    CHECK_ERROR,
+    CHECK_RUNNER_ERROR,
+    CHECK_RELEASED,
+)
+
+# Reasons: while it runs.
+CHECK_WAITING_FOR_SIDES: Final = "WaitingForSides"
+CHECK_WAITING_FOR_PROBES: Final = "WaitingForProbes"
+CHECK_RUNNER_STARTED: Final = "RunnerStarted"
+CHECK_RUNNER_RUNNING: Final = "RunnerRunning"
+CHECK_RECOVERED: Final = "Recovered"
+CHECK_CHILDREN_DELETED: Final = "ChildrenDeleted"
+# Reasons: how it ended.
+CHECK_PARITY_PASSED: Final = "ParityPassed"
+CHECK_PARITY_FAILED: Final = "ParityFailed"
+CHECK_NOT_ENOUGH_EVIDENCE: Final = "NotEnoughEvidence"
+CHECK_COULD_NOT_MEASURE: Final = "CouldNotMeasure"
+CHECK_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+CHECK_RUNNER_FAILED: Final = "RunnerFailed"
+CHECK_NO_VERDICT: Final = "NoVerdict"
+CHECK_PROBE_FAILED: Final = "ProbeFailed"
+CHECK_SIDE_UNREACHABLE: Final = "SideUnreachable"
+CHECK_INVALID: Final = "InvalidCheck"
+CHECK_CHILD_NOT_OURS: Final = "ChildNotOurs"
+# Event-only reasons.
+CHECK_PROBE_STARTED: Final = "ProbeStarted"

@@ -6,7 +6,7 @@ controller gathers a `DeploymentState` and hands the plan to `kube/` to write.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,10 +18,10 @@ from infergate.plan import reasons
 from infergate.plan.conditions import (
     ConditionUpdate,
     changed_conditions,
-    derive_phase,
     set_condition,
 )
 from infergate.plan.desired import desired_revision
+from infergate.plan.phases import deployment_phase
 from infergate.plan.rollout import DeploymentState, Notice, Outcome, decide
 from infergate.plan.status import StatusInput, build_status
 from infergate.plan.sync import SyncPlan, sync_children
@@ -128,6 +128,20 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
     )
 
 
+def with_check_uids(
+    status: InferenceDeploymentStatus, created: Mapping[str, str]
+) -> InferenceDeploymentStatus:
+    """The status with the uid of each ParityCheck just created (name -> uid) recorded on the
+    revision it judges: from then on only that object's verdict counts for the attempt."""
+    revisions = [
+        r.model_copy(update={"parity_check_uid": created[r.parity_check]})
+        if r.parity_check is not None and r.parity_check in created
+        else r
+        for r in status.revisions
+    ]
+    return status.model_copy(update={"revisions": revisions})
+
+
 def invalid_spec_status(
     previous: InferenceDeploymentStatus, generation: int, message: str, now: datetime
 ) -> InferenceDeploymentStatus:
@@ -142,6 +156,6 @@ def invalid_spec_status(
         update={
             "observed_generation": generation,
             "conditions": conditions,
-            "phase": derive_phase(conditions),
+            "phase": deployment_phase(conditions),
         }
     )

@@ -24,12 +24,12 @@ from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.plan import reasons
 from infergate.plan.conditions import (
     ConditionUpdate,
-    derive_phase,
     find_condition,
     set_condition,
 )
 from infergate.plan.drift import FieldDrift
 from infergate.plan.observed import Observed
+from infergate.plan.phases import deployment_phase
 from infergate.plan.rollout import RolloutDecision
 from infergate.plan.sync import ObjectRef
 from infergate.render.labels import engine_pod_selector, revision_object_name
@@ -191,7 +191,7 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
     selector = ",".join(f"{k}={v}" for k, v in engine_pod_selector(inputs.name).items())
     return InferenceDeploymentStatus(
         observed_generation=inputs.generation,
-        phase=derive_phase(conditions),
+        phase=deployment_phase(conditions),
         stable_revision=decision.stable,
         canary_revision=decision.canary,
         revisions=decision.records,

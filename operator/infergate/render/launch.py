@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infergate.api.engine_env import EnvVar
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.render.model_weights import ModelWeights
 
@@ -42,3 +44,11 @@ class EngineLaunch:
 def env_value(name: str, value: str) -> dict[str, Any]:
     """A plain `name: value` env var."""
     return {"name": name, "value": value}
+
+
+def pinned_env(env: Sequence[Mapping[str, Any]], user: Sequence[EnvVar]) -> dict[str, Any]:
+    """The engine's environment as the pinned config records it: plain values as they are,
+    a Secret-backed variable as its reference (the value never leaves the Secret)."""
+    recorded: dict[str, Any] = {item["name"]: item.get("value") for item in env}
+    recorded |= {var.name: var.revision_value() for var in user}
+    return recorded

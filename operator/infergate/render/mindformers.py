@@ -20,6 +20,7 @@ from infergate.render.launch import (
     EngineLaunch,
     RevisionInput,
     env_value,
+    pinned_env,
 )
 
 GRAPH_MODE = 0
@@ -61,7 +62,7 @@ def mindformers_launch(revision: RevisionInput) -> EngineLaunch:
     if engine.deterministic:
         # MindFormers' consistency switches: ordered reductions in HCCL and LCCL collectives.
         env += [env_value("HCCL_DETERMINISTIC", "true"), env_value("LCCL_DETERMINISTIC", "1")]
-    env += [env_value(var.name, var.value) for var in engine.env]
+    env += [var.container_env() for var in engine.env]
 
     location = revision.model.location
     model: dict[str, Any] = {"uri": spec.model.uri}
@@ -99,6 +100,7 @@ def mindformers_launch(revision: RevisionInput) -> EngineLaunch:
             "model_config": mindformers_model_config(revision),
         },
         "argv": ["infergate", *args],
-        "env": {item["name"]: item["value"] for item in env},
+        # What runs, never a secret: a Secret-backed variable is recorded by its reference.
+        "env": pinned_env(env, engine.env),
     }
     return EngineLaunch(command=["infergate"], args=args, env=env, engine_config=config)

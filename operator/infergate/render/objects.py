@@ -15,7 +15,7 @@ from infergate.api.enums import EngineKind
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.api.model_uri import parse_model_uri
 from infergate.render.accelerators import PRESETS
-from infergate.render.images import resolved_image
+from infergate.render.images import resolved_image, runs_as_non_root
 from infergate.render.labels import (
     ANNOTATION_REVISION_HASH,
     LABEL_DEPLOYMENT,
@@ -174,6 +174,12 @@ def _pod_template(
                 for mount in preset.host_mounts
             ),
         ],
+        # Engines need no privilege: no escalation, no capability (devices come from the
+        # accelerator's device plugin, the Ascend driver through read-only mounts).
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "startupProbe": _health_probe(STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
         "readinessProbe": _health_probe(5, 3),
         "livenessProbe": _health_probe(10, 6),
@@ -194,6 +200,9 @@ def _pod_template(
         "nodeSelector": {**preset.node_selector, **placement.node_selector},
         "tolerations": [*preset.tolerations, *(t.to_kube() for t in placement.tolerations)],
         "terminationGracePeriodSeconds": 60,
+        # An engine never calls the API server: no ServiceAccount token in its pods.
+        "automountServiceAccountToken": False,
+        "securityContext": _pod_security(image),
     }
     if placement.affinity is not None:
         pod_spec["affinity"] = placement.affinity
@@ -215,6 +224,15 @@ def _pod_template(
         },
         "spec": pod_spec,
     }
+
+
+def _pod_security(image: str) -> dict[str, Any]:
+    """seccomp RuntimeDefault everywhere; non-root where the image is one of infergate's own,
+    which run as a user of their own (an upstream engine image may expect root)."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if runs_as_non_root(image):
+        context["runAsNonRoot"] = True
+    return context
 
 
 def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def revision_identity(spec: InferenceDeploymentSpec) -> dict[str, Any]:
             "deterministic": engine.deterministic,
             "config": engine.config,
             "args": list(engine.args),
-            "env": {var.name: var.value for var in engine.env},
+            "env": {var.name: var.revision_value() for var in engine.env},
         },
         "accelerator": {"kind": spec.accelerator.kind.value, "count": spec.accelerator.count},
     }

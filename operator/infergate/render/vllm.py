@@ -1,34 +1,102 @@
-"""vLLM on NVIDIA GPU: `vllm serve` with every numeric setting given as an explicit flag."""
+"""vLLM on NVIDIA GPU: `vllm serve` with every numeric setting given as an explicit flag.
+
+The one builder of vLLM's command line: the operator's engine pods, the parity
+probe (the same line switched to the pooling runner) and `infergate serve --engine
+vllm` (the recorder, the engine tests and the experiment) all run what
+`vllm_serve_args` returns, so what is tested is what is deployed.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from infergate.api.model_uri import UriScheme
-from infergate.render.launch import HTTP_PORT, POD_IP_REF, EngineLaunch, RevisionInput, env_value
+from infergate.render.launch import (
+    HTTP_PORT,
+    POD_IP_REF,
+    EngineLaunch,
+    RevisionInput,
+    env_value,
+    pinned_env,
+)
 
 # vLLM's default cap; parity requests up to 20 top logprobs per step.
 MAX_LOGPROBS = 20
 
+POOLER_CONFIG: dict[str, object] = {
+    "task": "token_embed",
+    "tok_pooling_type": "ALL",
+    "use_activation": False,
+}
+"""vLLM's pooling runner returning every token's last-layer hidden state, unnormalised."""
 
-def vllm_launch(revision: RevisionInput) -> EngineLaunch:
-    """The `vllm serve` command line and its pinned configuration record."""
-    spec = revision.spec
-    engine = spec.engine
+POOLING_FLAGS: tuple[str, ...] = (
+    "--runner",
+    "pooling",
+    "--convert",
+    "embed",
+    "--pooler-config",
+    json.dumps(POOLER_CONFIG, sort_keys=True),
+)
+# Flags of the serving runner that the pooling runner has no use for, with their arity.
+_SERVING_ONLY_FLAGS = {"--max-logprobs": 1}
+
+
+@dataclass(frozen=True)
+class VllmServe:
+    """The knobs of one `vllm serve`."""
+
+    model: str
+    """Model directory or hub id, as vLLM loads it."""
+    served_model_name: str
+    dtype: str
+    max_model_len: int
+    seed: int
+    host: str = POD_IP_REF
+    port: int = HTTP_PORT
+    tensor_parallel_size: int = 1
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """Pinned model-config overrides (engine.config), passed as --hf-overrides."""
+    revision: str | None = None
+    """Hub revision of an hf:// model."""
+    load_format: str | None = None
+    extra: Sequence[str] = ()
+    """engine.args, appended last (pinned flags were refused at admission)."""
+
+
+def hf_overrides(config: Mapping[str, Any]) -> dict[str, Any]:
+    """engine.config as vLLM hf_overrides on the Hugging Face config.
+
+    transformers 5 reads the rope base from `rope_parameters` only, so a pinned
+    `rope_theta` is written there; every other key is passed as given.
+    """
+    result: dict[str, Any] = {}
+    for key, value in config.items():
+        if key == "rope_theta":
+            result["rope_parameters"] = {"rope_type": "default", "rope_theta": float(value)}
+        else:
+            result[key] = value
+    return result
+
+
+def vllm_serve_args(serve: VllmServe) -> list[str]:
+    """`serve MODEL --flag value ...`: the arguments of the `vllm` command."""
     args = [
         "serve",
-        revision.model.reference,
+        serve.model,
         "--served-model-name",
-        spec.model.name,
+        serve.served_model_name,
         "--dtype",
-        engine.dtype.value,
+        serve.dtype,
         "--max-model-len",
-        str(engine.max_model_len),
+        str(serve.max_model_len),
         "--tensor-parallel-size",
-        str(engine.tensor_parallel_size),
+        str(serve.tensor_parallel_size),
         "--seed",
-        str(engine.seed),
+        str(serve.seed),
         # Sampling defaults come from vLLM and the request only: a generation_config.json
         # shipped with the weights must not change sampling silently.
         "--generation-config",
@@ -36,24 +104,60 @@ def vllm_launch(revision: RevisionInput) -> EngineLaunch:
         "--max-logprobs",
         str(MAX_LOGPROBS),
         "--host",
-        POD_IP_REF,
+        serve.host,
         "--port",
-        str(HTTP_PORT),
+        str(serve.port),
     ]
-    location = revision.model.location
-    if location.scheme is UriScheme.HF and location.revision is not None:
-        args += ["--revision", location.revision]
-    if location.scheme is UriScheme.S3:
-        args += ["--load-format", "runai_streamer"]
-    if engine.config:
-        args += ["--hf-overrides", json.dumps(engine.config, sort_keys=True, separators=(",", ":"))]
-    args += list(engine.args)
+    if serve.revision is not None:
+        args += ["--revision", serve.revision]
+    if serve.load_format is not None:
+        args += ["--load-format", serve.load_format]
+    overrides = hf_overrides(serve.config)
+    if overrides:
+        args += ["--hf-overrides", json.dumps(overrides, sort_keys=True, separators=(",", ":"))]
+    return [*args, *serve.extra]
 
+
+def pooling_args(args: Sequence[str]) -> list[str]:
+    """A `vllm serve` argument list switched to the pooling runner (hidden states)."""
+    out: list[str] = []
+    skip = 0
+    for arg in args:
+        if skip:
+            skip -= 1
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in _SERVING_ONLY_FLAGS:
+            skip = 0 if "=" in arg else _SERVING_ONLY_FLAGS[flag]
+            continue
+        out.append(arg)
+    return [*out, *POOLING_FLAGS]
+
+
+def vllm_launch(revision: RevisionInput) -> EngineLaunch:
+    """The `vllm serve` command line and its pinned configuration record."""
+    spec = revision.spec
+    engine = spec.engine
+    location = revision.model.location
+    args = vllm_serve_args(
+        VllmServe(
+            model=revision.model.reference,
+            served_model_name=spec.model.name,
+            dtype=engine.dtype.value,
+            max_model_len=engine.max_model_len,
+            seed=engine.seed,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            config=engine.config,
+            revision=location.revision if location.scheme is UriScheme.HF else None,
+            load_format="runai_streamer" if location.scheme is UriScheme.S3 else None,
+            extra=engine.args,
+        )
+    )
     env: list[dict[str, Any]] = []
     if engine.deterministic:
         # Batch-invariant kernels: a prompt's logprobs do not depend on its batch.
         env.append(env_value("VLLM_BATCH_INVARIANT", "1"))
-    env += [env_value(var.name, var.value) for var in engine.env]
+    env += [var.container_env() for var in engine.env]
 
     config: dict[str, Any] = {
         "engine": engine.kind.value,
@@ -68,6 +172,7 @@ def vllm_launch(revision: RevisionInput) -> EngineLaunch:
         "deterministic": engine.deterministic,
         "hfOverrides": engine.config,
         "argv": ["vllm", *args],
-        "env": {item["name"]: item["value"] for item in env},
+        # What runs, never a secret: a Secret-backed variable is recorded by its reference.
+        "env": pinned_env(env, engine.env),
     }
     return EngineLaunch(command=["vllm"], args=args, env=env, engine_config=config)

@@ -10,14 +10,13 @@ IPv4 slices (there the FQDN is the dotted IP itself).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from infergate.jsontypes import JSONMap
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
-
-JSON = Mapping[str, Any]
 
 
 class EndpointResolutionError(RuntimeError):
@@ -39,7 +38,7 @@ class ResolvedEndpoint:
         return f"http://{host}:{self.port}"
 
 
-def service_port_name(service: JSON, port: str | int) -> str:
+def service_port_name(service: JSONMap, port: str | int) -> str:
     """The name of the Service port given by name or number ("" for an unnamed single port)."""
     ports = (service.get("spec") or {}).get("ports") or []
     for declared in ports:
@@ -55,7 +54,7 @@ def service_port_name(service: JSON, port: str | int) -> str:
 
 
 def ready_endpoints(
-    service: JSON, slices: Iterable[JSON], port: str | int = "http"
+    service: JSONMap, slices: Iterable[JSONMap], port: str | int = "http"
 ) -> list[ResolvedEndpoint]:
     """Every ready, non-terminating endpoint of `service` on `port`, sorted by address.
 
@@ -89,7 +88,7 @@ def ready_endpoints(
     return [found[key] for key in sorted(found)]
 
 
-def first_ready_url(service: JSON, slices: Iterable[JSON], port: str | int = "http") -> str:
+def first_ready_url(service: JSONMap, slices: Iterable[JSONMap], port: str | int = "http") -> str:
     """The URL of the first ready endpoint (stable order), or an error saying what is missing."""
     materialised = list(slices)
     endpoints = ready_endpoints(service, materialised, port)
@@ -103,13 +102,13 @@ def first_ready_url(service: JSON, slices: Iterable[JSON], port: str | int = "ht
     raise EndpointResolutionError(f"Service {_name(service)} has no ready endpoint: {why}")
 
 
-def _slice_port(endpoint_slice: JSON, wanted: str) -> int | None:
+def _slice_port(endpoint_slice: JSONMap, wanted: str) -> int | None:
     for declared in endpoint_slice.get("ports") or []:
         if str(declared.get("name") or "") == wanted and declared.get("port") is not None:
             return int(declared["port"])
     return None
 
 
-def _name(obj: JSON) -> str:
+def _name(obj: JSONMap) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"

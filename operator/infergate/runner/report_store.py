@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from infergate.runner.naming import REPORT_HTML_GZIP_KEY, REPORT_HTML_KEY, REPORT_JSON_KEY
+from infergate.render.check_names import REPORT_HTML_GZIP_KEY, REPORT_HTML_KEY, REPORT_JSON_KEY
 
 REPORT_JSON_GZIP_KEY = f"{REPORT_JSON_KEY}.gz"
 CONFIGMAP_LIMIT = 1024 * 1024

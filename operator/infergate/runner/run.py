@@ -56,7 +56,11 @@ from infergate.parity.record import ParityInputError, RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
-from infergate.runner import status as st
+from infergate.plan import check_status as st
+from infergate.plan import reasons
+from infergate.plan.phases import is_check_terminal
+from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
+from infergate.retry import retry_call
 from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
 from infergate.runner.drive import (
     Channels,
@@ -66,7 +70,6 @@ from infergate.runner.drive import (
     drive_suite,
     measure_prompt,
 )
-from infergate.runner.naming import REPORT_HTML_KEY, SIDES, child_labels, report_name
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
 from infergate.runner.sides import (
     ClusterReads,
@@ -75,6 +78,7 @@ from infergate.runner.sides import (
     SideTarget,
     resolve_side,
 )
+from infergate.runner.summary import judgement
 from infergate.suite import PromptSpec, Suite, SuiteError, parse_suite
 
 EXIT_DONE = 0
@@ -192,14 +196,14 @@ class _Runner:
     def run(self) -> int:
         self.check = self._get()
         phase = (self.check.get("status") or {}).get("phase")
-        if st.is_terminal(phase):
+        if is_check_terminal(phase):
             _say(f"check {self.api.namespace}/{self.name} already ended ({phase}); nothing to do")
             return EXIT_DONE
         self.generation = self.check["metadata"].get("generation")
         try:
             spec = ParityCheck.model_validate(self.check).spec
         except ValidationError as err:
-            raise CheckEndedError(st.REASON_INVALID, f"spec is invalid: {err}") from err
+            raise CheckEndedError(reasons.CHECK_INVALID, f"spec is invalid: {err}") from err
         suite = self._suite(spec)
         started = time.monotonic()
         if not self._mark_running(len(suite.prompts)):
@@ -242,13 +246,17 @@ class _Runner:
         }
         html = render_report(result, verdict, f"{profile.value} ({why})")
         report = self._write_report(document, html)
-        fields = st.verdict_status(
-            result,
-            verdict,
-            profile=profile.value,
-            report=report,
-            conditions=self._conditions(),
+        binding = st.Binding(
+            spec_digest=st.spec_digest(self.check.get("spec") or {}),
             generation=self.generation,
+            baseline_revision=baseline.revision,
+            candidate_revision=candidate.revision,
+        )
+        fields = st.verdict_status(
+            judgement(result, verdict, profile.value),
+            binding,
+            status=self.check.get("status") or {},
+            report=report,
             at=self.clock(),
         )
         fields["progress"] = {"done": result.metrics.prompts, "total": len(suite.prompts)}
@@ -306,13 +314,13 @@ class _Runner:
                 return targets[0], targets[1]
             except SideResolutionError as err:
                 if not err.transient:
-                    raise CheckEndedError(st.REASON_INVALID, str(err)) from err
+                    raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
                 if time.monotonic() > deadline:
-                    raise RetryableRunError(st.REASON_SIDE_UNREACHABLE, str(err)) from err
+                    raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
                 _say(f"waiting: {err}")
             except SideUnavailableError as err:
                 if time.monotonic() > deadline:
-                    raise RetryableRunError(st.REASON_SIDE_UNREACHABLE, str(err)) from err
+                    raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
                 _say(f"waiting: {err}")
             except KubeError as err:
                 raise _api_failure(err) from err
@@ -326,7 +334,7 @@ class _Runner:
         try:
             self.connector.health(urls, min(60.0, self.options.wait_for_sides))
         except SideUnavailableError as err:
-            raise RetryableRunError(st.REASON_SIDE_UNREACHABLE, str(err)) from err
+            raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
 
     def _drive(
         self,
@@ -364,9 +372,9 @@ class _Runner:
                     progress=progress,
                 )
             except SideUnavailableError as err:
-                raise RetryableRunError(st.REASON_SIDE_UNREACHABLE, str(err)) from err
+                raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
             except (SideAnswerError, ParityInputError) as err:
-                raise CheckEndedError(st.REASON_MEASUREMENT, str(err)) from err
+                raise CheckEndedError(reasons.CHECK_COULD_NOT_MEASURE, str(err)) from err
 
     def _previous_metrics(self, profile: ProfileName) -> ParityMetrics | None:
         """Metrics of the last passing check, when it judged the same kind of change.
@@ -433,9 +441,6 @@ class _Runner:
 
     # -- status writes --------------------------------------------------------------------
 
-    def _conditions(self) -> list[dict[str, Any]]:
-        return list((self.check.get("status") or {}).get("conditions") or [])
-
     def _start_time(self) -> dict[str, str]:
         if (self.check.get("status") or {}).get("startTime"):
             return {}
@@ -443,7 +448,12 @@ class _Runner:
 
     def _mark_running(self, total: int) -> bool:
         """Phase Running, unless the check ended meanwhile (then False: nothing to do)."""
-        for _ in range(5):
+
+        def mark() -> bool:
+            phase = (self.check.get("status") or {}).get("phase")
+            if is_check_terminal(phase):
+                _say(f"check ended ({phase}) before the runner started; nothing to do")
+                return False
             fields = {
                 "phase": "Running",
                 "observedGeneration": self.generation,
@@ -451,21 +461,18 @@ class _Runner:
                 **self._start_time(),
             }
             version = self.check["metadata"].get("resourceVersion")
-            try:
-                self.check = self.api.patch_check_status(
-                    self.name, fields, resource_version=version
-                )
-            except ConflictError:
-                self.check = self._get()
-                phase = (self.check.get("status") or {}).get("phase")
-                if st.is_terminal(phase):
-                    _say(f"check ended ({phase}) before the runner started; nothing to do")
-                    return False
-                continue
-            except KubeError as err:
-                raise _api_failure(err) from err
+            self.check = self.api.patch_check_status(self.name, fields, resource_version=version)
             return True
-        raise RetryableRunError("ApiConflict", "status kept changing while starting the run")
+
+        def reread() -> None:
+            self.check = self.api.get_check(self.name)
+
+        try:
+            return retry_call(mark, on_conflict=reread)
+        except ConflictError as err:
+            raise RetryableRunError("ApiConflict", f"status kept changing: {err}") from err
+        except KubeError as err:
+            raise _api_failure(err) from err
 
     def _patch(self, fields: Mapping[str, Any]) -> None:
         updated = self._api_call(lambda: self.api.patch_check_status(self.name, fields))
@@ -486,7 +493,7 @@ class _Runner:
             fields = st.error_status(
                 message,
                 reason,
-                conditions=self._conditions(),
+                status=self.check.get("status") or {},
                 generation=self.check.get("metadata", {}).get("generation"),
                 at=self.clock(),
             )
@@ -497,26 +504,27 @@ class _Runner:
         return EXIT_DONE
 
     def record_attempt_failure(self, reason: str, message: str) -> None:
+        current: dict[str, Any] = {}
+
+        def record() -> None:
+            nonlocal current
+            current = self.api.get_check(self.name)
+            conditions = st.runner_error_conditions(
+                current.get("status") or {},
+                reason,
+                message,
+                generation=current["metadata"].get("generation"),
+                at=self.clock(),
+            )
+            self.api.patch_check_status(
+                self.name,
+                {"conditions": conditions},
+                resource_version=current["metadata"].get("resourceVersion"),
+            )
+
         try:
-            for _ in range(3):
-                current = self._get()
-                conditions = st.runner_error_conditions(
-                    (current.get("status") or {}).get("conditions") or [],
-                    reason,
-                    message,
-                    generation=current["metadata"].get("generation"),
-                    at=self.clock(),
-                )
-                try:
-                    self.api.patch_check_status(
-                        self.name,
-                        {"conditions": conditions},
-                        resource_version=current["metadata"].get("resourceVersion"),
-                    )
-                except ConflictError:
-                    continue
-                return
-        except (KubeError, RetryableRunError, CheckEndedError) as err:
+            retry_call(record)
+        except KubeError as err:
             _say(f"could not record the failure in the status: {err}")
 
     # -- API plumbing ---------------------------------------------------------------------

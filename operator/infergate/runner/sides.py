@@ -4,8 +4,9 @@ A side is a revision of an InferenceDeployment or an explicit endpoint:
 
 - a revision answers on its Service `<name>-<revision>` (ready endpoints read from its
   EndpointSlices); its pinned configuration, written by the operator into the
-  ConfigMap of the same name (`engine.json`), says which engine and dtype run, and
-  which numeric overrides were pinned;
+  ConfigMap of the same name (`engine.json`, read by `plan.check_sides`, which the
+  controller shares), says which engine and dtype run, and which numeric overrides
+  were pinned;
 - its hidden states come from the engine itself where our adapter serves it
   (MindFormers), or from the probe the controller started for it (vLLM: the same
   image and pinned config under the pooling runner, Service `<check>-probe-<side>`);
@@ -18,22 +19,24 @@ through `EngineInfo`, so this module is tested without a cluster or a server.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from infergate.api.parity_check import ParityCheckSpec, Side
 from infergate.engines.client import ProbeKind
+from infergate.jsontypes import JSON
+from infergate.plan.check_sides import (
+    RevisionConfig,
+    RevisionConfigError,
+    choose_revision,
+    needs_probe,
+    parse_revision_config,
+)
+from infergate.render.check_names import SideName, probe_name
 from infergate.render.labels import revision_object_name
-from infergate.render.launch import CONFIG_KEY
 from infergate.runner.endpoints import EndpointResolutionError, first_ready_url
-from infergate.runner.naming import SideName, probe_name
 
-JSON = dict[str, Any]
-
-ENGINE_VLLM = "vllm"
-ENGINE_MINDFORMERS = "mindformers"
 UNKNOWN = "unknown"
 
 
@@ -99,70 +102,20 @@ class SideTarget:
     probe_kind: ProbeKind | None = None
 
 
-@dataclass(frozen=True)
-class RevisionConfig:
-    """What the revision's pinned `engine.json` says about the engine."""
-
-    engine: str
-    dtype: str
-    served_model_name: str
-    overrides: dict[str, Any]
-    image: str | None
-
-
-def parse_revision_config(config_map: Mapping[str, Any]) -> RevisionConfig:
-    """Read a revision ConfigMap's `engine.json`; errors name the ConfigMap and key."""
-    name = (config_map.get("metadata") or {}).get("name", "?")
-    text = (config_map.get("data") or {}).get(CONFIG_KEY)
-    if not text:
-        raise SideResolutionError(
-            f"ConfigMap {name}: no key {CONFIG_KEY!r} (the revision's pinned engine config)",
-            transient=False,
-        )
-    try:
-        config = json.loads(text)
-        engine = str(config["engine"])
-        overrides: dict[str, Any]
-        if engine == ENGINE_MINDFORMERS:
-            overrides = dict(config.get("mindformers", {}).get("model_config") or {})
-        else:
-            overrides = dict(config.get("hfOverrides") or {})
-        return RevisionConfig(
-            engine=engine,
-            dtype=str(config["dtype"]),
-            served_model_name=str(config["servedModelName"]),
-            overrides=overrides,
-            image=config.get("image"),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise SideResolutionError(
-            f"ConfigMap {name}: {CONFIG_KEY} is not a pinned engine config ({err})",
-            transient=False,
-        ) from err
-
-
-def needs_probe(engine: str, hidden_states: bool) -> bool:
-    """Whether a revision of `engine` needs a separate probe for its hidden states."""
-    return hidden_states and engine == ENGINE_VLLM
-
-
 def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str | None) -> str:
     """The revision a side means: given, pinned in the check's status, or the stable one."""
-    if side.revision is not None:
-        return side.revision
-    if pinned:
-        return pinned
     ref = side.inference_deployment_ref
-    name = ref.name if ref is not None else "?"
-    if deployment is None:
-        raise SideResolutionError(f"InferenceDeployment {name} does not exist", transient=True)
-    stable = (deployment.get("status") or {}).get("stableRevision")
-    if not stable:
-        raise SideResolutionError(
-            f"InferenceDeployment {name} has no stable revision yet (status.stableRevision)",
-            transient=True,
-        )
-    return str(stable)
+    stable = (deployment or {}).get("status", {}).get("stableRevision")
+    revision, waiting = choose_revision(
+        ref.name if ref is not None else "?",
+        side.revision,
+        pinned,
+        str(stable) if stable else None,
+        exists=deployment is not None,
+    )
+    if revision is None:
+        raise SideResolutionError(waiting or "no revision", transient=True)
+    return revision
 
 
 def service_url(reads: ClusterReads, service_name: str, what: str) -> str:
@@ -203,7 +156,10 @@ def resolve_side(
             f"{ref.name}? (see its status.revisions)",
             transient=True,
         )
-    pinned = parse_revision_config(config_map)
+    try:
+        pinned = parse_revision_config(object_name, config_map.get("data"))
+    except RevisionConfigError as err:
+        raise SideResolutionError(str(err), transient=False) from err
     url = service_url(reads, object_name, what)
     described = info.describe(url)
     effective = described.effective_config or _pinned_effective(pinned)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from infergate.runtime.backend import (
+    PROMPT_LOGPROB_CHUNK,
     BackendError,
     GreedyLoop,
     GreedyOutput,
@@ -182,17 +183,48 @@ class MindFormersBackend(LoadedModel):
         while going:
             tokens = self._ms.Tensor(np.asarray([sequence], dtype=np.int32))
             last = self._net.model(tokens)[:, -1:, :]
-            row = log_softmax(self._logits(last).reshape(1, -1))[0]
-            going = loop.push(row, ignore_eos=ignore_eos)
+            raw = self._logits(last).reshape(1, -1)
+            row = log_softmax(raw)[0]
+            going = loop.push(row, ignore_eos=ignore_eos, logits=raw[0])
             sequence.append(loop.tokens[-1])
         return loop.result()
 
-    def prompt_logprobs(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+    def prompt_logprob_chunks(
+        self, token_ids: Sequence[int], first_row: int = 0, chunk: int = PROMPT_LOGPROB_CHUNK
+    ) -> Iterator[tuple[int, NDArray[np.float32]]]:
         hidden = self._hidden(token_ids)
-        logits = self._logits(hidden)[0]
-        return log_softmax(logits[:-1])
+        rows = len(token_ids) - 1
+        for start in range(max(first_row, 0), rows, chunk):
+            stop = min(start + chunk, rows)
+            yield start, log_softmax(self._logits(hidden[:, start:stop, :])[0])
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         hidden = self._hidden(token_ids)
         out: NDArray[np.float32] = hidden.astype(self._ms.float32).asnumpy()[0]
         return out
+
+    def layer_states(
+        self, token_ids: Sequence[int], reduce: Callable[[NDArray[np.float32]], NDArray[np.float32]]
+    ) -> list[NDArray[np.float32]]:
+        """Embeddings, each decoder layer's output, the final norm's output, each reduced.
+
+        Forward hooks on the model's cells (PyNative) capture each state as the forward
+        pass produces it; only the reduced float32 copy is kept.
+        """
+        ms = self._ms
+        core = self._net.model
+        captured: list[NDArray[np.float32]] = []
+
+        def keep(_cell: Any, _args: Any, output: Any) -> None:
+            tensor = output[0] if isinstance(output, tuple) else output
+            values = tensor.astype(ms.float32).asnumpy()
+            captured.append(reduce(values.reshape(-1, values.shape[-1])))
+
+        cells = [core.tok_embeddings, *core.layers, core.norm_out]
+        handles = [cell.register_forward_hook(keep) for cell in cells]
+        try:
+            core(ms.Tensor(np.asarray([list(token_ids)], dtype=np.int32)))
+        finally:
+            for handle in handles:
+                handle.remove()
+        return captured

@@ -120,6 +120,10 @@ def full_check_status() -> dict[str, Any]:
         "observedGeneration": 1,
         "phase": "Failed",
         "jobName": "qwen-check-runner",
+        "runnerServiceAccount": {
+            "name": "qwen-check-runner",
+            "uid": "0f5c2a1e-8d3b-4c6f-9e7a-2b1d4c6e8f0a",
+        },
         "startTime": _NOW,
         "completionTime": _NOW,
         "profile": "bf16-kernel",

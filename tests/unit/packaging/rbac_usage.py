@@ -39,6 +39,7 @@ _VERB_METHODS = {
     "create": "create",
     "merge_patch": "patch",
     "replace_status": "update",
+    "replace": "update",
     "delete": "delete",
 }
 _HTTP_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
@@ -448,7 +449,7 @@ def owner_finalizer_needs(closure: Iterable[_Module]) -> list[Need]:
 
 def runner_role_needs() -> list[Need]:
     """The runner Role's rules: the operator must hold what it grants."""
-    from infergate.runner.children import runner_rbac
+    from infergate.render.check_children import runner_rbac
 
     check = {"metadata": {"name": "check", "namespace": "ns", "uid": "uid"}}
     objects = runner_rbac(check, deployments=["d"], services=["s"], config_maps=["c"])
@@ -508,7 +509,7 @@ def operator_usage(disabled: Iterable[str] = ()) -> OperatorUsage:
         for permission in use.permissions()
     ]
     exact += kopf + owner_finalizer_needs(closure)
-    if f"{PACKAGE}.runner.children" in names:
+    if f"{PACKAGE}.render.check_children" in names:
         exact += runner_role_needs()
     dynamic = [use for use in uses if not use.exact]
     return OperatorUsage(tuple(handlers), exact, dynamic, [*unresolved, *kopf_unresolved])

@@ -109,9 +109,9 @@ def test_exported_series_are_what_the_metrics_endpoint_serves() -> None:
 
 def test_parity_panels_name_figures_the_runner_writes_to_status() -> None:
     """A `metric="..."` selector on infergate_parity_metric must match a status.metrics key."""
-    from infergate.runner.status import headline_metrics
+    from infergate.runner.summary import headline_metrics
     from tests.unit.parity.builders import record, suite
-    from tests.unit.runner.test_status import forced, judged
+    from tests.unit.runner.test_summary import forced, judged
 
     prompts = suite(4)
     result, _ = judged(record(prompts), record(forced(prompts)))

@@ -10,8 +10,7 @@ from typing import Any
 import yaml
 
 from infergate.api.crd import render_crd_files
-from infergate.kube.paritycheck_reconcile import RUNNER_IMAGE_ENV
-from infergate.runner.children import DEFAULT_RUNNER_IMAGE
+from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
 from tests.unit.packaging.dockerfile import Dockerfile
 from tests.unit.packaging.kustomize import (
     MANIFESTS,
@@ -23,8 +22,21 @@ from tests.unit.packaging.kustomize import (
 )
 from tests.unit.packaging.lockfiles import REPO
 
-# API groups a plain cluster serves: the default install may need nothing else.
-_PLAIN_GROUPS = {"v1", "apps/v1", "rbac.authorization.k8s.io/v1", "apiextensions.k8s.io/v1"}
+# API groups a plain cluster serves: the default install may need nothing else
+# (admission policies: ValidatingAdmissionPolicy GA since v1.30, MutatingAdmissionPolicy v1.36).
+_PLAIN_GROUPS = {
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+    "admissionregistration.k8s.io/v1",
+}
+_POLICY_KINDS = {
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+}
 
 
 def _container(documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -56,22 +68,45 @@ def test_installs_the_crds_the_operator_and_its_rbac_and_nothing_needing_extra_c
         one(documents, kind)
     assert len(bound_cluster_roles(documents)) >= 1
     assert {d["apiVersion"] for d in documents} <= _PLAIN_GROUPS
-    assert not [k for k, _ in kinds if k in {"ServiceMonitor", "NetworkPolicy"}]
+    assert not [k for k, _ in kinds if k in {"ServiceMonitor", "NetworkPolicy", "PrometheusRule"}]
 
 
 def test_every_namespaced_object_is_in_the_install_namespace() -> None:
     documents = build(MANIFESTS)
     namespace = one(documents, "Namespace")["metadata"]["name"]
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        *_POLICY_KINDS,
+    }
     for document in documents:
         if document["kind"] not in cluster_scoped:
             assert document["metadata"].get("namespace") == namespace, document["metadata"]
 
 
-def test_operator_runs_one_replica_replaced_not_rolled() -> None:
-    spec = one(build(MANIFESTS), "Deployment")["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"]["type"] == "Recreate"
+def test_operator_runs_two_replicas_of_which_only_the_lease_holder_acts() -> None:
+    documents = build(MANIFESTS)
+    spec = one(documents, "Deployment")["spec"]
+    assert spec["replicas"] == 2
+    container = _container(documents)
+    assert "--leader-election" in container["args"]
+    env = {
+        e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        for e in container["env"]
+    }
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    assert env["POD_NAME"] == "metadata.name"
+    [role] = [d for d in documents if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "infergate-system"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
 
 
 def test_operator_runs_non_root_as_its_image_user_with_a_read_only_root() -> None:
@@ -144,6 +179,7 @@ def test_production_overlay_installs_the_same_objects_plus_its_components() -> N
     assert production - base == {
         ("ServiceMonitor", "infergate-operator"),
         ("NetworkPolicy", "infergate-operator"),
+        ("PrometheusRule", "infergate-alerts"),
     }
     assert base <= production
 

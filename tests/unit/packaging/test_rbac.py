@@ -33,7 +33,8 @@ IDEP_ONLY = operator_usage(disabled=("paritycheck",))
 
 def _rules(directory: str) -> list[dict[str, Any]]:
     documents = build(MANIFESTS / directory)
-    return [rule for d in documents if d["kind"] == "ClusterRole" for rule in d["rules"]]
+    # Roles: the operator's own namespace (its leader-election Lease).
+    return [rule for d in documents if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
 
 
 def _operator_rules() -> list[dict[str, Any]]:
@@ -58,7 +59,8 @@ def test_scanner_finds_what_the_operator_is_known_to_do() -> None:
         Permission("infergate.io", "paritychecks/status", "update"),
         Permission("infergate.io", "inferencedeployments/finalizers", "update"),
         Permission("", "events", "create"),
-        Permission("batch", "jobs", "get"),
+        Permission("batch", "jobs", "watch"),
+        Permission("rbac.authorization.k8s.io", "roles", "watch"),
         Permission("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ):
         assert expected in found, expected

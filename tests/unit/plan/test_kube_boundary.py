@@ -4,6 +4,7 @@ Event manifests, the resync schedule, and which handler modules the operator loa
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -14,16 +15,20 @@ from kubernetes.client.exceptions import ApiException
 from infergate.controllers import handler_modules, load_handlers
 from infergate.controllers._resync import Resyncer
 from infergate.errors import (
+    AlreadyExistsError,
     ConflictError,
     ForbiddenError,
     NotFoundError,
     PermanentKubeError,
     RetriableKubeError,
+    error_for_status,
+    parse_retry_after,
 )
 from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, SERVICES, convert_error
 from infergate.kube.events import event_manifest
 from infergate.kube.writer import PlanWriter
 from infergate.plan.observed import OwnerKey
+from infergate.retry import RetryPolicy, retry_call
 from tests.unit.plan.world import NAME, NAMESPACE, World
 
 
@@ -92,7 +97,7 @@ class FakeClient:
         assert body["metadata"]["resourceVersion"] == "41"
         return self._do("status", resource.kind, name, namespace)
 
-    def delete(self, resource: Any, namespace: str, name: str) -> None:
+    def delete(self, resource: Any, namespace: str, name: str, **_: Any) -> None:
         self._do("delete", resource.kind, name, namespace)
 
 
@@ -129,7 +134,7 @@ def test_repeated_creates_and_deletes_count_as_done() -> None:
     world = World()
     plan = world.reconcile()
     failures: dict[tuple[str, str], Exception] = {
-        ("create", name): ConflictError("exists", status=409)
+        ("create", name): AlreadyExistsError("exists", status=409, reason="AlreadyExists")
         for name in (f"{NAME}-{plan.status.revisions[0].hash}", NAME)
     }
     result = PlanWriter(FakeClient(failures), NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
@@ -181,9 +186,105 @@ def test_resync_runs_each_known_deployment_and_wakes_early() -> None:
     assert sorted(k.name for k in calls) == ["a", "a", "b"]
 
 
+def test_a_failing_reconcile_backs_off_with_jitter_and_a_permanent_one_waits() -> None:
+    async def scenario() -> dict[str, list[float]]:
+        times: dict[str, list[float]] = {"busy": [], "refused": []}
+        loop = asyncio.get_running_loop()
+        busy, refused = OwnerKey("ns", "busy"), OwnerKey("ns", "refused")
+
+        async def reconcile(key: OwnerKey) -> float | None:
+            times[key.name].append(loop.time())
+            if key == busy:
+                raise RetriableKubeError("429", status=429, retry_after=0.1)
+            raise PermanentKubeError("403", status=403)
+
+        # draw=1: the bound itself; the server's Retry-After (0.1s) is the floor.
+        resyncer = Resyncer(reconcile, interval=60, draw=lambda: 1.0)
+        task = asyncio.create_task(resyncer.run(lambda: [busy, refused]))
+        await asyncio.sleep(2.0)
+        task.cancel()
+        await resyncer.stop()
+        return times
+
+    times = asyncio.run(scenario())
+    # RECONCILES: 0.5s after the first failure, then 1s (doubling), never below Retry-After.
+    gaps = [b - a for a, b in itertools.pairwise(times["busy"])]
+    assert len(gaps) >= 1
+    assert gaps[0] >= 0.45
+    assert all(later >= 1.9 * gaps[0] for later in gaps[1:2])
+    # A permanent error is not retried before the usual interval (60s).
+    assert len(times["refused"]) == 1
+
+
+def test_retry_policy_doubles_with_full_jitter_and_honours_retry_after() -> None:
+    policy = RetryPolicy(initial=0.2, maximum=5.0, multiplier=2.0, attempts=4)
+    assert [policy.bound(n) for n in (1, 2, 3, 6)] == [0.2, 0.4, 0.8, 5.0]
+    assert policy.delay(3, draw=lambda: 0.5) == 0.4
+    assert policy.delay(1, retry_after=3.0, draw=lambda: 0.5) == 3.0
+    assert policy.delay(1, retry_after=99.0, draw=lambda: 0.5) == 5.0  # capped by maximum
+    slept: list[float] = []
+    calls = 0
+
+    def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise ConflictError("stale", status=409)
+        return "ok"
+
+    assert retry_call(flaky, policy, sleep=slept.append, draw=lambda: 1.0) == "ok"
+    assert slept == [0.2, 0.4]
+
+    def refused() -> str:
+        raise PermanentKubeError("no", status=422)
+
+    with pytest.raises(PermanentKubeError):
+        retry_call(refused, policy, sleep=slept.append)
+    assert slept == [0.2, 0.4]  # never retried
+
+    def always_busy() -> str:
+        raise RetriableKubeError("busy", status=503)
+
+    with pytest.raises(RetriableKubeError):
+        retry_call(always_busy, policy, sleep=slept.append, draw=lambda: 0.0)
+    assert len(slept) == 2 + 3  # attempts bound the tries
+
+
+def test_answers_map_to_one_error_tree_with_retry_after() -> None:
+    assert isinstance(error_for_status(409, "m", reason="AlreadyExists"), AlreadyExistsError)
+    assert isinstance(error_for_status(409, "m", reason="Conflict"), ConflictError)
+    throttled = error_for_status(429, "m", retry_after=parse_retry_after("7"))
+    assert isinstance(throttled, RetriableKubeError)
+    assert throttled.retry_after == 7.0
+    assert isinstance(error_for_status(0, "no answer"), RetriableKubeError)
+    assert isinstance(error_for_status(422, "m"), PermanentKubeError)
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+
+
 def test_handler_modules_are_discovered_and_can_be_left_out() -> None:
     modules = handler_modules()
     assert {"children", "inference_deployment", "startup"} <= set(modules)
     assert all(not name.startswith("_") for name in modules)
     with pytest.raises(ValueError, match="no controller module nope"):
         load_handlers(exclude=["nope"])
+
+
+def test_the_deployment_index_keeps_no_managed_fields_nor_kopfs_copy_of_the_spec() -> None:
+    from infergate.controllers.inference_deployment import slim_body
+
+    body = {
+        "metadata": {
+            "name": "qwen",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {
+                "kopf.infergate.io/last-handled-configuration": '{"spec": "copy"}',
+                "infergate.io/promote": "true",
+            },
+        },
+        "spec": {"replicas": 2},
+    }
+    slim = slim_body(body)
+    assert "managedFields" not in slim["metadata"]
+    assert slim["metadata"]["annotations"] == {"infergate.io/promote": "true"}
+    assert slim["spec"] == {"replicas": 2}
+    assert "managedFields" in body["metadata"]  # the watched object is left as it is

@@ -3,8 +3,10 @@ what a user would see in status, and which objects exist at which size."""
 
 from __future__ import annotations
 
+import pytest
+
 from infergate.api.enums import DeploymentPhase, VerdictOutcome
-from infergate.plan.control import ABORT, PROMOTE, ROLLBACK_TO
+from infergate.plan.control import ABORT, PROMOTE, REQUESTED_BY, ROLLBACK_TO
 from infergate.plan.status import latest_parity_figures
 from tests.unit.plan.world import NAME, World
 
@@ -187,12 +189,16 @@ def test_check_error_rolls_back_with_its_own_reason() -> None:
 
 
 def test_no_verdict_within_the_deadline_rolls_back() -> None:
+    """The deadline for a verdict is the canary's time to become available plus the check's
+    own deadline, from the canary's start: a long check is never cut short by the rollout."""
     world, stable = _stable_world()
+    world.set("rollout.parity.deadlineSeconds", 900)
+    world.set("rollout.parity.runner.activeDeadlineSeconds", 600)
     canary = _canary(world, dtype="float16")
     world.make_available(canary)
     world.reconcile()
     world.set_check(f"{NAME}-{canary}", "Running")
-    world.tick(599)
+    world.tick(600 + 900 + 59)  # progressDeadlineSeconds + deadlineSeconds + a minute's grace
     world.reconcile()
     assert world.status.canary_revision == canary
     world.tick(2)
@@ -203,6 +209,17 @@ def test_no_verdict_within_the_deadline_rolls_back() -> None:
     record = {r.hash: r for r in world.status.revisions}[canary]
     assert record.message is not None
     assert "no verdict" in record.message
+
+
+def test_a_check_that_cannot_be_created_counts_against_the_deadline() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    _squat(world, canary)
+    world.tick(600 + 7200 + 61)
+    world.reconcile()
+    assert world.status.canary_revision is None
+    assert world.status.stable_revision == stable
 
 
 def test_canary_that_never_becomes_available_is_rolled_back_at_the_deadline() -> None:
@@ -255,13 +272,16 @@ def test_abort_removes_the_canary_and_rejects_it() -> None:
     world, stable = _stable_world()
     canary = _canary(world, dtype="float16")
     world.annotations[ABORT] = "true"
+    world.annotations[REQUESTED_BY] = "alice@example.com"  # stamped by the admission policy
     plan = world.reconcile()
     assert world.status.canary_revision is None
     assert world.revisions() == {stable: 2}
     assert ("rollback", "Aborted") in [(o.kind, o.reason) for o in plan.outcomes]
     record = {r.hash: r for r in world.status.revisions}[canary]
     assert record.rejected
-    assert record.message == "aborted by hand"
+    assert record.message == "aborted by alice@example.com; parity verdict none"
+    assert any("alice@example.com" in e.message for e in plan.events)
+    assert REQUESTED_BY not in world.annotations
 
 
 def _promote_through(world: World, **engine: object) -> str:
@@ -312,19 +332,42 @@ def test_history_keeps_at_most_the_limit_of_old_revisions() -> None:
     assert all(check["spec"]["candidate"]["revision"] in kept for check in world.of("ParityCheck"))
 
 
-def test_impossible_placement_is_reported_not_waited_on() -> None:
+def test_waiting_for_accelerators_is_progress_until_the_deadline() -> None:
     world = World()
     world.set("accelerator.count", 16)
     world.reconcile()
     revision = world.status.revisions[0].hash
     world.unschedulable_pod(revision, "0/7 nodes are available: 7 Insufficient nvidia.com/gpu.")
     world.reconcile()
+    assert world.status.phase is DeploymentPhase.PROGRESSING
+    assert world.condition("Progressing") == ("True", "Unschedulable")
+    assert world.condition("Degraded") == ("False", "Healthy")
+    progressing = next(c for c in world.status.conditions if c.type == "Progressing")
+    assert "Insufficient nvidia.com/gpu" in progressing.message
+    assert f"{NAME}-{revision}-x" in progressing.message
+
+    world.tick(601)
+    world.reconcile()
     assert world.status.phase is DeploymentPhase.FAILED
-    assert world.condition("Progressing") == ("False", "Unschedulable")
-    assert world.condition("Degraded") == ("True", "Unschedulable")
+    assert world.condition("Progressing") == ("False", "ProgressDeadlineExceeded")
+    assert world.condition("Degraded") == ("True", "ProgressDeadlineExceeded")
     degraded = next(c for c in world.status.conditions if c.type == "Degraded")
     assert "Insufficient nvidia.com/gpu" in degraded.message
-    assert f"{NAME}-{revision}-x" in degraded.message
+
+
+def test_a_canary_waiting_for_accelerators_is_progressing_then_rolled_back() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.unschedulable_pod(canary, "0/7 nodes are available: 7 Insufficient nvidia.com/gpu.")
+    world.reconcile()
+    assert world.status.phase is DeploymentPhase.PROGRESSING
+    assert world.condition("Progressing") == ("True", "Unschedulable")
+    world.tick(601)
+    world.reconcile()
+    assert world.status.canary_revision is None
+    assert world.status.stable_revision == stable
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert "Insufficient nvidia.com/gpu" in (record.message or "")
 
 
 def test_status_lost_stable_is_found_from_the_deployment_role() -> None:
@@ -377,3 +420,132 @@ def test_latest_parity_figures_follow_the_last_finished_check() -> None:
     world.settle()
     assert world.status.stable_revision == first
     assert latest_parity_figures(world.status) == figures
+
+
+# -- a verdict counts only when it is bound to what the rollout asked ----------------------
+
+
+def _checked_canary() -> tuple[World, str, str]:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    return world, stable, canary
+
+
+def _squat(world: World, canary: str, **metadata: object) -> None:
+    """Someone else creates a check under the canary check's name first."""
+    world.objects[("ParityCheck", f"{NAME}-{canary}")] = {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "ParityCheck",
+        "metadata": {"name": f"{NAME}-{canary}", "namespace": "llm", "uid": "squatter",
+                     "generation": 1, **metadata},
+        "spec": {"baseline": {"revision": canary}, "candidate": {"revision": canary}},
+        "status": {"phase": "Passed", "verdict": {"passed": True, "outcome": "Passed"}},
+    }  # fmt: skip
+
+
+def test_a_phase_passed_without_a_verdict_does_not_promote() -> None:
+    world, stable, canary = _checked_canary()
+    world.set_check(f"{NAME}-{canary}", "Passed")  # a phase, no verdict at all
+    world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.condition("ParityPassed") == ("False", "CheckNotBound")
+    assert "verdict.passed is not true" in next(
+        c.message for c in world.status.conditions if c.type == "ParityPassed"
+    )
+
+
+def test_a_passed_verdict_for_another_spec_or_generation_does_not_promote() -> None:
+    world, stable, canary = _checked_canary()
+    world.set_check(f"{NAME}-{canary}", "Passed", passed=True, bound=False)
+    plan = world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.status.canary_revision is None  # rolled back as an error, fail closed
+    assert ("rollback", "ParityError") in [(o.kind, o.reason) for o in plan.outcomes]
+    assert "CheckNotBound" in [e.reason for e in plan.events]
+
+
+def test_a_check_whose_spec_was_edited_does_not_promote() -> None:
+    world, stable, canary = _checked_canary()
+    check = world.objects[("ParityCheck", f"{NAME}-{canary}")]
+    check["spec"]["candidate"]["revision"] = stable  # compare stable with itself
+    world.set_check(f"{NAME}-{canary}", "Passed", passed=True)
+    world.reconcile()
+    assert world.status.stable_revision == stable
+    message = next(c.message for c in world.status.conditions if c.type == "ParityPassed")
+    assert "not stable" in message
+
+
+def test_a_check_created_by_someone_else_is_never_adopted_nor_deleted() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    _squat(world, canary)
+    world.make_available(canary)
+    plan = world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.status.canary_revision == canary
+    assert plan.create_checks == []
+    assert plan.delete_checks == []
+    assert world.condition("ParityPassed") == ("Unknown", "CheckNotBound")
+    assert world.get("ParityCheck", f"{NAME}-{canary}")["metadata"]["uid"] == "squatter"
+
+
+def test_a_check_claiming_this_deployment_but_not_made_for_this_attempt_is_replaced() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    owner = {"ownerReferences": [{"kind": "InferenceDeployment", "name": NAME, "uid": "0f6c-uid",
+                                  "controller": True}]}  # fmt: skip
+    _squat(world, canary, **owner)
+    world.make_available(canary)
+    plan = world.reconcile()
+    assert plan.delete_checks == [f"{NAME}-{canary}"]
+    assert world.status.stable_revision == stable
+    world.reconcile()
+    fresh = world.get("ParityCheck", f"{NAME}-{canary}")
+    assert fresh is not None
+    assert fresh["metadata"]["uid"] != "squatter"
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.parity_check_uid == fresh["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("phase", ["Failed", "Error", "Inconclusive"])
+def test_every_verdict_but_a_bound_pass_rolls_back(phase: str) -> None:
+    world, stable, canary = _checked_canary()
+    world.set_check(f"{NAME}-{canary}", phase, passed=False)
+    world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.status.canary_revision is None
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.verdict is VerdictOutcome(phase)
+    assert record.rejected
+
+
+def test_a_promote_by_hand_names_who_asked_and_the_verdict_it_overrode() -> None:
+    world, _ = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.reconcile()
+    world.set_check(f"{NAME}-{canary}", "Inconclusive", passed=False)
+    world.set("rollout.autoRollback", False)
+    world.reconcile()
+    world.annotations[PROMOTE] = "true"
+    world.annotations[REQUESTED_BY] = "bob@example.com"
+    plan = world.reconcile()
+    assert world.status.stable_revision == canary
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.message == "promoted by bob@example.com; parity verdict Inconclusive"
+    assert record.promoted_at is not None
+    [event] = [e for e in plan.events if e.reason == "ManualAction"]
+    assert event.warning  # promoted over a verdict that was not Passed
+    assert "bob@example.com" in event.message
+
+
+def test_abort_false_does_nothing_but_is_consumed() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.annotations[ABORT] = "false"
+    plan = world.reconcile()
+    assert world.status.canary_revision == canary
+    assert world.status.stable_revision == stable
+    assert plan.remove_annotations == (ABORT,)

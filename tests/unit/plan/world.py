@@ -12,6 +12,7 @@ from typing import Any
 
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.plan.check_status import spec_digest
 from infergate.plan.control import manual_requests
 from infergate.plan.desired import Owner
 from infergate.plan.observed import (
@@ -21,7 +22,7 @@ from infergate.plan.observed import (
     observe_object,
     observe_pod,
 )
-from infergate.plan.reconcile import ReconcilePlan, plan_reconcile
+from infergate.plan.reconcile import ReconcilePlan, plan_reconcile, with_check_uids
 from infergate.plan.rollout import DeploymentState
 from infergate.plan.sync import Create, Delete, Recreate, Update
 from infergate.render.labels import LABEL_REVISION
@@ -99,7 +100,7 @@ class World:
             for body in [*self.of("ConfigMap"), *self.of("Service")]
             if (o := observe_object(body))
         ]
-        checks = [c for o in self.of("ParityCheck") if (c := observe_check(o))]
+        checks = [observe_check(o) for o in self.of("ParityCheck")]
         pods = [p for o in self.pods.values() if (p := observe_pod(o))]
         state = DeploymentState(
             owner=Owner(NAME, NAMESPACE, UID),
@@ -134,24 +135,31 @@ class World:
                 self._create(write.manifest)
             elif isinstance(write, Delete):
                 self.objects.pop((write.ref.kind, write.ref.name), None)
-        for manifest in plan.create_checks:
-            self._create(manifest)
         for name in plan.delete_checks:
             self.objects.pop(("ParityCheck", name), None)
         self.status = plan.status
+        created = {}
+        for manifest in plan.create_checks:
+            body = self._create(manifest)
+            created[body["metadata"]["name"]] = body["metadata"]["uid"]
+        # As the writer does once the checks exist: bind the attempt to them.
+        self.status = with_check_uids(self.status, created)
         for key in plan.remove_annotations:
             self.annotations.pop(key, None)
 
-    def _create(self, manifest: dict[str, Any]) -> None:
+    def _create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         body = copy.deepcopy(manifest)
         key = (body["kind"], body["metadata"]["name"])
         assert key not in self.objects, f"{key} created twice"
+        version = next(self._versions)
         body["metadata"]["creationTimestamp"] = self.now.isoformat().replace("+00:00", "Z")
-        body["metadata"]["resourceVersion"] = str(next(self._versions))
+        body["metadata"]["resourceVersion"] = str(version)
+        body["metadata"]["uid"] = f"uid-{version}"
         body["metadata"]["generation"] = 1
         if body["kind"] == "Deployment":
             body["status"] = {"observedGeneration": 0}
         self.objects[key] = body
+        return body
 
     def _update(self, manifest: dict[str, Any]) -> None:
         key = (manifest["kind"], manifest["metadata"]["name"])
@@ -219,13 +227,31 @@ class World:
             },
         }
 
-    def set_check(self, name: str, phase: str, *, passed: bool | None = None, **extra: Any) -> None:
-        """Write a ParityCheck's status, as the ParityCheck controller would."""
+    def set_check(
+        self,
+        name: str,
+        phase: str,
+        *,
+        passed: bool | None = None,
+        bound: bool = True,
+        **extra: Any,
+    ) -> None:
+        """Write a ParityCheck's status, as the runner would: a verdict bound to the spec,
+        generation and revisions it judged (unless `bound` is False: a forged one)."""
         body = self.objects[("ParityCheck", name)]
-        status: dict[str, Any] = {"phase": phase, **extra}
+        spec = body["spec"]
+        status: dict[str, Any] = {"phase": phase}
+        if bound:
+            status["baselineRevision"] = spec["baseline"].get("revision")
+            status["candidateRevision"] = spec["candidate"].get("revision")
         if passed is not None:
             status["verdict"] = {"passed": passed, "outcome": phase, "summary": f"{phase} check"}
-        body["status"] = status
+            if bound:
+                status["verdict"] |= {
+                    "specDigest": spec_digest(spec),
+                    "generation": body["metadata"]["generation"],
+                }
+        body["status"] = status | extra
 
     def condition(self, type_: str) -> tuple[str, str]:
         for condition in self.status.conditions:

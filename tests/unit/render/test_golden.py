@@ -15,6 +15,17 @@ import yaml
 
 from infergate.api import InferenceDeployment
 from infergate.render import render_revision
+from infergate.render.check_children import (
+    RunnerSettings,
+    probe_pod,
+    probe_service,
+    report_config_map,
+    runner_job,
+    runner_rbac,
+)
+from infergate.render.check_names import probe_name
+from infergate.render.images import DEFAULT_RUNNER_IMAGE
+from infergate.render.launch import HTTP_PORT
 from tests.unit.api.manifests import EXAMPLES_DIR
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
@@ -85,7 +96,7 @@ def _file_mindformers() -> dict[str, Any]:
                 "dtype": "float16",
                 "paramsDtype": "float32",
                 "maxModelLen": 2048,
-                "config": {"use_past": False, "rms_norm_eps": 1e-5},
+                "config": {"rms_norm_eps": 1e-5},
             },
             "accelerator": {"kind": "ascend-npu"},
             "rollout": {"autoPromote": False},
@@ -118,3 +129,45 @@ def test_render_matches_golden_file(case: str) -> None:
     assert path.exists(), f"{path} missing; run with UPDATE_GOLDEN=1 to create it"
     expected = path.read_text(encoding="utf-8")
     assert rendered == expected, f"{path} differs; review, then UPDATE_GOLDEN=1 to accept"
+
+
+def render_check_children() -> str:
+    """What the ParityCheck of a vLLM canary starts: probes copied from the revisions'
+    Deployments, the runner's RBAC naming what it reads, the report, the Job."""
+    resource = InferenceDeployment.model_validate(CASES["vllm-gpu"])
+    name = resource.metadata["name"]
+    stable = render_revision(name, "llm", resource.spec)
+    check = {
+        "metadata": {"name": f"{name}-{stable.revision}", "namespace": "llm", "uid": "check-uid"}
+    }
+    revision_service = f"{name}-{stable.revision}"
+    manifests = [
+        probe_service(check, "baseline", HTTP_PORT),
+        probe_pod(check, "baseline", stable.deployment),
+        *runner_rbac(
+            check,
+            deployments=[name],
+            services=[revision_service, probe_name(check["metadata"]["name"], "baseline")],
+            config_maps=[revision_service],
+        ),
+        report_config_map(check),
+        runner_job(
+            check,
+            RunnerSettings(active_deadline_seconds=3600, backoff_limit=1),
+            image=DEFAULT_RUNNER_IMAGE,
+        ),
+    ]
+    return yaml.dump_all(
+        manifests, Dumper=_BlockDumper, sort_keys=True, allow_unicode=True, width=100
+    )
+
+
+def test_check_children_match_golden_file() -> None:
+    path = GOLDEN_DIR / "render-check-children.yaml"
+    rendered = render_check_children()
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(rendered, encoding="utf-8")
+    assert path.exists(), f"{path} missing; run with UPDATE_GOLDEN=1 to create it"
+    assert rendered == path.read_text(encoding="utf-8"), (
+        f"{path} differs; review, then UPDATE_GOLDEN=1"
+    )

@@ -129,7 +129,7 @@ def test_mindformers_config_pins_compute_types_and_takes_overrides() -> None:
     spec = _spec(
         "mindformers",
         engine__paramsDtype="float32",
-        engine__config={"rms_norm_eps": 1e-5, "softmax_compute_type": "float16"},
+        engine__config={"rms_norm_eps": 1e-5},
     )
     mindformers = _engine_json(_render(spec))["mindformers"]
     model_config = mindformers["model_config"]
@@ -137,7 +137,7 @@ def test_mindformers_config_pins_compute_types_and_takes_overrides() -> None:
     assert model_config["param_init_type"] == "float32"
     assert model_config["layernorm_compute_type"] == "float32"
     assert model_config["rotary_dtype"] == "float32"
-    assert model_config["softmax_compute_type"] == "float16"  # the user's pin wins
+    assert model_config["softmax_compute_type"] == "float32"  # pinned: config may not set it
     assert model_config["rms_norm_eps"] == 1e-5
     assert model_config["use_past"] is True
     assert model_config["seq_length"] == 8192
@@ -264,3 +264,42 @@ def test_default_image_is_pinned_per_engine() -> None:
         assert ":" in image.rsplit("/", 1)[-1]
         assert not image.endswith(":latest")
     assert vllm_image != mindformers_image
+
+
+def test_a_secret_backed_variable_is_mounted_by_reference_and_recorded_as_one() -> None:
+    from infergate.render import render_revision
+
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"name": "m", "uri": "pvc://models/m"},
+            "engine": {
+                "kind": "vllm",
+                "dtype": "bfloat16",
+                "maxModelLen": 4096,
+                "env": [
+                    {
+                        "name": "HF_TOKEN",
+                        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+                    },
+                    {"name": "VLLM_ATTENTION_BACKEND", "value": "FLASH_ATTN"},
+                ],
+            },
+            "accelerator": {"kind": "nvidia-gpu"},
+            "rollout": {"autoPromote": False},
+        }
+    )
+    objects = render_revision("m", "llm", spec)
+    pod = objects.deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+    }
+    pinned = json.loads(objects.config_map["data"]["engine.json"])
+    assert pinned["env"]["HF_TOKEN"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    assert pinned["env"]["VLLM_ATTENTION_BACKEND"] == "FLASH_ATTN"
+    # Engines need no API access and no privilege.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    context = pod["containers"][0]["securityContext"]
+    assert context == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}

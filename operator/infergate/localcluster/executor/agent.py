@@ -10,9 +10,9 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
+from infergate.jsontypes import JSON
 from infergate.localcluster import nodes
 from infergate.localcluster.executor import endpoints, images
 from infergate.localcluster.executor.container import kill_leftovers, now_rfc3339
@@ -21,7 +21,6 @@ from infergate.localcluster.executor.volumes import remove_pod_dir
 from infergate.localcluster.layout import EXECUTOR_POD_CIDR, cache_dir
 from infergate.localcluster.rest import RestClient
 
-JSON = dict[str, Any]
 log = logging.getLogger("infergate.executor")
 
 _HEARTBEAT = 10.0
@@ -83,7 +82,8 @@ class IpAllocator:
 
     def __init__(self, cidr: str) -> None:
         network = ipaddress.ip_network(cidr)
-        if not network.subnet_of(ipaddress.ip_network("127.0.0.0/8")):
+        loopback = ipaddress.IPv4Network("127.0.0.0/8")
+        if not (isinstance(network, ipaddress.IPv4Network) and network.subnet_of(loopback)):
             raise ValueError(f"pod IP range {cidr} is not inside loopback (127.0.0.0/8)")
         self._hosts = [str(ip) for ip in network.hosts()][1:]
         self._next = 0

@@ -11,12 +11,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from infergate.jsontypes import JSON
 from infergate.localcluster.executor import probes
 from infergate.localcluster.executor.volumes import Mount, ensure_mount_point
-
-JSON = dict[str, Any]
 
 
 def now_rfc3339() -> str:

@@ -11,9 +11,7 @@ exactly as they would through IPv4 slices on a real cluster.
 
 from __future__ import annotations
 
-from typing import Any
-
-JSON = dict[str, Any]
+from infergate.jsontypes import JSON
 
 MANAGED_BY = "local-executor.infergate.io"
 

@@ -8,8 +8,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from infergate.jsontypes import JSON
 from infergate.localcluster.executor.container import ContainerProcess, now_rfc3339
 from infergate.localcluster.executor.podspec import (
     ImageEnvironment,
@@ -27,7 +28,6 @@ from infergate.localcluster.executor.volumes import (
     remove_pod_dir,
 )
 
-JSON = dict[str, Any]
 log = logging.getLogger("infergate.executor")
 
 _TICK = 0.5

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from typing import Any
 
 import httpx
 
+from infergate.jsontypes import JSON
 from infergate.localcluster.executor.podspec import resolve_port
-
-JSON = dict[str, Any]
 
 
 def check(probe: JSON, container: JSON, pod_ip: str, env: dict[str, str]) -> bool:

@@ -6,11 +6,10 @@ import base64
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from infergate.jsontypes import JSON
 from infergate.localcluster.executor.podspec import PodSpecError
-
-JSON = dict[str, Any]
 
 # Paths a process must keep from the host: mounting over them would break it.
 _HOST_ONLY = ("/dev", "/proc", "/sys")

@@ -1,0 +1,160 @@
+"""Which golden records to delete: a pure decision over the index and the deployments.
+
+Records follow their InferenceDeployment's revision history: a revision that dropped out
+of `status.revisions` (bounded by `revisionHistoryLimit`) loses its records; of several
+records of the same revision, role, suite and fingerprint only the newest
+`recordsPerRevision` are kept. A deleted InferenceDeployment keeps its records or drops
+them all, as `retention.whenDeleted` says (Retain | Delete, as a StatefulSet's
+persistentVolumeClaimRetentionPolicy).
+
+Fail closed: nothing is deleted without a reason that can be stated. A deployment the
+caller did not describe is unknown, and its records are kept; an entry that cannot be
+read is kept for a person to look at (`infergate golden verify` reports it), unless its
+whole revision or deployment is going.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from infergate.golden.entry import GoldenEntry
+from infergate.golden.keys import EntryLocation
+
+
+class WhenDeleted(StrEnum):
+    """What happens to a deleted InferenceDeployment's records."""
+
+    RETAIN = "Retain"
+    DELETE = "Delete"
+
+
+@dataclass(frozen=True)
+class DeploymentHistory:
+    """What the cluster says of one InferenceDeployment.
+
+    `revisions`: the hashes it still keeps, its stable revision and every entry of
+    `status.revisions` (which `revisionHistoryLimit` bounds). Ignored when it no longer
+    exists.
+    """
+
+    exists: bool
+    revisions: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class IndexItem:
+    """One listed index entry; `entry` is None when it could not be read (`problem` says why)."""
+
+    location: EntryLocation
+    entry: GoldenEntry | None = None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A record to delete and why, in words for the log."""
+
+    location: EntryLocation
+    reason: str
+
+
+def plan_retention(
+    items: Sequence[IndexItem],
+    histories: Mapping[tuple[str, str], DeploymentHistory],
+    *,
+    when_deleted: WhenDeleted,
+    records_per_revision: int = 1,
+) -> list[Deletion]:
+    """The records to delete, in index order. `histories` is keyed by (namespace, name)."""
+    if records_per_revision < 1:
+        raise ValueError(
+            f"recordsPerRevision: {records_per_revision} is not allowed; give at least 1"
+        )
+    deletions: list[Deletion] = []
+    kept: list[IndexItem] = []
+    for item in items:
+        where = item.location
+        history = histories.get((where.namespace, where.deployment))
+        reason = _history_reason(where, history, when_deleted)
+        if reason is None:
+            kept.append(item)
+        else:
+            deletions.append(Deletion(where, reason))
+    groups: dict[tuple[str, ...], list[tuple[EntryLocation, GoldenEntry]]] = defaultdict(list)
+    for item in kept:
+        if item.entry is None:
+            continue
+        entry = item.entry
+        key = (
+            entry.namespace,
+            entry.deployment,
+            entry.revision,
+            entry.role.value,
+            entry.suite_digest,
+            entry.fingerprint,
+        )
+        groups[key].append((item.location, entry))
+    superseded: dict[EntryLocation, str] = {}
+    for members in groups.values():
+        members.sort(key=lambda pair: (pair[1].created, pair[0].name.token), reverse=True)
+        newest = members[0][0]
+        for location, _ in members[records_per_revision:]:
+            superseded[location] = (
+                f"superseded: {records_per_revision} newer record(s) of revision "
+                f"{location.name.revision} for the same suite and fingerprint, newest {newest.name}"
+            )
+    deletions += [
+        Deletion(item.location, superseded[item.location])
+        for item in kept
+        if item.location in superseded
+    ]
+    order = {item.location: index for index, item in enumerate(items)}
+    deletions.sort(key=lambda deletion: order[deletion.location])
+    return deletions
+
+
+def _history_reason(
+    where: EntryLocation, history: DeploymentHistory | None, when_deleted: WhenDeleted
+) -> str | None:
+    if history is None:
+        return None
+    if not history.exists:
+        if when_deleted is WhenDeleted.DELETE:
+            return (
+                f"InferenceDeployment {where.namespace}/{where.deployment} was deleted "
+                "(retention.whenDeleted: Delete)"
+            )
+        return None
+    if where.name.revision not in history.revisions:
+        return (
+            f"revision {where.name.revision} is no longer in the history of "
+            f"{where.namespace}/{where.deployment} (revisionHistoryLimit)"
+        )
+    return None
+
+
+def plan_orphans(
+    record_blobs: Iterable[tuple[EntryLocation, datetime]],
+    indexed: Iterable[EntryLocation],
+    *,
+    now: datetime,
+    grace: timedelta,
+) -> list[EntryLocation]:
+    """Records with no index entry whose newest blob is older than `grace`.
+
+    Such a record was left by a writer that stopped before its entry (a crash, a Failed
+    check that could not clean up); younger ones may still be in the middle of a write.
+    """
+    newest: dict[EntryLocation, datetime] = {}
+    for location, modified in record_blobs:
+        if location not in newest or modified > newest[location]:
+            newest[location] = modified
+    listed = set(indexed)
+    return sorted(
+        (loc for loc, at in newest.items() if loc not in listed and now - at > grace),
+        key=str,
+    )

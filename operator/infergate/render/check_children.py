@@ -1,0 +1,254 @@
+"""What a ParityCheck starts, as manifests (pure): probe Pods and Services, the runner Job,
+its least-privilege ServiceAccount, Role and RoleBinding, and the empty report ConfigMap.
+
+Every child is owned by its check (garbage-collected with it) and labelled with it.
+
+A probe serves the last-layer hidden states of a vLLM revision: the revision's own pod
+template (same image, same pinned flags, same accelerator, node selection and
+tolerations) with vLLM's pooling runner switched on. It carries only probe labels, so
+neither the revision's Service nor the stable Service ever sends it traffic.
+
+The runner's Role names every object it may read (`resourceNames`), and may write only
+its own check's status and its own report ConfigMap: a compromised runner can neither
+read other ConfigMaps nor change any rollout.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infergate.api.base import (
+    API_VERSION,
+    GROUP,
+    INFERENCE_DEPLOYMENTS_PLURAL,
+    PARITY_CHECK_KIND,
+    PARITY_CHECKS_PLURAL,
+)
+from infergate.jsontypes import JSON
+from infergate.render.check_names import (
+    LABEL_SIDE,
+    ROLE_PROBE,
+    ROLE_RUNNER,
+    SideName,
+    child_labels,
+    probe_name,
+    report_name,
+    runner_name,
+)
+from infergate.render.vllm import pooling_args
+
+RUNNER_CONTAINER = "runner"
+PROBE_CONTAINER = "engine"
+_RUNNER_RESOURCES: JSON = {
+    "requests": {"cpu": "100m", "memory": "512Mi"},
+    "limits": {"memory": "4Gi"},
+}
+# A finished runner's Job (and its log) is kept this long, then removed by the TTL controller.
+_FINISHED_JOB_TTL = 3600
+
+
+def owner_reference(check: Mapping[str, Any]) -> JSON:
+    """The check as the controlling owner of a child."""
+    meta = check["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": PARITY_CHECK_KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(check: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> JSON:
+    return {
+        "name": name,
+        "namespace": check["metadata"]["namespace"],
+        "labels": dict(labels),
+        "ownerReferences": [owner_reference(check)],
+    }
+
+
+def probe_pod(
+    check: Mapping[str, Any], side: SideName, revision_deployment: Mapping[str, Any]
+) -> JSON:
+    """The hidden-state probe of one side, from its revision's Deployment."""
+    name = check["metadata"]["name"]
+    template = copy.deepcopy(revision_deployment["spec"]["template"])
+    spec: JSON = template["spec"]
+    containers = spec["containers"]
+    engine = next((c for c in containers if c.get("name") == PROBE_CONTAINER), containers[0])
+    engine["args"] = pooling_args(engine.get("args") or [])
+    labels = {**child_labels(name, ROLE_PROBE), LABEL_SIDE: side}
+    annotations = {
+        k: v
+        for k, v in (template.get("metadata") or {}).get("annotations", {}).items()
+        if not k.startswith("prometheus.io/")
+    }
+    annotations[f"{GROUP}/probe-of"] = revision_deployment["metadata"]["name"]
+    spec["restartPolicy"] = "Always"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **_metadata(check, probe_name(name, side), labels),
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def probe_service(check: Mapping[str, Any], side: SideName, port: int) -> JSON:
+    """The Service the runner resolves a probe by (its EndpointSlices, like any side)."""
+    name = check["metadata"]["name"]
+    labels = {**child_labels(name, ROLE_PROBE), LABEL_SIDE: side}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(check, probe_name(name, side), labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels,
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def report_config_map(check: Mapping[str, Any]) -> JSON:
+    """The (empty) report ConfigMap, made before the runner starts so its Role can name it."""
+    name = check["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(check, report_name(name), child_labels(name, "report")),
+        "data": {},
+    }
+
+
+def _rule(
+    group: str, resource: str, verbs: list[str], names: Sequence[str] | None = None
+) -> JSON | None:
+    rule: JSON = {"apiGroups": [group], "resources": [resource], "verbs": verbs}
+    if names is not None:
+        unique = sorted({n for n in names if n})
+        if not unique:
+            return None  # an empty resourceNames would grant every object
+        rule["resourceNames"] = unique
+    return rule
+
+
+def runner_rbac(
+    check: Mapping[str, Any],
+    *,
+    deployments: Sequence[str],
+    services: Sequence[str],
+    config_maps: Sequence[str],
+) -> list[JSON]:
+    """ServiceAccount, Role and RoleBinding of the runner: only what this check needs."""
+    name = check["metadata"]["name"]
+    account = runner_name(name)
+    labels = child_labels(name, ROLE_RUNNER)
+    report = report_name(name)
+    rules = [
+        _rule(GROUP, PARITY_CHECKS_PLURAL, ["get"], [name]),
+        _rule(GROUP, f"{PARITY_CHECKS_PLURAL}/status", ["patch", "update"], [name]),
+        _rule(GROUP, INFERENCE_DEPLOYMENTS_PLURAL, ["get"], deployments),
+        _rule("", "services", ["get"], services),
+        _rule("discovery.k8s.io", "endpointslices", ["list"]),
+        _rule("", "configmaps", ["get"], [*config_maps, report]),
+        _rule("", "configmaps", ["patch"], [report]),
+    ]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _metadata(check, account, labels),
+            "automountServiceAccountToken": True,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _metadata(check, account, labels),
+            "rules": [r for r in rules if r is not None],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _metadata(check, account, labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": account,
+                    "namespace": check["metadata"]["namespace"],
+                }
+            ],
+        },
+    ]
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """What the runner Job is rendered with (from the check's spec.runner)."""
+
+    active_deadline_seconds: int
+    backoff_limit: int
+    resources: Mapping[str, Any] | None = None
+
+
+def runner_job(
+    check: Mapping[str, Any],
+    runner: RunnerSettings,
+    *,
+    image: str,
+    previous_report: str | None = None,
+) -> JSON:
+    """The runner Job: `infergate parity run --check NS/NAME` under the check's own account."""
+    meta = check["metadata"]
+    name = meta["name"]
+    labels = child_labels(name, ROLE_RUNNER)
+    args = ["parity", "run", "--check", f"{meta['namespace']}/{name}"]
+    if previous_report:
+        args += ["--previous-report", previous_report]
+    resources = dict(runner.resources) if runner.resources else _RUNNER_RESOURCES
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(check, runner_name(name), labels),
+        "spec": {
+            "backoffLimit": runner.backoff_limit,
+            "activeDeadlineSeconds": runner.active_deadline_seconds,
+            "ttlSecondsAfterFinished": _FINISHED_JOB_TTL,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": runner_name(name),
+                    "restartPolicy": "Never",
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": RUNNER_CONTAINER,
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": ["infergate"],
+                            "args": args,
+                            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                            "resources": resources,
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,81 @@
+"""Names and labels of what a ParityCheck starts: runner Job, its RBAC, probes, report.
+
+Pure; used by the controller that renders the children and by the runner that finds
+them. Every child is named after its check and labelled with it, so the controller
+finds them by label and the runner finds the probe Services by name. Names that would
+pass the 63-character DNS label limit (Services, Jobs' pod labels) are cut and given a
+hash of the full name, so two long check names never collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from infergate.api.base import GROUP
+
+SideName = Literal["baseline", "candidate"]
+SIDES: tuple[SideName, SideName] = ("baseline", "candidate")
+
+LABEL_CHECK = f"{GROUP}/paritycheck"
+LABEL_ROLE = f"{GROUP}/paritycheck-role"
+LABEL_SIDE = f"{GROUP}/side"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "infergate"
+ROLE_RUNNER = "runner"
+ROLE_PROBE = "probe"
+REPORT_HTML_KEY = "report.html"
+REPORT_HTML_GZIP_KEY = "report.html.gz"
+REPORT_JSON_KEY = "result.json"
+
+_DNS_LABEL_MAX = 63
+_HASH_LEN = 6
+
+
+def child_name(check: str, suffix: str) -> str:
+    """`<check>-<suffix>`, cut to a DNS label with a hash of the whole when too long."""
+    full = f"{check}-{suffix}"
+    if len(full) <= _DNS_LABEL_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LEN]
+    keep = _DNS_LABEL_MAX - len(suffix) - _HASH_LEN - 2
+    return f"{check[:keep].rstrip('-')}-{digest}-{suffix}"
+
+
+def runner_name(check: str) -> str:
+    """Name of the runner Job, its ServiceAccount, Role and RoleBinding."""
+    return child_name(check, "runner")
+
+
+def probe_name(check: str, side: SideName) -> str:
+    """Name of the hidden-state probe Pod and Service of one side."""
+    return child_name(check, f"probe-{side}")
+
+
+def report_name(check: str) -> str:
+    """Name of the ConfigMap holding the full report."""
+    return child_name(check, "report")
+
+
+def child_labels(check: str, role: str) -> dict[str, str]:
+    """Labels of every child of a check; `role` is runner or probe."""
+    return {
+        LABEL_CHECK: check_label_value(check),
+        LABEL_ROLE: role,
+        LABEL_COMPONENT: f"parity-{role}",
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+
+
+def check_selector(check: str) -> str:
+    """Label selector of a check's children."""
+    return f"{LABEL_CHECK}={check_label_value(check)}"
+
+
+def check_label_value(value: str) -> str:
+    """A check's name as a label value: cut to 63 characters with a hash when longer."""
+    if len(value) <= _DNS_LABEL_MAX:
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:_HASH_LEN]
+    return f"{value[: _DNS_LABEL_MAX - _HASH_LEN - 1].rstrip('-.')}-{digest}"

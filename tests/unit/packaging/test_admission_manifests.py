@@ -1,0 +1,158 @@
+"""The admission policies agree with the code they stand guard for: the operator's identity,
+its install namespace, the runner's naming, the control annotations, the accelerator mounts
+and the Namespace annotations that allow host paths and ServiceAccounts. (What they refuse is tested against the
+API server in tests/integration/test_admission_policies.py.)"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from infergate.api.access import (
+    ALLOWED_HOST_PATHS_ANNOTATION,
+    ENGINE_SERVICE_ACCOUNTS_ANNOTATION,
+)
+from infergate.plan.control import CONTROL_ANNOTATIONS, REQUESTED_BY
+from infergate.render.accelerators import PRESETS
+from infergate.render.check_names import runner_name
+from tests.unit.packaging.kustomize import MANIFESTS, build, one, operator_service_account
+
+ADMISSION = MANIFESTS / "admission"
+NAMESPACED = MANIFESTS / "overlays" / "namespaced"
+
+
+def _policies() -> list[dict[str, Any]]:
+    return [
+        d
+        for path in sorted(ADMISSION.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for d in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+        if d
+    ]
+
+
+def _text(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, width=10_000)
+
+
+def _by_name(kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in _policies() if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def test_every_policy_is_bound_to_deny_and_fails_closed() -> None:
+    documents = _policies()
+    policies = {
+        (d["kind"], d["metadata"]["name"]): d for d in documents if d["kind"].endswith("Policy")
+    }
+    bindings = [d for d in documents if d["kind"].endswith("PolicyBinding")]
+    assert {(b["kind"].removesuffix("Binding"), b["spec"]["policyName"]) for b in bindings} == set(
+        policies
+    )
+    for policy in policies.values():
+        assert policy["spec"]["failurePolicy"] == "Fail", policy["metadata"]["name"]
+        # A built-in paramKind loses its params for good once unbound on v1.36
+        # (kubernetes/kubernetes#130887): the policies take none.
+        assert "paramKind" not in policy["spec"]
+    for binding in bindings:
+        if binding["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_the_operator_named_in_the_policies_is_the_installed_one() -> None:
+    namespace, account = operator_service_account(build(MANIFESTS / "operator"))
+    username = f"system:serviceaccount:{namespace}:{account}"
+    for document in _policies():
+        names = set(re.findall(r"system:serviceaccount:[-a-z0-9]+:[-a-z0-9]+", _text(document)))
+        assert names <= {username}, document["metadata"]["name"]
+    protected = _text(_by_name("ValidatingAdmissionPolicy", "infergate-operator-namespaces"))
+    assert f"'{namespace}'" in protected
+
+
+def test_namespace_allow_lists_are_the_annotations_the_api_names() -> None:
+    for name in ("infergate-inferencedeployment-access", "infergate-operator-workloads"):
+        text = _text(_by_name("ValidatingAdmissionPolicy", name))
+        named = set(re.findall(r"'(infergate\.io/[-a-z]+)'", text))
+        assert named == {ALLOWED_HOST_PATHS_ANNOTATION, ENGINE_SERVICE_ACCOUNTS_ANNOTATION}
+        assert "namespaceObject.metadata.annotations" in text
+
+
+def test_control_annotations_are_the_ones_the_controller_reads() -> None:
+    for kind in ("MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"):
+        text = _text(_by_name(kind, "infergate-control-requester"))
+        named = set(re.findall(r"'(infergate\.io/[-a-z]+)'", text))
+        assert set(CONTROL_ANNOTATIONS) <= named
+        assert named <= {*CONTROL_ANNOTATIONS, REQUESTED_BY}
+    mutation = _by_name("MutatingAdmissionPolicy", "infergate-control-requester")
+    assert REQUESTED_BY in _text(mutation)
+
+
+def test_accelerator_mounts_are_the_ones_the_renderer_makes() -> None:
+    text = _text(_by_name("ValidatingAdmissionPolicy", "infergate-operator-workloads"))
+    driver = next(
+        v
+        for v in _by_name("ValidatingAdmissionPolicy", "infergate-operator-workloads")["spec"][
+            "variables"
+        ]
+        if v["name"] == "driverPaths"
+    )
+    listed = set(re.findall(r"'(/[^']+)'", driver["expression"]))
+    rendered = {mount.path for preset in PRESETS.values() for mount in preset.host_mounts}
+    assert listed == rendered
+    assert "-runner" in text
+
+
+@pytest.mark.parametrize("length", [1, 55, 56, 57, 63])
+def test_runner_names_follow_the_rule_the_status_policy_checks(length: int) -> None:
+    """<check>-runner up to 56 characters of check name, a cut-and-hashed ...-runner after."""
+    check = "c" * length
+    name = runner_name(check)
+    if length <= 56:
+        assert name == f"{check}-runner"
+    else:
+        assert name.endswith("-runner")
+        assert len(name) <= 63
+    text = _text(_by_name("ValidatingAdmissionPolicy", "infergate-paritycheck-status"))
+    assert "size(object.metadata.name) > 56" in text
+
+
+def test_namespaced_overlay_grants_nothing_cluster_wide() -> None:
+    documents = build(NAMESPACED)
+    assert [d for d in documents if d["kind"] == "ClusterRoleBinding"] == []
+    _, account = operator_service_account(documents)
+    all_bindings = [d for d in documents if d["kind"] == "RoleBinding"]
+    # The leader-election Lease's Role, in the operator's own namespace, binds no rule set.
+    bindings = [b for b in all_bindings if b["roleRef"]["kind"] == "ClusterRole"]
+    assert {b["roleRef"]["name"] for b in all_bindings if b not in bindings} == {
+        "infergate-operator-leader-election"
+    }
+    watched = {b["metadata"]["namespace"] for b in bindings}
+    assert watched == {"llm"}
+    roles = {d["metadata"]["name"] for d in documents if d["kind"] == "ClusterRole"}
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert binding["roleRef"]["name"] in roles
+        assert [(s["kind"], s["name"], s["namespace"]) for s in binding["subjects"]] == [
+            ("ServiceAccount", account, "infergate-system")
+        ]
+    for namespace in watched:
+        assert {
+            b["roleRef"]["name"] for b in bindings if b["metadata"]["namespace"] == namespace
+        } == roles
+    args = one(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {a.removeprefix("--namespace=") for a in args if a.startswith("--namespace=")} == watched
+
+
+def test_namespaced_overlay_installs_the_same_objects_bar_the_cluster_bindings() -> None:
+    base = {(d["kind"], d["metadata"]["name"]) for d in build(MANIFESTS)}
+    namespaced = {(d["kind"], d["metadata"]["name"]) for d in build(NAMESPACED)}
+    assert base - namespaced == {
+        ("ClusterRoleBinding", "infergate-operator"),
+        ("ClusterRoleBinding", "infergate-paritycheck-controller"),
+    }
+    assert namespaced - base == {
+        ("RoleBinding", "infergate-operator"),
+        ("RoleBinding", "infergate-paritycheck-controller"),
+    }

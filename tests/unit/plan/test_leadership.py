@@ -1,0 +1,96 @@
+"""Leader election decided on plain data, and one replica's rounds against a Lease that
+another replica also writes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from infergate.controllers._leader import LeaderElection
+from infergate.errors import ConflictError
+from infergate.plan.leadership import LeaseAction, LeaseRecord, lease_action, lease_spec
+
+T0 = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+
+
+def record(holder: str | None, rv: str = "1") -> LeaseRecord:
+    return LeaseRecord(
+        holder=holder, duration_seconds=15, renew_time="t", transitions=2, resource_version=rv
+    )
+
+
+@pytest.mark.parametrize(
+    ("lease", "seen_ago", "action"),
+    [
+        (None, None, LeaseAction.CREATE),
+        (record("me"), 0, LeaseAction.RENEW),
+        (record("me"), 60, LeaseAction.RENEW),
+        (record(None), 0, LeaseAction.TAKE),
+        (record("other"), 0, LeaseAction.WAIT),
+        (record("other"), 14.9, LeaseAction.WAIT),
+        (record("other"), 15, LeaseAction.TAKE),
+        (record("other"), None, LeaseAction.WAIT),  # never seen change: wait a whole term
+    ],
+)
+def test_a_lease_is_taken_only_after_a_whole_term_without_renewal(
+    lease: LeaseRecord | None, seen_ago: float | None, action: LeaseAction
+) -> None:
+    seen = None if seen_ago is None else T0 - timedelta(seconds=seen_ago)
+    assert lease_action(lease, "me", now=T0, last_change_seen=seen) is action
+
+
+def test_taking_counts_a_transition_and_renewing_keeps_the_acquire_time() -> None:
+    taken = lease_spec("me", duration_seconds=15, now=T0, previous=record("other"))
+    assert taken["leaseTransitions"] == 3
+    assert taken["acquireTime"] == "2026-12-03T12:00:00.000000Z"
+    renewed = lease_spec("me", duration_seconds=15, now=T0, previous=record("me"))
+    assert renewed["leaseTransitions"] == 2
+    assert "acquireTime" not in renewed
+    assert lease_spec("me", duration_seconds=15, now=T0, previous=None)["leaseTransitions"] == 0
+
+
+class SharedLease:
+    """One Lease, written by two replicas through the same resourceVersion rule."""
+
+    def __init__(self) -> None:
+        self.body: dict[str, Any] | None = None
+        self.version = 0
+
+    def read(self) -> dict[str, Any] | None:
+        return None if self.body is None else {**self.body, "spec": dict(self.body["spec"])}
+
+    def create(self, spec: dict[str, Any]) -> dict[str, Any]:
+        if self.body is not None:
+            raise ConflictError("exists", status=409)
+        return self._store(spec)
+
+    def write(self, current: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        assert self.body is not None
+        if current["metadata"]["resourceVersion"] != self.body["metadata"]["resourceVersion"]:
+            raise ConflictError("stale", status=409)
+        return self._store({**self.body["spec"], **spec})
+
+    def _store(self, spec: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        self.body = {"metadata": {"resourceVersion": str(self.version)}, "spec": spec}
+        return self.body
+
+
+def test_two_replicas_never_lead_together_and_the_follower_takes_over_after_a_term() -> None:
+    lease = SharedLease()
+    a, b = LeaderElection(identity="a"), LeaderElection(identity="b")
+    now = T0
+    leaders = []
+    for second in range(60):
+        now = T0 + timedelta(seconds=second)
+        a_leads = second < 20 and a.step(lease, now)  # type: ignore[arg-type]
+        b_leads = b.step(lease, now)  # type: ignore[arg-type]
+        assert not (a_leads and b_leads)
+        leaders.append("a" if a_leads else "b" if b_leads else "-")
+    assert leaders[:20] == ["a"] * 20
+    # a stops renewing at 20s: b waits a whole term (15s) from the last change it saw.
+    taken = leaders.index("b")
+    assert 20 + 15 - 1 <= taken <= 20 + 15 + 1
+    assert set(leaders[taken:]) == {"b"}

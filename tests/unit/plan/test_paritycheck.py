@@ -1,0 +1,413 @@
+"""The ParityCheck controller's decisions on plain data: sides, probes, runner, deadline, end,
+and children that are not the check's own."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from infergate.plan.check_observed import CheckChild, observe_child, observe_parity_check
+from infergate.plan.check_sides import RevisionConfig, SideView
+from infergate.plan.paritycheck import (
+    CheckState,
+    RevisionSeen,
+    decide,
+    previous_report,
+    side_view,
+)
+from infergate.render.check_names import child_labels
+
+CREATED = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+UID = "u1"
+NAME = "qwen-bbbbbbbbbb"
+TEMPLATE = {
+    "metadata": {"name": "qwen-aaaaaaaaaa"},
+    "spec": {"template": {"spec": {"containers": [{"name": "engine", "args": ["serve", "/m"]}]}}},
+}
+VLLM = RevisionConfig(
+    engine="vllm", dtype="bfloat16", served_model_name="q", overrides={}, image=None
+)
+MINDFORMERS = RevisionConfig(
+    engine="mindformers", dtype="float16", served_model_name="q", overrides={}, image=None
+)
+
+
+def check(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "ParityCheck",
+        "metadata": {
+            "name": NAME,
+            "namespace": "llm",
+            "uid": UID,
+            "generation": 1,
+            "resourceVersion": "7",
+            "creationTimestamp": "2026-12-02T12:00:00Z",
+        },
+        "spec": {
+            "baseline": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "aaaaaaaaaa"},
+            "candidate": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "bbbbbbbbbb"},
+            "suite": {"inline": [{"id": "p", "text": "hello"}]},
+            "deadlineSeconds": 600,
+            "runner": {"activeDeadlineSeconds": 300},
+            **spec,
+        },
+    }
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+READY_SIDES = {
+    "baseline": SideView(
+        deployment="qwen",
+        revision="aaaaaaaaaa",
+        object_name="qwen-aaaaaaaaaa",
+        needs_probe=True,
+        probe_template=TEMPLATE,
+    ),
+    "candidate": SideView(deployment="qwen", revision="bbbbbbbbbb", object_name="qwen-bbbbbbbbbb"),
+}
+
+
+def state(
+    body: dict[str, Any],
+    *,
+    minutes: float = 1,
+    sides: dict[str, SideView] | None = None,
+    children: list[CheckChild] | None = None,
+) -> CheckState:
+    return CheckState(
+        check=observe_parity_check(body),
+        sides=sides if sides is not None else READY_SIDES,  # type: ignore[arg-type]
+        children=children or [],
+        runner_image="ghcr.io/infergate/infergate:0.1.0",
+        now=CREATED + timedelta(minutes=minutes),
+    )
+
+
+def child(kind: str, name: str, role: str, *, owner: str = UID, **status: Any) -> CheckChild:
+    body: dict[str, Any] = {
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": "llm",
+            "uid": f"{name}-uid",
+            "labels": child_labels(NAME, role),
+            "ownerReferences": [
+                {"kind": "ParityCheck", "name": NAME, "uid": owner, "controller": True}
+            ],
+        },
+        "status": status,
+    }
+    return observe_child(body)
+
+
+def probe(*, ready: bool = False, restarts: int = 0) -> CheckChild:
+    return child(
+        "Pod",
+        f"{NAME}-probe-baseline",
+        "probe",
+        phase="Running",
+        conditions=[{"type": "Ready", "status": "True" if ready else "False"}],
+        containerStatuses=[
+            {
+                "restartCount": restarts,
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}} if restarts else {},
+            }
+        ],
+    )
+
+
+def job(condition: str | None = None, reason: str = "", message: str = "") -> CheckChild:
+    conditions = (
+        [{"type": condition, "status": "True", "reason": reason, "message": message}]
+        if condition
+        else []
+    )
+    return child("Job", f"{NAME}-runner", "runner", conditions=conditions)
+
+
+def by_type(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in fields["conditions"]}
+
+
+def kinds(manifests: list[dict[str, Any]]) -> list[str]:
+    return [m["kind"] for m in manifests]
+
+
+# -- sides -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seen", "deployment_exists", "stable", "expected"),
+    [
+        (RevisionSeen(), False, None, "InferenceDeployment qwen does not exist"),
+        (RevisionSeen(), True, None, "has no stable revision yet"),
+        (RevisionSeen(), True, "aaaaaaaaaa", "ConfigMap qwen-aaaaaaaaaa of revision aaaaaaaaaa"),
+        (RevisionSeen(config=VLLM), True, "aaaaaaaaaa", "its Deployment does not exist (yet)"),
+        (RevisionSeen(config=VLLM, available=0), True, "aaaaaaaaaa", "no pod ready"),
+    ],
+)
+def test_a_side_waits_saying_for_what(
+    seen: RevisionSeen, deployment_exists: bool, stable: str | None, expected: str
+) -> None:
+    spec = observe_parity_check(check(baseline={"inferenceDeploymentRef": {"name": "qwen"}})).spec
+    assert spec is not None
+    view = side_view(
+        spec, "baseline", pinned=None, deployment_exists=deployment_exists, stable=stable,
+        seen=lambda _: seen,
+    )  # fmt: skip
+    assert view.waiting is not None
+    assert expected in view.waiting
+    assert not view.needs_probe
+
+
+def test_a_vllm_side_needs_a_probe_and_a_mindformers_side_does_not() -> None:
+    spec = observe_parity_check(check()).spec
+    assert spec is not None
+    for config, probe_wanted in ((VLLM, True), (MINDFORMERS, False)):
+        seen = RevisionSeen(config=config, available=1, template=TEMPLATE)
+        view = side_view(
+            spec, "baseline", pinned=None, deployment_exists=True, stable=None,
+            seen=lambda _, s=seen: s,  # type: ignore[misc]
+        )  # fmt: skip
+        assert view.waiting is None
+        assert view.revision == "aaaaaaaaaa"
+        assert view.needs_probe is probe_wanted
+        assert (view.probe_template is not None) is probe_wanted
+
+
+def test_an_unreadable_pinned_config_is_invalid_not_waited_on() -> None:
+    spec = observe_parity_check(check()).spec
+    assert spec is not None
+    view = side_view(
+        spec, "baseline", pinned=None, deployment_exists=True, stable=None,
+        seen=lambda _: RevisionSeen(config="ConfigMap qwen-aaaaaaaaaa: no key 'engine.json'"),
+    )  # fmt: skip
+    plan = decide(state(check(), sides={"baseline": view, "candidate": READY_SIDES["candidate"]}))
+    assert plan.terminal is not None
+    assert plan.terminal["phase"] == "Error"
+    assert "no key 'engine.json'" in plan.terminal["verdict"]["reasons"][0]["message"]
+
+
+def test_the_stable_side_is_pinned_when_the_check_starts() -> None:
+    spec = observe_parity_check(check(baseline={"inferenceDeploymentRef": {"name": "qwen"}})).spec
+    assert spec is not None
+    seen = RevisionSeen(config=MINDFORMERS, available=1)
+    pinned = side_view(
+        spec, "baseline", pinned="1111111111", deployment_exists=True, stable="2222222222",
+        seen=lambda _: seen,
+    )  # fmt: skip
+    assert pinned.revision == "1111111111"  # the stable moved on; the check did not
+
+
+# -- before the runner -----------------------------------------------------------------------
+
+
+def test_a_side_not_ready_keeps_the_check_pending_saying_why_and_pins_revisions() -> None:
+    sides = {
+        "baseline": SideView(deployment="qwen", revision="aaaaaaaaaa"),
+        "candidate": SideView(
+            deployment="qwen", revision="bbbbbbbbbb", waiting="Service qwen-bbbbbbbbbb has no pod"
+        ),
+    }
+    plan = decide(state(check(), sides=sides))  # type: ignore[arg-type]
+    assert plan.status is not None
+    assert plan.status["phase"] == "Pending"
+    assert plan.status["baselineRevision"] == "aaaaaaaaaa"
+    assert (
+        "candidate: Service qwen-bbbbbbbbbb has no pod"
+        in by_type(plan.status)["Complete"]["message"]
+    )
+    assert plan.create == []
+    assert plan.terminal is None
+    assert plan.wake_in == 9 * 60  # the deadline is scheduled, not polled
+
+
+def test_unchanged_pending_status_is_not_written_again() -> None:
+    sides = {"baseline": SideView(deployment="qwen", waiting="x"), "candidate": SideView()}
+    first = decide(state(check(), sides=sides))  # type: ignore[arg-type]
+    assert first.status is not None
+    again = decide(state(check(status=first.status), minutes=2, sides=sides))  # type: ignore[arg-type]
+    assert again.status is None
+    assert again.quiet
+
+
+def test_a_vllm_side_gets_a_probe_and_the_runner_waits_for_it() -> None:
+    plan = decide(state(check()))
+    assert kinds(plan.create) == ["Service", "Pod"]
+    assert plan.create[1]["metadata"]["name"] == f"{NAME}-probe-baseline"
+    assert plan.create[1]["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert not any(m["kind"] == "Job" for m in plan.create)
+    waiting = decide(state(check(), children=[probe()]))
+    assert waiting.create == []
+    assert waiting.status is not None
+    assert "baseline probe" in by_type(waiting.status)["Complete"]["message"]
+
+
+def test_the_runner_starts_once_every_probe_is_ready_with_rbac_naming_what_it_reads() -> None:
+    plan = decide(state(check(), children=[probe(ready=True)]))
+    assert kinds(plan.create) == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job"]
+    role = plan.create[1]
+    readable = {
+        name
+        for rule in role["rules"]
+        if rule["resources"] == ["services"]
+        for name in rule["resourceNames"]
+    }
+    assert readable == {"qwen-aaaaaaaaaa", "qwen-bbbbbbbbbb", f"{NAME}-probe-baseline"}
+    job_manifest = plan.create[-1]
+    container = job_manifest["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "ghcr.io/infergate/infergate:0.1.0"
+    assert job_manifest["spec"]["activeDeadlineSeconds"] == 300
+    assert plan.terminal is None
+
+
+def test_a_crash_looping_probe_ends_the_check_in_error_and_frees_the_probe() -> None:
+    crashing = probe(restarts=3)
+    plan = decide(state(check(), children=[crashing]))
+    assert plan.terminal is not None
+    assert plan.terminal["phase"] == "Error"
+    assert (
+        "restarted 3 times (last exit code 1, Error)"
+        in plan.terminal["verdict"]["reasons"][0]["message"]
+    )
+    assert plan.delete == [crashing]
+
+
+# -- with the runner -------------------------------------------------------------------------
+
+
+def test_a_failed_runner_job_is_error_with_the_runner_reason() -> None:
+    failed_attempt = {
+        "type": "RunnerError",
+        "status": "True",
+        "reason": "SideUnreachable",
+        "message": "candidate completion of 'p': ConnectError: refused",
+        "lastTransitionTime": "2026-12-02T12:01:00Z",
+    }
+    body = check(status={"phase": "Running", "conditions": [failed_attempt]})
+    runner_pod = child(
+        "Pod", f"{NAME}-runner-x1", "runner", owner="job-uid",
+        containerStatuses=[{"state": {"terminated": {"exitCode": 3, "reason": "Error"}}}],
+    )  # fmt: skip
+    failed = job("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+    plan = decide(state(body, children=[failed, runner_pod]))
+    assert plan.terminal is not None
+    assert plan.terminal["phase"] == "Error"
+    assert plan.terminal["verdict"]["passed"] is False
+    message = plan.terminal["verdict"]["reasons"][0]["message"]
+    assert "BackoffLimitExceeded" in message
+    assert "ConnectError: refused" in message
+    assert f"{NAME}-runner-x1 exited 3" in message
+    assert by_type(plan.terminal)["Error"]["reason"] == "RunnerFailed"
+
+
+def test_a_runner_that_completes_without_a_verdict_is_error() -> None:
+    plan = decide(state(check(status={"phase": "Running"}), children=[job("Complete")]))
+    assert plan.terminal is not None
+    assert (
+        "completed without writing a verdict" in plan.terminal["verdict"]["reasons"][0]["message"]
+    )
+
+
+def test_a_running_job_is_left_alone() -> None:
+    plan = decide(state(check(status={"phase": "Running"}), children=[job()]))
+    assert plan.quiet
+
+
+def test_the_check_deadline_counts_from_creation_waiting_included_and_stops_the_runner() -> None:
+    body = check(status={"phase": "Running", "progress": {"done": 3, "total": 8}})
+    running = job()
+    assert decide(state(body, minutes=9.9, children=[running])).terminal is None
+    plan = decide(state(body, minutes=10, children=[running]))
+    assert plan.terminal is not None
+    assert plan.terminal["phase"] == "Error"
+    message = plan.terminal["verdict"]["reasons"][0]["message"]
+    assert "no verdict within deadlineSeconds=600" in message
+    assert "3/8 prompts done" in message
+    assert by_type(plan.terminal)["Error"]["reason"] == "DeadlineExceeded"
+    assert plan.delete == [running]
+
+
+# -- the end ---------------------------------------------------------------------------------
+
+
+def test_an_ended_check_releases_its_children_once_and_says_so() -> None:
+    body = check(
+        status={"phase": "Passed", "verdict": {"passed": True, "summary": "Passed: 8 prompts"}}
+    )
+    rbac = child("Role", f"{NAME}-runner", "runner")
+    finished = job("Complete")
+    plan = decide(state(body, children=[rbac, finished]))
+    assert plan.delete == [rbac]  # a finished Job stays for its log
+    assert plan.status is not None
+    assert by_type(plan.status)["ResourcesReleased"]["status"] == "True"
+    assert plan.events == [(False, "CheckPassed", "Passed: 8 prompts")]
+    released = check(status={"phase": "Passed", "conditions": plan.status["conditions"]})
+    assert decide(state(released, children=[finished])).quiet
+
+
+@pytest.mark.parametrize("phase", ["Failed", "Inconclusive", "Error"])
+def test_every_verdict_ends_the_check_and_warns(phase: str) -> None:
+    body = check(status={"phase": phase, "verdict": {"passed": False, "summary": f"{phase}!"}})
+    plan = decide(state(body))
+    assert plan.terminal is None
+    assert plan.events == [(True, f"Check{phase}", f"{phase}!")]
+
+
+def test_an_invalid_check_is_error_never_pending_forever() -> None:
+    plan = decide(state(check(suite={})))
+    assert plan.terminal is not None
+    assert plan.terminal["phase"] == "Error"
+    assert "spec is invalid" in plan.terminal["verdict"]["reasons"][0]["message"]
+
+
+# -- what is not the check's own -------------------------------------------------------------
+
+
+def test_a_child_made_by_someone_else_is_neither_used_nor_deleted() -> None:
+    impostor = child("Job", f"{NAME}-runner", "runner", owner="someone-else")
+    plan = decide(state(check(), children=[probe(ready=True), impostor]))
+    assert plan.terminal is not None
+    assert plan.terminal["phase"] == "Error"
+    assert by_type(plan.terminal)["Error"]["reason"] == "ChildNotOurs"
+    assert impostor not in plan.delete
+    assert not any(m["kind"] == "Job" for m in plan.create)
+
+
+def test_the_previous_report_is_the_last_passing_check_of_the_same_deployment() -> None:
+    def ended(name: str, phase: str, at: str, deployment: str = "qwen") -> Any:
+        body = check(
+            status={"phase": phase, "completionTime": at, "reportRef": {"name": f"{name}-report"}},
+            candidate={"inferenceDeploymentRef": {"name": deployment}},
+        )
+        body["metadata"]["name"] = name
+        return observe_parity_check(body)
+
+    me = observe_parity_check(check())
+    others = [
+        ended("a", "Passed", "2026-12-01T10:00:00Z"),
+        ended("b", "Passed", "2026-12-01T11:00:00Z"),
+        ended("c", "Failed", "2026-12-01T12:00:00Z"),
+        ended("d", "Passed", "2026-12-01T13:00:00Z", deployment="other"),
+    ]
+    assert previous_report(me, others) == "b-report"
+
+
+def test_the_runner_account_is_recorded_so_only_it_may_write_the_verdict() -> None:
+    account = child("ServiceAccount", f"{NAME}-runner", "runner")
+    running = check(status={"phase": "Running"})
+    plan = decide(state(running, children=[job(), account]))
+    assert plan.status == {
+        "runnerServiceAccount": {"name": f"{NAME}-runner", "uid": f"{NAME}-runner-uid"}
+    }
+    recorded = check(
+        status={"phase": "Running", "runnerServiceAccount": plan.status["runnerServiceAccount"]}
+    )
+    assert decide(state(recorded, children=[job(), account])).quiet
+    impostor = child("ServiceAccount", f"{NAME}-runner", "runner", owner="someone-else")
+    assert decide(state(running, children=[job(), impostor])).terminal is not None

@@ -1,0 +1,185 @@
+"""What a check starts: probes that copy the revision but take no traffic, a runner with
+least privilege."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from infergate.api.enums import EngineKind
+from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.plan.check_observed import observe_parity_check
+from infergate.render.check_children import (
+    pooling_args,
+    probe_pod,
+    probe_service,
+    runner_job,
+    runner_rbac,
+)
+from infergate.render.check_names import child_name, probe_name
+from infergate.render.labels import engine_pod_selector
+from infergate.render.objects import render_revision
+
+CHECK: dict[str, Any] = {
+    "apiVersion": "infergate.io/v1alpha1",
+    "kind": "ParityCheck",
+    "metadata": {"name": "qwen-bbbbbbbbbb", "namespace": "llm", "uid": "u-1"},
+    "spec": {
+        "baseline": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "aaaaaaaaaa"},
+        "candidate": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "bbbbbbbbbb"},
+        "suite": {"configMapRef": {"name": "prompts", "key": "suite.jsonl"}},
+        "runner": {"activeDeadlineSeconds": 600, "backoffLimit": 2},
+    },
+}
+
+
+def vllm_revision() -> dict[str, Any]:
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"name": "fixture", "uri": "file:///models/tiny"},
+            "engine": {
+                "kind": "vllm",
+                "image": "vllm/vllm-openai:v0.32.0",
+                "dtype": "bfloat16",
+                "maxModelLen": 2048,
+                "config": {"rms_norm_eps": 1e-6},
+            },
+            "accelerator": {"kind": "nvidia-gpu"},
+            "replicas": 1,
+            "rollout": {"autoPromote": False},
+        }
+    )
+    return render_revision("qwen", "llm", spec).deployment
+
+
+def selected(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_the_probe_runs_the_revisions_image_and_pinned_flags_in_pooling_mode() -> None:
+    deployment = vllm_revision()
+    pod = probe_pod(CHECK, "baseline", deployment)
+    engine = deployment["spec"]["template"]["spec"]["containers"][0]
+    probe = pod["spec"]["containers"][0]
+    assert probe["image"] == engine["image"]
+    assert probe["command"] == engine["command"]
+    assert probe["args"][: probe["args"].index("--runner")] == [
+        a for a in engine["args"] if a not in ("--max-logprobs", "20")
+    ]
+    assert probe["args"][-6:-1] == ["--runner", "pooling", "--convert", "embed", "--pooler-config"]
+    assert json.loads(probe["args"][-1]) == {
+        "task": "token_embed",
+        "tok_pooling_type": "ALL",
+        "use_activation": False,
+    }
+    # Same accelerator, node selection and tolerations as the revision's own pods.
+    assert probe["resources"] == engine["resources"]
+    assert pod["spec"]["nodeSelector"] == deployment["spec"]["template"]["spec"]["nodeSelector"]
+    assert pod["spec"]["tolerations"] == deployment["spec"]["template"]["spec"]["tolerations"]
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+def test_no_service_of_the_deployment_ever_selects_the_probe() -> None:
+    pod = probe_pod(CHECK, "baseline", vllm_revision())
+    labels = pod["metadata"]["labels"]
+    assert not selected(engine_pod_selector("qwen"), labels)
+    assert not selected(engine_pod_selector("qwen", "aaaaaaaaaa"), labels)
+    service = probe_service(CHECK, "baseline", 8000)
+    assert selected(service["spec"]["selector"], labels)
+    assert (
+        service["metadata"]["name"]
+        == pod["metadata"]["name"]
+        == probe_name("qwen-bbbbbbbbbb", "baseline")
+    )
+
+
+def test_pooling_args_drop_serving_only_flags() -> None:
+    assert pooling_args(["serve", "/m", "--max-logprobs", "20", "--seed", "1"])[:4] == [
+        "serve",
+        "/m",
+        "--seed",
+        "1",
+    ]
+    assert pooling_args(["serve", "/m", "--max-logprobs=20"])[:2] == ["serve", "/m"]
+
+
+def test_the_runner_role_names_every_object_and_writes_only_its_own_status_and_report() -> None:
+    account, role, binding = runner_rbac(
+        CHECK,
+        deployments=["qwen", "qwen"],
+        services=["qwen-aaaaaaaaaa", "qwen-bbbbbbbbbb", "qwen-bbbbbbbbbb-probe-baseline"],
+        config_maps=["qwen-aaaaaaaaaa", "qwen-bbbbbbbbbb", "prompts"],
+    )
+    rules = role["rules"]
+    writes = [r for r in rules if set(r["verbs"]) - {"get", "list", "watch"}]
+    assert {(r["resources"][0], tuple(r["resourceNames"])) for r in writes} == {
+        ("paritychecks/status", ("qwen-bbbbbbbbbb",)),
+        ("configmaps", ("qwen-bbbbbbbbbb-report",)),
+    }
+    for rule in rules:
+        assert "*" not in rule["verbs"]
+        assert "*" not in rule["resources"]
+        if rule["resources"] != ["endpointslices"]:  # listed by label, so not nameable
+            assert rule["resourceNames"], rule
+    config_maps = next(
+        r for r in rules if r["resources"] == ["configmaps"] and r["verbs"] == ["get"]
+    )
+    assert config_maps["resourceNames"] == [
+        "prompts",
+        "qwen-aaaaaaaaaa",
+        "qwen-bbbbbbbbbb",
+        "qwen-bbbbbbbbbb-report",
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "llm"}
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_an_empty_name_list_drops_the_rule_rather_than_granting_every_object() -> None:
+    _, role, _ = runner_rbac(CHECK, deployments=[], services=[], config_maps=[])
+    resources = [r["resources"][0] for r in role["rules"]]
+    assert "inferencedeployments" not in resources
+    assert "services" not in resources
+
+
+def test_the_runner_job_runs_the_check_under_its_account_with_the_checks_limits() -> None:
+    spec = observe_parity_check(CHECK).spec
+    assert spec is not None
+    job = runner_job(
+        CHECK,
+        spec.runner,
+        image="ghcr.io/infergate/infergate:0.1.0",
+        previous_report="qwen-old-report",
+    )
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["infergate"]
+    assert container["args"] == [
+        "parity",
+        "run",
+        "--check",
+        "llm/qwen-bbbbbbbbbb",
+        "--previous-report",
+        "qwen-old-report",
+    ]
+    assert pod["serviceAccountName"] == "qwen-bbbbbbbbbb-runner"
+    assert pod["restartPolicy"] == "Never"
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+    assert job["spec"]["backoffLimit"] == 2
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_long_check_names_give_valid_distinct_child_names() -> None:
+    a, b = "x" * 70 + "a", "x" * 70 + "b"
+    assert len(child_name(a, "probe-candidate")) <= 63
+    assert child_name(a, "probe-candidate") != child_name(b, "probe-candidate")
+    assert child_name(a, "probe-candidate").endswith("-probe-candidate")
+
+
+def test_engine_kinds_the_probe_applies_to() -> None:
+    from infergate.plan.check_sides import needs_probe
+
+    assert needs_probe(EngineKind.VLLM.value, hidden_states=True)
+    assert not needs_probe(EngineKind.VLLM.value, hidden_states=False)
+    assert not needs_probe(EngineKind.MINDFORMERS.value, hidden_states=True)
