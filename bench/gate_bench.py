@@ -38,7 +38,7 @@ from infergate.engines.venvs import engine_environment, engine_python
 from infergate.fixture.corpus import CHINESE, ENGLISH, generated_sentences, held_out_sentences
 from infergate.fixture.generate import GENERATOR_VERSION, FixtureSpec, default_model_dir
 from infergate.recordio import MANIFEST, RecordReader, RecordWriter
-from infergate.suite import PromptSpec, Suite, load_suite, long_prompt
+from infergate.suite import PromptSpec, Suite, load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 LADDER = (8, 16, 32, 64)
@@ -88,6 +88,7 @@ SIDES: tuple[Side, ...] = (
     Side("tf-bf16-rope@tf-bf16", "transformers", "bfloat16", "rope-1e4", "tf-bf16"),
     Side("tf-bf16-corrupt@tf-bf16", "transformers", "bfloat16", "corrupt-layer-1", "tf-bf16"),
     Side("tf-bf16-norm@tf-bf16", "transformers", "bfloat16", "final-norm-x1.02", "tf-bf16"),
+    Side("tf-bf16-q8@tf-bf16", "transformers", "bfloat16", "q8_0", "tf-bf16"),
     Side("tf-bf16-nobias@tf-bf16", "transformers", "bfloat16", "no-qkv-bias", "tf-bf16"),
     Side("tf-bf16-bos@tf-bf16", "transformers", "bfloat16", "tokenizer-bos", "tf-bf16"),
     Side("tf-bf16-chat@tf-bf16", "transformers", "bfloat16", "chat-template", "tf-bf16"),
@@ -121,6 +122,8 @@ CANDIDATES: tuple[Candidate, ...] = (
               "tf-bf16-corrupt@tf-bf16", "bf16-kernel"),
     Candidate("final-norm-x1.02", H, "final norm weight x 1.02, bf16", "tf-bf16",
               "tf-bf16-norm@tf-bf16", "bf16-kernel"),
+    Candidate("q8_0-weights", H, "every matrix rounded as llama.cpp q8_0 (blocks of 32, one "
+              "scale each), run in bf16", "tf-bf16", "tf-bf16-q8@tf-bf16", "bf16-kernel"),
     Candidate("tokenizer-adds-bos", H, "tokenizer.json post-processor prepends <|endoftext|>",
               "tf-bf16", "tf-bf16-bos@tf-bf16", "bf16-kernel"),
     Candidate("chat-template", H, "chat template: newline after the role -> ': '", "tf-bf16",
@@ -165,7 +168,7 @@ def _log(message: str) -> None:
 
 
 def bench_suite() -> Suite:
-    """64 short prompts and 2 long ones (8K+ tokens), in a fixed order.
+    """64 short prompts and the default suite's 4 long ones (8K+ tokens), in a fixed order.
 
     The default suite's 16 short prompts first, then beginnings of the hand-written
     corpus sentences the model knows, then beginnings of held-out grammar sentences it
@@ -194,7 +197,8 @@ def bench_suite() -> Suite:
             add(f"en-grammar-{index}", " ".join(words[: max(2, len(words) // 2)]), "en")
         else:
             add(f"zh-grammar-{index}", sentence[: max(3, len(sentence) // 3)], "zh")
-    long = (long_prompt("zh", 0), long_prompt("en", 0))
+    # The default suite's long prompts (4: the profiles' minimum long evidence), as it sends them.
+    long = load_suite("default").select(long=True).prompts
     return Suite(SUITE_NAME, (*prompts[:64], *long))
 
 
@@ -219,6 +223,7 @@ def make_variants(base: Path, root: Path) -> dict[str, Path]:
         "eps-1e-5": v.norm_epsilon(1e-5),
         "rope-1e4": v.rope_theta(1e4),
         "corrupt-layer-1": v.corrupt_layer(1, 0.10, seed=13),
+        "q8_0": v.quantize_q8_0(),
         "final-norm-x1.02": v.scale_final_norm(1.02),
         "no-qkv-bias": v.drop_qkv_bias(),
         "tokenizer-bos": v.tokenizer_adds_bos(),
@@ -303,6 +308,7 @@ def _record_transformers(
     meta = make_meta(
         engine="transformers", engine_version=backend.engine_version, dtype=side.dtype,
         model=SERVED_NAME, suite=suite.name, effective_config=backend.effective_config(),
+        fingerprints={**backend.fingerprints(), **settings.fingerprints(suite)},
     )  # fmt: skip
     _log(f"recording {side.key}")
     stats = record_suite(
@@ -336,6 +342,7 @@ def _record_vllm(
 ) -> dict[str, dict[str, Any]]:
     from infergate.commands.calibrate import batched_vllm_channel
     from infergate.engines.record import make_meta, record_suite
+    from infergate.runtime.fingerprints import model_fingerprints
     from infergate.runtime.model_config import load_model_config
 
     model = default_model_dir()
@@ -343,9 +350,15 @@ def _record_vllm(
     started = time.perf_counter()
     channel = batched_vllm_channel(model, sides[0].dtype, config.max_position_embeddings)
     loaded = time.perf_counter() - started
+    effective = config.effective(sides[0].dtype)
+    fingerprints = model_fingerprints(
+        model, engine="vllm", engine_version=channel.version, dtype=sides[0].dtype,
+        loaded_config=effective, encode=channel.tokenize,
+    )  # fmt: skip
     meta = make_meta(
         engine="vllm", engine_version=channel.version, dtype=sides[0].dtype, model=SERVED_NAME,
-        suite=suite.name, effective_config=config.effective(sides[0].dtype),
+        suite=suite.name, effective_config=effective,
+        fingerprints={**fingerprints, **settings.fingerprints(suite)},
     )  # fmt: skip
     channel.complete([1, 2, 3], max_tokens=2, top_logprobs=0, seed=settings.seed)  # warm-up
     timings: dict[str, dict[str, Any]] = {}

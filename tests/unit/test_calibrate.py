@@ -147,16 +147,27 @@ class _Serving:
         return [len(text)]
 
     def complete(
-        self, prompt: list[int], *, max_tokens: int, top_logprobs: int, seed: int
+        self,
+        prompt: list[int] | str,
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
     ) -> object:
-        self._note("complete", (tuple(prompt), max_tokens, top_logprobs, seed))
-        return ("completion", tuple(prompt), max_tokens)
+        sent = prompt if isinstance(prompt, str) else tuple(prompt)
+        self._note("complete", (sent, max_tokens, top_logprobs, seed, ignore_eos))
+        return ("completion", sent, max_tokens, ignore_eos)
 
     def score(
         self, prompt: list[int], forced: list[int], *, top_logprobs: int, seed: int
     ) -> object:
+        from infergate.parity.record import TeacherForced
+        from tests.unit.parity.builders import top_k_for
+
         self._note("score", (tuple(prompt), tuple(forced), top_logprobs, seed))
-        return ("scored", tuple(prompt), tuple(forced))
+        ids = np.asarray(forced, np.int64)
+        return TeacherForced(ids, np.zeros(len(forced)), top_k_for(ids), len(prompt))
 
     def hidden_states(self, token_ids: list[int]) -> object:
         self._note("hidden", tuple(token_ids))
@@ -165,28 +176,37 @@ class _Serving:
 
 def test_threaded_prefetch_answers_the_recorder_from_one_concurrent_pass() -> None:
     from infergate.commands.calibrate import ThreadedPrefetch
-    from infergate.engines.record import RecordSettings
+    from infergate.engines.client import score_from
+    from infergate.engines.record import RecordSettings, generate
     from infergate.suite import PromptSpec, Suite
     from tests.unit.parity.builders import record
 
     prompts = suite(4)
     baseline = record(prompts)
-    specs = tuple(
-        PromptSpec(id=p.prompt_id, token_ids=tuple(int(t) for t in p.prompt_token_ids))
-        for p in prompts
+    specs = (
+        tuple(
+            PromptSpec(id=p.prompt_id, token_ids=tuple(int(t) for t in p.prompt_token_ids))
+            for p in prompts[:2]
+        )
+        + tuple(  # text goes as text; one prompt asks for EOS to be honoured
+            PromptSpec(id=p.prompt_id, text=f"prompt {i}", ignore_eos=i % 2 == 0)
+            for i, p in enumerate(prompts[2:])
+        )
     )
     inner = _Serving()
     channel = ThreadedPrefetch(inner, inner, concurrency=4)
-    settings = RecordSettings(max_tokens=8)
+    settings = RecordSettings(max_tokens=8, top_logprobs=5)
     channel.prefetch(Suite("s", specs), settings, baseline)
     assert len(inner.calls) == 12, "one completion, one score, one hidden pass per prompt"
+    assert ("complete", ("prompt 0", 8, 5, 42, True)) in inner.calls
+    assert ("complete", ("prompt 1", 8, 5, 42, False)) in inner.calls
     before = len(inner.calls)
     for spec, base in zip(specs, prompts, strict=True):
-        ids = list(spec.token_ids or ())
-        assert channel.complete(ids, max_tokens=8, top_logprobs=5, seed=42) == (
-            "completion", tuple(ids), 8,
-        )  # fmt: skip
-        forced = base.output_token_ids.tolist()
-        channel.score(base.prompt_token_ids.tolist(), forced, top_logprobs=5, seed=42)
-        channel.hidden_states(base.prompt_token_ids.tolist() + forced)
+        sent = spec.text if spec.text is not None else tuple(spec.token_ids or ())
+        answer = generate(channel, spec, max_tokens=8, top_logprobs=5, seed=42)  # type: ignore[arg-type]
+        assert answer == ("completion", sent, 8, spec.ignore_eos)
+        sequence = base.prompt_token_ids.tolist() + base.output_token_ids.tolist()
+        scored = score_from(channel, sequence, 1, top_logprobs=5, seed=42)  # type: ignore[arg-type]
+        assert scored.token_ids.tolist() == sequence[1:]
+        channel.hidden_states(sequence)
     assert len(inner.calls) == before, "the recorder's calls were all answered from the pass"

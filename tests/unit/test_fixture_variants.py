@@ -141,3 +141,20 @@ def test_config_and_tokenizer_variants_edit_one_setting(model: Path, tmp_path: P
     assert (tmp_path / "files" / "tokenizer.json").read_bytes() == (
         model / "tokenizer.json"
     ).read_bytes()
+
+
+def test_q8_0_rounds_every_matrix_to_a_block_scale_and_leaves_vectors(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    base = tmp_path / "base"
+    base.mkdir()
+    matrix = rng.standard_normal((4, 64)).astype(np.float32)
+    v.save_weights(base, {"w": matrix, "model.norm.weight": np.ones(64, np.float32)})
+    v.quantize_q8_0()(base, tmp_path / "q8")
+    out = v.load_weights(tmp_path / "q8")
+    np.testing.assert_array_equal(out["model.norm.weight"], np.ones(64, np.float32))
+    blocks, q = matrix.reshape(4, 2, 32), out["w"].reshape(4, 2, 32)
+    scale = np.abs(blocks).max(axis=2, keepdims=True) / 127.0
+    steps = q / scale
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-3)  # int8 steps of its block
+    assert np.abs(steps).max() <= 127.0 + 1e-3
+    assert 0 < np.abs(q - blocks).max() <= scale.max() / 2 + 1e-7  # at most half a step off

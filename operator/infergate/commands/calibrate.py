@@ -45,7 +45,7 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -653,74 +653,122 @@ def record_concurrent(args: argparse.Namespace, out: Path, baseline_dir: Path) -
     )
 
 
-def _requests(
-    suite: Any, settings: Any, baseline: Any, tokenize: Callable[[str], list[int]]
-) -> Any:
-    """What record_suite will ask for each prompt: (ids, max_tokens, forced sequence)."""
+class _PlannedCalls:
+    """A channel that only notes the calls the recorder makes of it, answering nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def tokenize(self, text: str) -> list[int]:  # noqa: ARG002 - the protocol's signature
+        raise _Collected  # the recorder sends text as text: never asked
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("complete", args, kwargs))
+        raise _Collected
+
+    def chat(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("chat", args, kwargs))
+        raise _Collected
+
+    def score(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("score", args, kwargs))
+        raise _Collected
+
+
+def planned_calls(
+    suite: Any, settings: Any, baseline: Any
+) -> tuple[list[tuple[str, tuple[Any, ...], dict[str, Any]]], list[list[int]]]:
+    """The serving calls `record_suite` will make, teacher-forced on `baseline`, and the
+    sequences it will ask hidden states of.
+
+    Found by running the recorder's own request functions (`generate`, `score_from`)
+    against a channel that notes them, so the prefetch follows the recorder exactly:
+    text sent as text, chats through the chat call, EOS settings per prompt.
+    """
+    from infergate.engines.client import score_from
+    from infergate.engines.record import generate
+
+    notes = _PlannedCalls()
+    sequences: list[list[int]] = []
     for prompt in suite.prompts:
-        ids = list(prompt.token_ids) if prompt.token_ids is not None else tokenize(prompt.text)
-        max_tokens = settings.long_max_tokens if prompt.is_long else settings.max_tokens
+        with contextlib.suppress(_Collected):
+            generate(
+                notes, prompt, max_tokens=settings.tokens_for(prompt),
+                top_logprobs=settings.top_logprobs, seed=settings.seed,
+            )  # fmt: skip
         base = baseline.get(prompt.id)
-        forced = (base.prompt_token_ids.tolist(), base.output_token_ids.tolist())
-        yield ids, max_tokens, forced
+        sequence = base.prompt_token_ids.tolist() + base.output_token_ids.tolist()
+        sequences.append(sequence)
+        outputs = int(base.output_token_ids.shape[0])
+        with contextlib.suppress(_Collected):
+            score_from(
+                notes, sequence, 1, top_logprobs=settings.top_logprobs, seed=settings.seed,
+                full_vocab=outputs if settings.full_vocab else 0,
+            )  # fmt: skip
+    return notes.calls, sequences
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, Iterable):
+        return tuple(_freeze(v) for v in value)
+    return repr(value)
+
+
+def call_key(kind: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """A hashable key of one channel call: its kind, arguments and keyword arguments."""
+    return (kind, _freeze(args), _freeze(kwargs))
 
 
 class ThreadedPrefetch:
-    """Serving and probe channels whose calls for a whole suite were made concurrently."""
+    """Serving and probe channels whose calls for a whole suite were made concurrently.
+
+    `prefetch` makes every call the recorder will make (`planned_calls`) with up to
+    `concurrency` in flight at once; the recorder's own calls are then answered from
+    those results, and anything not prefetched goes to the channel as usual.
+    """
 
     def __init__(self, serving: Any, probe: Any, concurrency: int) -> None:
         self._serving, self._probe, self._workers = serving, probe, concurrency
-        self._complete: dict[Any, Any] = {}
-        self._score: dict[Any, Any] = {}
+        self._answers: dict[Any, Any] = {}
         self._hidden: dict[Any, Any] = {}
 
     def prefetch(self, suite: Any, settings: Any, baseline: Any) -> None:
-        requests = list(_requests(suite, settings, baseline, self._serving.tokenize))
-        k, seed = settings.top_logprobs, settings.seed
+        calls, sequences = planned_calls(suite, settings, baseline)
         with ThreadPoolExecutor(self._workers) as pool:
-            completes = {
-                (tuple(ids), n): pool.submit(
-                    self._serving.complete, ids, max_tokens=n, top_logprobs=k, seed=seed
+            answers = {
+                call_key(kind, args, kwargs): pool.submit(
+                    getattr(self._serving, kind), *args, **kwargs
                 )
-                for ids, n, _ in requests
-            }
-            scores = {
-                (tuple(p), tuple(f)): pool.submit(
-                    self._serving.score, p, f, top_logprobs=k, seed=seed
-                )
-                for _, _, (p, f) in requests
+                for kind, args, kwargs in calls
             }
             hidden = {}
             if self._probe is not None:
-                hidden = {
-                    tuple(p + f): pool.submit(self._probe.hidden_states, p + f)
-                    for _, _, (p, f) in requests
-                }
-            self._complete = {key: f.result() for key, f in completes.items()}
-            self._score = {key: f.result() for key, f in scores.items()}
+                hidden = {tuple(s): pool.submit(self._probe.hidden_states, s) for s in sequences}
+            self._answers = {key: f.result() for key, f in answers.items()}
             self._hidden = {key: f.result() for key, f in hidden.items()}
 
     def tokenize(self, text: str) -> list[int]:
         ids: list[int] = self._serving.tokenize(text)
         return ids
 
-    def complete(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
-    ) -> Any:
-        hit = self._complete.get((tuple(prompt), max_tokens))
+    def _call(self, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        hit = self._answers.get(call_key(kind, args, kwargs))
         if hit is not None:
             return hit
-        return self._serving.complete(
-            prompt, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed
-        )
+        return getattr(self._serving, kind)(*args, **kwargs)
 
-    def score(
-        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
-    ) -> Any:
-        hit = self._score.get((tuple(prompt), tuple(forced)))
-        if hit is not None:
-            return hit
-        return self._serving.score(prompt, forced, top_logprobs=top_logprobs, seed=seed)
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("complete", args, kwargs)
+
+    def chat(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("chat", args, kwargs)
+
+    def score(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("score", args, kwargs)
 
     def hidden_states(self, token_ids: Sequence[int]) -> Any:
         hit = self._hidden.get(tuple(token_ids))
@@ -755,34 +803,33 @@ def batched_vllm_channel(model: Path, dtype: str, max_model_len: int) -> Any:
             self._hidden_cache: dict[Any, Any] = {}
 
         @staticmethod
-        def _key(prompt: Sequence[int], params: Any) -> Any:
-            return (tuple(prompt), params.max_tokens, params.prompt_logprobs)
+        def _key(prompt: Any, params: Any) -> Any:
+            sent = prompt if isinstance(prompt, str) else tuple(prompt)
+            return (sent, params.max_tokens, params.prompt_logprobs, params.ignore_eos)
 
-        def _generate(self, prompt: Sequence[int], params: Any) -> Any:
+        def _generate(self, prompt: Any, params: Any) -> Any:
             if self._collecting is not None:
-                self._collecting.append((list(prompt), params))
+                self._collecting.append((prompt, params))
                 raise _Collected
             hit = self._cache.pop(self._key(prompt, params), None)
             return hit if hit is not None else super()._generate(prompt, params)
 
         def prefetch(self, suite: Any, settings: Any, baseline: Any) -> None:
-            requests = list(_requests(suite, settings, baseline, self.tokenize))
-            k, seed = settings.top_logprobs, settings.seed
+            calls, sequences = planned_calls(suite, settings, baseline)
             self._collecting = []
-            for ids, n, (p, f) in requests:
+            for kind, args, kwargs in calls:
+                if kind == "chat":
+                    continue  # vLLM's chat call renders the template itself: not batched
                 with contextlib.suppress(_Collected):
-                    self.complete(ids, max_tokens=n, top_logprobs=k, seed=seed)
-                with contextlib.suppress(_Collected):
-                    self.score(p, f, top_logprobs=k, seed=seed)
+                    getattr(self, kind)(*args, **kwargs)
             collected, self._collecting = self._collecting, None
             outputs = self._llm.generate(
-                [{"prompt_token_ids": p} for p, _ in collected],
+                [p if isinstance(p, str) else {"prompt_token_ids": list(p)} for p, _ in collected],
                 [params for _, params in collected],
                 use_tqdm=False,
             )
             for (p, params), output in zip(collected, outputs, strict=True):
                 self._cache[self._key(p, params)] = output
-            sequences = [p + f for _, _, (p, f) in requests]
             super().hidden_states(sequences[0])  # starts the pooling engine
             pooled = self._pooling.encode(
                 [{"prompt_token_ids": s} for s in sequences],
