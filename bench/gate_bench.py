@@ -268,10 +268,18 @@ def _residual_max(model_dir: Path) -> float:
     return peak
 
 
-def worker(keys: Sequence[str], out: Path, suite_path: Path) -> None:
-    """Record the given sides (engine venv): transformers one by one, vLLM per dtype."""
+def worker(keys: Sequence[str], out: Path, suite_path: Path, threads: int | None = None) -> None:
+    """Record the given sides (engine venv): transformers one by one, vLLM per dtype.
+
+    With no keys it only makes the model variants (once, before workers run in parallel).
+    """
     from infergate.engines.record import RecordSettings
     from infergate.suite import load_suite as load
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
 
     suite = load(str(suite_path))
     settings = RecordSettings(
@@ -421,15 +429,51 @@ def _wait(process: subprocess.Popen[bytes] | None, what: str) -> None:
         raise RuntimeError(f"{what}: exit {process.returncode}; see its log under out/")
 
 
-def _run_worker(keys: Sequence[str], out: Path, suite_path: Path) -> None:
-    if all(_done(out, k) for k in keys):
-        return
+def _start_worker(
+    keys: Sequence[str],
+    out: Path,
+    suite_path: Path,
+    *,
+    extra_env: dict[str, str] | None = None,
+    threads: int | None = None,
+) -> subprocess.Popen[bytes]:
     command = [
         str(engine_python("vllm")), str(REPO / "bench" / "gate_bench.py"), "worker",
         "--out", str(out), "--suite", str(suite_path), "--keys", *keys,
     ]  # fmt: skip
-    env = engine_environment({**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
-    subprocess.run(command, env=env, check=True)
+    if threads:
+        command += ["--threads", str(threads)]
+    env = engine_environment(
+        {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(extra_env or {})}
+    )
+    return subprocess.Popen(command, env=env)
+
+
+def _run_worker(keys: Sequence[str], out: Path, suite_path: Path) -> None:
+    if all(_done(out, k) for k in keys):
+        return
+    _wait(_start_worker(keys, out, suite_path), f"worker {' '.join(keys)}")
+
+
+def _run_parallel(keys: Sequence[str], out: Path, suite_path: Path, jobs: int) -> None:
+    """Record transformers sides in up to `jobs` worker processes at once, the cores
+    shared out; a side with its own environment (a kernel change) gets its own worker."""
+    todo = [k for k in keys if not _done(out, k)]
+    plain = [k for k in todo if not SIDE[k].env]
+    chunks: list[tuple[list[str], dict[str, str]]] = [
+        (plain[i::jobs], {}) for i in range(min(jobs, len(plain)))
+    ]
+    chunks += [([k], SIDE[k].env) for k in todo if SIDE[k].env]
+    if not chunks:
+        return
+    threads = max(1, (os.cpu_count() or 1) // len(chunks)) if jobs > 1 else None
+    running = []
+    for chunk, env in chunks:
+        _log(f"worker: {' '.join(chunk)}")
+        running.append((chunk, _start_worker(chunk, out, suite_path, extra_env=env,
+                                             threads=threads)))  # fmt: skip
+    for chunk, process in running:
+        _wait(process, f"worker {' '.join(chunk)}")
 
 
 def needed_sides(candidates: Sequence[Candidate]) -> list[str]:
@@ -448,22 +492,27 @@ def needed_sides(candidates: Sequence[Candidate]) -> list[str]:
     return keys
 
 
-def record_all(candidates: Sequence[Candidate], out: Path, suite_path: Path) -> float:
-    """Record every side the candidates need, one engine process at a time.
+def record_all(
+    candidates: Sequence[Candidate], out: Path, suite_path: Path, jobs: int = 1
+) -> float:
+    """Record every side the candidates need; a side already recorded is skipped.
 
-    One at a time: MindSpore's CPU attention at 8.6K tokens takes several GiB, and the
-    machine is shared; a side already recorded is skipped.
+    Engines one at a time: MindSpore's CPU attention at 8.6K tokens takes several GiB.
+    transformers sides run `jobs` worker processes at once (1 on a shared machine): first
+    the sides recorded on their own, then those teacher-forced on them.
     """
     keys = needed_sides(candidates)
     started = time.perf_counter()
+    todo = [k for k in keys if not _done(out, k)]
+    if any(SIDE[k].engine != "mindformers" for k in todo):
+        _wait(_start_worker([], out, suite_path), "making the model variants")
     mindformers = {k for k in keys if SIDE[k].engine == "mindformers"}
-    in_worker = [k for k in keys if not SIDE[k].env and k not in mindformers]
-    after_mf = [k for k in in_worker if SIDE[k].against in mindformers]
-    first = [k for k in in_worker if k not in after_mf]
-    _run_worker([k for k in first if SIDE[k].engine == "transformers"], out, suite_path)
-    for side in (SIDE[k] for k in keys if SIDE[k].env):
-        _wait(_start_cli(side, out, suite_path), side.key)
-    _run_worker([k for k in first if SIDE[k].engine == "vllm"], out, suite_path)
+    after_mf = [k for k in keys if SIDE[k].against in mindformers]
+    transformers = [k for k in keys if SIDE[k].engine == "transformers" and k not in after_mf]
+    _run_parallel([k for k in transformers if SIDE[k].against is None], out, suite_path, jobs)
+    _run_parallel([k for k in transformers if SIDE[k].against], out, suite_path, jobs)
+    _run_worker([k for k in keys if SIDE[k].engine == "vllm" and k not in after_mf], out,
+                suite_path)  # fmt: skip
     for key in sorted(mindformers):
         _wait(_start_cli(SIDE[key], out, suite_path), key)
     _run_worker(after_mf, out, suite_path)
@@ -504,17 +553,75 @@ def judge(candidate: Candidate, out: Path, rung: int) -> dict[str, Any]:
     document = json.loads(result.read_text())
     verdict = document.get("verdict") or {}
     reasons = verdict.get("reasons") or document.get("reasons") or []
-    return {"prompts": rung, "status": document.get("status"), "exit": code, "reasons": reasons}
+    checks = verdict.get("checks") or []
+    return {
+        "prompts": rung,
+        "status": document.get("status"),
+        "exit": code,
+        "reasons": reasons,
+        "failing": [c["key"] for c in checks if c.get("outcome") not in ("pass", None)],
+        "closest": closest_check(checks),
+    }
+
+
+EVIDENCE_KEYS = ("minPrompts", "minLongPrompts", "minScoredSteps")
+
+
+def closest_check(checks: Sequence[dict[str, Any]]) -> str | None:
+    """The passing threshold check nearest its limit: its key, bound and limit.
+
+    Nearness is the bound's share of the limit's distance from a perfect value (0 for
+    errors, 1 for rates and cosines); evidence counts are left out.
+    """
+    best: tuple[float, str] | None = None
+    for check in checks:
+        limit, op = check.get("threshold"), check.get("op")
+        if check.get("outcome") != "pass" or check["key"] in EVIDENCE_KEYS or limit is None:
+            continue
+        side = "upper" if op == "<=" else "lower"
+        bound = check.get(side) if check.get(side) is not None else check.get("value")
+        if bound is None:
+            continue
+        if op == "<=" and limit > 0:
+            share = abs(float(bound)) / float(limit)
+        elif op == ">=" and limit < 1:  # rates and cosines: 1 is perfect
+            share = (1.0 - float(bound)) / (1.0 - float(limit))
+        else:  # counts (a fork position), or a limit at perfection (strict)
+            continue
+        if best is None or share > best[0]:
+            shown = f"{check['key']} {side} {float(bound):.4g} vs {float(limit):.4g}"
+            best = (share, f"{shown} ({share:.0%} of the limit)")
+    return None if best is None else best[1]
 
 
 def correct(candidate: Candidate, status: str | None) -> bool:
     return status == ("Failed" if candidate.kind == H else "Passed")
 
 
-def evaluate(candidates: Sequence[Candidate], out: Path) -> list[dict[str, Any]]:
+def _prefix_job(job: tuple[Path, Path, int]) -> None:
+    prefix_record(*job)
+
+
+def _judge_job(job: tuple[Candidate, Path, int]) -> dict[str, Any]:
+    return judge(*job)
+
+
+def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[dict[str, Any]]:
+    from concurrent.futures import ProcessPoolExecutor
+
+    records, prefixes = out / "records", out / "prefix"
+    sides = sorted({k for c in candidates for k in (c.baseline, c.candidate)})
+    prefix_jobs = [(records / k, prefixes / f"{k}-{n}", n) for k in sides for n in LADDER]
+    judge_jobs = [(c, out, n) for c in candidates for n in LADDER]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            list(pool.map(_prefix_job, prefix_jobs))
+            judged = list(pool.map(_judge_job, judge_jobs))
+    else:
+        judged = [_judge_job(j) for j in judge_jobs]
     rows = []
-    for candidate in candidates:
-        rungs = [judge(candidate, out, rung) for rung in LADDER]
+    for index, candidate in enumerate(candidates):
+        rungs = judged[index * len(LADDER) : (index + 1) * len(LADDER)]
         needed = next(
             (r["prompts"] for r in rungs if r["status"] in ("Passed", "Failed")
              and correct(candidate, r["status"])),
@@ -532,12 +639,20 @@ def evaluate(candidates: Sequence[Candidate], out: Path) -> list[dict[str, Any]]
                 "verdict": final["status"],
                 "correct": correct(candidate, final["status"]),
                 "reasons": final["reasons"],
+                "failing": final["failing"],
+                "closest": final["closest"],
                 "promptsNeeded": needed,
                 "ladder": [{"prompts": r["prompts"], "status": r["status"]} for r in rungs],
             }
         )
         _log(f"{candidate.name}: {final['status']} ({'ok' if rows[-1]['correct'] else 'WRONG'})")
     return rows
+
+
+def _deciding(row: dict[str, Any]) -> str:
+    if row["verdict"] == "Passed":
+        return f"passed; nearest: {row['closest'] or '-'}"
+    return ", ".join(row["failing"]) or _short_reason(row["reasons"])
 
 
 def _short_reason(reasons: Sequence[str]) -> str:
@@ -573,7 +688,8 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         (
             "| candidate | kind | change | profile | verdict (64) | correct | prompts needed | "
-            "ladder 8/16/32/64 | deciding reasons |"
+            "ladder 8/16/32/64 | deciding metric (failed checks; or the passing check "
+            "nearest its limit) |"
         ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -583,9 +699,11 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines.append(
             f"| {r['name']} | {r['kind']} | {r['change']} | {r['profile']} | {r['verdict']} | "
             f"{'yes' if r['correct'] else '**no**'} | {needed} | {ladder} | "
-            f"{_short_reason(r['reasons'])} |"
+            f"{_deciding(r)} |"
         )
-    lines += ["", f"Wrong rows: {', '.join(r['name'] for r in wrong) or 'none'}."]
+    lines += ["", f"Wrong rows: {', '.join(r['name'] for r in wrong) or 'none'}.", ""]
+    lines += ["## Reasons at 64 prompts", ""]
+    lines += [f"- **{r['name']}** ({r['verdict']}): {_short_reason(r['reasons'])}" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -597,16 +715,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", type=Path, default=None)
     parser.add_argument("--only", nargs="*", default=None, help="candidate names")
     parser.add_argument("--results", type=Path, default=REPO / "experiments")
+    parser.add_argument(
+        "--engines", nargs="*", default=["transformers", "vllm", "mindformers"],
+        help="only candidates whose sides all run on these engines",
+    )  # fmt: skip
+    parser.add_argument(
+        "--jobs", type=int, default=1,
+        help="worker processes at once (transformers records, judging); 1 on a shared machine",
+    )  # fmt: skip
+    parser.add_argument("--threads", type=int, default=None, help="worker: torch threads")
     args = parser.parse_args(argv)
     suite_path = args.suite or args.out / f"{SUITE_NAME}.jsonl"
     if args.mode == "worker":
-        worker(args.keys, args.out, suite_path)
+        worker(args.keys, args.out, suite_path, args.threads)
         return 0
-    candidates = [c for c in CANDIDATES if args.only is None or c.name in args.only]
+    candidates = [
+        c for c in CANDIDATES
+        if (args.only is None or c.name in args.only)
+        and all(SIDE[k].engine in args.engines for k in needed_sides([c]))
+    ]  # fmt: skip
     suite = write_suite(suite_path)
-    record_seconds = record_all(candidates, args.out, suite_path)
+    record_seconds = record_all(candidates, args.out, suite_path, args.jobs)
     started = time.perf_counter()
-    rows = evaluate(candidates, args.out)
+    rows = evaluate(candidates, args.out, args.jobs)
     meta = {
         "date": time.strftime("%Y-%m-%d"),
         "short": len(suite.select(long=False).prompts),
