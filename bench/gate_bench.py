@@ -540,14 +540,21 @@ def prefix_record(source: Path, target: Path, short: int) -> Path:
     return target
 
 
-def judge(candidate: Candidate, out: Path, rung: int) -> dict[str, Any]:
-    """`infergate parity compare` on one prefix; its JSON answer, trimmed."""
+def judge(candidate: Candidate, out: Path, rung: int, numbers_only: bool = False) -> dict[str, Any]:
+    """`infergate parity compare` on one prefix; its JSON answer, trimmed.
+
+    `numbers_only` allows every fingerprint and config difference: what the numeric
+    checks (and the prompt-id hygiene) decide without the fingerprints' help.
+    """
     records, prefixes = out / "records", out / "prefix"
     base_key, cand_key = candidate.baseline, candidate.candidate
     base = prefix_record(records / base_key, prefixes / f"{base_key}-{rung}", rung)
     cand = prefix_record(records / cand_key, prefixes / f"{cand_key}-{rung}", rung)
-    result = out / "verdicts" / f"{candidate.name}-{rung}.json"
+    suffix = "-numbers" if numbers_only else ""
+    result = out / "verdicts" / f"{candidate.name}-{rung}{suffix}.json"
     argv = ["parity", "compare", str(base), str(cand), "--profile", candidate.profile]
+    if numbers_only:
+        argv += ["--allow-config-diff", "*"]
     with redirect_stdout(StringIO()):
         code = infergate_main([*argv, "--json", str(result)])
     document = json.loads(result.read_text())
@@ -602,7 +609,7 @@ def _prefix_job(job: tuple[Path, Path, int]) -> None:
     prefix_record(*job)
 
 
-def _judge_job(job: tuple[Candidate, Path, int]) -> dict[str, Any]:
+def _judge_job(job: tuple[Candidate, Path, int, bool]) -> dict[str, Any]:
     return judge(*job)
 
 
@@ -612,7 +619,8 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
     records, prefixes = out / "records", out / "prefix"
     sides = sorted({k for c in candidates for k in (c.baseline, c.candidate)})
     prefix_jobs = [(records / k, prefixes / f"{k}-{n}", n) for k in sides for n in LADDER]
-    judge_jobs = [(c, out, n) for c in candidates for n in LADDER]
+    judge_jobs = [(c, out, n, False) for c in candidates for n in LADDER]
+    judge_jobs += [(c, out, LADDER[-1], True) for c in candidates]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             list(pool.map(_prefix_job, prefix_jobs))
@@ -620,6 +628,7 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
     else:
         judged = [_judge_job(j) for j in judge_jobs]
     rows = []
+    numbers = judged[len(candidates) * len(LADDER) :]
     for index, candidate in enumerate(candidates):
         rungs = judged[index * len(LADDER) : (index + 1) * len(LADDER)]
         needed = next(
@@ -641,12 +650,24 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
                 "reasons": final["reasons"],
                 "failing": final["failing"],
                 "closest": final["closest"],
+                "numbersOnly": {
+                    "status": numbers[index]["status"],
+                    "failing": numbers[index]["failing"],
+                    "closest": numbers[index]["closest"],
+                },
                 "promptsNeeded": needed,
                 "ladder": [{"prompts": r["prompts"], "status": r["status"]} for r in rungs],
             }
         )
         _log(f"{candidate.name}: {final['status']} ({'ok' if rows[-1]['correct'] else 'WRONG'})")
     return rows
+
+
+def _numbers(row: dict[str, Any]) -> str:
+    only = row["numbersOnly"]
+    if only["status"] == "Passed":
+        return f"Passed (nearest: {only['closest'] or '-'})"
+    return f"{only['status']}: {', '.join(only['failing']) or '-'}"
 
 
 def _deciding(row: dict[str, Any]) -> str:
@@ -689,9 +710,9 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         (
             "| candidate | kind | change | profile | verdict (64) | correct | prompts needed | "
             "ladder 8/16/32/64 | deciding metric (failed checks; or the passing check "
-            "nearest its limit) |"
+            "nearest its limit) | numbers only (64): verdict, failed checks |"
         ),
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ladder = "/".join((x["status"] or "?")[0] for x in r["ladder"])
@@ -699,8 +720,16 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         lines.append(
             f"| {r['name']} | {r['kind']} | {r['change']} | {r['profile']} | {r['verdict']} | "
             f"{'yes' if r['correct'] else '**no**'} | {needed} | {ladder} | "
-            f"{_deciding(r)} |"
+            f"{_deciding(r)} | {_numbers(r)} |"
         )
+    lines += [
+        "",
+        (
+            "Numbers only: the same comparison with every fingerprint and config difference "
+            "allowed (`--allow-config-diff '*'`), i.e. what the numeric checks and the prompt-id "
+            "hygiene decide if the fingerprints had not seen the change."
+        ),
+    ]
     lines += ["", f"Wrong rows: {', '.join(r['name'] for r in wrong) or 'none'}.", ""]
     lines += ["## Reasons at 64 prompts", ""]
     lines += [f"- **{r['name']}** ({r['verdict']}): {_short_reason(r['reasons'])}" for r in rows]
