@@ -753,6 +753,10 @@ def main(argv: list[str] | None = None) -> int:
         help="worker processes at once (transformers records, judging); 1 on a shared machine",
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=None, help="worker: torch threads")
+    parser.add_argument(
+        "--record-only", action="store_true",
+        help="record the sides and stop (judge later: no engine runs then)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     suite_path = args.suite or args.out / f"{SUITE_NAME}.jsonl"
     if args.mode == "worker":
@@ -765,6 +769,14 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     suite = write_suite(suite_path)
     record_seconds = record_all(candidates, args.out, suite_path, args.jobs)
+    seconds = args.out / "timings" / "record-seconds.json"
+    seconds.parent.mkdir(parents=True, exist_ok=True)
+    spent = json.loads(seconds.read_text()) if seconds.exists() else {}
+    spent[",".join(c.name for c in candidates)] = round(record_seconds, 1)
+    seconds.write_text(json.dumps(spent, indent=1) + "\n")
+    if args.record_only:
+        return 0
+    record_seconds = sum(spent.values())
     started = time.perf_counter()
     rows = evaluate(candidates, args.out, args.jobs)
     meta = {
@@ -773,7 +785,9 @@ def main(argv: list[str] | None = None) -> int:
         "long": len(suite.select(long=True).prompts),
         "recordSeconds": round(record_seconds, 1),
         "judgeSeconds": round(time.perf_counter() - started, 1),
-        "timings": [json.loads(p.read_text()) for p in sorted((args.out / "timings").glob("*"))],
+        "timings": [
+            json.loads(p.read_text()) for p in sorted((args.out / "timings").glob("worker-*"))
+        ],
     }
     markdown = to_markdown(rows, meta)
     document = {"meta": meta, "rows": rows}
