@@ -555,8 +555,10 @@ def judge(candidate: Candidate, out: Path, rung: int, numbers_only: bool = False
     argv = ["parity", "compare", str(base), str(cand), "--profile", candidate.profile]
     if numbers_only:
         argv += ["--allow-config-diff", "*"]
-    with redirect_stdout(StringIO()):
-        code = infergate_main([*argv, "--json", str(result)])
+    code = None
+    if not (REUSE_VERDICTS and result.exists()):  # records are written once: so are verdicts
+        with redirect_stdout(StringIO()):
+            code = infergate_main([*argv, "--json", str(result)])
     document = json.loads(result.read_text())
     verdict = document.get("verdict") or {}
     reasons = verdict.get("reasons") or document.get("reasons") or []
@@ -566,12 +568,28 @@ def judge(candidate: Candidate, out: Path, rung: int, numbers_only: bool = False
         "status": document.get("status"),
         "exit": code,
         "reasons": reasons,
-        "failing": [c["key"] for c in checks if c.get("outcome") not in ("pass", None)],
+        "failing": [c["key"] for c in checks if c.get("outcome") == "fail"],
+        "inconclusive": [c["key"] for c in checks if c.get("outcome") == "inconclusive"],
+        "hygiene": [_hygiene_key(r) for r in reasons if r.startswith("hygiene")],
         "closest": closest_check(checks),
     }
 
 
+REUSE_VERDICTS = os.environ.get("GATE_BENCH_REJUDGE") != "1"
+"""Verdicts already written are reused (a record and its prefixes are written once);
+GATE_BENCH_REJUDGE=1 judges again, e.g. after the parity core changed."""
+
 EVIDENCE_KEYS = ("minPrompts", "minLongPrompts", "minScoredSteps")
+
+
+def _hygiene_key(reason: str) -> str:
+    """'hygiene FingerprintDiffers (both): model_config.rope_theta: 1e6 ...' -> the key."""
+    kind = reason.split()[1] if len(reason.split()) > 1 else "hygiene"
+    detail = reason.split(": ", 1)[1] if ": " in reason else ""
+    key = detail.split(":", 1)[0].strip()
+    if kind == "ConfigDiffers":
+        key = "config " + detail.removeprefix("effective config differs: ").split(":", 1)[0]
+    return f"{kind} {key}".strip()
 
 
 def closest_check(checks: Sequence[dict[str, Any]]) -> str | None:
@@ -587,7 +605,8 @@ def closest_check(checks: Sequence[dict[str, Any]]) -> str | None:
             continue
         side = "upper" if op == "<=" else "lower"
         bound = check.get(side) if check.get(side) is not None else check.get("value")
-        if bound is None:
+        value = check.get("value")
+        if bound is None or value in (0.0, 1.0):  # a perfect observation: no margin to show
             continue
         if op == "<=" and limit > 0:
             share = abs(float(bound)) / float(limit)
@@ -649,10 +668,13 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
                 "correct": correct(candidate, final["status"]),
                 "reasons": final["reasons"],
                 "failing": final["failing"],
+                "inconclusive": final["inconclusive"],
+                "hygiene": final["hygiene"],
                 "closest": final["closest"],
                 "numbersOnly": {
                     "status": numbers[index]["status"],
                     "failing": numbers[index]["failing"],
+                    "inconclusive": numbers[index]["inconclusive"],
                     "closest": numbers[index]["closest"],
                 },
                 "promptsNeeded": needed,
@@ -667,13 +689,23 @@ def _numbers(row: dict[str, Any]) -> str:
     only = row["numbersOnly"]
     if only["status"] == "Passed":
         return f"Passed (nearest: {only['closest'] or '-'})"
-    return f"{only['status']}: {', '.join(only['failing']) or '-'}"
+    text = f"{only['status']}: {', '.join(only['failing']) or '-'}"
+    if only["inconclusive"]:
+        text += f" (inconclusive: {', '.join(only['inconclusive'])})"
+    return text
 
 
 def _deciding(row: dict[str, Any]) -> str:
     if row["verdict"] == "Passed":
         return f"passed; nearest: {row['closest'] or '-'}"
-    return ", ".join(row["failing"]) or _short_reason(row["reasons"])
+    parts = []
+    if row["hygiene"]:
+        parts.append("hygiene: " + "; ".join(dict.fromkeys(row["hygiene"])))
+    if row["failing"]:
+        parts.append("failed: " + ", ".join(row["failing"]))
+    if row["inconclusive"]:
+        parts.append("inconclusive: " + ", ".join(row["inconclusive"]))
+    return " / ".join(parts) or _short_reason(row["reasons"])
 
 
 def _short_reason(reasons: Sequence[str]) -> str:

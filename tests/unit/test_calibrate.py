@@ -38,6 +38,15 @@ def test_a_constant_logprob_shift_moves_the_log_perplexity_ratio_by_it() -> None
     assert signed_prompt_measures(base, same) == {"hiddenNormRatio": 0.0, "logPerplexityRatio": 0.0}
 
 
+def test_records_scored_from_position_1_compare_both_sides_own_scores() -> None:
+    from tests.unit.parity.builders import candidate_of, scored
+
+    base = scored(suite(1)[0])
+    shifted = candidate_of(base, shift=0.3)
+    assert signed_prompt_measures(base, shifted)["logPerplexityRatio"] == pytest.approx(0.3)
+    assert signed_prompt_measures(base, candidate_of(base))["logPerplexityRatio"] == 0.0
+
+
 def test_means_get_a_clustered_upper_bound_rates_a_wilson_miss_bound() -> None:
     metrics = {
         "logprobs": {

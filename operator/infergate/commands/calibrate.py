@@ -200,9 +200,11 @@ def signed_prompt_measures(
 
     `hiddenNormRatio`: mean over tokens of log(|candidate| / |baseline|) of the last-layer
     hidden states (0 when equal; a 2% scale gives log 1.02 = 0.0198).
-    `logPerplexityRatio`: mean over output steps of the candidate's teacher-forced
+    `logPerplexityRatio`: mean over scored steps of the candidate's teacher-forced
     logprob of the baseline's token minus the baseline's own logprob of it (0 when
-    equal; a constant shift d of every logprob gives d).
+    equal; a constant shift d of every logprob gives d): from the baseline's own
+    teacher-forced scores when both sides scored the same positions, else (output-only
+    scores) from the baseline's top-k at its output steps.
     """
     norm_ratio: float | None = None
     a, b = baseline.hidden_states, candidate.hidden_states
@@ -213,9 +215,23 @@ def signed_prompt_measures(
         if keep.any():
             norm_ratio = float(np.mean(np.log(nb[keep] / na[keep])))
     log_ppl: float | None = None
-    forced = candidate.teacher_forced
+    forced, own_scores = candidate.teacher_forced, baseline.teacher_forced
     top = baseline.top_logprobs
-    if forced is not None and top.k > 0 and forced.token_ids.shape[0] > 0:
+    if (
+        forced is not None
+        and own_scores is not None
+        and np.array_equal(forced.token_ids, own_scores.token_ids)
+        and forced.start == own_scores.start
+    ):
+        # Both sides scored the same positions (records scored from position 1): the
+        # baseline's own teacher-forced logprobs are the reference, position by position.
+        delta = forced.target_logprobs - own_scores.target_logprobs
+        delta = delta[np.isfinite(delta)]
+        if delta.size:
+            log_ppl = float(delta.mean())
+    elif (
+        forced is not None and forced.start is None and top.k > 0 and forced.token_ids.shape[0] > 0
+    ):
         steps = forced.token_ids.shape[0]
         own = np.where(top.token_ids[:steps] == forced.token_ids[:, None], top.logprobs[:steps], 0)
         found = (top.token_ids[:steps] == forced.token_ids[:, None]).any(axis=1)
