@@ -7,6 +7,7 @@ repository's git-ignored `.cluster/` directory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,15 @@ KWOK_VERSION = "v0.8.0"
 
 # Loopback ranges: the executor hands each real pod an address here; KWOK's
 # simulated pods get addresses from another range, so even a mistaken dial of
-# a simulated pod stays on this machine. INFERGATE_EXECUTOR_POD_CIDR moves the executor's
-# range (inside 127.0.0.0/8), so two checkouts' clusters on one machine never share pod IPs.
-EXECUTOR_POD_CIDR = os.environ.get("INFERGATE_EXECUTOR_POD_CIDR") or "127.64.0.0/16"
+# a simulated pod stays on this machine. Each checkout takes its own /16 of 127.64.0.0/10,
+# picked from its path, so two checkouts' clusters on one machine do not share pod IPs;
+# INFERGATE_EXECUTOR_POD_CIDR sets the range by hand (inside 127.0.0.0/8).
+def _checkout_pod_cidr() -> str:
+    checkout = Path(__file__).resolve().parents[3]
+    return f"127.{64 + hashlib.sha256(str(checkout).encode()).digest()[0] % 64}.0.0/16"
+
+
+EXECUTOR_POD_CIDR = os.environ.get("INFERGATE_EXECUTOR_POD_CIDR") or _checkout_pod_cidr()
 KWOK_POD_CIDR = "127.128.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 

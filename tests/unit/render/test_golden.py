@@ -143,7 +143,7 @@ def render_check_children() -> str:
     revision_service = f"{name}-{stable.revision}"
     manifests = [
         probe_service(check, "baseline", HTTP_PORT),
-        probe_pod(check, "baseline", stable.deployment),
+        probe_pod(check, "baseline", stable.deployment, fingerprint_image=DEFAULT_RUNNER_IMAGE),
         *runner_rbac(
             check,
             deployments=[name],
