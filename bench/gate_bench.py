@@ -804,7 +804,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.out / "timings" / "record-seconds.json"
     seconds.parent.mkdir(parents=True, exist_ok=True)
     spent = json.loads(seconds.read_text()) if seconds.exists() else {}
-    spent[",".join(c.name for c in candidates)] = round(record_seconds, 1)
+    key = ",".join(c.name for c in candidates)
+    spent[key] = round(spent.get(key, 0.0) + record_seconds, 1)  # runs add up
     seconds.write_text(json.dumps(spent, indent=1) + "\n")
     if args.record_only:
         return 0
