@@ -15,6 +15,10 @@ from pathlib import Path
 K8S_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+# The Gateway API CRDs (standard channel) the cluster gets; the same version as
+# hack/build-control-plane.sh fetches (v1.7 needs a newer Go than the machine has).
+GATEWAY_API_VERSION = "v1.6.3"
+
 
 
 # Loopback ranges: the executor hands each real pod an address here; KWOK's
@@ -97,6 +101,11 @@ def kubernetes_bin() -> Path:
 
 def etcd_bin() -> Path:
     return cache_dir() / "bin" / f"etcd-{ETCD_VERSION}"
+
+
+def gateway_api_crds() -> Path:
+    """The Gateway API's standard CRDs, as hack/build-control-plane.sh copies them."""
+    return cache_dir() / f"gateway-api-{GATEWAY_API_VERSION}" / "crds"
 
 
 def kwok_bin() -> Path:

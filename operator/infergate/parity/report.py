@@ -61,11 +61,15 @@ def render_report(
     verdict: Verdict,
     profile: str | None = None,
     changes: Sequence[str] | None = None,
+    *,
+    sections: Sequence[str] = (),
 ) -> str:
     """The whole report page for one parity check.
 
     `changes`: the fields that differ between the two revisions, one line each, in reading
     order (plan.revision_diff); None when a side is not a revision (an endpoint).
+    `sections`: trusted HTML fragments (already escaped, e.g. the per-layer chart) shown
+    after the reasons.
     """
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
@@ -80,6 +84,7 @@ def render_report(
         _sides(result, profile),
         _changes(changes),
         _reasons(verdict),
+        *sections,
         "<h2>Thresholds</h2>",
         _checks_table(verdict),
         "<h2>Metrics</h2>",

@@ -45,7 +45,7 @@ def test_first_revision_becomes_stable_once_available() -> None:
     assert world.condition("Available") == ("True", "MinimumReplicasAvailable")
     assert world.condition("Progressing") == ("False", "RolloutComplete")
     assert world.status.observed_generation == 1
-    assert world.status.traffic_mechanism == "ReplicaRatio"
+    assert world.status.traffic_mechanism == "Dark"
     assert world.status.endpoints is not None
     assert world.status.endpoints.stable is not None
     assert world.status.endpoints.stable.service == NAME
