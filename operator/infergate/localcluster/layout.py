@@ -20,7 +20,6 @@ KWOK_VERSION = "v0.8.0"
 GATEWAY_API_VERSION = "v1.6.3"
 
 
-
 # Loopback ranges: the executor hands each real pod an address here; KWOK's
 # simulated pods get addresses from another range, so even a mistaken dial of
 # a simulated pod stays on this machine. Each checkout takes its own /16 of 127.64.0.0/10,
