@@ -385,6 +385,14 @@ def to_markdown(results: dict[str, Any], suite: Suite, settings: RecordSettings)
             f"{_fmt(row['hiddenCosineP1'], '.7f')} | {_fmt(row['longSeqDivergenceRate'], '.0%')} | "
             f"{_fmt(row['meanKl'])} | {_fmt(row['sameTopRate'], '.2%')} | {row['verdict']} |"
         )
+    passed = [r["pair"] for r in results["pairs"] if r["verdict"] == "Passed"]
+    others = [f"{r['pair']} ({r['verdict']})" for r in results["pairs"] if r["verdict"] != "Passed"]
+    lines += [
+        "",
+        f"**{len(passed)}/{len(results['pairs'])} pairs Passed** (every pair is the same model "
+        "under a benign change, so every one should). "
+        + ("Not passed: " + "; ".join(others) + "." if others else "All passed."),
+    ]
     lines += ["", "## Verdict reasons", ""]
     for row in results["pairs"]:
         reasons = row["reasons"] or ["(none)"]
@@ -439,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     markdown = to_markdown(results, suite, settings)
     (args.out / "results.md").write_text(markdown)
     print(markdown)  # noqa: T201 - the table is the experiment's output
-    return 0
+    # Every pair is a benign change of one model: any verdict but Passed is a finding.
+    return 0 if all(row["verdict"] == "Passed" for row in results["pairs"]) else 1
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from infergate.commands import parity_run
+from infergate.commands import calibrate, parity_run
 from infergate.parity.compare import compare_sources
 from infergate.parity.metrics import ParityMetrics
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
@@ -83,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     compare.add_argument("--report", type=Path, metavar="OUT.html", help="write the HTML report")
     compare.set_defaults(handler=run_compare)
     parity_run.add_subcommands(commands)
+    calibrate.add_subcommands(commands)
 
 
 def parse_thresholds(pairs: list[str]) -> Thresholds:
