@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
+from typing import Any
 
 from infergate.parity.metrics import ParityResult, PromptOutputs, PromptSummary
+from infergate.parity.overhead import describe_overhead
 from infergate.parity.svg import bar_chart, step_chart
 from infergate.parity.verdict import Verdict, VerdictStatus
 
@@ -56,8 +58,14 @@ def _num(value: float | None, digits: int = 6) -> str:
     return f"{value:.{digits}g}"
 
 
-def render_report(result: ParityResult, verdict: Verdict, profile: str | None = None) -> str:
-    """The whole report page for one parity check."""
+def render_report(
+    result: ParityResult,
+    verdict: Verdict,
+    profile: str | None = None,
+    overhead: Mapping[str, Any] | None = None,
+) -> str:
+    """The whole report page for one parity check; `overhead`: the runner's overhead as the
+    check's status carries it (parity.overhead.overhead_fields), when measured."""
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
     parts = [
@@ -79,6 +87,9 @@ def render_report(result: ParityResult, verdict: Verdict, profile: str | None = 
         "<h2>Worst prompts</h2>",
         _outputs(result.outputs, {p.prompt_id: p for p in result.prompts}),
     ]
+    if overhead:
+        parts.append("<h2>Runner overhead</h2>")
+        parts.append(f'<p class="overhead">{escape(describe_overhead(overhead))}</p>')
     if result.notes:
         parts.append("<h2>Notes</h2><ul>")
         parts.extend(f"<li>{escape(n)}</li>" for n in result.notes)
@@ -96,7 +107,12 @@ def render_report_from_json(text: str) -> str:
     result = ParityResult.model_validate(document["result"])
     verdict = Verdict.model_validate(document["verdict"])
     profile, why = document.get("profile"), document.get("profileReason")
-    return render_report(result, verdict, f"{profile} ({why})" if profile and why else profile)
+    return render_report(
+        result,
+        verdict,
+        f"{profile} ({why})" if profile and why else profile,
+        document.get("overhead") or None,
+    )
 
 
 def _sides(result: ParityResult, profile: str | None) -> str:

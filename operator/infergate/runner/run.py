@@ -47,6 +47,7 @@ from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.metrics import ParityMetrics
+from infergate.parity.overhead import OverheadError, describe_overhead, overhead_fields
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError, RecordMeta
 from infergate.parity.report import render_report
@@ -57,7 +58,12 @@ from infergate.plan import reasons
 from infergate.plan.phases import is_check_terminal
 from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
 from infergate.retry import retry_call
-from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
+from infergate.runner.channels import (
+    HttpEngineInfo,
+    open_channels,
+    scrape_metrics,
+    wait_healthy,
+)
 from infergate.runner.drive import (
     Channels,
     DriveSettings,
@@ -66,6 +72,7 @@ from infergate.runner.drive import (
     drive_suite,
     measure_prompt,
 )
+from infergate.runner.overhead import RequestLog, Scrape, check_engines, measure, scrape_all
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
 from infergate.runner.sides import (
     ClusterReads,
@@ -128,8 +135,10 @@ class Connector:
     """How the runner talks to engines: over HTTP, or (in unit tests) in process."""
 
     info: EngineInfo = field(default_factory=HttpEngineInfo)
-    open: Callable[[SideTarget, ExitStack, float], Channels] = open_channels
+    open: Callable[[SideTarget, ExitStack, float, RequestLog], Channels] = open_channels
     health: Callable[[list[str], float], None] = wait_healthy
+    scrape: Scrape = scrape_metrics
+    """An engine's /metrics text, for the runner's overhead."""
 
 
 class RetryableRunError(RuntimeError):
@@ -186,6 +195,7 @@ class _Runner:
         self.connector = connector
         self.generation: int | None = None
         self.check: dict[str, Any] = {}
+        self.overhead: dict[str, Any] = {}
 
     # -- the run --------------------------------------------------------------------------
 
@@ -246,10 +256,11 @@ class _Runner:
             "profileReason": why,
             "sides": {s.side: _side_summary(s) for s in (baseline, candidate)},
             "seconds": round(seconds, 2),
+            "overhead": self.overhead,
             "verdict": verdict.model_dump(mode="json", by_alias=True),
             "result": result.model_dump(mode="json", by_alias=True),
         }
-        html = render_report(result, verdict, f"{profile.value} ({why})")
+        html = render_report(result, verdict, f"{profile.value} ({why})", self.overhead)
         report = self._write_report(document, html)
         binding = st.Binding(
             spec_digest=st.spec_digest(self.check.get("spec") or {}),
@@ -265,6 +276,7 @@ class _Runner:
             at=self.clock(),
         )
         fields["progress"] = {"done": result.metrics.prompts, "total": len(suite.prompts)}
+        fields["overhead"] = self.overhead
         self._finish(fields)
         return EXIT_DONE
 
@@ -362,9 +374,18 @@ class _Runner:
                 _say(f"progress {done}/{total}")
                 self._patch({"progress": {"done": done, "total": total}})
 
+        log = RequestLog()
+        engines = check_engines((baseline, candidate))
+        concurrency = max(1, min(self.options.concurrency, total))
         with ExitStack() as stack:
-            base = self.connector.open(baseline, stack, self.options.request_timeout)
-            cand = self.connector.open(candidate, stack, self.options.request_timeout)
+            base = self.connector.open(baseline, stack, self.options.request_timeout, log)
+            cand = self.connector.open(candidate, stack, self.options.request_timeout, log)
+            before: dict[str, str] | None = None
+            try:
+                before = scrape_all(engines, self.connector.scrape)
+            except OverheadError as err:
+                self.overhead = overhead_fields(err)
+            started = time.monotonic()
             try:
                 drive_suite(
                     suite.prompts,
@@ -377,6 +398,17 @@ class _Runner:
                 raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
             except (SideAnswerError, ParityInputError) as err:
                 raise CheckEndedError(reasons.CHECK_COULD_NOT_MEASURE, str(err)) from err
+            wall = time.monotonic() - started
+            if before is not None:
+                try:
+                    after = scrape_all(engines, self.connector.scrape)
+                    found = measure(
+                        engines, before, after, log, wall_seconds=wall, concurrency=concurrency
+                    )
+                    self.overhead = overhead_fields(found)
+                except OverheadError as err:
+                    self.overhead = overhead_fields(err)
+        _say(describe_overhead(self.overhead))
 
     def _previous_metrics(self, profile: ProfileName) -> ParityMetrics | None:
         """Metrics of the last passing check, when it judged the same kind of change.
