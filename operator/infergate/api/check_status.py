@@ -105,7 +105,8 @@ class RunnerOverhead(KubeModel):
     engine_seconds: float | None = Field(default=None, ge=0)
     """Seconds the engines spent on the runner's requests, summed over every engine."""
     requests: int | None = Field(default=None, ge=0)
-    """Requests the engines counted in the window (equal to those the runner sent)."""
+    """Requests the engines counted in the window, a count with no unit (equal to those the
+    runner sent)."""
     concurrency: int | None = Field(default=None, ge=1)
     """Prompts the runner had in flight at once."""
     error: str | None = Field(default=None, max_length=MESSAGE_MAX)

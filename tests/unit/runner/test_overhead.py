@@ -46,8 +46,8 @@ def test_another_client_on_an_engine_gives_the_reason_not_a_figure() -> None:
     api = cluster()
     connector = engines()
 
-    def live_traffic(_api: FakeApi) -> None:
-        if connector.engines[BASE_URL].served["/v1/completions"] == 2:
+    def live_traffic(fake: FakeApi) -> None:
+        if fake.status_writes[-1].get("progress", {}).get("done") == 1:
             connector.engines[BASE_URL].serve("/v1/completions")  # not the runner's
 
     api.on_status_write = live_traffic
