@@ -62,10 +62,16 @@ def render_report(
     result: ParityResult,
     verdict: Verdict,
     profile: str | None = None,
+    changes: Sequence[str] | None = None,
     overhead: Mapping[str, Any] | None = None,
 ) -> str:
-    """The whole report page for one parity check; `overhead`: the runner's overhead as the
-    check's status carries it (parity.overhead.overhead_fields), when measured."""
+    """The whole report page for one parity check.
+
+    `changes`: the fields that differ between the two revisions, one line each, in reading
+    order (plan.revision_diff); None when a side is not a revision (an endpoint).
+    `overhead`: the runner's overhead as the check's status carries it
+    (parity.overhead.overhead_fields), when measured.
+    """
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
     parts = [
@@ -77,6 +83,7 @@ def render_report(
             f"{escape(status.value)}</span></h1>"
         ),
         _sides(result, profile),
+        _changes(changes),
         _reasons(verdict),
         "<h2>Thresholds</h2>",
         _checks_table(verdict),
@@ -107,12 +114,23 @@ def render_report_from_json(text: str) -> str:
     result = ParityResult.model_validate(document["result"])
     verdict = Verdict.model_validate(document["verdict"])
     profile, why = document.get("profile"), document.get("profileReason")
+    changes = document.get("changes")
     return render_report(
         result,
         verdict,
         f"{profile} ({why})" if profile and why else profile,
+        [str(c) for c in changes] if isinstance(changes, list) else None,
         document.get("overhead") or None,
     )
+
+
+def _changes(changes: Sequence[str] | None) -> str:
+    if changes is None:
+        return ""
+    if not changes:
+        return "<h2>What changed</h2><p>No field of the revision differs.</p>"
+    items = "".join(f"<li><code>{escape(c)}</code></li>" for c in changes)
+    return f'<h2>What changed</h2><ul class="reasons">{items}</ul>'
 
 
 def _sides(result: ParityResult, profile: str | None) -> str:

@@ -56,6 +56,7 @@ from infergate.parity.verdict import VerdictStatus, decide
 from infergate.plan import check_status as st
 from infergate.plan import reasons
 from infergate.plan.phases import is_check_terminal
+from infergate.plan.revision_diff import revision_changes
 from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
 from infergate.retry import retry_call
 from infergate.runner.channels import (
@@ -249,8 +250,10 @@ class _Runner:
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
         for reason in verdict.reasons:
             _say(f"  reason: {reason}")
+        changes = _revision_changes(baseline, candidate)
         document = {
             "check": {"namespace": self.api.namespace, "name": self.name},
+            "changes": changes,
             "status": verdict.status.value,
             "profile": profile.value,
             "profileReason": why,
@@ -260,7 +263,9 @@ class _Runner:
             "verdict": verdict.model_dump(mode="json", by_alias=True),
             "result": result.model_dump(mode="json", by_alias=True),
         }
-        html = render_report(result, verdict, f"{profile.value} ({why})", self.overhead)
+        html = render_report(
+            result, verdict, f"{profile.value} ({why})", changes, overhead=self.overhead
+        )
         report = self._write_report(document, html)
         binding = st.Binding(
             spec_digest=st.spec_digest(self.check.get("spec") or {}),
@@ -600,6 +605,22 @@ def _meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordM
         effective_config=target.effective_config,
         fingerprints=merge_fingerprints(target.fingerprints, asked),
     )
+
+
+def _revision_changes(baseline: SideTarget, candidate: SideTarget) -> list[str] | None:
+    """What the candidate revision changes, one line each; None unless both are revisions.
+
+    Environment values are not shown: a report is read more widely than the spec.
+    """
+    if baseline.revision_spec is None or candidate.revision_spec is None:
+        return None
+    lines = []
+    for change in revision_changes(baseline.revision_spec, candidate.revision_spec):
+        if change.path.startswith("engine.env."):
+            lines.append(f"{change.path}: changed")
+        else:
+            lines.append(change.describe())
+    return lines
 
 
 def _side_summary(target: SideTarget) -> dict[str, Any]:

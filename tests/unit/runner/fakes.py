@@ -26,6 +26,7 @@ from infergate.engines.client import Completion
 from infergate.errors import ConflictError, NotFoundError
 from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
+from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.runner.drive import Channels
 from infergate.runner.overhead import RequestLog
 from infergate.runner.run import Connector
@@ -160,8 +161,17 @@ class FakeApi:
             config["mindformers"] = {"model_config": dict(overrides or {})}
         else:
             config["hfOverrides"] = dict(overrides or {})
+        # As the operator annotates a revision's ConfigMap: the revision's own spec.
+        revision_spec = {
+            "model": {"name": "fixture", "uri": "pvc://models/fixture"},
+            "engine": {"kind": engine, "dtype": dtype, "config": dict(overrides or {})},
+            "accelerator": {"kind": "ascend-npu" if engine == "mindformers" else "nvidia-gpu"},
+        }
         self.config_maps[name] = {
-            "metadata": {"name": name},
+            "metadata": {
+                "name": name,
+                "annotations": {ANNOTATION_REVISION_SPEC: json.dumps(revision_spec)},
+            },
             "data": {"engine.json": json.dumps(config)},
         }
         self.add_service(name, ip)

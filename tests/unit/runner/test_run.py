@@ -94,6 +94,13 @@ def test_matching_sides_pass_with_report_progress_and_resolved_sides() -> None:
     assert result["sides"]["baseline"]["probeUrl"] == PROBE_URL  # vLLM's pooling probe
     assert result["sides"]["candidate"]["probeKind"] == "adapter"  # MindFormers serves its own
     assert result["sides"]["baseline"]["url"] == BASE_URL
+    # What the canary changes is in the report, in reading order.
+    assert result["changes"] == [
+        "engine.kind: vllm -> mindformers",
+        "engine.dtype: bfloat16 -> float16",
+        "accelerator.kind: nvidia-gpu -> ascend-npu",
+    ]
+    assert "engine.dtype: bfloat16 -&gt; float16" in documents["report.html"]
     # Progress was shown while running, before the verdict.
     assert any(w.get("phase") == "Running" for w in api.status_writes)
     assert [w["progress"]["done"] for w in api.status_writes if "progress" in w][:3] == [0, 1, 2]
