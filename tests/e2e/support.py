@@ -23,7 +23,7 @@ from infergate.fixture.generate import default_model_dir, is_complete
 from tests.harness import REPO, Cluster, apply_crds, install_for_session, wait_for
 
 MANIFEST_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
-TERMINAL = ("Passed", "Failed", "Error")
+TERMINAL = ("Passed", "Failed", "Inconclusive", "Error")
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 MODEL_NAME = "fixture"
 
