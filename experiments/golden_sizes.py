@@ -25,7 +25,8 @@ from pathlib import Path
 from infergate.golden.blobs import DirectoryStore
 from infergate.golden.entry import GoldenEntry
 from infergate.golden.keys import suite_digest
-from infergate.golden.policy import FILE_OVERHEAD, HiddenStatesPolicy, StoragePolicy
+from infergate.golden.policy import FILE_OVERHEAD, StoragePolicy
+from infergate.golden.settings import HiddenStatesPolicy
 from infergate.golden.store import CheckIdentity, GoldenStore, SideIdentity
 from infergate.recordio import RecordReader
 from infergate.suite import PromptSpec

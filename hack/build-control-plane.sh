@@ -2,12 +2,17 @@
 # Builds the local cluster's binaries from Go modules, once per version:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
 # etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok). Binaries land in
-# $INFERGATE_CACHE/bin/<component>-<version>/ and are reused when present.
+# $INFERGATE_CACHE/bin/<component>-<version>/ and are reused when present. The Gateway API
+# CRDs (standard channel) come from the sigs.k8s.io/gateway-api module's
+# config/crd/standard into $INFERGATE_CACHE/gateway-api-<version>/ (`localcluster up`
+# installs them).
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+# v1.7 needs Go 1.27; the machine has 1.26.
+GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.6.3}
 CACHE=${INFERGATE_CACHE:-$HOME/.cache/infergate}
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
@@ -23,6 +28,7 @@ flock 9
 k8s_bin="$CACHE/bin/kubernetes-$K8S_VERSION"
 etcd_bin="$CACHE/bin/etcd-$ETCD_VERSION"
 kwok_bin="$CACHE/bin/kwok-$KWOK_VERSION"
+gateway_api_dir="$CACHE/gateway-api-$GATEWAY_API_VERSION"
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -109,11 +115,23 @@ build_kwok() {
   rm -rf "$kwok_bin"; mv "$kwok_bin.tmp" "$kwok_bin"
 }
 
+fetch_gateway_api() {
+  [ -d "$gateway_api_dir/crds" ] && { log "gateway-api $GATEWAY_API_VERSION cached"; return; }
+  log "fetching the Gateway API CRDs $GATEWAY_API_VERSION"
+  local dir
+  dir=$(go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" | jq -r .Dir)
+  mkdir -p "$gateway_api_dir.tmp/crds"
+  cp "$dir"/config/crd/standard/*.yaml "$gateway_api_dir.tmp/crds/"
+  chmod -R u+w "$gateway_api_dir.tmp"
+  rm -rf "$gateway_api_dir"; mv "$gateway_api_dir.tmp" "$gateway_api_dir"
+}
+
 what=${1:-all}
 case "$what" in
-  all) build_etcd; build_kwok; build_kubernetes ;;
+  all) build_etcd; build_kwok; build_kubernetes; fetch_gateway_api ;;
+  gateway-api) fetch_gateway_api ;;
   kubernetes) build_kubernetes ;;
   etcd) build_etcd ;;
   kwok) build_kwok ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|kwok]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|kwok|gateway-api]" >&2; exit 2 ;;
 esac

@@ -27,6 +27,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "operator",
     "control",
     "golden",
+    "mirror",
 )
 
 

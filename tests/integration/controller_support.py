@@ -321,7 +321,13 @@ class Idep:
         return canary, wait_for(check, timeout, f"ParityCheck {name}")
 
     def verdict(
-        self, check: str, phase: str, *, passed: bool | None = None, bound: bool = True
+        self,
+        check: str,
+        phase: str,
+        *,
+        passed: bool | None = None,
+        bound: bool = True,
+        metrics: dict[str, float] | None = None,
     ) -> None:
         """Write a ParityCheck's status as its runner would (admin, status subresource): a
         verdict bound to the spec, generation and revisions it judged, unless `bound` is
@@ -337,7 +343,7 @@ class Idep:
                 "outcome": outcome if phase != "Error" else "Error",
                 "summary": f"{phase} (written by the test)",
             }
-            status["metrics"] = {"tokenMatchRate": 1.0 if passed else 0.5}
+            status["metrics"] = metrics or {"tokenMatchRate": 1.0 if passed else 0.5}
         if bound:
             status["baselineRevision"] = spec["baseline"].get("revision")
             status["candidateRevision"] = spec["candidate"].get("revision")

@@ -5,9 +5,11 @@ placement that cannot be satisfied, and what `kubectl get idep` shows along the 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.harness import Cluster
+from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
     deployment_manifest,
@@ -27,7 +29,8 @@ def test_first_revision_becomes_stable(cluster: Cluster, idep_namespace: str) ->
 
     status = idep.status()
     assert status["observedGeneration"] == idep.get()["metadata"]["generation"]
-    assert status["trafficMechanism"] == "ReplicaRatio"
+    # rollout.traffic defaults to dark: the serving Service selects the stable revision only.
+    assert status["trafficMechanism"] == "Dark"
     assert status["endpoints"]["stable"] == {"service": "qwen", "port": 8000}
     assert status["readyReplicas"] == 2
     assert idep.condition("Available")["status"] == "True"
@@ -86,6 +89,10 @@ def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace:
     # The runner reaches the canary through its own Service.
     canary_service = cluster.get_json("service", f"qwen-{canary}", "-n", idep_namespace)
     assert canary_service["spec"]["selector"]["infergate.io/revision"] == canary
+    # Dark: the Service clients call selects the stable revision's pods only while the
+    # canary is checked.
+    serving = cluster.get_json("service", "qwen", "-n", idep_namespace)
+    assert serving["spec"]["selector"]["infergate.io/revision"] == stable
     idep.wait_phase("Verifying")
     table = idep.table()
     assert (table["PHASE"], table["STABLE"], table["CANARY"], table["PARITY"]) == (
@@ -100,6 +107,8 @@ def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace:
     idep.wait("promotion", lambda s: s.get("stableRevision") == canary)
     idep.wait_phase("Stable")
     idep.wait("old stable scaled down", lambda _: idep.revisions() == {stable: 0, canary: 2})
+    serving = cluster.get_json("service", "qwen", "-n", idep_namespace)
+    assert serving["spec"]["selector"]["infergate.io/revision"] == canary
     status = idep.status()
     records = {r["hash"]: r for r in status["revisions"]}
     assert records[canary]["verdict"] == "Passed"
@@ -191,3 +200,61 @@ def test_waiting_for_accelerators_is_progress_with_the_schedulers_reason(
     assert idep.condition("Degraded")["status"] == "False"
     assert progressing.get("stableRevision") is None
     assert idep.table()["PHASE"] == "Progressing"
+
+
+def route_weights(cluster: Cluster, namespace: str) -> dict[str, int] | None:
+    """Revision -> weight of the deployment's HTTPRoute (a real Gateway API object)."""
+    found = cluster.kubectl(
+        "get", "httproutes.gateway.networking.k8s.io", "qwen", "-n", namespace, "-o", "json",
+        check=False,
+    )  # fmt: skip
+    if found.returncode != 0:
+        return None
+    route = json.loads(found.stdout)
+    return {
+        backend["name"].removeprefix("qwen-"): int(backend["weight"])
+        for rule in route["spec"]["rules"]
+        for backend in rule["backendRefs"]
+    }
+
+
+def test_gateway_weights_wait_for_the_verdict_then_follow_the_steps(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """The HTTPRoute against the Gateway API CRDs installed on the local cluster (there is
+    no Gateway implementation here: the weights are what one would apply)."""
+    manifest = deployment_manifest()
+    manifest["spec"]["rollout"]["traffic"] = {
+        "mode": "gateway",
+        "gateway": {
+            "parentRefs": [{"name": "public"}],
+            "steps": [{"weight": 30, "pauseSeconds": 5}],
+        },
+    }
+    idep = Idep(cluster, idep_namespace, manifest)
+    idep.apply()
+    stable = idep.wait_stable()
+    assert idep.status()["trafficMechanism"] == "GatewayWeights"
+    assert wait_for(lambda: route_weights(cluster, idep_namespace), 60, "the route") == {
+        stable: 100
+    }
+    idep.apply(dtype="float16")
+    canary, check = idep.wait_check()
+    # Weight 0 for the canary while it is checked.
+    wait_for(
+        lambda: route_weights(cluster, idep_namespace) == {stable: 100, canary: 0},
+        60,
+        "the canary in the route at weight 0",
+    )
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+    wait_for(
+        lambda: route_weights(cluster, idep_namespace) == {stable: 70, canary: 30},
+        60,
+        "the first step (30%)",
+    )
+    idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=120)
+    wait_for(
+        lambda: route_weights(cluster, idep_namespace) == {canary: 100},
+        60,
+        "the route on the promoted revision alone",
+    )

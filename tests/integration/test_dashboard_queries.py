@@ -47,24 +47,6 @@ def prometheus_url(cluster: Cluster) -> Iterator[str]:
         prometheus.down(cluster.layout)
 
 
-def _verdict(
-    cluster: Cluster, namespace: str, check: str, outcome: str, figures: dict[str, float]
-) -> None:
-    status = {
-        "phase": outcome,
-        "verdict": {
-            "passed": outcome == "Passed",
-            "outcome": outcome,
-            "summary": f"{outcome} (test)",
-        },
-        "metrics": figures,
-    }
-    cluster.kubectl(
-        "patch", "pcheck", check, "-n", namespace, "--subresource=status", "--type=merge",
-        "-p", json.dumps({"status": status}),
-    )  # fmt: skip
-
-
 def _has(base: str, expression: str) -> bool:
     return bool(prometheus.query(base, expression))
 
@@ -88,16 +70,16 @@ def test_every_dashboard_query_returns_data_after_rollouts(
     # A canary whose check passes is promoted.
     idep.apply(dtype="float16")
     canary, check = idep.wait_check()
-    _verdict(cluster, idep_namespace, check["metadata"]["name"], "Passed",
-             {"tokenMatchRate": 1.0, "meanKl": 1.2e-5, "hiddenCosineP1": 0.99995})  # fmt: skip
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True,
+                 metrics={"tokenMatchRate": 1.0, "meanKl": 1.2e-5, "hiddenCosineP1": 0.99995})  # fmt: skip
     idep.wait(
         "promotion", lambda s: s.get("stableRevision") == canary and s.get("phase") == "Stable"
     )
     # A canary whose check fails is rolled back.
     idep.apply(dtype="float32")
     _, check = idep.wait_check()
-    _verdict(cluster, idep_namespace, check["metadata"]["name"], "Failed",
-             {"tokenMatchRate": 0.5, "meanKl": 3.4e-3, "hiddenCosineP1": 0.97})  # fmt: skip
+    idep.verdict(check["metadata"]["name"], "Failed", passed=False,
+                 metrics={"tokenMatchRate": 0.5, "meanKl": 3.4e-3, "hiddenCosineP1": 0.97})  # fmt: skip
     idep.wait_phase("RolledBack")
     # An API error: a quota that refuses the next revision's pinned ConfigMap.
     configmaps = len(cluster.get_json("configmaps", "-n", idep_namespace)["items"])

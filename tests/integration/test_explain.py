@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cluster
         ("inferencedeployment.spec.rollout.progressDeadlineSeconds", ["Seconds", "Default: 1800"]),
         ("inferencedeployment.spec.engine.maxModelLen", ["tokens"]),
         ("inferencedeployment.spec.engine.seed", ["no unit", "Default: 42"]),
-        ("inferencedeployment.spec.rollout.parity.sampling.topLogprobs", ["tokens", "Default: 5"]),
+        ("inferencedeployment.spec.rollout.parity.sampling.topLogprobs", ["tokens", "Default: 20"]),
         ("paritycheck.spec.thresholds.maxMeanKl", ["nats"]),
         ("paritycheck.spec.regression.confidence", ["0.5..1", "Default: 0.95"]),
         ("paritycheck.spec.runner.activeDeadlineSeconds", ["Seconds", "Default: 3600"]),

@@ -177,3 +177,50 @@ def test_the_cli_verifies_an_s3_store(
     assert "2 ok, 0 corrupt" in capsys.readouterr().out
     same = store_from_url(f"s3://{BUCKET}/cli", endpoint=s3.endpoint)
     assert len(same.list_entries("llm", "qwen")) == 2
+
+
+def test_the_runner_stores_a_passed_check_and_reads_it_back_as_a_baseline(s3: S3Server) -> None:
+    """The runner with the operator's S3 setting, credentials only from the environment
+    the Job's secretKeyRef entries give it."""
+    import dataclasses
+
+    from infergate.api.golden import GoldenSpec
+    from infergate.runner.run import run_check
+    from tests.unit.runner import test_run as live
+
+    _s3_store(s3, "runner")  # the bucket exists
+    golden = GoldenSpec.model_validate(
+        {
+            "store": {
+                "s3": {
+                    "endpoint": s3.endpoint,
+                    "bucket": BUCKET,
+                    "prefix": "runner",
+                    "secretRef": {"name": "golden-s3"},
+                }
+            },
+            "hiddenStates": "full",
+        }
+    )
+    environ = {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
+    options = dataclasses.replace(live.FAST, golden=golden, environ=environ)
+    api = live.cluster()
+    run_check(api, "check", options, connector=live.engines().connector())
+    stored = live.status(api)["golden"]
+    assert stored["stored"] is True, stored
+    assert stored["store"].startswith("s3 ")
+    # The stable's pods are gone; its record is the baseline.
+    api.add_check(
+        "again",
+        {**api.checks["check"]["spec"], "baseline": {"golden": {"revision": STABLE}}},
+    )
+    api.services.pop("qwen-aaaaaaaaaa")
+    run_check(api, "again", options, connector=live.engines().connector())
+    again = api.checks["again"]["status"]
+    assert again["phase"] == "Passed", again
+    assert again["goldenBaseline"]["entry"] == stored["entries"][0]
+    # Wrong keys: the store refuses, and the check ends without a pass.
+    bad = dataclasses.replace(options, environ={**environ, "AWS_SECRET_ACCESS_KEY": "wrong"})
+    api.add_check("denied", api.checks["again"]["spec"])
+    run_check(api, "denied", bad, connector=live.engines().connector())
+    assert api.checks["denied"]["status"]["phase"] != "Passed"

@@ -11,6 +11,8 @@ from pydantic import Field, StringConstraints
 from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, KubeModel
 from infergate.api.common import Condition, ConfigMapKeyReference, ObjectName
 from infergate.api.enums import CheckPhase, VerdictOutcome
+from infergate.api.load import LevelStatus, PerformanceStatus
+from infergate.api.shadow import ShadowStatus
 from infergate.parity.thresholds import ProfileName
 
 
@@ -114,6 +116,42 @@ class RunnerOverhead(KubeModel):
     engine, an engine restart, metrics not served); unset when the figures are given."""
 
 
+class GoldenRecordStatus(KubeModel):
+    """Where a Passed check's golden records went (the operator's record store), or why
+    none were stored."""
+
+    stored: bool
+    """Both sides' records are in the store and listed in its index."""
+    store: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """The store, as the operator configured it: `directory <path>` or
+    `s3 <endpoint>/<bucket>/<prefix>`."""
+    suite_digest: str | None = Field(default=None, max_length=64)
+    """Content digest of the suite and sampling the records answer."""
+    entries: list[Annotated[str, StringConstraints(max_length=SHORT_TEXT_MAX)]] = Field(
+        default_factory=list, max_length=2
+    )
+    """Index entries written (namespace/deployment/name): the baseline's, then the candidate's."""
+    size_bytes: int | None = Field(default=None, ge=0)
+    """Bytes both records take in the store."""
+    message: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    """Why nothing was stored, or what the records kept (hidden-state forms)."""
+
+
+class GoldenBaselineStatus(KubeModel):
+    """The golden record a check used as its baseline."""
+
+    entry: str = Field(max_length=SHORT_TEXT_MAX)
+    """Index entry (namespace/deployment/name) of the record."""
+    store: str = Field(max_length=SHORT_TEXT_MAX)
+    """The store it was read from."""
+    revision: str = Field(max_length=SHORT_TEXT_MAX)
+    """Revision the record was made of."""
+    recorded: datetime
+    """When the record was made (the check that stored it)."""
+    check: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """The Passed check that stored it."""
+
+
 class ParityCheckStatus(KubeModel):
     """Observed state of a ParityCheck, written by the operator."""
 
@@ -156,3 +194,13 @@ class ParityCheckStatus(KubeModel):
     overhead: RunnerOverhead | None = None
     """The runner's wall time over the engines' own time for the suite's requests (goal: at
     most 1.10), or why it could not be attributed."""
+    load: list[LevelStatus] = Field(default_factory=list, max_length=8)
+    """Each concurrency level of spec.load against the baseline at concurrency 1."""
+    performance: PerformanceStatus | None = None
+    """Both sides' throughput and latency under the same load, and the judged changes."""
+    shadow: ShadowStatus | None = None
+    """What the mirror copied and scored (source shadow)."""
+    golden: GoldenRecordStatus | None = None
+    """Golden records of this check: where they went (only a Passed check stores them)."""
+    golden_baseline: GoldenBaselineStatus | None = None
+    """The golden record used as the baseline, when spec.baseline.golden is set."""

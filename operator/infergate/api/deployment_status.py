@@ -16,6 +16,7 @@ from infergate.api.enums import (
     EngineKind,
     VerdictOutcome,
 )
+from infergate.api.traffic import TrafficMode
 
 
 class RevisionRecord(KubeModel):
@@ -74,7 +75,8 @@ class ServiceEndpoint(KubeModel):
     port: int = Field(ge=1, le=65535)
     """Service port of the OpenAI-compatible API."""
     revision: str | None = Field(default=None, max_length=64)
-    """Revision behind it; unset for the stable Service, which selects every revision's pods."""
+    """Revision behind it; unset for the stable Service (which revisions it selects:
+    trafficMechanism)."""
 
 
 class Endpoints(KubeModel):
@@ -84,6 +86,30 @@ class Endpoints(KubeModel):
     """The stable Service (clients call this one)."""
     canary: ServiceEndpoint | None = None
     """The canary revision's own Service (the runner calls this one)."""
+    mirror: ServiceEndpoint | None = None
+    """The mirroring proxy in front of the stable Service (rollout.mirror): clients that call it
+    are answered by stable, and a sampled share of their requests is scored on a dark canary."""
+    route: ObjectName | None = None
+    """The HTTPRoute clients reach through a Gateway (rollout.traffic.mode gateway)."""
+
+
+class TrafficStatus(KubeModel):
+    """Where live requests go now, and how far a gateway rollout has stepped."""
+
+    mode: TrafficMode
+    """dark, replicas or gateway (spec.rollout.traffic.mode)."""
+    canary_weight: int = Field(default=0, ge=0, le=100)
+    """Percent of live requests the canary gets now: 0 while dark or before its check passed; the
+    route weight of the current step (gateway); its replica share (replicas)."""
+    revision: str | None = Field(default=None, max_length=64)
+    """Canary revision the steps below belong to."""
+    step: int | None = Field(default=None, ge=0, le=64)
+    """Index of the current gateway step (0..64; 0 = the first), once the canary's check
+    passed."""
+    step_started_at: datetime | None = None
+    """When the current step took its weight: its pause counts from here."""
+    recheck: ObjectName | None = None
+    """The ParityCheck re-checking the canary at the end of this step, once asked for."""
 
 
 class InferenceDeploymentStatus(KubeModel):
@@ -108,9 +134,12 @@ class InferenceDeploymentStatus(KubeModel):
     last_parity_check: LastParityCheck | None = None
     """The most recent parity check."""
     traffic_mechanism: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
-    """How traffic is split between stable and canary, e.g. ReplicaRatio (the stable Service selects
-    both revisions' pods).
+    """How traffic is split between stable and canary: Dark (the stable Service selects the stable
+    revision only), ReplicaRatio (it selects every revision's pods) or GatewayWeights (an
+    HTTPRoute's backend weights).
     """
+    traffic: TrafficStatus | None = None
+    """Where live requests go now, and the gateway rollout's current step."""
     endpoints: Endpoints | None = None
     """Services of the stable and canary revisions."""
     replicas: int | None = Field(default=None, ge=0)

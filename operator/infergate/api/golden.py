@@ -1,28 +1,23 @@
 """Golden records in the API: where a deployment's records live and how much they keep.
 
-Not wired yet. It is meant to hang on the ParityCheck template, so that it reaches both
-resources the same way the suite does:
+`GoldenSpec` is the operator's setting (`infergate operator --golden-config FILE`), never
+a tenant's: a tenant must not point the runner at storage of its choosing. The operator
+hands it to every runner Job:
 
-    InferenceDeployment.spec.rollout.parity.golden   (ParityCheckTemplate.golden)
-    ParityCheck.spec.golden                          (ParityCheckSpec inherits it)
+    store: {pvc: {claimName: golden-records}}
+    # or: {s3: {endpoint: https://obs.example.com, bucket: golden, prefix: llm,
+    #            secretRef: {name: golden-s3}}}
+    hiddenStates: summary        # none | summary | full
+    maxBytes: 100Mi              # per side and suite
+    retention: {whenDeleted: Retain, recordsPerRevision: 1}
 
-and `GoldenBaseline` on a ParityCheck side, as a third kind beside
-inferenceDeploymentRef and endpoint (`Side.golden`):
+`GoldenBaseline` is a ParityCheck baseline, a third kind beside inferenceDeploymentRef
+and endpoint (`Side.golden`):
 
-    spec:
-      rollout:
-        parity:
-          golden:
-            store: {pvc: {claimName: golden-records}}
-            # or: {s3: {endpoint: https://obs.example.com, bucket: golden, prefix: llm,
-            #            secretRef: {name: golden-s3}}}
-            hiddenStates: summary        # none | summary | full
-            maxBytes: 100Mi              # per side and suite
-            retention: {whenDeleted: Retain, recordsPerRevision: 1}
-    ---
     kind: ParityCheck
     spec:
-      baseline: {golden: {inferenceDeploymentRef: {name: qwen}, revision: latest}}
+      baseline: {golden: {revision: latest}}      # or {revision: 3f2a9c1d0e}
+      candidate: {inferenceDeploymentRef: {name: qwen}, revision: 5b7e0a9c4d}
 
 The golden settings change no numerics: the revision hash must declare them cosmetic.
 """
@@ -37,14 +32,14 @@ from pydantic import ConfigDict, Field, model_validator
 
 from infergate.api.base import SHORT_TEXT_MAX, URI_MAX, KubeModel, cel, cel_rules
 from infergate.api.common import LocalObjectReference, ObjectName, Quantity
-from infergate.golden.policy import (
+from infergate.golden.settings import (
     MIN_BYTES,
     SKETCH_DIMS_DEFAULT,
     SKETCH_DIMS_MAX,
     SKETCH_DIMS_MIN,
     HiddenStatesPolicy,
+    WhenDeleted,
 )
-from infergate.golden.retention import WhenDeleted
 
 MAX_BYTES_CAP = 1 << 40
 RECORDS_PER_REVISION_MAX = 10
@@ -231,17 +226,25 @@ class GoldenSpec(KubeModel):
 
 
 class GoldenBaseline(KubeModel):
-    """A stored golden record as a check's baseline: no pods of that revision need to run."""
+    """A stored golden record as a check's baseline: no pods of that revision need to run.
 
-    inference_deployment_ref: LocalObjectReference
-    """InferenceDeployment whose records to use (its rollout.parity.golden names the store)."""
-    revision: str = Field(default="latest", pattern=r"^([0-9a-f]{10}|latest)$")
+    The record comes from the operator's golden store (the operator's --golden-config; a
+    check cannot name a store). It must answer the same suite and sampling as the check,
+    else the check ends in Error; it never passes against a record it cannot vouch for.
+    """
+
+    inference_deployment_ref: LocalObjectReference | None = None
+    """InferenceDeployment whose records to use. Unset: the candidate's."""
+    revision: str = Field(default="latest", max_length=10, pattern=r"^([0-9a-f]{10}|latest)$")
     """Revision hash whose record to use, or latest: the newest record for this suite of any
-    revision of the deployment.
+    revision of the deployment other than the candidate's. A record the revision made as
+    a candidate qualifies only if its outputs matched its baseline's on every prompt (else
+    it was scored along the other side's sequence).
     """
     fingerprint: str | None = Field(
         default=None, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:+=-]*$"
     )
-    """Use only a record made with this engine fingerprint. Unset: the newest record, whose
-    fingerprint is then compared with the candidate's like a live side's.
+    """Use only a record made with this engine fingerprint (sha256:<hex>, as `infergate golden
+    list` shows). Unset: the newest record, whose fingerprints are then compared with the
+    candidate's like a live side's.
     """

@@ -23,6 +23,8 @@ from infergate.api.enums import (
 )
 from infergate.api.model_uri import UriScheme, parse_model_uri
 from infergate.api.parity_check import ParityCheckTemplate
+from infergate.api.shadow import CheckSource, Mirror
+from infergate.api.traffic import Traffic
 
 LabelKey = Annotated[
     str,
@@ -91,12 +93,19 @@ class Rollout(KubeModel):
                 "add rollout.parity or set autoPromote: false to promote by hand",
                 field_path=".autoPromote",
             ),
+            cel(
+                "!has(self.parity) || !has(self.parity.source) || self.parity.source != 'shadow' "
+                "|| has(self.mirror)",
+                "parity.source shadow needs mirror: the shadow check scores requests the mirror "
+                "copies from stable",
+                field_path=".mirror",
+            ),
         )
     )
 
     canary_replicas: int = Field(default=1, ge=1, le=64)
-    """Replicas of a new revision while it is checked; at most spec.replicas. Its traffic share is
-    canaryReplicas / (replicas + canaryReplicas).
+    """Replicas of a new revision while it is checked; at most spec.replicas. With traffic mode
+    replicas its share of live requests is canaryReplicas / (replicas + canaryReplicas).
     """
     parity: ParityCheckTemplate | None = None
     """The parity check run against each canary (baseline: stable, candidate: canary). Unset: no
@@ -108,6 +117,25 @@ class Rollout(KubeModel):
     """Remove the canary and mark its revision rejected when its check fails or errs."""
     progress_deadline_seconds: int = Field(default=1800, ge=60, le=86400)
     """Seconds a canary may take to become Available before the rollout counts as failed."""
+    traffic: Traffic = Field(default_factory=Traffic, json_schema_extra={"default": {}})
+    """Which live requests reach a canary before its check passes (dark by default: none), and how
+    traffic moves after (promotion, or gateway steps)."""
+    mirror: Mirror | None = None
+    """A mirroring proxy in front of the stable Service (`<name>-mirror`), for shadow checks
+    (parity.source shadow). Unset: no mirror."""
+
+    @model_validator(mode="after")
+    def _shadow_needs_mirror(self) -> Self:
+        if (
+            self.parity is not None
+            and self.parity.source is CheckSource.SHADOW
+            and self.mirror is None
+        ):
+            raise ValueError(
+                "rollout.parity.source: 'shadow' is not allowed without rollout.mirror; the "
+                "shadow check scores the requests the mirror copies from stable"
+            )
+        return self
 
     @model_validator(mode="after")
     def _promote_needs_parity(self) -> Self:

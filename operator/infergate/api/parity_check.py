@@ -27,7 +27,10 @@ from infergate.api.common import (
     ResourceRequirements,
     ShortHash,
 )
+from infergate.api.golden import GoldenBaseline
+from infergate.api.load import Load, Performance
 from infergate.api.prompts import PromptSuite
+from infergate.api.shadow import CheckSource, ShadowSettings
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
 # Fields of Thresholds and RegressionTolerance that tune how a check measures
@@ -164,21 +167,55 @@ class Runner(KubeModel):
         return self
 
 
+_DEADLINE_RULE = cel(
+    "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
+    "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
+    field_path=".runner.activeDeadlineSeconds",
+)
+
+# A shadow check judges mirrored live requests: no suite, and nothing that drives one.
+_SOURCE_RULES = (
+    cel(
+        "has(self.source) && self.source == 'shadow' ? !has(self.suite) : has(self.suite)",
+        "suite is required with source suite (the default) and not allowed with source "
+        "shadow, which judges mirrored live requests",
+        field_path=".suite",
+    ),
+    cel(
+        "!has(self.source) || self.source == 'suite' || "
+        "(!has(self.load) && !has(self.performance))",
+        "load and performance drive the suite's prompts: not allowed with source shadow",
+        field_path=".source",
+    ),
+)
+
+
 class ParityCheckTemplate(KubeModel):
     """What to compare and how to judge it; the two sides are added by the operator or the user."""
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
-            cel(
-                "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
-                "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
-                field_path=".runner.activeDeadlineSeconds",
-            )
+            _DEADLINE_RULE,
+            *_SOURCE_RULES,
         )
     )
 
-    suite: PromptSuite
-    """Prompts both sides answer: inline, or a ConfigMap key of JSON lines."""
+    source: CheckSource = CheckSource.SUITE
+    """suite (default: both sides answer spec.suite) or shadow (live requests reaching the stable
+    revision, copied by its InferenceDeployment's mirror to the candidate and scored there
+    teacher-forced on stable's answers; needs spec.rollout.mirror on that deployment).
+    """
+    suite: PromptSuite | None = None
+    """Prompts both sides answer: inline, or a ConfigMap key of JSON lines. Required with source
+    suite."""
+    shadow: ShadowSettings | None = None
+    """Sampling, rate and evidence of a shadow check (source shadow; defaults when unset)."""
+    load: Load | None = None
+    """Also drive the candidate at these concurrency levels with background requests, and compare
+    each level's answers with the baseline's at concurrency 1. Unset: the suite runs once."""
+    performance: Performance | None = None
+    """Limits on throughput and latency regressions under the same load on both sides. Unset:
+    speed never blocks."""
     sampling: Sampling = Field(default_factory=Sampling, json_schema_extra={"default": {}})
     """Generation settings shared by both sides (greedy only)."""
     hidden_states: HiddenStates = Field(
@@ -226,6 +263,22 @@ class ParityCheckTemplate(KubeModel):
         given = self.regression.model_dump(exclude_unset=True)
         off = {_REGRESSION_FIELDS[n]: None for n in self.disabled_checks if n in _REGRESSION_FIELDS}
         return RegressionTolerance.model_validate({**given, **off})
+
+    @model_validator(mode="after")
+    def _source(self) -> Self:
+        shadow = self.source is CheckSource.SHADOW
+        if shadow == (self.suite is not None):
+            raise ValueError(
+                f"suite is {'not allowed' if shadow else 'required'} with source "
+                f"{self.source.value!r}: a shadow check judges mirrored live requests, a suite "
+                "check the prompts of suite"
+            )
+        if shadow and (self.load is not None or self.performance is not None):
+            raise ValueError(
+                "load and performance are not allowed with source 'shadow': they drive the "
+                "suite's prompts"
+            )
+        return self
 
     @model_validator(mode="after")
     def _deadlines(self) -> Self:
@@ -286,8 +339,9 @@ class Side(KubeModel):
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
             cel(
-                "has(self.inferenceDeploymentRef) != has(self.endpoint)",
-                "exactly one of inferenceDeploymentRef or endpoint must be set",
+                "[has(self.inferenceDeploymentRef), has(self.endpoint), has(self.golden)]"
+                ".filter(x, x).size() == 1",
+                "exactly one of inferenceDeploymentRef, endpoint or golden must be set",
             ),
             cel(
                 "!has(self.revision) || has(self.inferenceDeploymentRef)",
@@ -305,12 +359,18 @@ class Side(KubeModel):
     stable revision.
     """
     endpoint: Endpoint | None = None
-    """A server given by URL. Exclusive with inferenceDeploymentRef."""
+    """A server given by URL. Exclusive with inferenceDeploymentRef and golden."""
+    golden: GoldenBaseline | None = None
+    """A golden record from the operator's store, in place of running pods (baseline only).
+    Exclusive with inferenceDeploymentRef and endpoint."""
 
     @model_validator(mode="after")
     def _one_side(self) -> Self:
-        if (self.inference_deployment_ref is None) == (self.endpoint is None):
-            raise ValueError("exactly one of inferenceDeploymentRef or endpoint must be set")
+        kinds = [self.inference_deployment_ref, self.endpoint, self.golden]
+        if sum(kind is not None for kind in kinds) != 1:
+            raise ValueError(
+                "exactly one of inferenceDeploymentRef, endpoint or golden must be set"
+            )
         if self.revision is not None and self.inference_deployment_ref is None:
             raise ValueError(
                 "revision selects a revision of an InferenceDeployment; "
@@ -322,10 +382,55 @@ class Side(KubeModel):
 class ParityCheckSpec(ParityCheckTemplate):
     """A parity check: the template plus the two sides to compare."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            _DEADLINE_RULE,
+            *_SOURCE_RULES,
+            cel(
+                "!has(self.candidate.golden)",
+                "candidate.golden is not allowed: the candidate is the side being judged and "
+                "must run; a golden record can only be the baseline",
+            ),
+            cel(
+                "!has(self.baseline.golden) || has(self.baseline.golden.inferenceDeploymentRef)"
+                " || has(self.candidate.inferenceDeploymentRef)",
+                "baseline.golden needs an InferenceDeployment: set "
+                "baseline.golden.inferenceDeploymentRef, or make the candidate a revision",
+            ),
+        )
+    )
+
     baseline: Side
     """The reference side (in a rollout: the stable revision)."""
     candidate: Side
     """The side being judged (in a rollout: the canary revision)."""
+
+    @model_validator(mode="after")
+    def _golden_baseline_only(self) -> Self:
+        if self.candidate.golden is not None:
+            raise ValueError(
+                "candidate.golden is not allowed: the candidate is the side being judged and "
+                "must run; a golden record can only be the baseline"
+            )
+        golden = self.baseline.golden
+        if (
+            golden is not None
+            and golden.inference_deployment_ref is None
+            and self.candidate.inference_deployment_ref is None
+        ):
+            raise ValueError(
+                "baseline.golden needs an InferenceDeployment: set "
+                "baseline.golden.inferenceDeploymentRef, or make the candidate a revision"
+            )
+        return self
+
+    def golden_deployment(self) -> str | None:
+        """The InferenceDeployment whose golden record is the baseline (None: not golden)."""
+        golden = self.baseline.golden
+        if golden is None:
+            return None
+        ref = golden.inference_deployment_ref or self.candidate.inference_deployment_ref
+        return ref.name if ref is not None else None
 
 
 class ParityCheck(KubeModel):

@@ -217,6 +217,12 @@ def _describe(entry: GoldenEntry) -> list[str]:
         f"fingerprint:  {entry.fingerprint}",
         f"engine:       {meta.engine} {meta.engine_version}, {meta.dtype}, model {meta.model}",
         f"profile:      {entry.profile or '-'}",
+        "baseline use: "
+        + (
+            "yes (scored along its own sequences)"
+            if entry.self_scored or entry.role.value == "baseline"
+            else "no (a candidate whose outputs forked: scored along the other side's)"
+        ),
         f"hidden:       policy {entry.hidden_states.value}, kept full {counts['full']}, summary "
         f"{counts['summary']}, none {counts['none']}"
         + (f" (projection {entry.sketch.dims} dims)" if entry.sketch else ""),

@@ -22,7 +22,13 @@ import logging
 import os
 import socket
 import uuid
+from pathlib import Path
 from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from infergate.api.golden import GoldenSpec
 
 _DEFAULT_METRICS_PORT = 9090
 _DEFAULT_HEALTH_PORT = 8080
@@ -97,8 +103,24 @@ def register(subparsers: Any) -> None:
         default=15,
         help="how long a Lease not renewed keeps followers waiting (default: 15)",
     )
+    parser.add_argument(
+        "--golden-config",
+        default=None,
+        metavar="FILE|JSON",
+        help="keep golden records of every Passed check in this store: a YAML/JSON file (or "
+        "inline JSON) with store: {pvc: {claimName}} or {s3: {endpoint, bucket, prefix, "
+        "secretRef}}, hiddenStates, maxBytes, sketchDimensions; the claim or Secret must "
+        "exist in each namespace whose checks are recorded. Default: no golden records",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(handler=run_operator)
+
+
+def load_golden_config(value: str) -> GoldenSpec:
+    """The operator's golden settings from a file (YAML or JSON) or inline JSON."""
+    text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
+    document = yaml.safe_load(text)
+    return GoldenSpec.model_validate(document)
 
 
 def run_operator(args: argparse.Namespace) -> int:
@@ -126,6 +148,15 @@ def run_operator(args: argparse.Namespace) -> int:
         print(f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models")
         return 2
     OPTIONS.allowed_host_paths = tuple(args.allow_host_path)
+    OPTIONS.exact_namespaces = bool(args.namespace) and not any(
+        set(pattern) & set("*?[]!") for pattern in args.namespace
+    )
+    if args.golden_config:
+        try:
+            OPTIONS.golden = load_golden_config(args.golden_config)
+        except (OSError, yaml.YAMLError, ValidationError) as err:
+            print(f"--golden-config: {err}")
+            return 2
     if args.leader_election:
         namespace = os.environ.get("POD_NAMESPACE")
         if not namespace:

@@ -66,16 +66,28 @@ def _check_ref(text: str) -> tuple[str, str]:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    import os
+
+    from infergate.golden.errors import GoldenConfigError
     from infergate.kube.client import KubeClient
     from infergate.kube.paritycheck_api import CheckClient
+    from infergate.runner.golden import golden_from_env
     from infergate.runner.run import RunOptions, main_entry
 
     namespace, name = args.check
+    try:
+        golden = golden_from_env(os.environ)
+    except GoldenConfigError as err:
+        # The operator wrote it: a broken setting is its bug; say so and keep no records
+        # rather than refuse the check.
+        print(f"parity run: {err}; no golden records are kept", file=sys.stderr)
+        golden = None
     options = RunOptions(
         concurrency=args.concurrency,
         request_timeout=args.request_timeout,
         wait_for_sides=args.wait_for_sides,
         previous_report=args.previous_report,
+        golden=golden,
     )
     api = CheckClient(KubeClient.from_environment(args.kubeconfig), namespace)
     return main_entry(api, name, options)

@@ -11,6 +11,7 @@ import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
 
+from infergate.api.golden import GoldenSpec
 from infergate.controllers._resync import Schedule
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
@@ -38,9 +39,16 @@ class OperatorOptions:
     allowed_host_paths: tuple[str, ...] = ()
     """Host directories a file:// model may name (`--allow-host-path`); none: file:// is off.
     The namespace's infergate.io/allowed-host-paths narrows it further at admission."""
+    exact_namespaces: bool = False
+    """Watching only namespaces named exactly (no glob): kopf then scans neither namespaces
+    nor CRDs, which a namespaced install has no right to list."""
     runner_image: str = DEFAULT_RUNNER_IMAGE
     """Image of every runner Job: the operator's own (env INFERGATE_RUNNER_IMAGE), never a
     user's choice."""
+    golden: GoldenSpec | None = None
+    """The golden record store and size policy every runner Job gets (`--golden-config`);
+    None: no records are kept. An operator setting: a tenant cannot point a runner at
+    storage of its choosing."""
 
 
 OPTIONS = OperatorOptions()

@@ -33,9 +33,12 @@ from infergate.plan.observed import (
     observe_pod,
     owner_key,
 )
-from infergate.render.labels import LABEL_MANAGED_BY, MANAGED_BY
+from infergate.render.labels import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
+from infergate.render.mirror import COMPONENT_MIRROR
 
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+# The mirror's objects: kinds the deployment has no other child of.
+MIRROR = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_MIRROR}
 PARITY_CHECKS = (GROUP, VERSION, PARITY_CHECKS_PLURAL)
 
 
@@ -69,6 +72,45 @@ async def owned_checks(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedChec
     return {OwnerKey(namespace, check_family(record.name)): record}
 
 
+@kopf.index("gateway.networking.k8s.io", "v1", "httproutes", labels=MANAGED)
+async def owned_routes(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedObject] | None:
+    """The gateway mode's HTTPRoute by owning deployment (unserved without the Gateway API CRDs)."""
+    key, record = owner_key(body), observe_object(body)
+    return {key: record} if key is not None and record is not None else None
+
+
+@kopf.index("apps", "v1", "deployments", labels=MIRROR)
+async def owned_mirror_deployments(
+    body: kopf.Body, **_: Any
+) -> dict[OwnerKey, ObservedObject] | None:
+    """The mirror's Deployment by owning deployment (not a revision: no revision label)."""
+    key, record = owner_key(body), observe_object(body)
+    return {key: record} if key is not None and record is not None else None
+
+
+@kopf.index("", "v1", "serviceaccounts", labels=MIRROR)
+async def owned_service_accounts(
+    body: kopf.Body, **_: Any
+) -> dict[OwnerKey, ObservedObject] | None:
+    """The mirror's ServiceAccount by owning deployment."""
+    key, record = owner_key(body), observe_object(body)
+    return {key: record} if key is not None and record is not None else None
+
+
+@kopf.index("rbac.authorization.k8s.io", "v1", "roles", labels=MIRROR)
+async def owned_roles(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedObject] | None:
+    """The mirror's Role by owning deployment."""
+    key, record = owner_key(body), observe_object(body)
+    return {key: record} if key is not None and record is not None else None
+
+
+@kopf.index("rbac.authorization.k8s.io", "v1", "rolebindings", labels=MIRROR)
+async def owned_role_bindings(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedObject] | None:
+    """The mirror's RoleBinding by owning deployment."""
+    key, record = owner_key(body), observe_object(body)
+    return {key: record} if key is not None and record is not None else None
+
+
 @kopf.index("", "v1", "pods", labels=MANAGED)
 async def owned_pods(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedPod] | None:
     """Engine pods (whether the scheduler placed them) by owning deployment."""
@@ -80,6 +122,10 @@ _OBSERVERS: dict[str, Callable[[kopf.Body], object | None]] = {
     "Deployment": observe_deployment,
     "ConfigMap": observe_object,
     "Service": observe_object,
+    "HTTPRoute": observe_object,
+    "ServiceAccount": observe_object,
+    "Role": observe_object,
+    "RoleBinding": observe_object,
     "Pod": observe_pod,
     "ParityCheck": observe_check,
 }
@@ -103,6 +149,7 @@ def _essence(record: object) -> object:
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED)
 @kopf.on.event("", "v1", "services", labels=MANAGED)
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
+@kopf.on.event("gateway.networking.k8s.io", "v1", "httproutes", labels=MANAGED)
 @kopf.on.event(*PARITY_CHECKS)
 async def wake_owner(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
     """Wake the owning deployment's resync loop when the child changed in a way that counts."""

@@ -77,6 +77,13 @@ def _snapshot(key: OwnerKey, uid: str, indexes: Mapping[str, Any]) -> Observed:
         [*values("owned_config_maps"), *values("owned_services")],
         values("owned_checks"),
         values("owned_pods"),
+        extras=[
+            *values("owned_routes"),
+            *values("owned_mirror_deployments"),
+            *values("owned_service_accounts"),
+            *values("owned_roles"),
+            *values("owned_role_bindings"),
+        ],
     )
 
 
@@ -113,6 +120,7 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
         manual=manual_requests(metadata.get("annotations") or {}),
         observed=observed,
         now=now,
+        mirror_image=OPTIONS.runner_image,
     )
 
 

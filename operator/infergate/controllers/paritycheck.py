@@ -181,6 +181,7 @@ def _state(key: OwnerKey, indexes: Mapping[str, Any], now: datetime) -> CheckSta
         sides=sides,
         children=children,
         runner_image=OPTIONS.runner_image,
+        golden=OPTIONS.golden,
         now=now,
         previous_report=previous,
     )

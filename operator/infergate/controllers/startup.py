@@ -40,6 +40,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.connect_timeout = 10
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # A namespaced install may not list namespaces or CRDs; with exact names kopf needs
+    # neither (resources come from API discovery once, at start).
+    settings.scanning.disabled = OPTIONS.exact_namespaces
 
 
 LEASE_NAME = "infergate-operator"

@@ -23,12 +23,9 @@ from infergate.golden.blobs import DirectoryStore
 from infergate.golden.errors import GoldenConfigError
 from infergate.golden.policy import StoragePolicy
 from infergate.golden.s3 import S3Credentials, S3Location, S3Store
+from infergate.golden.settings import GOLDEN_DIR_ENV, GOLDEN_MOUNT_PATH
 from infergate.golden.store import GoldenStore
 
-GOLDEN_MOUNT_PATH: Final = "/var/lib/infergate/golden"
-"""Where the runner Job mounts the golden PersistentVolumeClaim."""
-GOLDEN_DIR_ENV: Final = "INFERGATE_GOLDEN_DIR"
-"""Overrides GOLDEN_MOUNT_PATH (the local cluster, tests)."""
 S3_ENDPOINT_ENV: Final = "INFERGATE_GOLDEN_S3_ENDPOINT"
 """Default of `infergate golden --s3-endpoint`."""
 

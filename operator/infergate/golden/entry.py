@@ -18,7 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from infergate.golden.errors import GoldenIntegrityError
 from infergate.golden.keys import EntryLocation, EntryName, Role
-from infergate.golden.policy import HiddenStatesPolicy
+from infergate.golden.settings import HiddenStatesPolicy
 from infergate.parity.record import RecordMeta
 
 ENTRY_FORMAT: Final = "infergate.io/golden-entry"
@@ -88,6 +88,10 @@ class GoldenEntry(_Model):
     prompts: list[PromptStorage]
     blobs: list[BlobDigest]
     size_bytes: int
+    self_scored: bool = False
+    """Every prompt was scored (teacher-forced) and probed along this side's own sequence:
+    true of a baseline's record, and of a candidate's whose outputs all matched the
+    baseline's. Only such a record can serve as a later check's baseline."""
 
     @field_validator("created")
     @classmethod

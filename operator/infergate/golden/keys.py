@@ -51,20 +51,13 @@ class Role(StrEnum):
 def suite_digest(prompts: Sequence[PromptSpec], sampling: Mapping[str, Any]) -> str:
     """sha256 (hex) of what the suite asks: every prompt in order, and the sampling.
 
-    Two records answer the same questions exactly when their digests are equal: prompt
-    ids, texts or token ids, tags, and the generation settings (maxTokens, topLogprobs,
-    seed, hidden positions ...) all count; the suite's name does not.
+    Two records answer the same questions exactly when their digests are equal: every
+    field of every prompt (id, text, token ids, messages, its own output settings, tags)
+    and the generation settings (maxTokens, topLogprobs, seed, hidden positions ...) all
+    count; the suite's name does not.
     """
     document = {
-        "prompts": [
-            {
-                "id": p.id,
-                "text": p.text,
-                "tokenIds": list(p.token_ids) if p.token_ids is not None else None,
-                "tags": list(p.tags),
-            }
-            for p in prompts
-        ],
+        "prompts": [p.model_dump(mode="json", by_alias=True) for p in prompts],
         "sampling": dict(sampling),
     }
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -190,3 +183,32 @@ def parse_record_key(key: str) -> EntryLocation | None:
         return None
     name = EntryName.parse(parts[3])
     return None if name is None else EntryLocation(namespace, deployment, name)
+
+
+_RUN_KEYS = ("suite.", "sampling.")
+
+
+def engine_fingerprint(
+    *,
+    engine: str,
+    engine_version: str,
+    dtype: str,
+    effective_config: Mapping[str, Any],
+    fingerprints: Mapping[str, Any],
+) -> str:
+    """`sha256:<hex>` of what one side ran: engine, version, dtype, effective configuration
+    and its own fingerprints (weights, tokenizer, template ...).
+
+    What the runner asked of both sides (suite.*, sampling.*) is left out: the suite
+    digest keys that. Two records with the same fingerprint came from the same engine
+    with the same files and numerics as far as the side reports them.
+    """
+    document = {
+        "engine": engine,
+        "engineVersion": engine_version,
+        "dtype": dtype,
+        "effectiveConfig": dict(effective_config),
+        "fingerprints": {k: v for k, v in fingerprints.items() if not k.startswith(_RUN_KEYS)},
+    }
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()

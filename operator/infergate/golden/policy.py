@@ -20,29 +20,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
 
 from infergate.golden.errors import GoldenBudgetError, GoldenConfigError
+from infergate.golden.settings import (
+    MIN_BYTES,
+    SKETCH_DIMS_DEFAULT,
+    SKETCH_DIMS_MAX,
+    SKETCH_DIMS_MIN,
+    HiddenStatesPolicy,
+)
 from infergate.parity.record import PromptRecord
 
 FILE_OVERHEAD: Final = 4096
 """Bytes allowed per stored file for its safetensors header and metadata (prompt text and
 tags live in the header); measured headers of the fixture's records are under 2 KiB."""
-
-SKETCH_DIMS_DEFAULT: Final = 64
-SKETCH_DIMS_MIN: Final = 8
-SKETCH_DIMS_MAX: Final = 1024
-MIN_BYTES: Final = 1 << 20
-
-
-class HiddenStatesPolicy(StrEnum):
-    """What a record keeps of the hidden states: none, summary or full (largest last)."""
-
-    NONE = "none"
-    SUMMARY = "summary"
-    FULL = "full"
-
 
 _SMALLER: Final = {
     HiddenStatesPolicy.FULL: HiddenStatesPolicy.SUMMARY,

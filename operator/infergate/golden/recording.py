@@ -29,12 +29,12 @@ from infergate.golden.errors import GoldenBudgetError, GoldenError
 from infergate.golden.keys import EntryName, Role
 from infergate.golden.policy import (
     FILE_OVERHEAD,
-    HiddenStatesPolicy,
     StoragePolicy,
     base_bytes,
     choose_hidden_form,
     own_sequence_rows,
 )
+from infergate.golden.settings import HiddenStatesPolicy
 from infergate.golden.summary import SKETCH_SEED, summarize
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.recordio import RecordWriter
@@ -163,6 +163,8 @@ class GoldenRecording:
         self._started = started
         self._done = False
         self._failed = False
+        self._candidate_self_scored = True
+        """Every candidate sequence so far equals the baseline's (see GoldenEntry.self_scored)."""
         self._names = {
             Role.BASELINE: EntryName.new(check.baseline.revision, Role.BASELINE, started),
             Role.CANDIDATE: EntryName.new(check.candidate.revision, Role.CANDIDATE, started),
@@ -193,9 +195,11 @@ class GoldenRecording:
             )
             self._sides[Role.BASELINE].add(baseline, base_rows)
             cand_rows = 0
+            probed = [*baseline.prompt_token_ids.tolist(), *baseline.output_token_ids.tolist()]
+            own = [*candidate.prompt_token_ids.tolist(), *candidate.output_token_ids.tolist()]
+            if own != probed:
+                self._candidate_self_scored = False
             if candidate.hidden_states is not None:
-                probed = [*baseline.prompt_token_ids.tolist(), *baseline.output_token_ids.tolist()]
-                own = [*candidate.prompt_token_ids.tolist(), *candidate.output_token_ids.tolist()]
                 cand_rows = own_sequence_rows(own, probed, int(candidate.hidden_states.shape[0]))
             self._sides[Role.CANDIDATE].add(candidate, cand_rows)
         except BaseException:
@@ -247,6 +251,7 @@ class GoldenRecording:
             prompts=side.prompts,
             blobs=blobs,
             size_bytes=sum(blob.size for blob in blobs),
+            self_scored=role is Role.BASELINE or self._candidate_self_scored,
         )
 
     def discard(self) -> None:

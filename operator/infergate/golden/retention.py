@@ -19,17 +19,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from infergate.golden.entry import GoldenEntry
 from infergate.golden.keys import EntryLocation
-
-
-class WhenDeleted(StrEnum):
-    """What happens to a deleted InferenceDeployment's records."""
-
-    RETAIN = "Retain"
-    DELETE = "Delete"
+from infergate.golden.settings import WhenDeleted
 
 
 @dataclass(frozen=True)

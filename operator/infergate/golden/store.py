@@ -40,16 +40,16 @@ from infergate.golden.keys import (
     parse_index_key,
     parse_record_key,
 )
-from infergate.golden.policy import HiddenStatesPolicy, StoragePolicy
+from infergate.golden.policy import StoragePolicy
 from infergate.golden.recording import CheckIdentity, GoldenRecording, SideIdentity
 from infergate.golden.retention import (
     Deletion,
     DeploymentHistory,
     IndexItem,
-    WhenDeleted,
     plan_orphans,
     plan_retention,
 )
+from infergate.golden.settings import HiddenStatesPolicy, WhenDeleted
 from infergate.golden.summary import HiddenSummary
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.recordio import RecordFormatError, RecordReader

@@ -49,8 +49,10 @@ def _patch_body(manifest: JSON, resource_version: str) -> JSON:
             "resourceVersion": resource_version,
         }
     }
-    if "spec" in manifest:
-        body["spec"] = manifest["spec"]
+    # A Role's rules and a RoleBinding's subjects live beside metadata, not under spec.
+    for key in ("spec", "rules", "subjects"):
+        if key in manifest:
+            body[key] = manifest[key]
     return body
 
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import ssl
+import subprocess
 import sys
 import time
 import urllib.error
@@ -31,6 +32,7 @@ from infergate.localcluster.layout import (
     SERVICE_CIDR,
     ClusterLayout,
     etcd_bin,
+    gateway_api_crds,
     kubernetes_bin,
     kwok_bin,
 )
@@ -277,12 +279,45 @@ def up(layout: ClusterLayout, *, say: bool = True) -> None:
         bootstrap(layout, COMPONENTS)
     except BootstrapError as exc:
         raise ClusterError(str(exc)) from exc
+    install_gateway_api(layout, say=say)
     if say:
         print(
             f"cluster {K8S_VERSION} up at {server} in {time.monotonic() - started:.1f}s; "
             f"KUBECONFIG={layout.kubeconfig}",
             file=sys.stderr,
         )
+
+
+def install_gateway_api(layout: ClusterLayout, *, say: bool = True) -> bool:
+    """Apply the cached Gateway API CRDs (server-side: they are too large for the last-applied
+    annotation); False, with a note, when they are not cached (`make control-plane`)."""
+    crds = gateway_api_crds()
+    if not crds.is_dir():
+        if say:
+            print(
+                f"Gateway API CRDs not cached at {crds}: `hack/build-control-plane.sh "
+                "gateway-api` fetches them; rollout.traffic.mode gateway needs them",
+                file=sys.stderr,
+            )
+        return False
+    result = subprocess.run(
+        [
+            str(layout.bin / "kubectl"),
+            f"--kubeconfig={layout.kubeconfig}",
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            str(crds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise ClusterError(f"installing the Gateway API CRDs failed: {result.stderr.strip()}")
+    return True
 
 
 def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:

@@ -7,6 +7,7 @@ repository's git-ignored `.cluster/` directory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +15,22 @@ from pathlib import Path
 K8S_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+# The Gateway API CRDs (standard channel) the cluster gets; the same version as
+# hack/build-control-plane.sh fetches (v1.7 needs a newer Go than the machine has).
+GATEWAY_API_VERSION = "v1.6.3"
+
 
 # Loopback ranges: the executor hands each real pod an address here; KWOK's
 # simulated pods get addresses from another range, so even a mistaken dial of
-# a simulated pod stays on this machine. INFERGATE_EXECUTOR_POD_CIDR moves the executor's
-# range (inside 127.0.0.0/8), so two checkouts' clusters on one machine never share pod IPs.
-EXECUTOR_POD_CIDR = os.environ.get("INFERGATE_EXECUTOR_POD_CIDR") or "127.64.0.0/16"
+# a simulated pod stays on this machine. Each checkout takes its own /16 of 127.64.0.0/10,
+# picked from its path, so two checkouts' clusters on one machine do not share pod IPs;
+# INFERGATE_EXECUTOR_POD_CIDR sets the range by hand (inside 127.0.0.0/8).
+def _checkout_pod_cidr() -> str:
+    checkout = Path(__file__).resolve().parents[3]
+    return f"127.{64 + hashlib.sha256(str(checkout).encode()).digest()[0] % 64}.0.0/16"
+
+
+EXECUTOR_POD_CIDR = os.environ.get("INFERGATE_EXECUTOR_POD_CIDR") or _checkout_pod_cidr()
 KWOK_POD_CIDR = "127.128.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 
@@ -89,6 +100,11 @@ def kubernetes_bin() -> Path:
 
 def etcd_bin() -> Path:
     return cache_dir() / "bin" / f"etcd-{ETCD_VERSION}"
+
+
+def gateway_api_crds() -> Path:
+    """The Gateway API's standard CRDs, as hack/build-control-plane.sh copies them."""
+    return cache_dir() / f"gateway-api-{GATEWAY_API_VERSION}" / "crds"
 
 
 def kwok_bin() -> Path:

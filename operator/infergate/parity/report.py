@@ -63,12 +63,16 @@ def render_report(
     verdict: Verdict,
     profile: str | None = None,
     changes: Sequence[str] | None = None,
+    *,
+    sections: Sequence[str] = (),
     overhead: Mapping[str, Any] | None = None,
 ) -> str:
     """The whole report page for one parity check.
 
     `changes`: the fields that differ between the two revisions, one line each, in reading
     order (plan.revision_diff); None when a side is not a revision (an endpoint).
+    `sections`: trusted HTML fragments (already escaped, e.g. the per-layer chart) shown
+    after the reasons.
     `overhead`: the runner's overhead as the check's status carries it
     (parity.overhead.overhead_fields), when measured.
     """
@@ -85,6 +89,7 @@ def render_report(
         _sides(result, profile),
         _changes(changes),
         _reasons(verdict),
+        *sections,
         "<h2>Thresholds</h2>",
         _checks_table(verdict),
         "<h2>Metrics</h2>",
@@ -120,7 +125,7 @@ def render_report_from_json(text: str) -> str:
         verdict,
         f"{profile} ({why})" if profile and why else profile,
         [str(c) for c in changes] if isinstance(changes, list) else None,
-        document.get("overhead") or None,
+        overhead=document.get("overhead") or None,
     )
 
 

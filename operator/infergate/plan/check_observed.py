@@ -17,12 +17,14 @@ from pydantic import ValidationError
 from infergate.api.base import PARITY_CHECK_KIND
 from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import ParityCheckSpec, Side
+from infergate.api.shadow import CheckSource
 from infergate.jsontypes import JSON, JSONMap
 from infergate.plan.check_status import spec_digest
 from infergate.plan.observed import OwnerKey, controller_uid, parse_time
 from infergate.plan.phases import check_phase
 from infergate.render.check_children import RunnerSettings
 from infergate.render.check_names import LABEL_CHECK, LABEL_ROLE, LABEL_SIDE, check_label_value
+from infergate.render.mirror import mirror_name
 
 # The parts of a check's status the controller decides from (a verdict's reasons and
 # metrics are the runner's to write and the people's to read).
@@ -46,9 +48,12 @@ class SideRef:
     """One side of a check as its spec names it."""
 
     deployment: str | None
-    """InferenceDeployment name (same namespace); None for an endpoint."""
+    """InferenceDeployment name (same namespace); None for an endpoint or a golden record
+    (neither has pods the controller waits for or probes)."""
     revision: str | None
     """Revision named in the spec; None: the deployment's stable one."""
+    golden: bool = False
+    """A golden record (the runner reads it from the operator's store)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class CheckSpecView:
     deadline_seconds: int
     runner: RunnerSettings
     suite_config_map: str | None
+    mirror_service: str | None = None
+    """A shadow check: the mirror Service the runner reads (its candidate deployment's)."""
 
     def side(self, name: str) -> SideRef:
         return self.baseline if name == "baseline" else self.candidate
@@ -129,6 +136,8 @@ class CheckChild:
 
 
 def _side(side: Side) -> SideRef:
+    if side.golden is not None:
+        return SideRef(deployment=None, revision=None, golden=True)
     ref = side.inference_deployment_ref
     return SideRef(deployment=ref.name if ref is not None else None, revision=side.revision)
 
@@ -139,12 +148,15 @@ def _view(body: JSONMap) -> tuple[CheckSpecView | None, str | None]:
     except ValidationError as error:
         return None, f"spec is invalid: {error}"
     runner = spec.runner
-    source = spec.suite.config_map_ref
+    source = spec.suite.config_map_ref if spec.suite is not None else None
+    shadow = spec.source is CheckSource.SHADOW
+    candidate = spec.candidate.inference_deployment_ref
     return (
         CheckSpecView(
             baseline=_side(spec.baseline),
             candidate=_side(spec.candidate),
-            hidden_states=spec.hidden_states.enabled,
+            # A shadow check compares served answers only: no probe, no hidden states.
+            hidden_states=spec.hidden_states.enabled and not shadow,
             deadline_seconds=spec.deadline_seconds,
             runner=RunnerSettings(
                 active_deadline_seconds=runner.active_deadline_seconds,
@@ -152,6 +164,9 @@ def _view(body: JSONMap) -> tuple[CheckSpecView | None, str | None]:
                 resources=runner.resources.to_kube() if runner.resources else None,
             ),
             suite_config_map=source.name if source is not None else None,
+            mirror_service=(
+                mirror_name(candidate.name) if shadow and candidate is not None else None
+            ),
         ),
         None,
     )

@@ -20,6 +20,7 @@ from infergate.api.base import API_VERSION
 from infergate.api.engine import Accelerator, Engine, ModelSource
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.api.parity_check import ParityCheckSpec
+from infergate.api.traffic import TrafficMode
 from infergate.errors import SpecError
 from infergate.plan.observed import (
     ANNOTATION_DESIRED_HASH,
@@ -33,8 +34,10 @@ from infergate.render.labels import (
     LABEL_REVISION,
     MANAGED_BY,
 )
+from infergate.render.mirror import render_mirror
 from infergate.render.objects import RevisionObjects, render_revision
 from infergate.render.revision import canonical_json, revision_hash, short_revision
+from infergate.render.traffic import http_route, stable_service
 
 KIND = "InferenceDeployment"
 LABEL_BASELINE_REVISION = "infergate.io/baseline-revision"
@@ -137,13 +140,63 @@ def desired_revision(
     )
 
 
+def desired_stable_service(
+    owner: Owner, spec: InferenceDeploymentSpec, serving: str | None
+) -> dict[str, Any]:
+    """The stable Service `<name>`: `serving`'s pods only (dark, gateway), or every revision's
+    (replicas)."""
+    rendered = stable_service(owner.name, owner.namespace, spec.rollout.traffic.mode, serving)
+    return _own(rendered, owner, {})
+
+
+def desired_extras(
+    owner: Owner,
+    spec: InferenceDeploymentSpec,
+    *,
+    stable: str | None,
+    canary: str | None,
+    canary_weight: int,
+    mirror_image: str,
+) -> list[dict[str, Any]]:
+    """The HTTPRoute (gateway mode, once a revision is stable) and the mirror's objects
+    (rollout.mirror), owned and stamped; what is not here is deleted."""
+    wanted: list[dict[str, Any]] = []
+    gateway = spec.rollout.traffic.gateway
+    if spec.rollout.traffic.mode is TrafficMode.GATEWAY and gateway is not None and stable:
+        route = http_route(
+            owner.name,
+            owner.namespace,
+            gateway,
+            stable=stable,
+            canary=canary,
+            canary_weight=canary_weight,
+        )
+        wanted.append(route)
+    if spec.rollout.mirror is not None:
+        wanted += render_mirror(
+            owner.name, owner.namespace, spec.rollout.mirror, image=mirror_image
+        )
+    return [_own(manifest, owner, {}) for manifest in wanted]
+
+
 def parity_check_name(name: str, revision: str) -> str:
     """`<deployment>-<canary revision>`: one check per canary, found again after a restart."""
     return f"{name}-{revision}"
 
 
+def recheck_name(name: str, revision: str, step: int) -> str:
+    """`<deployment>-<canary revision>-step<N>`: the re-check at the end of gateway step N
+    (1-based), found again after a restart."""
+    return f"{parity_check_name(name, revision)}-step{step + 1}"
+
+
 def desired_parity_check(
-    owner: Owner, spec: InferenceDeploymentSpec, *, stable: str, canary: str
+    owner: Owner,
+    spec: InferenceDeploymentSpec,
+    *,
+    stable: str,
+    canary: str,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """The ParityCheck of a canary: the rollout's template, stable as baseline, canary as
     candidate, owned by the deployment."""
@@ -165,7 +218,7 @@ def desired_parity_check(
         "apiVersion": API_VERSION,
         "kind": "ParityCheck",
         "metadata": {
-            "name": parity_check_name(owner.name, canary),
+            "name": name or parity_check_name(owner.name, canary),
             "namespace": owner.namespace,
             "labels": {
                 LABEL_MANAGED_BY: MANAGED_BY,

@@ -9,6 +9,7 @@ the plan looks at.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -149,6 +150,9 @@ class Observed:
     checks: Mapping[str, ObservedCheck] = field(default_factory=dict)
     """By object name: every check named `<deployment>-<revision>`, whoever made it."""
     pods: tuple[ObservedPod, ...] = ()
+    extras: Mapping[tuple[str, str], ObservedObject] = field(default_factory=dict)
+    """By (kind, name): the HTTPRoute and the mirror's Deployment, ServiceAccount, Role and
+    RoleBinding (its Service is among `services`)."""
 
 
 def owner_key(body: JSONMap) -> OwnerKey | None:
@@ -209,13 +213,29 @@ def observe_deployment(body: JSONMap) -> ObservedDeployment | None:
     )
 
 
+# What of an object its drift is judged on, by kind (the rest: its spec).
+_CONTENT_KEYS = {"Role": ("rules",), "RoleBinding": ("roleRef", "subjects"), "ServiceAccount": ()}
+
+
+def object_content(body: JSONMap) -> JSONMap:
+    """The part of an object its drift is judged on: a ConfigMap's data, a Role's rules, a
+    RoleBinding's roleRef and subjects, nothing of a ServiceAccount, else its spec."""
+    kind = str(body.get("kind") or "")
+    if kind == "ConfigMap":
+        return body.get("data") or {}
+    if kind in _CONTENT_KEYS:
+        return {key: body[key] for key in _CONTENT_KEYS[kind] if key in body}
+    return body.get("spec") or {}
+
+
 def observe_object(body: JSONMap) -> ObservedObject | None:
-    """A ConfigMap or Service of a deployment; None for objects infergate does not manage."""
+    """A child of a deployment other than a revision Deployment or a pod; None for objects
+    infergate does not manage."""
     if owner_key(body) is None:
         return None
     metadata = body.get("metadata") or {}
     kind = str(body.get("kind") or "")
-    content = body.get("data") if kind == "ConfigMap" else body.get("spec")
+    content = object_content(body)
     labels = dict(metadata.get("labels") or {})
     return ObservedObject(
         kind=kind,
@@ -232,8 +252,9 @@ def observe_object(body: JSONMap) -> ObservedObject | None:
 def check_family(name: str) -> str:
     """The InferenceDeployment a check of this name would belong to: `<deployment>-<revision>`
     is indexed under `<deployment>`, whoever made it, so a check made under a canary
-    check's name by someone else is seen (and never adopted)."""
-    return name.rsplit("-", 1)[0]
+    check's name by someone else is seen (and never adopted). A gateway step's re-check,
+    `<deployment>-<revision>-step<N>`, belongs to the same deployment."""
+    return re.sub(r"-step\d+$", "", name).rsplit("-", 1)[0]
 
 
 def observe_check(body: JSONMap) -> ObservedCheck:
@@ -301,6 +322,8 @@ def collect(
     objects: list[ObservedObject],
     checks: list[ObservedCheck],
     pods: list[ObservedPod],
+    *,
+    extras: list[ObservedObject] | None = None,
 ) -> Observed:
     """Children owned by `owner_uid` (a same-named predecessor's leftovers are ignored)."""
 
@@ -315,4 +338,5 @@ def collect(
         # is, the rollout decides (and adopts none it did not make).
         checks={c.name: c for c in checks},
         pods=tuple(pods),
+        extras={(o.kind, o.name): o for o in extras or [] if mine(o.owner_uid)},
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from infergate.api.enums import CheckPhase, ConditionStatus
+from infergate.api.golden import GoldenSpec
 from infergate.jsontypes import JSON
 from infergate.plan import reasons
 from infergate.plan.check_observed import CheckChild, ObservedParityCheck
@@ -70,6 +71,8 @@ class CheckState:
     now: datetime
     previous_report: str | None = None
     """Report ConfigMap of the last passing check of the same deployment (regression)."""
+    golden: GoldenSpec | None = None
+    """The operator's golden record store, handed to every runner Job (never the tenant's)."""
 
 
 @dataclass
@@ -397,6 +400,8 @@ def _runner_objects(state: CheckState) -> list[JSON]:
             services.append(probe_name(check.name, side))
     if spec.suite_config_map is not None:
         config_maps.append(spec.suite_config_map)
+    if spec.mirror_service is not None:
+        services.append(spec.mirror_service)
     if state.previous_report is not None:
         config_maps.append(state.previous_report)
     body = _body(check)
@@ -404,6 +409,10 @@ def _runner_objects(state: CheckState) -> list[JSON]:
         *runner_rbac(body, deployments=deployments, services=services, config_maps=config_maps),
         report_config_map(body),
         runner_job(
-            body, spec.runner, image=state.runner_image, previous_report=state.previous_report
+            body,
+            spec.runner,
+            image=state.runner_image,
+            previous_report=state.previous_report,
+            golden=state.golden,
         ),
     ]

@@ -53,6 +53,8 @@ _PROGRESSING_PHASE: dict[str, DeploymentPhase] = {
     reasons.AWAITING_PARITY: DeploymentPhase.VERIFYING,
     reasons.AWAITING_PROMOTION: DeploymentPhase.VERIFYING,
     reasons.PROMOTING: DeploymentPhase.PROMOTING,
+    # Gateway steps: the canary serves a growing share after its check passed.
+    reasons.TRAFFIC_STEPPING: DeploymentPhase.PROMOTING,
     reasons.ROLLOUT_COMPLETE: DeploymentPhase.STABLE,
     reasons.ROLLED_BACK: DeploymentPhase.ROLLED_BACK,
     reasons.PROGRESS_DEADLINE_EXCEEDED: DeploymentPhase.FAILED,

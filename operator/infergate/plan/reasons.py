@@ -30,6 +30,7 @@ CANARY_STARTED: Final = "CanaryStarted"
 AWAITING_PARITY: Final = "AwaitingParity"
 AWAITING_PROMOTION: Final = "AwaitingPromotion"
 PROMOTING: Final = "Promoting"
+TRAFFIC_STEPPING: Final = "TrafficStepping"
 # Progressing: False once it stopped, for good or bad.
 ROLLOUT_COMPLETE: Final = "RolloutComplete"
 ROLLED_BACK: Final = "RolledBack"
@@ -68,6 +69,7 @@ ROLLBACK_ABORTED: Final = "Aborted"
 ROLLBACK_BY_HAND: Final = "RollbackByHand"
 PROMOTION_AUTOMATIC: Final = "ParityPassed"
 PROMOTION_BY_HAND: Final = "ByHand"
+ROLLBACK_STEP_FAILED: Final = "TrafficStepFailed"
 
 
 # --- ParityCheck ------------------------------------------------------------------------

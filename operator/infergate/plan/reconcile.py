@@ -20,9 +20,10 @@ from infergate.plan.conditions import (
     changed_conditions,
     set_condition,
 )
-from infergate.plan.desired import desired_revision
+from infergate.plan.desired import desired_extras, desired_revision, desired_stable_service
 from infergate.plan.phases import deployment_phase
 from infergate.plan.rollout import DeploymentState, Notice, Outcome, decide
+from infergate.plan.rollout_state import Context
 from infergate.plan.status import StatusInput, build_status
 from infergate.plan.sync import SyncPlan, sync_children
 
@@ -89,10 +90,20 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         desired_revision(state.owner, kept.spec, replicas=kept.replicas, role=kept.role)
         for kept in decision.kept
     ]
+    serving = decision.stable or decision.desired
+    weight = Context.of(state).step_weight(decision.step) if decision.canary is not None else 0
     sync = sync_children(
         revisions,
         state.observed,
-        stable_service=revisions[0].stable_service if revisions else None,
+        stable_service=desired_stable_service(state.owner, state.spec, serving),
+        extras=desired_extras(
+            state.owner,
+            state.spec,
+            stable=decision.stable,
+            canary=decision.canary,
+            canary_weight=weight,
+            mirror_image=state.mirror_image,
+        ),
     )
     previous = state.status
     status = build_status(

@@ -40,6 +40,7 @@ from infergate.plan.rollout_state import (
     Notice,
     Outcome,
     Rollout,
+    StepState,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Notice",
     "Outcome",
     "RolloutDecision",
+    "StepState",
     "decide",
     "revision_specs",
 ]
@@ -70,6 +72,8 @@ class RolloutDecision:
     outcomes: list[Outcome] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     unschedulable: str | None = None
+    step: StepState | None = None
+    """The canary's gateway step (gateway mode, once its check passed)."""
 
 
 def decide(state: DeploymentState) -> RolloutDecision:
@@ -102,6 +106,7 @@ def decide(state: DeploymentState) -> RolloutDecision:
         outcomes=list(rollout.outcomes),
         notices=list(rollout.notices),
         unschedulable=rollout.unschedulable,
+        step=rollout.step,
     )
 
 

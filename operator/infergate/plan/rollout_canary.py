@@ -19,6 +19,7 @@ from infergate.plan.desired import revision_json
 from infergate.plan.revision_diff import revision_changes, summary
 from infergate.plan.rollout_judge import fail_or_wait, judge
 from infergate.plan.rollout_state import Context, Rollout
+from infergate.plan.rollout_traffic import advance_steps, step_failed, stepping
 
 
 def choose_canary(ctx: Context, rollout: Rollout) -> Rollout:
@@ -157,6 +158,13 @@ def advance_canary(ctx: Context, rollout: Rollout) -> Rollout:
     canary = rollout.canary
     if canary is None:
         return rollout
+    state = stepping(ctx, canary)
+    if state is not None:
+        # Its check passed and it serves a share of requests: it must stay available.
+        if not ctx.ready(canary, ctx.spec.rollout.canary_replicas):
+            why = f"the canary is not available ({ctx.availability(canary)})"
+            return step_failed(ctx, rollout, canary, state, why)
+        return advance_steps(ctx, rollout, canary, state)
     record = rollout.record(ctx, canary)
     if not ctx.ready(canary, ctx.spec.rollout.canary_replicas):
         wait = waiting(

@@ -21,12 +21,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
+from infergate.api.traffic import TrafficMode
 from infergate.plan import reasons
 from infergate.plan.check_status import spec_digest
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.desired import desired_parity_check, parity_check_name
 from infergate.plan.observed import ANNOTATION_SPEC_DIGEST, ObservedCheck
-from infergate.plan.rollout_state import Context, Rollout
+from infergate.plan.rollout_state import Context, Rollout, StepState
 
 _FAILURES = {
     VerdictOutcome.FAILED: (reasons.PARITY_CHECK_FAILED, reasons.ROLLBACK_PARITY_FAILED, "failed"),
@@ -120,17 +121,18 @@ def _pending(rollout: Rollout, canary: str, parity: str, progress: str) -> Rollo
 
 
 def request_check(
-    ctx: Context, rollout: Rollout, canary: str
+    ctx: Context, rollout: Rollout, canary: str, *, name: str | None = None
 ) -> tuple[Rollout, ObservedCheck | None]:
-    """The rollout with the canary's check asked for, and the check once it is bound."""
+    """The rollout with the canary's check (or the check `name`: a gateway step's re-check)
+    asked for, and the check once it is bound."""
     owner = ctx.state.owner
     stable = rollout.stable or ""  # a canary always has a stable to compare with
-    name = parity_check_name(owner.name, canary)
+    name = name or parity_check_name(owner.name, canary)
     record = rollout.record(ctx, canary)
     rollout = rollout.with_record(ctx, canary, parity_check=name)
     found = ctx.observed.checks.get(name)
     if found is None:
-        manifest = desired_parity_check(owner, ctx.spec, stable=stable, canary=canary)
+        manifest = desired_parity_check(owner, ctx.spec, stable=stable, canary=canary, name=name)
         manifest["metadata"]["annotations"] = {
             ANNOTATION_SPEC_DIGEST: spec_digest(manifest["spec"])
         }
@@ -250,6 +252,16 @@ def _passed(ctx: Context, rollout: Rollout, canary: str, name: str, summary: str
             f"ParityCheck {name} passed: {summary}",
         ),
     )
+    if ctx.spec.rollout.auto_promote and ctx.spec.rollout.traffic.mode is TrafficMode.GATEWAY:
+        # Traffic moves in steps from here (plan.rollout_traffic); the first begins now.
+        state = StepState(canary, 0, ctx.now)
+        return replace(
+            rollout,
+            step=state,
+            progress=ctx.stepping_progress(
+                state, f"ParityCheck {name} passed; the first step begins"
+            ),
+        )
     if ctx.spec.rollout.auto_promote:
         return rollout.promote(
             ctx, canary, reasons.PROMOTION_AUTOMATIC, f"ParityCheck {name} passed"

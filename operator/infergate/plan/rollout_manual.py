@@ -78,12 +78,19 @@ def manual_rollback(ctx: Context, rollout: Rollout) -> Rollout:
 
 def manual_abort(ctx: Context, rollout: Rollout) -> Rollout:
     """`infergate.io/abort: "true"`: the canary is rolled back."""
-    if not ctx.state.manual.abort:
+    manual = ctx.state.manual
+    if manual.abort is None:
         return rollout
     canary = rollout.canary
     if canary is None:
         return rollout.noting(
             reasons.MANUAL_ACTION_REFUSED, "abort: there is no canary", warning=True
+        )
+    if not manual.aborts(canary):
+        return rollout.noting(
+            reasons.MANUAL_ACTION_REFUSED,
+            f"abort: asked for revision {manual.abort}, but the canary is {canary}",
+            warning=True,
         )
     verdict = rollout.record(ctx, canary).verdict
     said = f"aborted {_by(ctx)}; parity verdict {verdict.value if verdict else 'none'}"

@@ -29,7 +29,7 @@ from infergate.plan.observed import (
     Observed,
     ObservedCheck,
 )
-from infergate.render.images import resolved_image
+from infergate.render.images import DEFAULT_RUNNER_IMAGE, resolved_image
 
 ROLE_STABLE = "stable"
 ROLE_CANARY = "canary"
@@ -48,6 +48,8 @@ class DeploymentState:
     manual: ManualRequests
     observed: Observed
     now: datetime
+    mirror_image: str = DEFAULT_RUNNER_IMAGE
+    """Image of the mirror (rollout.mirror): the operator's own, like the runner's."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,16 @@ class Notice:
     warning: bool
     reason: str
     message: str
+
+
+@dataclass(frozen=True)
+class StepState:
+    """Where a canary stands in its gateway steps (written to and read from status.traffic)."""
+
+    revision: str
+    step: int
+    started_at: datetime
+    recheck: str | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,25 @@ class Context:
                 return f"pod {pod.name} cannot be scheduled: {pod.unschedulable_message}"
         return None
 
+    def step_weight(self, state: StepState | None) -> int:
+        """The canary's route weight at `state` (0 before its check passed, or without steps)."""
+        gateway = self.spec.rollout.traffic.gateway
+        if state is None or gateway is None or not gateway.steps:
+            return 0
+        return gateway.steps[min(state.step, len(gateway.steps) - 1)].weight
+
+    def stepping_progress(self, state: StepState, message: str) -> ConditionUpdate:
+        """Progressing while a canary holds a gateway step."""
+        gateway = self.spec.rollout.traffic.gateway
+        total = len(gateway.steps) if gateway is not None else 0
+        return ConditionUpdate(
+            reasons.PROGRESSING,
+            ConditionStatus.TRUE,
+            reasons.TRAFFIC_STEPPING,
+            f"canary {state.revision} takes {self.step_weight(state)}% of requests (step "
+            f"{state.step + 1} of {total}): {message}",
+        )
+
     def new_record(self, revision: str) -> RevisionRecord:
         engine = self.spec.engine
         return RevisionRecord(
@@ -184,6 +215,8 @@ class Rollout:
     outcomes: tuple[Outcome, ...] = ()
     notices: tuple[Notice, ...] = ()
     unschedulable: str | None = None
+    step: StepState | None = None
+    """The canary's gateway step, once its check passed (gateway mode only)."""
 
     @classmethod
     def start(cls, ctx: Context) -> Rollout:
@@ -233,6 +266,7 @@ class Rollout:
             result,
             stable=revision,
             canary=None,
+            step=None,
             progress=ConditionUpdate(
                 reasons.PROGRESSING,
                 ConditionStatus.TRUE,
@@ -249,6 +283,6 @@ class Rollout:
         """`revision` is rolled back and not retried until the spec changes."""
         result = self.with_record(ctx, revision, rejected=True, message=message)
         if result.canary == revision:
-            result = replace(result, canary=None)
+            result = replace(result, canary=None, step=None)
         result = replace(result, progress=result.rolled_back(ctx, revision))
         return result.counting("rollback", reason) if count else result

@@ -18,9 +18,11 @@ from infergate.api.deployment_status import (
     InferenceDeploymentStatus,
     LastParityCheck,
     ServiceEndpoint,
+    TrafficStatus,
 )
 from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
 from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.api.traffic import TrafficMode
 from infergate.plan import reasons
 from infergate.plan.conditions import (
     ConditionUpdate,
@@ -34,8 +36,10 @@ from infergate.plan.rollout import RolloutDecision
 from infergate.plan.sync import ObjectRef
 from infergate.render.labels import engine_pod_selector, revision_object_name
 from infergate.render.launch import HTTP_PORT
+from infergate.render.mirror import mirror_name
+from infergate.render.traffic import MECHANISM
 
-TRAFFIC_REPLICA_RATIO = "ReplicaRatio"
+TRAFFIC_REPLICA_RATIO = MECHANISM[TrafficMode.REPLICAS]
 # A reverted drift stays reported this long, so people (and tests) can see it happened.
 DRIFT_REPORTED_FOR = timedelta(minutes=5)
 _FAILED_PROGRESS = (
@@ -182,6 +186,11 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
         conditions = set_condition(conditions, update, generation=inputs.generation, now=inputs.now)
     deployments = inputs.observed.deployments.values()
     endpoints = Endpoints(stable=ServiceEndpoint(service=inputs.name, port=HTTP_PORT))
+    rollout = inputs.spec.rollout
+    if rollout.mirror is not None:
+        endpoints.mirror = ServiceEndpoint(service=mirror_name(inputs.name), port=HTTP_PORT)
+    if rollout.traffic.mode is TrafficMode.GATEWAY:
+        endpoints.route = inputs.name
     if decision.canary is not None:
         endpoints.canary = ServiceEndpoint(
             service=revision_object_name(inputs.name, decision.canary),
@@ -197,11 +206,33 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
         revisions=decision.records,
         conditions=conditions,
         last_parity_check=_last_check(inputs),
-        traffic_mechanism=TRAFFIC_REPLICA_RATIO,
+        traffic_mechanism=MECHANISM[rollout.traffic.mode],
+        traffic=traffic_status(inputs.spec, decision),
         endpoints=endpoints,
         replicas=sum(d.replicas for d in deployments),
         ready_replicas=sum(d.ready_replicas for d in deployments),
         selector=selector,
+    )
+
+
+def traffic_status(spec: InferenceDeploymentSpec, decision: RolloutDecision) -> TrafficStatus:
+    """Where live requests go now, and the canary's gateway step (read back next reconcile)."""
+    rollout = spec.rollout
+    mode = rollout.traffic.mode
+    step = decision.step if decision.canary is not None else None
+    weight = 0
+    if decision.canary is not None and mode is TrafficMode.REPLICAS and spec.replicas:
+        weight = round(100 * rollout.canary_replicas / (spec.replicas + rollout.canary_replicas))
+    gateway = rollout.traffic.gateway
+    if step is not None and gateway is not None and gateway.steps:
+        weight = gateway.steps[min(step.step, len(gateway.steps) - 1)].weight
+    return TrafficStatus(
+        mode=mode,
+        canary_weight=weight,
+        revision=step.revision if step is not None else None,
+        step=step.step if step is not None else None,
+        step_started_at=step.started_at if step is not None else None,
+        recheck=step.recheck if step is not None else None,
     )
 
 

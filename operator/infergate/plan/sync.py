@@ -9,12 +9,24 @@ a placement change, a new role) and the write is routine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from infergate.plan.drift import FieldDrift, config_map_drift, deployment_drift, service_drift
-from infergate.plan.observed import ANNOTATION_DESIRED_HASH, Observed, ObservedObject
+from infergate.plan.drift import (
+    FieldDrift,
+    config_map_drift,
+    deployment_drift,
+    field_drift,
+    service_drift,
+)
+from infergate.plan.observed import (
+    ANNOTATION_DESIRED_HASH,
+    Observed,
+    ObservedObject,
+    object_content,
+)
 from infergate.render.objects import RevisionObjects
 
 
@@ -122,10 +134,15 @@ def _sync_spec(
 
 
 def sync_children(
-    revisions: list[RevisionObjects], observed: Observed, *, stable_service: dict[str, Any] | None
+    revisions: list[RevisionObjects],
+    observed: Observed,
+    *,
+    stable_service: dict[str, Any] | None,
+    extras: Sequence[dict[str, Any]] = (),
 ) -> SyncPlan:
-    """Writes that bring every kept revision's objects (and the stable Service) to what they
-    should be, and remove every other revision's objects."""
+    """Writes that bring every kept revision's objects (the stable Service, the HTTPRoute and
+    the mirror) to what they should be, and remove every other revision's objects and
+    every extra no longer wanted."""
     writes: list[Write] = []
     kept_names: set[str] = set()
     for objects in revisions:
@@ -151,6 +168,18 @@ def sync_children(
     if stable_service is not None:
         kept_names.add(stable_service["metadata"]["name"])
         writes += _sync_service(stable_service, observed)
+    wanted: set[tuple[str, str]] = set()
+    for manifest in extras:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        if kind == "Service":
+            kept_names.add(name)
+            writes += _sync_service(manifest, observed)
+            continue
+        wanted.add((kind, name))
+        writes += _sync_extra(manifest, observed.extras.get((kind, name)))
+    for kind, name in observed.extras:
+        if (kind, name) not in wanted:
+            writes.append(Delete(ObjectRef(kind, name)))
     kept_revisions = {objects.revision for objects in revisions}
     for deployment in observed.deployments.values():
         if deployment.revision not in kept_revisions:
@@ -176,4 +205,22 @@ def _sync_service(desired: dict[str, Any], observed: Observed) -> list[Write]:
         current.resource_version,
         service_drift(desired, current.content),
     )
+    if isinstance(write, Update):
+        # A merge patch keeps selector keys it does not name: drop the ones no longer wanted
+        # (the stable Service's revision key when traffic moves from dark to replicas).
+        selector = desired["spec"].get("selector") or {}
+        stale = {k: None for k in current.content.get("selector") or {} if k not in selector}
+        if stale:
+            manifest = copy.deepcopy(desired)
+            manifest["spec"]["selector"] = {**selector, **stale}
+            write = replace(write, manifest=manifest)
+    return [write] if write is not None else []
+
+
+def _sync_extra(desired: dict[str, Any], current: ObservedObject | None) -> list[Write]:
+    """The HTTPRoute or a mirror object: created, or patched back to what it should be."""
+    if current is None:
+        return [Create(desired)]
+    drift = field_drift(dict(object_content(desired)), current.content, desired["kind"])
+    write = _sync_spec(desired, _hash(current.annotations), current.resource_version, drift)
     return [write] if write is not None else []

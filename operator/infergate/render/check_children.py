@@ -16,6 +16,7 @@ read other ConfigMaps nor change any rollout.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ from infergate.api.base import (
     PARITY_CHECK_KIND,
     PARITY_CHECKS_PLURAL,
 )
+from infergate.api.golden import GoldenSpec
+from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_MOUNT_PATH
 from infergate.jsontypes import JSON
 from infergate.render.check_names import (
     LABEL_SIDE,
@@ -43,6 +46,11 @@ from infergate.render.objects import SHM_VOLUME
 from infergate.render.vllm import pooling_args
 
 RUNNER_CONTAINER = "runner"
+_GOLDEN_VOLUME = "golden"
+_RUNNER_UID = 1000
+_SCRATCH_VOLUME = "scratch"
+_SCRATCH_PATH = "/var/lib/infergate/scratch"
+"""The runner's TMPDIR when it keeps golden records: an emptyDir (the root is read-only)."""
 PROBE_CONTAINER = "engine"
 _RUNNER_RESOURCES: JSON = {
     "requests": {"cpu": "100m", "memory": "512Mi"},
@@ -266,8 +274,14 @@ def runner_job(
     *,
     image: str,
     previous_report: str | None = None,
+    golden: GoldenSpec | None = None,
 ) -> JSON:
-    """The runner Job: `infergate parity run --check NS/NAME` under the check's own account."""
+    """The runner Job: `infergate parity run --check NS/NAME` under the check's own account.
+
+    With the operator's golden store (`golden`), the Job also gets the store's settings
+    as JSON, the claim mounted at GOLDEN_MOUNT_PATH or the S3 Secret's keys as env, and
+    a scratch TMPDIR (the root filesystem is read-only; S3 records are staged there).
+    """
     meta = check["metadata"]
     name = meta["name"]
     labels = child_labels(name, ROLE_RUNNER)
@@ -275,6 +289,37 @@ def runner_job(
     if previous_report:
         args += ["--previous-report", previous_report]
     resources = dict(runner.resources) if runner.resources else _RUNNER_RESOURCES
+    env, volumes, mounts = _golden_wiring(golden)
+    container: JSON = {
+        "name": RUNNER_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["infergate"],
+        "args": args,
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *env],
+        "resources": resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    pod: JSON = {
+        "serviceAccountName": runner_name(name),
+        "restartPolicy": "Never",
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": _RUNNER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+    }
+    if volumes:
+        container["volumeMounts"] = mounts
+        pod["volumes"] = volumes
+    if golden is not None and golden.store.pvc is not None:
+        # The runner (uid 1000) writes to the claim: its files belong to that group.
+        pod["securityContext"]["fsGroup"] = _RUNNER_UID
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -283,33 +328,40 @@ def runner_job(
             "backoffLimit": runner.backoff_limit,
             "activeDeadlineSeconds": runner.active_deadline_seconds,
             "ttlSecondsAfterFinished": _FINISHED_JOB_TTL,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": runner_name(name),
-                    "restartPolicy": "Never",
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": RUNNER_CONTAINER,
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["infergate"],
-                            "args": args,
-                            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
-                            "resources": resources,
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                        }
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
+
+
+def _golden_wiring(golden: GoldenSpec | None) -> tuple[list[JSON], list[JSON], list[JSON]]:
+    """Env entries, volumes and mounts that hand the operator's golden store to the runner."""
+    if golden is None:
+        return [], [], []
+    env: list[JSON] = [
+        {"name": GOLDEN_CONFIG_ENV, "value": json.dumps(golden.to_kube(), sort_keys=True)},
+        {"name": "TMPDIR", "value": _SCRATCH_PATH},
+    ]
+    volumes: list[JSON] = [{"name": _SCRATCH_VOLUME, "emptyDir": {}}]
+    mounts: list[JSON] = [{"name": _SCRATCH_VOLUME, "mountPath": _SCRATCH_PATH}]
+    store = golden.store
+    if store.pvc is not None:
+        volumes.append(
+            {
+                "name": _GOLDEN_VOLUME,
+                "persistentVolumeClaim": {"claimName": store.pvc.claim_name},
+            }
+        )
+        mounts.append({"name": _GOLDEN_VOLUME, "mountPath": GOLDEN_MOUNT_PATH})
+    elif store.s3 is not None:
+        ref = store.s3.secret_ref
+        for variable, key in (
+            ("AWS_ACCESS_KEY_ID", ref.access_key_id_key),
+            ("AWS_SECRET_ACCESS_KEY", ref.secret_access_key_key),
+        ):
+            env.append(
+                {
+                    "name": variable,
+                    "valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}},
+                }
+            )
+    return env, volumes, mounts

@@ -23,7 +23,6 @@ from infergate.render.labels import (
     engine_pod_selector,
     revision_labels,
     revision_object_name,
-    stable_labels,
 )
 from infergate.render.launch import (
     CONFIG_DIR,
@@ -38,6 +37,7 @@ from infergate.render.launch import (
 from infergate.render.mindformers import mindformers_launch
 from infergate.render.model_weights import ModelWeights, model_weights
 from infergate.render.revision import revision_hash, short_revision
+from infergate.render.traffic import stable_service
 from infergate.render.vllm import vllm_launch
 
 CONTAINER_NAME = "engine"
@@ -131,9 +131,9 @@ def render_revision(
         },
     }
     service = _service(metadata(), engine_pod_selector(name, revision))
-    stable_metadata = {"name": name, "namespace": namespace, "labels": stable_labels(name)}
-    stable_service = _service(stable_metadata, engine_pod_selector(name))
-    return RevisionObjects(revision, full_hash, config_map, deployment, service, stable_service)
+    # The stable Service as it is while this revision serves (see render.traffic).
+    stable = stable_service(name, namespace, spec.rollout.traffic.mode, revision)
+    return RevisionObjects(revision, full_hash, config_map, deployment, service, stable)
 
 
 def _pod_template(

@@ -149,6 +149,49 @@ def measure_prompt(
     )
 
 
+def measure_against_record(
+    prompt: PromptSpec,
+    baseline: PromptRecord,
+    candidate: Channels,
+    settings: DriveSettings,
+) -> tuple[PromptRecord, PromptRecord]:
+    """The candidate's record of one prompt against a stored baseline record (a golden one).
+
+    The candidate generates as in a live check and is scored along the record's
+    sequence (teacher forcing); its hidden states are asked for the positions the
+    record kept, so both line up as with a live baseline.
+    """
+    max_tokens = prompt.output_tokens(settings.max_tokens)
+    cand = _call(
+        candidate.name,
+        f"completion of {prompt.id!r}",
+        lambda: generate(
+            candidate.serving, prompt, max_tokens=max_tokens,
+            top_logprobs=settings.top_logprobs, seed=settings.seed,
+        ),
+    )  # fmt: skip
+    reference = [*baseline.prompt_token_ids.tolist(), *baseline.output_token_ids.tolist()]
+    full = len(baseline.output_token_ids) if settings.full_vocab else 0
+    forced = _call(
+        candidate.name,
+        f"teacher-forced scoring of {prompt.id!r}",
+        lambda: score_from(
+            candidate.serving, reference, 1, top_logprobs=settings.top_logprobs,
+            seed=settings.seed, full_vocab=full,
+        ),
+    )  # fmt: skip
+    hidden = None
+    probe = candidate.probe
+    if probe is not None and baseline.hidden_states is not None:
+        sequence = reference[: int(baseline.hidden_states.shape[0])]
+        hidden = _call(
+            candidate.name,
+            f"hidden states of {prompt.id!r}",
+            lambda: probe.hidden_states(sequence),
+        )
+    return baseline, record_prompt(prompt, cand, forced, hidden)
+
+
 def drive_suite(
     prompts: Iterable[PromptSpec],
     measure: Callable[[PromptSpec], tuple[PromptRecord, PromptRecord]],

@@ -27,15 +27,18 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
+from infergate.api.check_status import VerdictReason
 from infergate.api.common import ConfigMapKeyReference
+from infergate.api.golden import GoldenSpec
 from infergate.api.parity_check import ParityCheck, ParityCheckSpec
+from infergate.api.shadow import CheckSource
 from infergate.errors import (
     ConflictError,
     ForbiddenError,
@@ -46,18 +49,25 @@ from infergate.errors import (
 from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
-from infergate.parity.metrics import ParityMetrics
+from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.overhead import OverheadError, describe_overhead, overhead_fields
-from infergate.parity.profiles import ProfileChoiceError, plan_gate
-from infergate.parity.record import ParityInputError, RecordMeta
+from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
+from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
 from infergate.plan import check_status as st
 from infergate.plan import reasons
+from infergate.plan.check_status import Judgement
 from infergate.plan.phases import is_check_terminal
 from infergate.plan.revision_diff import revision_changes
-from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
+from infergate.render.check_names import (
+    REPORT_HTML_KEY,
+    SIDES,
+    SideName,
+    child_labels,
+    report_name,
+)
 from infergate.retry import retry_call
 from infergate.runner.channels import (
     HttpEngineInfo,
@@ -65,16 +75,37 @@ from infergate.runner.channels import (
     scrape_metrics,
     wait_healthy,
 )
+from infergate.runner.combine import combined
 from infergate.runner.drive import (
     Channels,
     DriveSettings,
     SideAnswerError,
     SideUnavailableError,
     drive_suite,
+    measure_against_record,
     measure_prompt,
 )
-from infergate.runner.overhead import RequestLog, Scrape, check_engines, measure, scrape_all
+from infergate.runner.golden import (
+    GOLDEN_URL_PREFIX,
+    GoldenBaseline,
+    GoldenBaselineError,
+    GoldenRecorder,
+    deployment_history,
+    golden_target,
+    open_golden_baseline,
+)
+from infergate.runner.layers import LayerOpener, LayerReport, localise_failure, open_layer_probe
+from infergate.runner.load import LoadOutcome, run_load
+from infergate.runner.overhead import (
+    Engine,
+    RequestLog,
+    Scrape,
+    check_engines,
+    scrape_all,
+)
+from infergate.runner.overhead import measure as measure_overhead
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
+from infergate.runner.shadow import ShadowError, run_shadow
 from infergate.runner.sides import (
     ClusterReads,
     EngineInfo,
@@ -129,6 +160,10 @@ class RunOptions:
     """Least seconds between two progress writes to the status."""
     previous_report: str | None = None
     """Report ConfigMap of the last passing check, for the regression test."""
+    golden: GoldenSpec | None = None
+    """The operator's golden record store and size policy (None: no records are kept)."""
+    environ: Mapping[str, str] | None = None
+    """Where the S3 keys and the store's mount override are read (None: os.environ)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +173,7 @@ class Connector:
     info: EngineInfo = field(default_factory=HttpEngineInfo)
     open: Callable[[SideTarget, ExitStack, float, RequestLog], Channels] = open_channels
     health: Callable[[list[str], float], None] = wait_healthy
+    layers: LayerOpener = open_layer_probe
     scrape: Scrape = scrape_metrics
     """An engine's /metrics text, for the runner's overhead."""
 
@@ -197,6 +233,8 @@ class _Runner:
         self.generation: int | None = None
         self.check: dict[str, Any] = {}
         self.overhead: dict[str, Any] = {}
+        self.references: dict[str, list[int]] = {}
+        """Each prompt's baseline sequence (token ids), for the layer probe."""
 
     # -- the run --------------------------------------------------------------------------
 
@@ -211,11 +249,32 @@ class _Runner:
             spec = ParityCheck.model_validate(self.check).spec
         except ValidationError as err:
             raise CheckEndedError(reasons.CHECK_INVALID, f"spec is invalid: {err}") from err
+        if spec.source is CheckSource.SHADOW:
+            return self._shadow(spec)
         suite = self._suite(spec)
         started = time.monotonic()
         if not self._mark_running(len(suite.prompts)):
             return EXIT_DONE
-        baseline, candidate = self._resolve(spec)
+        with ExitStack() as held:
+            golden_base = None
+            if spec.baseline.golden is not None:
+                [candidate] = self._resolve(spec, ("candidate",))
+                golden_base = self._golden_baseline(spec, suite, candidate)
+                held.callback(golden_base.close)
+                baseline = golden_target(golden_base)
+            else:
+                baseline, candidate = self._resolve(spec, SIDES)
+            return self._measure(spec, suite, started, (baseline, candidate), golden_base)
+
+    def _measure(
+        self,
+        spec: ParityCheckSpec,
+        suite: Suite,
+        started: float,
+        sides: tuple[SideTarget, SideTarget],
+        golden_base: GoldenBaseline | None,
+    ) -> int:
+        baseline, candidate = sides
         _say(f"baseline: {baseline.description} at {baseline.url}")
         _say(f"candidate: {candidate.description} at {candidate.url}")
         self._health(baseline, candidate)
@@ -226,7 +285,8 @@ class _Runner:
             top_logprobs=spec.sampling.top_logprobs,
             seed=spec.sampling.seed,
         )
-        meta_b, meta_c = _meta(baseline, suite, asked), _meta(candidate, suite, asked)
+        meta_c = _meta(candidate, suite, asked)
+        meta_b = golden_base.meta if golden_base is not None else _meta(baseline, suite, asked)
         try:
             gate = plan_gate(
                 meta_b,
@@ -242,14 +302,39 @@ class _Runner:
             meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
         )
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
-        self._drive(spec, suite, baseline, candidate, comparison)
+        recorder = (
+            None
+            if golden_base is not None
+            else GoldenRecorder.start(
+                self.options.golden,
+                namespace=self.api.namespace,
+                check=self.name,
+                spec=spec,
+                suite=suite,
+                baseline=(baseline, meta_b),
+                candidate=(candidate, meta_c),
+                environ=self.options.environ,
+            )
+        )
+        kept = self._drive(
+            spec, suite, (baseline, candidate), comparison, recorder=recorder, golden=golden_base
+        )
         result = comparison.finalize()
+        if golden_base is not None:
+            result = result.model_copy(update={"notes": [golden_base.note(), *result.notes]})
         previous = self._previous_metrics(profile)
         verdict = decide(result, gate.warn, previous, spec.effective_regression())
         seconds = time.monotonic() - started
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
         for reason in verdict.reasons:
             _say(f"  reason: {reason}")
+        golden = self._finish_golden(recorder, verdict.status, profile)
+        layers = self._layers(verdict.status, result, (baseline, candidate), golden_base)
+        if layers.notes:
+            result = result.model_copy(update={"notes": [*result.notes, *layers.notes]})
+        if layers.reason is not None:
+            _say(f"  {layers.reason}")
+            verdict = verdict.model_copy(update={"reasons": [*verdict.reasons, layers.reason]})
         changes = _revision_changes(baseline, candidate)
         document = {
             "check": {"namespace": self.api.namespace, "name": self.name},
@@ -263,8 +348,22 @@ class _Runner:
             "verdict": verdict.model_dump(mode="json", by_alias=True),
             "result": result.model_dump(mode="json", by_alias=True),
         }
+        judged, load = _with_load(
+            judgement(result, verdict, profile.value),
+            self._load(spec, baseline, candidate, kept=kept, metas=(meta_b, meta_c), gate=gate),
+            document,
+        )
+        if golden is not None:
+            document["golden"] = golden
+        if golden_base is not None:
+            document["goldenBaseline"] = golden_base.status()
         html = render_report(
-            result, verdict, f"{profile.value} ({why})", changes, overhead=self.overhead
+            result,
+            verdict,
+            f"{profile.value} ({why})",
+            changes,
+            sections=[layers.html] if layers.html else [],
+            overhead=self.overhead,
         )
         report = self._write_report(document, html)
         binding = st.Binding(
@@ -273,15 +372,30 @@ class _Runner:
             baseline_revision=baseline.revision,
             candidate_revision=candidate.revision,
         )
+        if layers.reason is not None:
+            judged = replace(
+                judged,
+                reasons=[
+                    *judged.reasons,
+                    VerdictReason(metric="layers.firstDiverging", message=layers.reason),
+                ],
+            )
         fields = st.verdict_status(
-            judgement(result, verdict, profile.value),
+            judged,
             binding,
             status=self.check.get("status") or {},
             report=report,
             at=self.clock(),
         )
-        fields["progress"] = {"done": result.metrics.prompts, "total": len(suite.prompts)}
-        fields["overhead"] = self.overhead
+        fields |= {
+            "progress": {"done": result.metrics.prompts, "total": len(suite.prompts)},
+            "overhead": self.overhead,
+            **(load.status if load is not None else {}),
+        }
+        if golden is not None:
+            fields["golden"] = golden
+        if golden_base is not None:
+            fields["goldenBaseline"] = golden_base.status()
         self._finish(fields)
         return EXIT_DONE
 
@@ -289,6 +403,8 @@ class _Runner:
 
     def _suite(self, spec: ParityCheckSpec) -> Suite:
         source = spec.suite
+        if source is None:
+            raise CheckEndedError(reasons.CHECK_INVALID, "spec.suite is unset")
         if source.inline is not None:
             prompts = tuple(
                 PromptSpec.model_validate(
@@ -314,7 +430,70 @@ class _Runner:
         except SuiteError as err:
             raise CheckEndedError("InvalidSuite", str(err)) from err
 
-    def _resolve(self, spec: ParityCheckSpec) -> tuple[SideTarget, SideTarget]:
+    def _finish_golden(
+        self, recorder: GoldenRecorder | None, status: VerdictStatus, profile: ProfileName
+    ) -> dict[str, Any] | None:
+        """Commit the golden records on Passed and apply retention; the status `golden`
+        field (None: the operator keeps no records)."""
+        if recorder is None:
+            return None
+        history = None
+        where = recorder.where
+        if status is VerdictStatus.PASSED and where is not None:
+            deployment = self._api_call(lambda: self.api.inference_deployment(where[1]))
+            history = deployment_history(deployment)
+        golden = recorder.finish(
+            status is VerdictStatus.PASSED,
+            outcome=status.value,
+            profile=profile.value,
+            history=history,
+        )
+        _say(f"golden records: {golden.get('entries') or golden.get('message')}")
+        return golden
+
+    def _layers(
+        self,
+        status: VerdictStatus,
+        result: ParityResult,
+        sides: tuple[SideTarget, SideTarget],
+        golden: GoldenBaseline | None,
+    ) -> LayerReport:
+        """A failed check's first diverging layer (nothing for any other verdict)."""
+        if status is not VerdictStatus.FAILED:
+            return LayerReport(None, (), "")
+        if golden is not None:
+            return LayerReport.skipped(
+                "the baseline is a golden record, which keeps no per-layer states"
+            )
+        _say("failed: asking both sides for every layer's states on the worst prompts")
+        return localise_failure(
+            result,
+            sides,
+            self.references,
+            self.connector.layers,
+            timeout=self.options.request_timeout,
+        )
+
+    def _golden_baseline(
+        self, spec: ParityCheckSpec, suite: Suite, candidate: SideTarget
+    ) -> GoldenBaseline:
+        try:
+            found = open_golden_baseline(
+                self.options.golden,
+                namespace=self.api.namespace,
+                spec=spec,
+                suite=suite,
+                candidate_revision=candidate.revision,
+                environ=self.options.environ,
+            )
+        except GoldenBaselineError as err:
+            if err.retry:
+                raise RetryableRunError(err.reason, str(err)) from err
+            raise CheckEndedError(err.reason, str(err)) from err
+        _say(f"golden baseline: {found.note()}")
+        return found
+
+    def _resolve(self, spec: ParityCheckSpec, sides: tuple[SideName, ...]) -> list[SideTarget]:
         status = self.check.get("status") or {}
         pinned = {
             "baseline": status.get("baselineRevision"),
@@ -323,14 +502,13 @@ class _Runner:
         deadline = time.monotonic() + self.options.wait_for_sides
         while True:
             try:
-                targets = [
+                return [
                     resolve_side(
                         side, self.name, spec, reads=self.api, info=self.connector.info,
                         pinned_revision=pinned[side],
                     )
-                    for side in SIDES
+                    for side in sides
                 ]  # fmt: skip
-                return targets[0], targets[1]
             except SideResolutionError as err:
                 if not err.transient:
                     raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
@@ -346,10 +524,9 @@ class _Runner:
             time.sleep(2.0)
 
     def _health(self, baseline: SideTarget, candidate: SideTarget) -> None:
-        urls = [baseline.url, candidate.url]
-        urls += [
-            t.probe_url for t in (baseline, candidate) if t.probe_url and t.probe_url not in urls
-        ]
+        live = [t for t in (baseline, candidate) if not t.url.startswith(GOLDEN_URL_PREFIX)]
+        urls = [t.url for t in live]
+        urls += [t.probe_url for t in live if t.probe_url and t.probe_url not in urls]
         try:
             self.connector.health(urls, min(60.0, self.options.wait_for_sides))
         except SideUnavailableError as err:
@@ -359,10 +536,35 @@ class _Runner:
         self,
         spec: ParityCheckSpec,
         suite: Suite,
-        baseline: SideTarget,
-        candidate: SideTarget,
+        sides: tuple[SideTarget, SideTarget],
         comparison: ParityComparison,
-    ) -> None:
+        *,
+        recorder: GoldenRecorder | None = None,
+        golden: GoldenBaseline | None = None,
+    ) -> list[PromptRecord]:
+        """Measure the suite into the comparison (and the golden recorder, if any); what
+        the recorder staged is dropped when the run ends without measuring everything. The
+        baseline's records (without hidden states) when spec.load or spec.performance will
+        compare with them."""
+        try:
+            return self._drive_sides(spec, suite, sides, comparison, (recorder, golden))
+        except BaseException:
+            if recorder is not None:
+                recorder.discard()
+            raise
+
+    def _drive_sides(
+        self,
+        spec: ParityCheckSpec,
+        suite: Suite,
+        sides: tuple[SideTarget, SideTarget],
+        comparison: ParityComparison,
+        golden: tuple[GoldenRecorder | None, GoldenBaseline | None],
+    ) -> list[PromptRecord]:
+        baseline, candidate = sides
+        recorder, record = golden
+        kept: list[PromptRecord] = []
+        keep = spec.load is not None or spec.performance is not None
         settings = DriveSettings(
             max_tokens=spec.sampling.max_tokens,
             top_logprobs=spec.sampling.top_logprobs,
@@ -379,12 +581,34 @@ class _Runner:
                 _say(f"progress {done}/{total}")
                 self._patch({"progress": {"done": done, "total": total}})
 
+        def feed(base: PromptRecord, cand: PromptRecord) -> None:
+            self.references[base.prompt_id] = [
+                *base.prompt_token_ids.tolist(),
+                *base.output_token_ids.tolist(),
+            ][: settings.max_hidden_positions]
+            comparison.add(base, cand)
+            if recorder is not None:
+                recorder.add(base, cand)
+            if keep:
+                kept.append(replace(base, hidden_states=None))
+
         log = RequestLog()
-        engines = check_engines((baseline, candidate))
+        engines = check_engines((candidate,) if record is not None else (baseline, candidate))
         concurrency = max(1, min(self.options.concurrency, total))
+        timeout = self.options.request_timeout
         with ExitStack() as stack:
-            base = self.connector.open(baseline, stack, self.options.request_timeout, log)
-            cand = self.connector.open(candidate, stack, self.options.request_timeout, log)
+            cand = self.connector.open(candidate, stack, timeout, log)
+            if record is not None:
+
+                def measure(prompt: PromptSpec) -> tuple[PromptRecord, PromptRecord]:
+                    return measure_against_record(prompt, record.prompt(prompt.id), cand, settings)
+
+            else:
+                base = self.connector.open(baseline, stack, timeout, log)
+
+                def measure(prompt: PromptSpec) -> tuple[PromptRecord, PromptRecord]:
+                    return measure_prompt(prompt, base, cand, settings)
+
             before: dict[str, str] | None = None
             try:
                 before = scrape_all(engines, self.connector.scrape)
@@ -394,8 +618,8 @@ class _Runner:
             try:
                 drive_suite(
                     suite.prompts,
-                    lambda prompt: measure_prompt(prompt, base, cand, settings),
-                    comparison.add,
+                    measure,
+                    feed,
                     concurrency=self.options.concurrency,
                     progress=progress,
                 )
@@ -405,15 +629,27 @@ class _Runner:
                 raise CheckEndedError(reasons.CHECK_COULD_NOT_MEASURE, str(err)) from err
             wall = time.monotonic() - started
             if before is not None:
-                try:
-                    after = scrape_all(engines, self.connector.scrape)
-                    found = measure(
-                        engines, before, after, log, wall_seconds=wall, concurrency=concurrency
-                    )
-                    self.overhead = overhead_fields(found)
-                except OverheadError as err:
-                    self.overhead = overhead_fields(err)
+                self.overhead = self._overhead(engines, before, log, wall, concurrency)
         _say(describe_overhead(self.overhead))
+        return kept
+
+    def _overhead(
+        self,
+        engines: list[Engine],
+        before: dict[str, str],
+        log: RequestLog,
+        wall: float,
+        concurrency: int,
+    ) -> dict[str, Any]:
+        """The overhead of the drive that just ended (its second scrape now), or why not."""
+        try:
+            after = scrape_all(engines, self.connector.scrape)
+            found = measure_overhead(
+                engines, before, after, log, wall_seconds=wall, concurrency=concurrency
+            )
+        except OverheadError as err:
+            return overhead_fields(err)
+        return overhead_fields(found)
 
     def _previous_metrics(self, profile: ProfileName) -> ParityMetrics | None:
         """Metrics of the last passing check, when it judged the same kind of change.
@@ -477,6 +713,36 @@ class _Runner:
             else next(iter([*data.data, *data.binary_data]))
         )
         return ConfigMapKeyReference(name=name, key=key)
+
+    # -- load, performance and shadow (runner/load.py, runner/shadow.py) ------------------
+
+    def _load(
+        self,
+        spec: ParityCheckSpec,
+        baseline: SideTarget,
+        candidate: SideTarget,
+        *,
+        kept: list[PromptRecord],
+        metas: tuple[RecordMeta, RecordMeta],
+        gate: Gate,
+    ) -> LoadOutcome | None:
+        if spec.load is None and spec.performance is None:
+            return None
+        try:
+            return run_load(spec, baseline, candidate, kept=kept, metas=metas, gate=gate, say=_say)
+        except SideUnavailableError as err:
+            raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
+        except (SideAnswerError, ParityInputError) as err:
+            raise CheckEndedError(reasons.CHECK_COULD_NOT_MEASURE, str(err)) from err
+
+    def _shadow(self, spec: ParityCheckSpec) -> int:
+        try:
+            run_shadow(_ShadowSteps(self), spec)
+        except ShadowError as err:
+            if err.retry:
+                raise RetryableRunError(err.reason, str(err)) from err
+            raise CheckEndedError(err.reason, str(err)) from err
+        return EXIT_DONE
 
     # -- status writes --------------------------------------------------------------------
 
@@ -576,6 +842,81 @@ class _Runner:
             return fn()
         except KubeError as err:
             raise _api_failure(err) from err
+
+
+class _ShadowSteps:
+    """What runner/shadow.py uses of a runner (`runner.shadow.RunnerSteps`)."""
+
+    def __init__(self, runner: _Runner) -> None:
+        self._runner = runner
+        self.name = runner.name
+        self.check = runner.check
+
+    @property
+    def namespace(self) -> str:
+        return self._runner.api.namespace
+
+    def mark_running(self, total: int) -> bool:
+        return self._runner._mark_running(total)
+
+    def resolve(self, spec: ParityCheckSpec) -> tuple[SideTarget, SideTarget]:
+        baseline, candidate = self._runner._resolve(spec, ("baseline", "candidate"))
+        return baseline, candidate
+
+    def health(self, baseline: SideTarget, candidate: SideTarget) -> None:
+        self._runner._health(baseline, candidate)
+
+    def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
+        return _meta(target, suite, asked)
+
+    def progress(self, done: int, total: int) -> None:
+        _say(f"progress {done}/{total}")
+        self._runner._patch({"progress": {"done": done, "total": total}})
+
+    def mirror_service(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        api = self._runner.api
+        service = self._runner._api_call(lambda: api.service(name))
+        slices = self._runner._api_call(lambda: api.endpoint_slices(name))
+        return service, slices
+
+    def write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference:
+        return self._runner._write_report(document, html)
+
+    def finish(
+        self,
+        verdict: Judgement,
+        baseline: SideTarget,
+        candidate: SideTarget,
+        report: ConfigMapKeyReference,
+        extra: Mapping[str, Any],
+    ) -> None:
+        runner = self._runner
+        _say(f"verdict {verdict.phase.value}: {verdict.summary}")
+        binding = st.Binding(
+            spec_digest=st.spec_digest(runner.check.get("spec") or {}),
+            generation=runner.generation,
+            baseline_revision=baseline.revision,
+            candidate_revision=candidate.revision,
+        )
+        fields = st.verdict_status(
+            verdict, binding, status=runner.check.get("status") or {}, report=report,
+            at=runner.clock(),
+        )  # fmt: skip
+        runner._finish({**fields, **extra})
+
+
+def _with_load(
+    judged: Judgement, load: LoadOutcome | None, document: dict[str, Any]
+) -> tuple[Judgement, LoadOutcome | None]:
+    """The suite's judgement with the load levels' and performance's folded in (the worst
+    wins), and the report document with their figures."""
+    if load is None:
+        return judged, None
+    judged = combined(judged, load.judgements, metrics=load.metrics)
+    document["status"] = judged.phase.value
+    document |= load.document
+    _say(f"with load and performance: {judged.phase.value}")
+    return judged, load
 
 
 def _api_failure(err: KubeError) -> Exception:

@@ -103,7 +103,7 @@ def full_deployment_status() -> dict[str, Any]:
             "verdict": "Passed",
             "completionTime": _NOW,
         },
-        "trafficMechanism": "ReplicaRatio",
+        "trafficMechanism": "Dark",
         "endpoints": {
             "stable": {"service": "qwen", "port": 8000},
             "canary": {"service": "qwen-0011223344", "port": 8000, "revision": "0011223344"},

@@ -16,7 +16,7 @@ from infergate.api.reference import render_reference
 # information measure, a bounded share, or an explicit "no unit".
 _UNIT = re.compile(
     r"\b(seconds?|tokens?|nats|devices?|pods?|replicas?|revisions?|positions?|prompts?|"
-    r"retries|port|generation|ratio|share|percentile|characters?|no unit|"
+    r"retries|bytes?|port|generation|ratio|share|percentile|characters?|no unit|"
     r"hidden states' own units)\b|\(-?\d+(\.\d+)?\.\.\d+",
     re.IGNORECASE,
 )

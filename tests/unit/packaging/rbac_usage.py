@@ -12,8 +12,8 @@ Four sources, each read from the code rather than kept as a list by hand:
   (CRDs; namespaces when `kopf.run` gets namespace patterns);
 - owner references with `blockOwnerDeletion` written by code the controllers import
   (the API server then wants `update` on the owner's `finalizers` subresource);
-- the runner's Role as `runner_rbac` builds it: RBAC lets the operator grant only
-  permissions it holds itself.
+- the runner's Role as `runner_rbac` builds it, and the mirror's as `mirror_rbac` does:
+  RBAC lets the operator grant only permissions it holds itself.
 
 A call whose resource cannot be resolved is reported as such: the scanner must be
 extended, not the list silently shortened.
@@ -463,6 +463,20 @@ def runner_role_needs() -> list[Need]:
     return needs
 
 
+def mirror_role_needs() -> list[Need]:
+    """The mirror Role's rules: the operator must hold what it grants."""
+    from infergate.render.mirror import mirror_rbac
+
+    role = next(o for o in mirror_rbac("d", "ns") if o["kind"] == "Role")
+    return [
+        Need(Permission(group, resource, verb), "mirror Role (granted)")
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    ]
+
+
 @dataclass(frozen=True)
 class OperatorUsage:
     """Everything the operator needs with a set of handler modules loaded."""
@@ -511,6 +525,8 @@ def operator_usage(disabled: Iterable[str] = ()) -> OperatorUsage:
     exact += kopf + owner_finalizer_needs(closure)
     if f"{PACKAGE}.render.check_children" in names:
         exact += runner_role_needs()
+    if f"{PACKAGE}.render.mirror" in names:
+        exact += mirror_role_needs()
     dynamic = [use for use in uses if not use.exact]
     return OperatorUsage(tuple(handlers), exact, dynamic, [*unresolved, *kopf_unresolved])
 

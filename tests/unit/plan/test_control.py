@@ -14,6 +14,8 @@ from infergate.plan.control import ABORT, PROMOTE, REQUESTED_BY, ROLLBACK_TO, ma
         ("True", True),
         (" yes ", True),
         ("", True),  # kubectl annotate idep qwen infergate.io/abort=
+        ("0123456789", True),  # infergate abort: the canary it saw, by hash
+        ("abcdefabcd", False),  # another revision than the canary
         ("false", False),
         ("False", False),
         ("no", False),
@@ -21,16 +23,16 @@ from infergate.plan.control import ABORT, PROMOTE, REQUESTED_BY, ROLLBACK_TO, ma
         ("maybe", False),
     ],
 )
-def test_abort_fires_only_for_a_yes(value: str, aborts: bool) -> None:
+def test_abort_fires_only_for_a_yes_or_the_canary(value: str, aborts: bool) -> None:
     requests = manual_requests({ABORT: value})
-    assert requests.abort is aborts
+    assert requests.aborts("0123456789") is aborts
     # Handled either way: an inert "false" is removed too, so it never turns into an abort.
     assert requests.present == (ABORT,)
 
 
 def test_no_annotation_asks_for_nothing() -> None:
     requests = manual_requests({"kopf.zalando.org/last-handled-configuration": "{}"})
-    assert (requests.promote, requests.abort, requests.rollback_to) == (None, False, None)
+    assert (requests.promote, requests.abort, requests.rollback_to) == (None, None, None)
     assert requests.present == ()
 
 

@@ -45,7 +45,7 @@ def test_first_revision_becomes_stable_once_available() -> None:
     assert world.condition("Available") == ("True", "MinimumReplicasAvailable")
     assert world.condition("Progressing") == ("False", "RolloutComplete")
     assert world.status.observed_generation == 1
-    assert world.status.traffic_mechanism == "ReplicaRatio"
+    assert world.status.traffic_mechanism == "Dark"
     assert world.status.endpoints is not None
     assert world.status.endpoints.stable is not None
     assert world.status.endpoints.stable.service == NAME
@@ -549,3 +549,18 @@ def test_abort_false_does_nothing_but_is_consumed() -> None:
     assert world.status.canary_revision == canary
     assert world.status.stable_revision == stable
     assert plan.remove_annotations == (ABORT,)
+
+
+def test_abort_by_hash_applies_to_that_canary_only() -> None:
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    other = "0" * 10 if canary != "0" * 10 else "1" * 10
+    world.annotations[ABORT] = other  # asked about a canary that is no longer the canary
+    plan = world.reconcile()
+    assert world.status.canary_revision == canary
+    assert any(e.warning and f"the canary is {canary}" in e.message for e in plan.events)
+    assert plan.remove_annotations == (ABORT,)
+    world.annotations[ABORT] = canary  # what `infergate abort` writes
+    world.reconcile()
+    assert world.status.canary_revision is None
+    assert world.revisions() == {stable: 2}

@@ -102,13 +102,28 @@ class World:
         ]
         checks = [observe_check(o) for o in self.of("ParityCheck")]
         pods = [p for o in self.pods.values() if (p := observe_pod(o))]
+        extras = [
+            o
+            for body in [
+                *self.of("HTTPRoute"),
+                *self.of("ServiceAccount"),
+                *self.of("Role"),
+                *self.of("RoleBinding"),
+                *(
+                    d
+                    for d in self.of("Deployment")
+                    if LABEL_REVISION not in d["metadata"]["labels"]
+                ),
+            ]
+            if (o := observe_object(body))
+        ]
         state = DeploymentState(
             owner=Owner(NAME, NAMESPACE, UID),
             generation=self.generation,
             spec=spec,
             status=self.status,
             manual=manual_requests(self.annotations),
-            observed=collect(UID, deployments, others, checks, pods),
+            observed=collect(UID, deployments, others, checks, pods, extras=extras),
             now=self.now,
         )
         plan = plan_reconcile(state)
@@ -188,12 +203,18 @@ class World:
         return {
             d["metadata"]["labels"][LABEL_REVISION]: d["spec"]["replicas"]
             for d in self.of("Deployment")
+            if LABEL_REVISION in d["metadata"]["labels"]
         }
+
+    def make_unavailable(self, revision: str) -> None:
+        """Play the Deployment controller: the revision's pods stop being available."""
+        body = self.deployment(revision)
+        body["status"] = {**body["status"], "readyReplicas": 0, "availableReplicas": 0}
 
     def make_available(self, revision: str | None = None) -> None:
         """Play the Deployment controller: every (or one) Deployment fully rolled out."""
         for body in self.of("Deployment"):
-            if revision and body["metadata"]["labels"][LABEL_REVISION] != revision:
+            if revision and body["metadata"]["labels"].get(LABEL_REVISION) != revision:
                 continue
             replicas = body["spec"]["replicas"]
             body["status"] = {

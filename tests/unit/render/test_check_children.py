@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 from infergate.api.enums import EngineKind
+from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_MOUNT_PATH
 from infergate.plan.check_observed import observe_parity_check
 from infergate.render.check_children import (
     pooling_args,
@@ -170,6 +172,53 @@ def test_the_runner_job_runs_the_check_under_its_account_with_the_checks_limits(
     assert job["spec"]["activeDeadlineSeconds"] == 600
     assert job["spec"]["backoffLimit"] == 2
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_the_operators_golden_store_reaches_the_runner_and_nothing_else_does() -> None:
+    spec = observe_parity_check(CHECK).spec
+    assert spec is not None
+    plain = runner_job(CHECK, spec.runner, image="img")
+    assert "volumes" not in plain["spec"]["template"]["spec"]
+    pvc = GoldenSpec.model_validate(
+        {"store": {"pvc": {"claimName": "golden-records", "subPath": "prod"}}}
+    )
+    job = runner_job(CHECK, spec.runner, image="img", golden=pvc)
+    pod = job["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert GoldenSpec.model_validate(json.loads(env[GOLDEN_CONFIG_ENV]["value"])) == pvc
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert volumes[mounts[GOLDEN_MOUNT_PATH]]["persistentVolumeClaim"] == {
+        "claimName": "golden-records"
+    }
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
+    # The root stays read-only; scratch space is the pod's own emptyDir.
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "emptyDir" in volumes[mounts[env["TMPDIR"]["value"]]]
+
+    s3 = GoldenSpec.model_validate(
+        {
+            "store": {
+                "s3": {
+                    "endpoint": "http://127.0.0.1:7070",
+                    "bucket": "golden",
+                    "secretRef": {"name": "golden-s3", "accessKeyIdKey": "id"},
+                }
+            }
+        }
+    )
+    job = runner_job(CHECK, spec.runner, image="img", golden=s3)
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    # Keys only from the Secret, never as values in the Job.
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {
+        "secretKeyRef": {"name": "golden-s3", "key": "id"}
+    }
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "golden-s3", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+    assert all(m["mountPath"] != GOLDEN_MOUNT_PATH for m in container["volumeMounts"])
 
 
 def test_long_check_names_give_valid_distinct_child_names() -> None:

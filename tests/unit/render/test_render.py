@@ -187,9 +187,9 @@ def test_objects_are_named_and_labelled_by_revision() -> None:
     assert objects.config_map["immutable"] is True
 
 
-def test_stable_service_selects_every_revision_and_revision_service_one() -> None:
-    first = _render(_spec())
-    second = _render(_spec(engine__dtype="float16"))
+def test_stable_service_selects_every_revision_with_traffic_replicas() -> None:
+    first = _render(_spec(rollout__traffic={"mode": "replicas"}))
+    second = _render(_spec(engine__dtype="float16", rollout__traffic={"mode": "replicas"}))
     assert first.revision != second.revision
     assert first.stable_service == second.stable_service
     stable_selector = first.stable_service["spec"]["selector"]
@@ -202,6 +202,20 @@ def test_stable_service_selects_every_revision_and_revision_service_one() -> Non
     assert not second.service["spec"]["selector"].items() <= (
         first.deployment["spec"]["template"]["metadata"]["labels"].items()
     )
+
+
+@pytest.mark.parametrize("mode", ["dark", "gateway"])
+def test_stable_service_selects_only_the_serving_revision_by_default(mode: str) -> None:
+    gateway = {"parentRefs": [{"name": "public"}]} if mode == "gateway" else None
+    traffic = {"mode": mode, **({"gateway": gateway} if gateway else {})}
+    first = _render(_spec(rollout__traffic=traffic))
+    second = _render(_spec(engine__dtype="float16", rollout__traffic=traffic))
+    selector = first.stable_service["spec"]["selector"]
+    first_pods = first.deployment["spec"]["template"]["metadata"]["labels"]
+    second_pods = second.deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= first_pods.items()
+    # Another revision's pods (a canary's) are never selected by the serving Service.
+    assert not selector.items() <= second_pods.items()
 
 
 def test_replicas_come_from_the_spec_or_the_controller() -> None:

@@ -23,11 +23,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from infergate.engines.client import Completion
+from infergate.engines.layer_probe import LayerStates
 from infergate.errors import ConflictError, NotFoundError
+from infergate.parity.layers import layer_state_names
 from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
 from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.runner.drive import Channels
+from infergate.runner.layers import can_probe_layers
 from infergate.runner.overhead import RequestLog
 from infergate.runner.run import Connector
 from infergate.runner.sides import EndpointDescription, SideTarget
@@ -35,6 +38,7 @@ from infergate.runner.sides import EndpointDescription, SideTarget
 NS = "llm"
 VOCAB = 64
 HIDDEN = 16
+LAYERS = 4
 SECONDS_PER_REQUEST = 0.001
 """What a toy engine says each request took (its clock, not the test's)."""
 
@@ -223,6 +227,8 @@ class ToyEngine:
         }
     )
     probe_ids: list[int] = field(default_factory=lambda: [1, 17, 42])
+    corrupt_layer: int | None = None
+    """Decoder layer whose output (and every later state) the layer probe perturbs."""
     served: Counter[str] = field(default_factory=Counter)
     busy_seconds: float = 0.0
     metrics_served: bool = True
@@ -316,6 +322,28 @@ class ToyEngine:
             TopLogprobs.from_pairs(steps, k=top_logprobs),
         )
 
+    def layer_states(
+        self,
+        token_ids: Sequence[int],
+        *,
+        positions: Sequence[int] | None = None,
+        sketch_dims: int | None = None,  # noqa: ARG002 - the toy answers full states
+    ) -> LayerStates:
+        """LAYERS + 2 states; from `corrupt_layer` on, each state is off by `shift`."""
+        ids = np.asarray(token_ids)
+        chosen = list(range(len(ids))) if positions is None else list(positions)
+        base = np.cos(np.outer(ids[chosen] + 1, np.arange(1, HIDDEN + 1)) * 0.1)
+        states = []
+        for index in range(LAYERS + 2):
+            state = base * (1.0 + 0.1 * index)
+            if self.corrupt_layer is not None and index >= self.corrupt_layer + 1:
+                state = state * (1.0 + 0.5)
+            states.append(state)
+        return LayerStates(
+            layer_state_names(LAYERS), tuple(chosen), np.stack(states).astype(np.float32),
+            None, None,
+        )  # fmt: skip
+
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         self._maybe_fail()
         self.serve("/v1/parity/hidden_states" if self.adapter else "/pooling")
@@ -358,7 +386,12 @@ class ToyConnector:
     unhealthy: set[str] = field(default_factory=set)
 
     def connector(self) -> Connector:
-        return Connector(info=self, open=self.open, health=self.health, scrape=self.scrape)
+        return Connector(
+            info=self, open=self.open, health=self.health, layers=self.layers, scrape=self.scrape
+        )
+
+    def layers(self, target: SideTarget, timeout: float) -> ToyEngine | None:  # noqa: ARG002
+        return self.engines[target.url] if can_probe_layers(target) else None
 
     def describe(self, url: str) -> EndpointDescription:
         engine = self.engines[url]

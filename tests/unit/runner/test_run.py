@@ -49,7 +49,10 @@ def cluster(**spec_overrides: Any) -> FakeApi:
     api = FakeApi()
     api.deployments["qwen"] = {
         "metadata": {"name": "qwen"},
-        "status": {"stableRevision": "aaaaaaaaaa"},
+        "status": {
+            "stableRevision": "aaaaaaaaaa",
+            "revisions": [{"hash": "aaaaaaaaaa"}, {"hash": "bbbbbbbbbb"}],
+        },
     }
     api.add_revision("qwen", "aaaaaaaaaa", engine="vllm", dtype="bfloat16", ip=BASE_IP)
     api.add_revision("qwen", "bbbbbbbbbb", engine="mindformers", dtype="float16", ip=CAND_IP)

@@ -1,0 +1,180 @@
+"""The mirroring proxy of an InferenceDeployment, as manifests (pure).
+
+`<name>-mirror`: a Deployment running `infergate mirror serve` (the operator's own image),
+its Service (port `http` forwards to stable, port `control` takes shadow sessions), and a
+ServiceAccount with a Role that may only read Services and EndpointSlices of the
+namespace: the proxy resolves the stable Service's ready endpoints itself (it never
+dials a ClusterIP) and, for a shadow session, the endpoints of a revision Service of its
+own deployment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infergate.api.shadow import Mirror
+from infergate.render.labels import (
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    MANAGED_BY,
+)
+from infergate.render.launch import HTTP_PORT
+
+COMPONENT_MIRROR = "mirror"
+CONTROL_PORT = 8001
+CONTAINER = "mirror"
+HEALTH_PATH = "/mirror/health"
+_RESOURCES: dict[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "512Mi"},
+}
+
+
+def mirror_name(name: str) -> str:
+    """Name of the mirror's Deployment, Service, ServiceAccount, Role and RoleBinding."""
+    return f"{name}-mirror"
+
+
+def mirror_labels(name: str) -> dict[str, str]:
+    """Labels of every mirror object; the pod selector is the same set."""
+    return {
+        LABEL_NAME: name,
+        LABEL_INSTANCE: mirror_name(name),
+        LABEL_COMPONENT: COMPONENT_MIRROR,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_DEPLOYMENT: name,
+    }
+
+
+def _metadata(name: str, namespace: str) -> dict[str, Any]:
+    return {"name": mirror_name(name), "namespace": namespace, "labels": mirror_labels(name)}
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": "control"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> list[dict[str, Any]]:
+    """ServiceAccount, Role, RoleBinding, Deployment and Service of the mirror, in apply order."""
+    labels = mirror_labels(name)
+    account = mirror_name(name)
+    container = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["infergate"],
+        "args": [
+            "mirror",
+            "serve",
+            "--deployment",
+            name,
+            "--namespace",
+            namespace,
+            "--host",
+            "$(POD_IP)",
+            "--port",
+            str(HTTP_PORT),
+            "--control-port",
+            str(CONTROL_PORT),
+        ],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "control", "containerPort": CONTROL_PORT, "protocol": "TCP"},
+        ],
+        "resources": mirror.resources.to_kube() if mirror.resources else _RESOURCES,
+        "readinessProbe": _probe(2, 3),
+        "livenessProbe": _probe(10, 6),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(name, namespace),
+        "spec": {
+            "replicas": mirror.replicas,
+            "selector": {"matchLabels": labels},
+            "revisionHistoryLimit": 2,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": account,
+                    "containers": [container],
+                    "terminationGracePeriodSeconds": 10,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(name, namespace),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels,
+            "ports": [
+                {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"},
+                {
+                    "name": "control",
+                    "port": CONTROL_PORT,
+                    "targetPort": "control",
+                    "protocol": "TCP",
+                },
+            ],
+        },
+    }
+    return [*mirror_rbac(name, namespace), deployment, service]
+
+
+def mirror_rbac(name: str, namespace: str) -> list[dict[str, Any]]:
+    """The mirror's identity: it reads Services and EndpointSlices of its namespace, nothing
+    else (it never writes to the API server)."""
+    account = mirror_name(name)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _metadata(name, namespace),
+            "automountServiceAccountToken": True,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _metadata(name, namespace),
+            "rules": [
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["list"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _metadata(name, namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]

@@ -1,0 +1,433 @@
+"""Golden records in the runner: a Passed check stores both sides' records.
+
+The store is the operator's, never the tenant's: the operator renders the runner Job
+with `$INFERGATE_GOLDEN_CONFIG` (a `GoldenSpec` as JSON: the store, the size policy),
+mounts the store's claim or passes the S3 Secret's keys as env, and the runner reads
+nothing else. A ParityCheck cannot name a store.
+
+`GoldenRecorder` stages each measured pair as the suite runs (memory holds one pair)
+and commits both records only when the verdict is Passed. A store that fails does
+not change the verdict; the status says that nothing was stored and why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from infergate.api.check_status import GoldenBaselineStatus, GoldenRecordStatus
+from infergate.api.golden import GoldenSpec
+from infergate.api.parity_check import ParityCheckSpec
+from infergate.golden.config import policy_from_spec, store_from_spec
+from infergate.golden.entry import GoldenEntry
+from infergate.golden.errors import GoldenConfigError, GoldenError, GoldenUnavailableError
+from infergate.golden.keys import Role, engine_fingerprint, suite_digest
+from infergate.golden.recording import CheckIdentity, GoldenRecording, SideIdentity
+from infergate.golden.retention import DeploymentHistory, IndexItem, plan_retention
+from infergate.golden.settings import GOLDEN_CONFIG_ENV, HiddenStatesPolicy
+from infergate.golden.store import GoldenRecord, GoldenStore
+from infergate.parity.record import PromptRecord, RecordMeta
+from infergate.runner.sides import SideTarget
+from infergate.suite import Suite
+
+MESSAGE_MAX: Final = 1024
+GOLDEN_URL_PREFIX: Final = "golden:"
+"""How a golden baseline's `url` starts (nothing is called there)."""
+
+
+def golden_from_env(environ: Mapping[str, str]) -> GoldenSpec | None:
+    """The operator's golden settings, or None when it keeps no golden records."""
+    text = environ.get(GOLDEN_CONFIG_ENV)
+    if not text:
+        return None
+    try:
+        return GoldenSpec.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as err:
+        raise GoldenConfigError(
+            f"${GOLDEN_CONFIG_ENV} is not a golden store setting: {err}"
+        ) from err
+
+
+def check_suite_digest(spec: ParityCheckSpec, suite: Suite) -> str:
+    """What a record answers: the suite's prompts and every generation setting.
+
+    The hidden-state settings are left out: which positions a record kept is in its
+    entry, and a check that compares no hidden states can use any record.
+    """
+    return suite_digest(suite.prompts, spec.sampling.to_kube())
+
+
+def side_fingerprint(meta: RecordMeta) -> str:
+    """The engine fingerprint a side's record is keyed by."""
+    return engine_fingerprint(
+        engine=meta.engine,
+        engine_version=meta.engine_version,
+        dtype=meta.dtype,
+        effective_config=meta.effective_config,
+        fingerprints=meta.fingerprints,
+    )
+
+
+def _status(stored: bool, store: str | None, message: str, **extra: Any) -> dict[str, Any]:
+    return GoldenRecordStatus(
+        stored=stored, store=store, message=message[:MESSAGE_MAX], **extra
+    ).to_kube()
+
+
+def deployment_history(deployment: Mapping[str, Any] | None) -> DeploymentHistory:
+    """What retention keeps of a deployment: its stable and canary revisions and every
+    revision its status still lists (`revisionHistoryLimit` bounds that list)."""
+    if deployment is None:
+        return DeploymentHistory(exists=False)
+    status = deployment.get("status") or {}
+    hashes = {r.get("hash") for r in status.get("revisions") or [] if isinstance(r, Mapping)}
+    hashes |= {status.get("stableRevision"), status.get("canaryRevision")}
+    return DeploymentHistory(True, frozenset(h for h in hashes if isinstance(h, str)))
+
+
+class GoldenRecorder:
+    """Both sides of one check staged for the store; `finish()` commits them on Passed."""
+
+    def __init__(
+        self,
+        store: GoldenStore | None,
+        recording: GoldenRecording | None,
+        digest: str | None,
+        skipped: str | None,
+        *,
+        golden: GoldenSpec | None = None,
+        where: tuple[str, str] | None = None,
+    ) -> None:
+        self.store = store
+        self._recording = recording
+        self._digest = digest
+        self._problem = skipped
+        self._golden = golden
+        self.where = where
+        """(namespace, deployment) the records go under."""
+
+    @classmethod
+    def start(
+        cls,
+        golden: GoldenSpec | None,
+        *,
+        namespace: str,
+        check: str,
+        spec: ParityCheckSpec,
+        suite: Suite,
+        baseline: tuple[SideTarget, RecordMeta],
+        candidate: tuple[SideTarget, RecordMeta],
+        environ: Mapping[str, str] | None = None,
+    ) -> GoldenRecorder | None:
+        """A recorder, or None when the operator keeps no golden records.
+
+        A check whose sides are not two revisions of one InferenceDeployment is not
+        recorded (a record is keyed by its revision); the recorder then only says why.
+        """
+        if golden is None:
+            return None
+        digest = check_suite_digest(spec, suite)
+        try:
+            store = store_from_spec(golden.store, environ=environ)
+        except GoldenError as err:
+            return cls(None, None, digest, f"golden store unusable: {err}")
+        (base, base_meta), (cand, cand_meta) = baseline, candidate
+        if base.revision is None or cand.revision is None or base.deployment != cand.deployment:
+            return cls(
+                store, None, digest,
+                "not recorded: golden records are kept for two revisions of one "
+                "InferenceDeployment, and this check compares "
+                f"{base.description} with {cand.description}",
+            )  # fmt: skip
+        assert base.deployment is not None  # noqa: S101 - a revision side names its deployment
+        identity = CheckIdentity(
+            namespace=namespace,
+            deployment=base.deployment,
+            check=check,
+            suite=suite.name,
+            suite_digest=digest,
+            baseline=SideIdentity(base.revision, side_fingerprint(base_meta), base_meta),
+            candidate=SideIdentity(cand.revision, side_fingerprint(cand_meta), cand_meta),
+        )
+        try:
+            recording = store.begin(identity, policy_from_spec(golden))
+        except (GoldenError, OSError) as err:
+            return cls(store, None, digest, f"golden store unusable: {err}")
+        return cls(
+            store, recording, digest, None, golden=golden, where=(namespace, base.deployment)
+        )
+
+    def add(self, baseline: PromptRecord, candidate: PromptRecord) -> None:
+        """Stage one measured pair; a store problem stops recording, never the check."""
+        if self._recording is None:
+            return
+        try:
+            self._recording.add(baseline, candidate)
+        except (GoldenError, OSError) as err:
+            self._problem = f"not recorded: {err}"
+            self._recording.discard()
+            self._recording = None
+
+    def finish(
+        self,
+        passed: bool,
+        *,
+        outcome: str,
+        profile: str,
+        history: DeploymentHistory | None = None,
+    ) -> dict[str, Any]:
+        """Commit both records if the check Passed, then apply retention to the
+        deployment's records (`history`: what it still keeps); the status `golden` field."""
+        where = self.store.describe() if self.store is not None else None
+        recording, self._recording = self._recording, None
+        if not passed:
+            if recording is not None:
+                recording.discard()
+            return _status(
+                False, where, f"only a Passed check stores golden records; this one is {outcome}",
+                suite_digest=self._digest,
+            )  # fmt: skip
+        if recording is None:
+            return _status(False, where, self._problem or "not recorded", suite_digest=self._digest)
+        try:
+            base, cand = recording.commit(profile=profile)
+        except (GoldenError, OSError) as err:
+            return _status(False, where, f"not recorded: {err}", suite_digest=self._digest)
+        pruned = self._retain(history)
+        forms = ", ".join(
+            f"{entry.role.value}: "
+            + " ".join(f"{n} {form}" for form, n in entry.hidden_counts().items() if n)
+            for entry in (base, cand)
+        )
+        return _status(
+            True,
+            where,
+            f"hidden states kept per prompt ({forms}){pruned}",
+            suite_digest=self._digest,
+            entries=[str(base.location), str(cand.location)],
+            size_bytes=base.size_bytes + cand.size_bytes,
+        )
+
+    def _retain(self, history: DeploymentHistory | None) -> str:
+        """Delete the deployment's records retention no longer keeps; a note for the status."""
+        if history is None or self.store is None or self._golden is None or self.where is None:
+            return ""
+        retention = self._golden.retention
+        try:
+            items = self.store.list_entries(*self.where)
+            deletions = plan_retention(
+                items,
+                {self.where: history},
+                when_deleted=retention.when_deleted,
+                records_per_revision=retention.records_per_revision,
+            )
+            self.store.delete([d.location for d in deletions])
+        except (GoldenError, OSError) as err:
+            return f"; retention not applied: {err}"
+        return f"; retention removed {len(deletions)} older record(s)" if deletions else ""
+
+    def discard(self) -> None:
+        """Drop whatever was staged (the run ended without a verdict)."""
+        if self._recording is not None:
+            self._recording.discard()
+            self._recording = None
+
+
+class GoldenBaselineError(RuntimeError):
+    """The golden baseline cannot be used; the check ends in Error with this reason (or,
+    when `retry`, the attempt fails for the Job to retry: the store was unreachable)."""
+
+    def __init__(self, reason: str, message: str, *, retry: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry = retry
+
+
+class GoldenBaseline:
+    """A verified golden record serving as a check's baseline."""
+
+    def __init__(
+        self, store: GoldenStore, record: GoldenRecord, *, hidden: bool, suite: str
+    ) -> None:
+        self.store = store
+        self.record = record
+        self.entry = record.entry
+        self.hidden = hidden
+        self.meta = record.meta.model_copy(update={"suite": suite})
+
+    def prompt(self, prompt_id: str) -> PromptRecord:
+        found = self.record.get(prompt_id)
+        return found if self.hidden else replace(found, hidden_states=None)
+
+    def status(self) -> dict[str, Any]:
+        entry = self.entry
+        return GoldenBaselineStatus(
+            entry=str(entry.location),
+            store=self.store.describe(),
+            revision=entry.revision,
+            recorded=entry.created,
+            check=entry.check or None,
+        ).to_kube()
+
+    def note(self) -> str:
+        entry = self.entry
+        return (
+            f"Baseline: the golden record {entry.location} of revision {entry.revision} "
+            f"({entry.role.value} of check {entry.check or '?'}, recorded "
+            f"{entry.created.strftime('%Y-%m-%d %H:%M:%S UTC')}, engine fingerprint "
+            f"{entry.fingerprint[:19]}), read from {self.store.describe()}; no baseline pods "
+            "ran."
+        )
+
+    def close(self) -> None:
+        self.record.close()
+
+
+def _choose(
+    items: list[IndexItem], *, revision: str | None, exclude: str | None, digest: str,
+    fingerprint: str | None,
+) -> tuple[GoldenEntry | None, list[str]]:  # fmt: skip
+    """The newest matching entry (None: none), and what else that revision holds.
+
+    Fail closed: the newest entry of the revision that cannot be read is an error, not
+    a reason to fall back to an older one.
+    """
+    others: list[str] = []
+    for item in reversed(items):
+        name = item.location.name
+        if revision is not None and name.revision != revision:
+            continue
+        if revision is None and name.revision == exclude:
+            continue
+        entry = item.entry
+        if entry is None:
+            raise GoldenBaselineError(
+                "GoldenRecordCorrupt",
+                f"golden record {item.location} cannot be read: {item.problem}",
+            )
+        if name.role is not Role.BASELINE and not entry.self_scored:
+            # This candidate's outputs forked from its baseline's: it was scored along the
+            # other side's sequence and kept hidden states only where the two agreed.
+            others.append(f"{item.location} (a candidate's record, scored along another sequence)")
+            continue
+        if entry.suite_digest != digest:
+            others.append(f"{entry.location} (suite {entry.suite_digest[:12]})")
+            continue
+        if fingerprint is not None and entry.fingerprint != fingerprint:
+            others.append(f"{entry.location} (fingerprint {entry.fingerprint[:19]})")
+            continue
+        return entry, others
+    return None, others
+
+
+def open_golden_baseline(
+    golden: GoldenSpec | None,
+    *,
+    namespace: str,
+    spec: ParityCheckSpec,
+    suite: Suite,
+    candidate_revision: str | None,
+    environ: Mapping[str, str] | None = None,
+) -> GoldenBaseline:
+    """The record spec.baseline.golden names, verified and matched to this check's suite.
+
+    Never a pass against a record that cannot be vouched for: no store, no record of that
+    revision for this suite and sampling, a corrupt record, or one without what the check
+    compares are `GoldenBaselineError`s saying which.
+    """
+    ref = spec.baseline.golden
+    deployment = spec.golden_deployment()
+    if ref is None or deployment is None:
+        raise GoldenBaselineError("InvalidSpec", "baseline.golden: no InferenceDeployment")
+    if golden is None:
+        raise GoldenBaselineError(
+            "GoldenStoreNotConfigured",
+            "baseline.golden: this operator keeps no golden records (its --golden-config is "
+            "unset); ask the cluster's operator to configure a golden store",
+        )
+    digest = check_suite_digest(spec, suite)
+    revision = None if ref.revision == "latest" else ref.revision
+    try:
+        store = store_from_spec(golden.store, environ=environ)
+        items = store.list_entries(namespace, deployment)
+    except GoldenUnavailableError as err:
+        raise GoldenBaselineError("GoldenStoreUnavailable", str(err), retry=True) from err
+    except (GoldenError, OSError) as err:
+        raise GoldenBaselineError("GoldenStoreUnusable", str(err)) from err
+    entry, others = _choose(
+        items, revision=revision, exclude=candidate_revision, digest=digest,
+        fingerprint=ref.fingerprint,
+    )  # fmt: skip
+    if entry is None:
+        what = f"revision {revision}" if revision else "any revision but the candidate's"
+        detail = "; other records of it: " + ", ".join(others[:5]) if others else ""
+        raise GoldenBaselineError(
+            "GoldenRecordNotFound",
+            f"baseline.golden: {store.describe()} holds no golden record of "
+            f"{namespace}/{deployment} {what} for this suite and sampling (digest "
+            f"{digest[:12]}){detail}. A record answers exactly the suite and sampling of "
+            "the Passed check that stored it.",
+        )
+    try:
+        record = store.open(entry)
+    except GoldenUnavailableError as err:
+        raise GoldenBaselineError("GoldenStoreUnavailable", str(err), retry=True) from err
+    except (GoldenError, OSError) as err:
+        raise GoldenBaselineError(
+            "GoldenRecordCorrupt", f"golden record {entry.location}: {err}"
+        ) from err
+    hidden = spec.hidden_states.enabled
+    try:
+        _check_coverage(entry, record, suite, hidden=hidden)
+    except BaseException:
+        record.close()
+        raise
+    return GoldenBaseline(store, record, hidden=hidden, suite=suite.name)
+
+
+def _check_coverage(
+    entry: GoldenEntry, record: GoldenRecord, suite: Suite, *, hidden: bool
+) -> None:
+    """The record answers every prompt of the suite, with hidden states if they are compared."""
+    held = set(record.prompt_ids)
+    missing = [p.id for p in suite.prompts if p.id not in held]
+    if missing:
+        raise GoldenBaselineError(
+            "GoldenRecordCorrupt",
+            f"golden record {entry.location} lacks prompts {', '.join(missing[:5])}",
+        )
+    partial = [p.id for p in entry.prompts if p.hidden is not HiddenStatesPolicy.FULL]
+    if hidden and partial:
+        raise GoldenBaselineError(
+            "GoldenRecordWithoutHiddenStates",
+            f"golden record {entry.location} keeps no full hidden states for "
+            f"{len(partial)} of {len(entry.prompts)} prompts (the store's policy is "
+            f"hiddenStates: {entry.hidden_states.value}); set hiddenStates.enabled: "
+            "false to compare tokens and logprobs against it, or record with "
+            "hiddenStates: full",
+        )
+
+
+def golden_target(baseline: GoldenBaseline) -> SideTarget:
+    """The golden baseline as the runner describes a side (no URL: nothing is called)."""
+    entry, meta = baseline.entry, baseline.meta
+    return SideTarget(
+        side="baseline",
+        url=f"{GOLDEN_URL_PREFIX}{entry.location}",
+        model=meta.model,
+        engine=meta.engine,
+        engine_version=meta.engine_version,
+        dtype=meta.dtype,
+        description=(
+            f"golden record of {entry.deployment} revision {entry.revision} "
+            f"({meta.engine}, {meta.dtype}), recorded {entry.created.isoformat()}"
+        ),
+        revision=entry.revision,
+        deployment=entry.deployment,
+        effective_config=dict(meta.effective_config),
+        fingerprints=dict(meta.fingerprints),
+    )

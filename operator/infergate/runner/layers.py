@@ -1,0 +1,202 @@
+"""A failed check's first diverging layer, asked of both sides after the verdict.
+
+When a check Fails and both sides are our adapters (MindFormers, the transformers
+reference: they answer `POST /v1/parity/layer_states`), the runner asks both for every
+layer's hidden states on the worst prompts' baseline sequences (teacher-forced: the same
+token ids on both sides), at up to `POSITIONS_PER_PROMPT` positions spread over each
+sequence, and finds the first state that leaves the band (`infergate.parity.layers`).
+The layer goes into the verdict's reasons and the per-layer error plot into the report.
+
+The band grows geometrically from a tenth of the profile's last-layer limit (relative
+L2 P99) at the embeddings to that limit at the final norm: noise grows with depth
+(DESIGN.md section 5: bf16 against fp32 at Qwen2.5-7B's shape, 0.014 after layer 1 to
+0.066 after layer 28, a factor of ~5), so the input end is held tighter than the output.
+
+A side that cannot answer (vLLM returns only its last layer; a golden record has no
+live side) is not localised, and the report says why: the transformers stand-in loaded
+with the same weights is not started by the runner yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import Final, Protocol
+
+import numpy as np
+
+from infergate.engines.client import EngineClientError
+from infergate.engines.layer_probe import LayerProbe, LayerStates
+from infergate.parity.layers import (
+    LAYER_PROBE_ENGINES,
+    LayerDivergence,
+    depth_band,
+    localise,
+    per_layer_errors,
+)
+from infergate.parity.layers_svg import layer_error_chart
+from infergate.parity.metrics import ParityResult, PromptSummary
+from infergate.runner.sides import SideTarget
+
+WORST_PROMPTS: Final = 3
+POSITIONS_PER_PROMPT: Final = 32
+_SKETCH_DIMS: Final = 64
+_INPUT_BAND_FRACTION: Final = 0.1
+"""The band at the embeddings as a share of the last-layer limit (see the module doc)."""
+_DEFAULT_LAST_BAND: Final = 0.1
+"""The final-state limit when the profile sets no hidden-state limit: above the 0.066 bf16
+against fp32 reaches after 28 layers at Qwen2.5-7B's shape (DESIGN.md section 5)."""
+_NOISE_FLOOR: Final = 1e-6
+"""Least band at any state: fp32 across frameworks differs by ~5e-7 on the fixture
+(experiments/RESULTS.md), so a tighter band would blame rounding."""
+
+
+class LayerSource(Protocol):
+    """One side's per-layer probe."""
+
+    def layer_states(
+        self,
+        token_ids: Sequence[int],
+        *,
+        positions: Sequence[int] | None = None,
+        sketch_dims: int | None = None,
+    ) -> LayerStates: ...
+
+
+LayerOpener = Callable[[SideTarget, float], LayerSource | None]
+
+
+def open_layer_probe(target: SideTarget, timeout: float) -> LayerSource | None:
+    """Our adapter's layer probe at the side's URL; None when the side has none."""
+    if not can_probe_layers(target):
+        return None
+    return LayerProbe(target.url, target.model, timeout=timeout)
+
+
+def can_probe_layers(target: SideTarget) -> bool:
+    """The side is our adapter (it serves its own hidden states) of a layer-probe engine."""
+    return target.probe_kind == "adapter" and target.engine in LAYER_PROBE_ENGINES
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    """What the verdict and the report get: the reason line, notes, an HTML section."""
+
+    reason: str | None
+    notes: tuple[str, ...]
+    html: str
+
+    @classmethod
+    def skipped(cls, why: str) -> LayerReport:
+        """No localisation; the report says why."""
+        return cls(None, (f"first diverging layer not localised: {why}",), "")
+
+
+def worst_prompts(prompts: Sequence[PromptSummary], count: int = WORST_PROMPTS) -> list[str]:
+    """Prompt ids with the largest hidden-state error (else mean KL), worst first."""
+
+    def badness(p: PromptSummary) -> tuple[float, float]:
+        rel = p.hidden_rel_l2_p99 if p.hidden_rel_l2_p99 is not None else -1.0
+        kl = p.mean_kl if p.mean_kl is not None else -1.0
+        return (rel, kl)
+
+    ranked = sorted(prompts, key=badness, reverse=True)
+    return [p.prompt_id for p in ranked[:count]]
+
+
+def spread_positions(length: int, count: int = POSITIONS_PER_PROMPT) -> list[int]:
+    """Up to `count` positions spread evenly over a sequence, the first and last included."""
+    if length <= count:
+        return list(range(length))
+    return sorted({round(i * (length - 1) / (count - 1)) for i in range(count)})
+
+
+def _ask(source: LayerSource, tokens: Sequence[int], positions: Sequence[int]) -> LayerStates:
+    try:
+        return source.layer_states(tokens, positions=positions)
+    except EngineClientError:
+        # Too many floats for the server's bound (a wide model): projections instead.
+        return source.layer_states(tokens, positions=positions, sketch_dims=_SKETCH_DIMS)
+
+
+def localise_failure(
+    result: ParityResult,
+    sides: tuple[SideTarget, SideTarget],
+    references: Mapping[str, Sequence[int]],
+    opener: LayerOpener,
+    *,
+    timeout: float,
+) -> LayerReport:
+    """The first diverging layer of a failed check (or why it cannot be found)."""
+    baseline, candidate = sides
+    cannot = [t for t in sides if not can_probe_layers(t)]
+    if cannot:
+        who = ", ".join(f"{t.side} ({t.engine})" for t in cannot)
+        return LayerReport.skipped(
+            f"{who} cannot return intermediate layers (only MindFormers and transformers "
+            "adapters answer the layer probe; the transformers stand-in for vLLM is not "
+            "started by the runner yet)"
+        )
+    base_probe, cand_probe = opener(baseline, timeout), opener(candidate, timeout)
+    if base_probe is None or cand_probe is None:
+        return LayerReport.skipped("no layer probe")
+    try:
+        return _localise(result, (base_probe, cand_probe), references)
+    finally:
+        for probe in (base_probe, cand_probe):
+            close = getattr(probe, "close", None)
+            if callable(close):
+                close()
+
+
+def _localise(
+    result: ParityResult,
+    probes: tuple[LayerSource, LayerSource],
+    references: Mapping[str, Sequence[int]],
+) -> LayerReport:
+    base_probe, cand_probe = probes
+    chosen = [p for p in worst_prompts(result.prompts) if p in references]
+    if not chosen:
+        return LayerReport.skipped("no prompts")
+    base_parts, cand_parts = [], []
+    names: tuple[str, ...] = ()
+    sketched = False
+    try:
+        for prompt_id in chosen:
+            tokens = list(references[prompt_id])
+            positions = spread_positions(len(tokens))
+            b = _ask(base_probe, tokens, positions)
+            c = _ask(cand_probe, tokens, positions)
+            if b.names != c.names or b.states.shape != c.states.shape:
+                return LayerReport.skipped(
+                    f"the sides' models differ in shape ({len(b.names)} and {len(c.names)} states)"
+                )
+            names = b.names
+            sketched = sketched or b.sketch_dims is not None
+            base_parts.append(b.states)
+            cand_parts.append(c.states)
+    except (EngineClientError, OSError, ValueError, KeyError) as err:
+        return LayerReport.skipped(f"the layer probe failed: {err}")
+    errors = per_layer_errors(
+        np.concatenate(base_parts, axis=1), np.concatenate(cand_parts, axis=1), names
+    )
+    limit = result.thresholds.max_hidden_rel_l2_p99
+    last = max(limit if limit is not None else _DEFAULT_LAST_BAND, _NOISE_FLOOR)
+    band = depth_band(len(names), max(last * _INPUT_BAND_FRACTION, _NOISE_FLOOR), last)
+    how = (
+        f"per-layer states of the {len(chosen)} worst prompts ({', '.join(chosen)}), "
+        f"{errors.positions} positions teacher-forced on the baseline's sequences"
+        + (", as 64-dim projections" if sketched else "")
+    )
+    divergence: LayerDivergence = localise(errors, band, notes=(how,))
+    chart = layer_error_chart(
+        names,
+        [float(v) for v in errors.rel_l2],
+        band,
+        first=divergence.index,
+        metric=divergence.metric,
+        note=how,
+    )
+    html = f"<h2>First diverging layer</h2><p>{escape(divergence.reason())}</p>{chart}"
+    return LayerReport(divergence.reason(), (how,), html)

@@ -1,0 +1,387 @@
+"""A `source: shadow` check: judge the canary on live requests copied by the mirror.
+
+The runner resolves both sides as for a suite (their revisions pinned, their record
+metadata for the hygiene checks), opens a session on every ready pod of the
+deployment's mirror (`<name>-mirror`, port `control`), shows the scored count as the
+check's progress, and at `minRequests` scored copies (or when `windowSeconds` ran out)
+takes each pod's results: the parity core's result of every copy (teacher-forced on
+the stable's answer) and of the greedy copies (token by token too). Each result is
+judged by the core with the check's thresholds (hidden-state limits left out: nothing
+here has hidden states); the worst judgement is the verdict. Fewer than `minRequests`
+scored copies is Inconclusive; a canary that failed to answer or score a copy is
+Error; neither promotes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any, Protocol
+
+import httpx
+
+from infergate.api.check_status import VerdictReason
+from infergate.api.common import ConfigMapKeyReference
+from infergate.api.enums import CheckPhase
+from infergate.api.parity_check import HiddenStates, ParityCheckSpec
+from infergate.api.shadow import ShadowSettings, ShadowStatus
+from infergate.parity.fingerprints import run_fingerprints
+from infergate.parity.metrics import ParityResult
+from infergate.parity.profiles import ProfileChoiceError, plan_gate
+from infergate.parity.record import RecordMeta
+from infergate.parity.report import render_report
+from infergate.parity.thresholds import Thresholds
+from infergate.parity.verdict import decide
+from infergate.plan import reasons
+from infergate.plan.check_status import Judgement
+from infergate.plan.observed import parse_time
+from infergate.render.mirror import mirror_name
+from infergate.runner.combine import combined, judged
+from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints
+from infergate.runner.sides import SideTarget
+from infergate.runner.summary import judgement
+from infergate.suite import Suite
+
+SHADOW_SUITE = "shadow"
+POLL_SECONDS = 2.0
+_TIMEOUT = 30.0
+
+
+class ShadowError(RuntimeError):
+    """The mirror cannot be used for this check; `retry` says whether another attempt may help."""
+
+    def __init__(self, reason: str, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.reason, self.retry = reason, retry
+
+
+class RunnerSteps(Protocol):
+    """What the shadow flow uses of the runner (`infergate.runner.run`)."""
+
+    name: str
+    check: dict[str, Any]
+
+    @property
+    def namespace(self) -> str: ...
+
+    def mark_running(self, total: int) -> bool: ...
+
+    def resolve(self, spec: ParityCheckSpec) -> tuple[SideTarget, SideTarget]: ...
+
+    def health(self, baseline: SideTarget, candidate: SideTarget) -> None: ...
+
+    def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta: ...
+
+    def progress(self, done: int, total: int) -> None: ...
+
+    def mirror_service(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]: ...
+
+    def write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference: ...
+
+    def finish(
+        self, verdict: Judgement, baseline: SideTarget, candidate: SideTarget,
+        report: ConfigMapKeyReference, extra: Mapping[str, Any],
+    ) -> None: ...  # fmt: skip
+
+
+def without_hidden(thresholds: Thresholds) -> Thresholds:
+    """The thresholds less every hidden-state limit (served answers have none)."""
+    return thresholds.model_copy(
+        update={name: None for name in type(thresholds).model_fields if "hidden" in name}
+    )
+
+
+@dataclass
+class MirrorSessions:
+    """The control API of every mirror pod, one session each."""
+
+    urls: Sequence[str]
+    session: str
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=_TIMEOUT))
+
+    def open(self, body: Mapping[str, Any]) -> None:
+        for url in self.urls:
+            answer = self.http.post(f"{url}/mirror/sessions", json=dict(body))
+            if answer.status_code not in (200, 201):
+                raise ShadowError(
+                    reasons.CHECK_SIDE_UNREACHABLE,
+                    f"mirror {url} refused the session: HTTP {answer.status_code}: "
+                    f"{answer.text[:300]}",
+                    retry=answer.status_code >= 500,
+                )
+
+    def counts(self) -> list[dict[str, Any]]:
+        found = []
+        for url in self.urls:
+            answer = self.http.get(f"{url}/mirror/sessions/{self.session}")
+            if answer.status_code != 200:
+                raise ShadowError(
+                    reasons.CHECK_SIDE_UNREACHABLE,
+                    f"mirror {url} lost the session (HTTP {answer.status_code}): restarted?",
+                    retry=True,
+                )
+            found.append(answer.json())
+        return found
+
+    def results(self) -> list[dict[str, Any]]:
+        out = []
+        for url in self.urls:
+            answer = self.http.get(
+                f"{url}/mirror/sessions/{self.session}/result", timeout=_TIMEOUT * 10
+            )
+            answer.raise_for_status()
+            out.append(answer.json())
+        return out
+
+    def close(self) -> None:
+        for url in self.urls:
+            # A session left behind is closed by the mirror once nobody asks about it.
+            with contextlib.suppress(httpx.HTTPError):
+                self.http.delete(f"{url}/mirror/sessions/{self.session}")
+        self.http.close()
+
+
+def mirror_urls(
+    service: Mapping[str, Any] | None, slices: list[dict[str, Any]], name: str
+) -> list[str]:
+    """Control URLs of every ready mirror pod."""
+    if service is None:
+        raise ShadowError(
+            reasons.CHECK_SIDE_UNREACHABLE,
+            f"Service {name} does not exist: set spec.rollout.mirror on the deployment",
+            retry=True,
+        )
+    try:
+        urls = [e.url for e in ready_endpoints(service, slices, "control")]
+    except EndpointResolutionError as err:
+        raise ShadowError(reasons.CHECK_SIDE_UNREACHABLE, str(err), retry=True) from err
+    if not urls:
+        raise ShadowError(
+            reasons.CHECK_SIDE_UNREACHABLE, f"Service {name} has no ready mirror pod", retry=True
+        )
+    return urls
+
+
+def judge_results(
+    results: Sequence[Mapping[str, Any]],
+    settings: ShadowSettings,
+    *,
+    profile: str,
+    warn: Thresholds,
+) -> tuple[Judgement, ParityResult | None, ShadowStatus]:
+    """The verdict of every pod's results, the result shown in the report, and the counts."""
+    judgements: list[tuple[str, Judgement]] = []
+    shown: ParityResult | None = None
+    totals = ShadowStatus()
+    canary_errors: list[str] = []
+    metrics: dict[str, float] = {}
+    for index, pod in enumerate(results):
+        counts = pod.get("counts") or {}
+        totals = _add_counts(totals, counts)
+        if counts.get("canaryFailures"):
+            canary_errors.append(
+                f"mirror pod {index}: the canary failed {counts['canaryFailures']} copies "
+                f"(last: {counts.get('lastError')})"
+            )
+        for key, label in (("forced", "teacher-forced"), ("greedy", "greedy")):
+            document = pod.get(key)
+            if not document:
+                continue
+            result = ParityResult.model_validate(document)
+            verdict = decide(result, warn)
+            judgements.append(
+                (f"{label} copies (pod {index})", judgement(result, verdict, profile))
+            )
+            if key == "forced" and (
+                shown is None or result.metrics.prompts > shown.metrics.prompts
+            ):
+                shown = result
+                metrics = {k: v for k, v in judgements[-1][1].metrics.items() if "oken" not in k}
+            if key == "greedy":
+                rate = result.metrics.tokens.match_rate.value
+                if rate is not None:
+                    metrics["greedyTokenMatchRate"] = float(rate)
+    metrics |= {
+        "shadowScored": float(totals.scored),
+        "shadowGreedy": float(totals.greedy),
+        "shadowSampled": float(totals.sampled),
+    }
+    extra: list[tuple[str, Judgement]] = []
+    if canary_errors:
+        extra.append(
+            (
+                "canary",
+                judged(
+                    CheckPhase.ERROR,
+                    "the canary failed to answer mirrored requests",
+                    [
+                        VerdictReason(metric="shadow.canaryFailures", message=m)
+                        for m in canary_errors
+                    ],
+                    profile,
+                ),
+            )
+        )
+    if totals.scored < settings.min_requests:
+        message = (
+            f"{totals.scored} mirrored requests scored of the {settings.min_requests} "
+            f"(shadow.minRequests) a verdict needs ({totals.sampled} copied, {totals.mirrored} "
+            "seen); let more traffic reach the mirror or raise windowSeconds or sampleRate"
+        )
+        extra.append(
+            (
+                "evidence",
+                judged(
+                    CheckPhase.INCONCLUSIVE,
+                    "not enough mirrored requests",
+                    [
+                        VerdictReason(
+                            metric="shadow.minRequests",
+                            value=float(totals.scored),
+                            threshold=float(settings.min_requests),
+                            message=message,
+                        )
+                    ],
+                    profile,
+                ),
+            )
+        )
+    if not judgements:
+        main = judged(CheckPhase.INCONCLUSIVE, "no mirrored request was scored", [], profile)
+    else:
+        main = judgements[0][1]
+        extra = [*judgements[1:], *extra]
+    return combined(main, extra, metrics=metrics), shown, totals
+
+
+def _add_counts(totals: ShadowStatus, counts: Mapping[str, Any]) -> ShadowStatus:
+    refused = counts.get("refused") or {}
+    dropped = sum(int(v) for k, v in refused.items() if k != "notSampled")
+    dropped += int(counts.get("stableFailures") or 0) + int(counts.get("canaryFailures") or 0)
+    started = counts.get("startedAt")
+    return ShadowStatus(
+        mirrored=totals.mirrored + int(counts.get("mirrored") or 0),
+        sampled=totals.sampled + int(counts.get("sampled") or 0),
+        scored=totals.scored + int(counts.get("scored") or 0),
+        greedy=totals.greedy + int(counts.get("greedy") or 0),
+        dropped=totals.dropped + dropped,
+        started_at=totals.started_at or parse_time(started),
+    )
+
+
+def run_shadow(
+    runner: RunnerSteps,
+    spec: ParityCheckSpec,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Collect, judge and write a shadow check (errors are `ShadowError`)."""
+    settings = spec.shadow or ShadowSettings()
+    if not runner.mark_running(settings.min_requests):
+        return
+    served = spec.model_copy(update={"hidden_states": HiddenStates(enabled=False)})
+    baseline, candidate = runner.resolve(served)
+    runner.health(baseline, candidate)
+    suite = Suite(SHADOW_SUITE, ())
+    # What the runner asks of both sides: the live requests' own sampling is theirs, the
+    # scoring's (top-k) is the check's.
+    asked = run_fingerprints(
+        suite_digest=suite.digest(),
+        max_tokens=spec.sampling.max_tokens,
+        temperature=spec.sampling.temperature,
+        top_logprobs=spec.sampling.top_logprobs,
+        seed=spec.sampling.seed,
+    )
+    meta_b, meta_c = runner.meta(baseline, suite, asked), runner.meta(candidate, suite, asked)
+    try:
+        gate = plan_gate(
+            meta_b,
+            meta_c,
+            profile=spec.profile,
+            explicit=spec.effective_thresholds(),
+            hidden_states=False,
+        )
+    except ProfileChoiceError as err:
+        raise ShadowError(reasons.CHECK_INVALID, str(err), retry=False) from err
+    profile, why = gate.profile, gate.reason
+    thresholds = without_hidden(gate.thresholds)
+    deployment = candidate.deployment
+    if deployment is None or candidate.revision is None:
+        raise ShadowError(
+            reasons.CHECK_INVALID,
+            "a shadow check's candidate must be a revision of an InferenceDeployment with a mirror",
+            retry=False,
+        )
+    service_name = mirror_name(deployment)
+    service, slices = runner.mirror_service(service_name)
+    session_id = f"{runner.namespace}/{runner.name}"
+    sessions = MirrorSessions(mirror_urls(service, slices, service_name), session_id)
+    body = {
+        "id": session_id,
+        "candidateRevision": candidate.revision,
+        "model": candidate.model,
+        "sampleRate": settings.sample_rate,
+        "maxRequestsPerSecond": settings.max_requests_per_second,
+        "maxQueue": settings.max_queue,
+        "windowSeconds": settings.window_seconds,
+        "storePrompts": settings.store_prompts,
+        "topLogprobs": spec.sampling.top_logprobs,
+        "baseline": meta_b.model_dump(mode="json"),
+        "candidate": meta_c.model_dump(mode="json"),
+        "thresholds": thresholds.model_dump(mode="json"),
+        "allowedConfigDifferences": sorted(gate.expected_differences),
+        "disabled": dict(gate.disabled),
+    }
+    try:
+        try:
+            sessions.open(body)
+            end = clock() + settings.window_seconds
+            scored = 0
+            while True:
+                counts = sessions.counts()
+                scored = sum(int(c.get("scored") or 0) for c in counts)
+                runner.progress(min(scored, settings.min_requests), settings.min_requests)
+                if scored >= settings.min_requests or clock() >= end:
+                    break
+                sleep(POLL_SECONDS)
+            results = sessions.results()
+        except httpx.HTTPError as err:
+            raise ShadowError(
+                reasons.CHECK_SIDE_UNREACHABLE, f"mirror: {type(err).__name__}: {err}", retry=True
+            ) from err
+    finally:
+        sessions.close()
+    verdict, shown, totals = judge_results(results, settings, profile=profile.value, warn=gate.warn)
+    document: dict[str, Any] = {
+        "check": {"namespace": runner.namespace, "name": runner.name},
+        "status": verdict.phase.value,
+        "source": "shadow",
+        "profile": profile.value,
+        "profileReason": why,
+        "shadow": totals.model_dump(mode="json", by_alias=True),
+        "summary": verdict.summary,
+        "result": shown.model_dump(mode="json", by_alias=True) if shown is not None else None,
+    }
+    html = (
+        render_report(shown, decide(shown), f"{profile.value} ({why}); shadow: {verdict.summary}")
+        if shown is not None
+        else f"<p>{escape(verdict.summary)}</p>"
+    )
+    report = runner.write_report(document, html)
+    runner.finish(
+        verdict,
+        baseline,
+        candidate,
+        report,
+        {
+            "shadow": totals.to_kube(),
+            "progress": {
+                "done": min(totals.scored, settings.min_requests),
+                "total": settings.min_requests,
+            },
+        },
+    )

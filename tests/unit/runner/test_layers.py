@@ -1,0 +1,85 @@
+"""A failed check names its first diverging layer when both sides answer the layer probe."""
+
+from __future__ import annotations
+
+import json
+
+from infergate.runner.layers import spread_positions, worst_prompts
+from infergate.runner.report_store import read_report
+from infergate.runner.run import EXIT_DONE, run_check
+
+from .fakes import FakeApi, ToyConnector, ToyEngine
+from .test_run import BASE_IP, BASE_URL, CAND_IP, CAND_URL, FAST, PROBE_URL, engines, spec, status
+
+
+def adapters_cluster() -> FakeApi:
+    """Both revisions served by MindFormers (our adapter answers the layer probe)."""
+    api = FakeApi()
+    api.deployments["qwen"] = {
+        "metadata": {"name": "qwen"},
+        "status": {"stableRevision": "aaaaaaaaaa"},
+    }
+    api.add_revision("qwen", "aaaaaaaaaa", engine="mindformers", dtype="float16", ip=BASE_IP)
+    api.add_revision("qwen", "bbbbbbbbbb", engine="mindformers", dtype="float16", ip=CAND_IP)
+    api.add_check("check", spec())
+    return api
+
+
+def test_a_failed_check_names_the_corrupted_layer_in_its_reasons_and_report() -> None:
+    api = adapters_cluster()
+    connector = ToyConnector(
+        {BASE_URL: ToyEngine(), CAND_URL: ToyEngine(offset=3, shift=-1.0, corrupt_layer=2)}
+    )
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Failed"
+    [layer] = [r for r in s["verdict"]["reasons"] if r["metric"] == "layers.firstDiverging"]
+    assert "first diverging layer: layer 2 of 4" in layer["message"]
+    report = read_report(api.config_maps["check-report"]["data"], {})
+    html = report["report.html"]
+    assert "First diverging layer" in html
+    assert "<svg" in html
+    document = json.loads(report["result.json"])
+    assert any("layer 2 of 4" in r for r in document["verdict"]["reasons"])
+
+
+def test_a_corruption_at_the_first_layer_is_layer_0() -> None:
+    api = adapters_cluster()
+    connector = ToyConnector(
+        {BASE_URL: ToyEngine(), CAND_URL: ToyEngine(offset=3, shift=-1.0, corrupt_layer=0)}
+    )
+    run_check(api, "check", FAST, connector=connector.connector())
+    reasons = [r["message"] for r in status(api)["verdict"]["reasons"]]
+    assert any("first diverging layer: layer 0 of 4" in r for r in reasons)
+
+
+def test_a_side_without_the_layer_probe_is_not_localised_and_the_report_says_why() -> None:
+    from .test_run import cluster  # baseline vLLM (pooling probe), candidate MindFormers
+
+    api = cluster()
+    connector = engines(ToyEngine(offset=3, shift=-1.0, corrupt_layer=1))
+    assert PROBE_URL in connector.engines
+    run_check(api, "check", FAST, connector=connector.connector())
+    s = status(api)
+    assert s["phase"] == "Failed"
+    assert not [r for r in s["verdict"]["reasons"] if r["metric"] == "layers.firstDiverging"]
+    html = read_report(api.config_maps["check-report"]["data"], {})["report.html"]
+    assert "cannot return intermediate layers" in html
+
+
+def test_a_passed_check_asks_no_layers() -> None:
+    api = adapters_cluster()
+    connector = ToyConnector({BASE_URL: ToyEngine(), CAND_URL: ToyEngine(corrupt_layer=1)})
+    run_check(api, "check", FAST, connector=connector.connector())
+    assert status(api)["phase"] == "Passed"
+    html = read_report(api.config_maps["check-report"]["data"], {})["report.html"]
+    assert "First diverging layer" not in html
+
+
+def test_positions_and_worst_prompts_are_bounded() -> None:
+    assert spread_positions(5) == [0, 1, 2, 3, 4]
+    spread = spread_positions(10_000, 32)
+    assert len(spread) == 32
+    assert spread[0] == 0
+    assert spread[-1] == 9_999
+    assert worst_prompts([]) == []
