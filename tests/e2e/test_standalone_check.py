@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from infergate.parity.overhead import describe_overhead
 from tests.e2e.canary import SHORT_CONTEXT, SUITE
 from tests.e2e.support import (
     MODEL_NAME,
@@ -84,7 +85,7 @@ def test_identical_endpoints_pass_with_metrics_report_and_cleanup(
     clock.mark(f"standalone check ended {status['phase']}")
     assert status["phase"] == "Passed", (status, runner_log(cluster, namespace))
     assert status["verdict"]["passed"] is True
-    assert status["progress"] == {"done": 4, "total": 4}
+    assert status["progress"] == {"done": len(SUITE), "total": len(SUITE)}
     assert status["metrics"]["tokenMatchRate"] == 1.0
     assert status["metrics"]["hiddenCosineP1"] >= 0.99999
     html, result = report(cluster, namespace, status)
@@ -92,6 +93,15 @@ def test_identical_endpoints_pass_with_metrics_report_and_cleanup(
     assert "Passed" in html
     assert result["sides"]["candidate"]["url"] == urls["ref-b"]
     assert "verdict Passed" in runner_log(cluster, namespace)
+    # The runner's overhead: these adapters serve only the check, so their own metrics
+    # give the engines' time for exactly its requests (three per prompt and side).
+    overhead = status["overhead"]
+    clock.mark(describe_overhead(overhead))
+    assert "error" not in overhead, overhead
+    assert overhead["requests"] == 2 * 3 * len(SUITE)
+    assert overhead["ratio"] > 0
+    assert result["overhead"] == overhead
+    assert "Runner overhead" in html
 
     # The runner's permissions are gone once the check ended.
 

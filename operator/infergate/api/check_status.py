@@ -86,6 +86,36 @@ class RunnerServiceAccount(KubeModel):
     another identity and may not write this status."""
 
 
+class RunnerOverhead(KubeModel):
+    """The runner's wall time over the engines' own time for the same requests.
+
+    From two scrapes of each engine's metrics, just before and just after the runner drove
+    the suite (vLLM: vllm:e2e_request_latency_seconds; infergate's adapter:
+    infergate_adapter_busy_seconds_total). Given only when the engines counted exactly the
+    requests the runner sent in that window; otherwise only `error` says why.
+    """
+
+    ratio: float | None = Field(default=None, ge=0)
+    """Wall seconds over engine seconds: 1.0 is a runner that costs nothing beside the engines.
+    Exact with concurrency 1; with more requests in flight the engines may overlap, and this is
+    a lower bound."""
+    ratio_bound: float | None = Field(default=None, ge=0)
+    """The most the ratio can be with `concurrency` requests in flight (concurrency x ratio);
+    equals ratio with concurrency 1."""
+    wall_seconds: float | None = Field(default=None, ge=0)
+    """Seconds the runner spent driving the suite (between the two scrapes)."""
+    engine_seconds: float | None = Field(default=None, ge=0)
+    """Seconds the engines spent on the runner's requests, summed over every engine."""
+    requests: int | None = Field(default=None, ge=0)
+    """Requests the engines counted in the window, a count with no unit (equal to those the
+    runner sent)."""
+    concurrency: int | None = Field(default=None, ge=1)
+    """Prompts the runner had in flight at once."""
+    error: str | None = Field(default=None, max_length=MESSAGE_MAX)
+    """Why no figure could be attributed to this check (another client's requests on an
+    engine, an engine restart, metrics not served); unset when the figures are given."""
+
+
 class GoldenRecordStatus(KubeModel):
     """Where a Passed check's golden records went (the operator's record store), or why
     none were stored."""
@@ -161,6 +191,9 @@ class ParityCheckStatus(KubeModel):
     """Latest observations: Complete, Passed, Failed, Inconclusive, Error."""
     report_ref: ConfigMapKeyReference | None = None
     """ConfigMap key holding the full report (per-prompt metrics)."""
+    overhead: RunnerOverhead | None = None
+    """The runner's wall time over the engines' own time for the suite's requests (goal: at
+    most 1.10), or why it could not be attributed."""
     load: list[LevelStatus] = Field(default_factory=list, max_length=8)
     """Each concurrency level of spec.load against the baseline at concurrency 1."""
     performance: PerformanceStatus | None = None

@@ -27,7 +27,7 @@ on `/pooling` (`vllm serve --runner pooling`), or our adapters' `/v1/parity/hidd
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self
 
@@ -270,9 +270,17 @@ class ProbeChannel(Protocol):
 class _Endpoint:
     """An HTTP connection to one served model; a context manager that closes it."""
 
-    def __init__(self, base_url: str, model: str, *, timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        timeout: float,
+        on_request: Callable[[str], None] | None = None,
+    ) -> None:
         self._model = model
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout)
+        hooks = {} if on_request is None else {"request": [_path_hook(base_url, on_request)]}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, event_hooks=hooks)
 
     def close(self) -> None:
         self._http.close()
@@ -284,11 +292,32 @@ class _Endpoint:
         self.close()
 
 
-class EngineClient(_Endpoint):
-    """The serving channel of one engine endpoint (OpenAI completions, vLLM extensions)."""
+def _path_hook(base_url: str, on_request: Callable[[str], None]) -> Callable[[httpx.Request], None]:
+    """An httpx request hook that tells `on_request` each request's path under `base_url`."""
+    prefix = httpx.URL(base_url).path.rstrip("/")
 
-    def __init__(self, base_url: str, model: str, *, timeout: float = 600.0) -> None:
-        super().__init__(base_url, model, timeout=timeout)
+    def hook(request: httpx.Request) -> None:
+        path = request.url.path
+        on_request(path[len(prefix) :] if prefix and path.startswith(prefix) else path)
+
+    return hook
+
+
+class EngineClient(_Endpoint):
+    """The serving channel of one engine endpoint (OpenAI completions, vLLM extensions).
+
+    `on_request` is told the path of every request sent (to count what an engine served).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        timeout: float = 600.0,
+        on_request: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(base_url, model, timeout=timeout, on_request=on_request)
 
     def _post(self, path: str, body: Mapping[str, Any]) -> Any:
         response = self._http.post(path, json=dict(body))
@@ -479,9 +508,15 @@ class HiddenStateProbe(_Endpoint):
     """The probe channel: last-layer hidden states [tokens, hidden] of token ids."""
 
     def __init__(
-        self, base_url: str, model: str, kind: ProbeKind, *, timeout: float = 600.0
+        self,
+        base_url: str,
+        model: str,
+        kind: ProbeKind,
+        *,
+        timeout: float = 600.0,
+        on_request: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(base_url, model, timeout=timeout)
+        super().__init__(base_url, model, timeout=timeout, on_request=on_request)
         self._kind = kind
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:

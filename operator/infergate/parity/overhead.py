@@ -41,11 +41,21 @@ _SAMPLE = re.compile(
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
-# The adapter routes that run the engine (infergate.runtime.server); /health, /metrics and
-# the like do not.
+# The adapter routes that run the engine (infergate.runtime.server, those that go through
+# its engine lock); /health, /metrics and the like do not.
 ADAPTER_ENGINE_ROUTES = frozenset(
-    {"/v1/completions", "/v1/parity/hidden_states", "/tokenize", "/detokenize"}
+    {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/parity/hidden_states",
+        "/v1/parity/layer_states",
+        "/tokenize",
+        "/detokenize",
+    }
 )
+# The vLLM routes whose requests end in its e2e latency histogram: generation and pooling
+# requests reach the engine core; /tokenize and /detokenize are answered by the API server.
+VLLM_ENGINE_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/pooling"})
 
 
 class OverheadError(ValueError):
@@ -86,18 +96,35 @@ class EngineClock:
 
     seconds: str
     requests: str
+    paths: frozenset[str]  # the request paths this engine counts (what a client must count)
     routes: frozenset[str] | None = None  # count only these `route` labels, if set
 
 
 VLLM_CLOCK = EngineClock(
     seconds="vllm:e2e_request_latency_seconds_sum",
     requests="vllm:e2e_request_latency_seconds_count",
+    paths=VLLM_ENGINE_ROUTES,
 )
 ADAPTER_CLOCK = EngineClock(
     seconds="infergate_adapter_busy_seconds_total",
     requests="infergate_adapter_requests_total",
+    paths=ADAPTER_ENGINE_ROUTES,
     routes=ADAPTER_ENGINE_ROUTES,
 )
+CLOCKS = (VLLM_CLOCK, ADAPTER_CLOCK)
+
+
+def clock_of(text: str) -> EngineClock:
+    """The clock of the engine whose /metrics page this is, by the metrics it serves."""
+    names = {s.name for s in parse_samples(text)}
+    for clock in CLOCKS:
+        if clock.seconds in names and clock.requests in names:
+            return clock
+    raise OverheadError(
+        "its metrics have none of "
+        + ", ".join(c.seconds for c in CLOCKS)
+        + ": no engine time to compare with"
+    )
 
 
 @dataclass(frozen=True)
@@ -114,14 +141,13 @@ def _total(
     found = [
         s
         for s in samples
-        if s.name == name
-        and (model is None or s.labels.get("model_name") == model)
-        and (routes is None or s.labels.get("route") in routes)
+        if s.name == name and (model is None or s.labels.get("model_name") == model)
     ]
     if not found:
         which = f" for model {model!r}" if model is not None else ""
         raise OverheadError(f"metric {name}{which} is not in the scrape")
-    return sum(s.value for s in found)
+    # A counter by route shows a route only once it was asked: an absent route is zero.
+    return sum(s.value for s in found if routes is None or s.labels.get("route") in routes)
 
 
 def engine_time(
@@ -192,3 +218,36 @@ def runner_overhead(
         ratio=ratio,
         ratio_bound=ratio * concurrency,
     )
+
+
+GOAL = 1.10
+"""The goal for the ratio (issue 16: a runner that costs nothing beside the engines)."""
+
+
+def overhead_fields(found: Overhead | OverheadError) -> dict[str, float | int | str]:
+    """The figure as ParityCheck status and the report carry it (camelCase), or why not."""
+    if isinstance(found, OverheadError):
+        return {"error": str(found)}
+    return {
+        "ratio": round(found.ratio, 4),
+        "ratioBound": round(found.ratio_bound, 4),
+        "wallSeconds": round(found.wall_seconds, 3),
+        "engineSeconds": round(found.engine_seconds, 3),
+        "requests": found.requests,
+        "concurrency": found.concurrency,
+    }
+
+
+def describe_overhead(fields: Mapping[str, object]) -> str:
+    """One line for people from `overhead_fields` (the status or the report's document)."""
+    if fields.get("error"):
+        return f"runner overhead: not attributed: {fields['error']}"
+    ratio, bound = fields.get("ratio"), fields.get("ratioBound")
+    concurrency = fields.get("concurrency")
+    text = (
+        f"runner overhead {ratio} (wall {fields.get('wallSeconds')} s over "
+        f"{fields.get('engineSeconds')} s of engine time for {fields.get('requests')} requests"
+    )
+    if concurrency != 1:
+        text += f"; {concurrency} prompts in flight, so at most {bound} if the engines overlapped"
+    return text + f"; goal <= {GOAL:.2f})"

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
+from typing import Any
 
 from infergate.parity.metrics import ParityResult, PromptOutputs, PromptSummary
+from infergate.parity.overhead import describe_overhead
 from infergate.parity.svg import bar_chart, step_chart
 from infergate.parity.verdict import Verdict, VerdictStatus
 
@@ -63,6 +65,7 @@ def render_report(
     changes: Sequence[str] | None = None,
     *,
     sections: Sequence[str] = (),
+    overhead: Mapping[str, Any] | None = None,
 ) -> str:
     """The whole report page for one parity check.
 
@@ -70,6 +73,8 @@ def render_report(
     order (plan.revision_diff); None when a side is not a revision (an endpoint).
     `sections`: trusted HTML fragments (already escaped, e.g. the per-layer chart) shown
     after the reasons.
+    `overhead`: the runner's overhead as the check's status carries it
+    (parity.overhead.overhead_fields), when measured.
     """
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
@@ -94,6 +99,9 @@ def render_report(
         "<h2>Worst prompts</h2>",
         _outputs(result.outputs, {p.prompt_id: p for p in result.prompts}),
     ]
+    if overhead:
+        parts.append("<h2>Runner overhead</h2>")
+        parts.append(f'<p class="overhead">{escape(describe_overhead(overhead))}</p>')
     if result.notes:
         parts.append("<h2>Notes</h2><ul>")
         parts.extend(f"<li>{escape(n)}</li>" for n in result.notes)
@@ -117,6 +125,7 @@ def render_report_from_json(text: str) -> str:
         verdict,
         f"{profile} ({why})" if profile and why else profile,
         [str(c) for c in changes] if isinstance(changes, list) else None,
+        overhead=document.get("overhead") or None,
     )
 
 

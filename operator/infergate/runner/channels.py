@@ -9,11 +9,14 @@ from typing import Any
 import httpx
 
 from infergate.engines.client import EngineClient, HiddenStateProbe
+from infergate.parity.overhead import OverheadError
 from infergate.runner.drive import Channels, SideUnavailableError
+from infergate.runner.overhead import RequestLog
 from infergate.runner.sides import EndpointDescription, SideTarget
 from infergate.runtime.fingerprints import PROBE_TEXT
 
 _DESCRIBE_TIMEOUT = 30.0
+_SCRAPE_TIMEOUT = 10.0
 
 
 class HttpEngineInfo:
@@ -76,14 +79,37 @@ def wait_healthy(urls: list[str], timeout: float) -> None:
             time.sleep(1.0)
 
 
-def open_channels(target: SideTarget, stack: ExitStack, request_timeout: float) -> Channels:
-    """The serving client and (if any) the probe of one side, closed with `stack`."""
-    serving = stack.enter_context(EngineClient(target.url, target.model, timeout=request_timeout))
+def scrape_metrics(url: str) -> str:
+    """An engine's Prometheus metrics (GET /metrics), or OverheadError saying why not."""
+    try:
+        with httpx.Client(base_url=url, timeout=_SCRAPE_TIMEOUT) as http:
+            answer = http.get("/metrics")
+    except httpx.HTTPError as err:
+        raise OverheadError(f"GET /metrics: {type(err).__name__}: {err}") from err
+    if answer.status_code != 200:
+        raise OverheadError(f"GET /metrics: HTTP {answer.status_code}")
+    return answer.text
+
+
+def open_channels(
+    target: SideTarget, stack: ExitStack, request_timeout: float, log: RequestLog
+) -> Channels:
+    """The serving client and (if any) the probe of one side, closed with `stack`; every
+    request they send is counted in `log` by engine URL and path."""
+    serving = stack.enter_context(
+        EngineClient(
+            target.url, target.model, timeout=request_timeout, on_request=log.recorder(target.url)
+        )
+    )
     probe = None
     if target.probe_url is not None and target.probe_kind is not None:
         probe = stack.enter_context(
             HiddenStateProbe(
-                target.probe_url, target.model, target.probe_kind, timeout=request_timeout
+                target.probe_url,
+                target.model,
+                target.probe_kind,
+                timeout=request_timeout,
+                on_request=log.recorder(target.probe_url),
             )
         )
     return Channels(name=f"{target.side} ({target.url})", serving=serving, probe=probe)

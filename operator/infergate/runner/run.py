@@ -50,6 +50,7 @@ from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.metrics import ParityMetrics, ParityResult
+from infergate.parity.overhead import OverheadError, describe_overhead, overhead_fields
 from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
@@ -68,7 +69,12 @@ from infergate.render.check_names import (
     report_name,
 )
 from infergate.retry import retry_call
-from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
+from infergate.runner.channels import (
+    HttpEngineInfo,
+    open_channels,
+    scrape_metrics,
+    wait_healthy,
+)
 from infergate.runner.combine import combined
 from infergate.runner.drive import (
     Channels,
@@ -90,6 +96,14 @@ from infergate.runner.golden import (
 )
 from infergate.runner.layers import LayerOpener, LayerReport, localise_failure, open_layer_probe
 from infergate.runner.load import LoadOutcome, run_load
+from infergate.runner.overhead import (
+    Engine,
+    RequestLog,
+    Scrape,
+    check_engines,
+    scrape_all,
+)
+from infergate.runner.overhead import measure as measure_overhead
 from infergate.runner.report_store import ReportTooLargeError, build_report_data, read_report
 from infergate.runner.shadow import ShadowError, run_shadow
 from infergate.runner.sides import (
@@ -157,9 +171,11 @@ class Connector:
     """How the runner talks to engines: over HTTP, or (in unit tests) in process."""
 
     info: EngineInfo = field(default_factory=HttpEngineInfo)
-    open: Callable[[SideTarget, ExitStack, float], Channels] = open_channels
+    open: Callable[[SideTarget, ExitStack, float, RequestLog], Channels] = open_channels
     health: Callable[[list[str], float], None] = wait_healthy
     layers: LayerOpener = open_layer_probe
+    scrape: Scrape = scrape_metrics
+    """An engine's /metrics text, for the runner's overhead."""
 
 
 class RetryableRunError(RuntimeError):
@@ -216,6 +232,7 @@ class _Runner:
         self.connector = connector
         self.generation: int | None = None
         self.check: dict[str, Any] = {}
+        self.overhead: dict[str, Any] = {}
         self.references: dict[str, list[int]] = {}
         """Each prompt's baseline sequence (token ids), for the layer probe."""
 
@@ -327,6 +344,7 @@ class _Runner:
             "profileReason": why,
             "sides": {s.side: _side_summary(s) for s in (baseline, candidate)},
             "seconds": round(seconds, 2),
+            "overhead": self.overhead,
             "verdict": verdict.model_dump(mode="json", by_alias=True),
             "result": result.model_dump(mode="json", by_alias=True),
         }
@@ -345,6 +363,7 @@ class _Runner:
             f"{profile.value} ({why})",
             changes,
             sections=[layers.html] if layers.html else [],
+            overhead=self.overhead,
         )
         report = self._write_report(document, html)
         binding = st.Binding(
@@ -370,6 +389,7 @@ class _Runner:
         )
         fields |= {
             "progress": {"done": result.metrics.prompts, "total": len(suite.prompts)},
+            "overhead": self.overhead,
             **(load.status if load is not None else {}),
         }
         if golden is not None:
@@ -572,19 +592,29 @@ class _Runner:
             if keep:
                 kept.append(replace(base, hidden_states=None))
 
+        log = RequestLog()
+        engines = check_engines((candidate,) if record is not None else (baseline, candidate))
+        concurrency = max(1, min(self.options.concurrency, total))
+        timeout = self.options.request_timeout
         with ExitStack() as stack:
-            cand = self.connector.open(candidate, stack, self.options.request_timeout)
+            cand = self.connector.open(candidate, stack, timeout, log)
             if record is not None:
 
                 def measure(prompt: PromptSpec) -> tuple[PromptRecord, PromptRecord]:
                     return measure_against_record(prompt, record.prompt(prompt.id), cand, settings)
 
             else:
-                base = self.connector.open(baseline, stack, self.options.request_timeout)
+                base = self.connector.open(baseline, stack, timeout, log)
 
                 def measure(prompt: PromptSpec) -> tuple[PromptRecord, PromptRecord]:
                     return measure_prompt(prompt, base, cand, settings)
 
+            before: dict[str, str] | None = None
+            try:
+                before = scrape_all(engines, self.connector.scrape)
+            except OverheadError as err:
+                self.overhead = overhead_fields(err)
+            started = time.monotonic()
             try:
                 drive_suite(
                     suite.prompts,
@@ -597,7 +627,29 @@ class _Runner:
                 raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
             except (SideAnswerError, ParityInputError) as err:
                 raise CheckEndedError(reasons.CHECK_COULD_NOT_MEASURE, str(err)) from err
+            wall = time.monotonic() - started
+            if before is not None:
+                self.overhead = self._overhead(engines, before, log, wall, concurrency)
+        _say(describe_overhead(self.overhead))
         return kept
+
+    def _overhead(
+        self,
+        engines: list[Engine],
+        before: dict[str, str],
+        log: RequestLog,
+        wall: float,
+        concurrency: int,
+    ) -> dict[str, Any]:
+        """The overhead of the drive that just ended (its second scrape now), or why not."""
+        try:
+            after = scrape_all(engines, self.connector.scrape)
+            found = measure_overhead(
+                engines, before, after, log, wall_seconds=wall, concurrency=concurrency
+            )
+        except OverheadError as err:
+            return overhead_fields(err)
+        return overhead_fields(found)
 
     def _previous_metrics(self, profile: ProfileName) -> ParityMetrics | None:
         """Metrics of the last passing check, when it judged the same kind of change.

@@ -9,7 +9,10 @@ from infergate.parity.overhead import (
     VLLM_CLOCK,
     EngineTime,
     OverheadError,
+    clock_of,
+    describe_overhead,
     engine_time,
+    overhead_fields,
     parse_samples,
     runner_overhead,
 )
@@ -131,3 +134,40 @@ def test_label_values_with_escapes_and_timestamps_are_read() -> None:
 def test_a_line_that_is_not_a_sample_is_an_error_with_its_number() -> None:
     with pytest.raises(OverheadError, match="line 2"):
         parse_samples("a 1\nthis is not a metric line at all\n")
+
+
+def test_the_engine_is_known_by_the_metrics_it_serves() -> None:
+    assert clock_of(_vllm(1, 0.1)) is VLLM_CLOCK
+    assert clock_of(_adapter(1, 0, 1, 0, 0.1)) is ADAPTER_CLOCK
+    with pytest.raises(OverheadError, match="no engine time"):
+        clock_of("process_cpu_seconds_total 3.2\n")
+
+
+def test_a_route_the_adapter_has_not_served_yet_counts_zero() -> None:
+    labels = 'engine="mindformers",model_name="qwen"'
+    fresh = (
+        f'infergate_adapter_requests_total{{{labels},route="/health",status="200"}} 1\n'
+        f"infergate_adapter_busy_seconds_total{{{labels}}} 0.0\n"
+    )
+    served = engine_time(fresh, _adapter(4, 2, 1, 1, 0.8), ADAPTER_CLOCK)
+    assert (served.requests, served.seconds) == (6, pytest.approx(0.8))
+
+
+def test_status_fields_and_the_line_for_people() -> None:
+    found = runner_overhead(
+        2.2, {"baseline": EngineTime(4, 1.0), "candidate": EngineTime(4, 1.0)},
+        sent={"baseline": 4, "candidate": 4}, concurrency=1,
+    )  # fmt: skip
+    fields = overhead_fields(found)
+    assert fields == {
+        "ratio": 1.1,
+        "ratioBound": 1.1,
+        "wallSeconds": 2.2,
+        "engineSeconds": 2.0,
+        "requests": 8,
+        "concurrency": 1,
+    }
+    assert describe_overhead(fields).startswith("runner overhead 1.1 (wall 2.2 s over 2.0 s")
+    error = overhead_fields(OverheadError("baseline: the engine counted 9 requests"))
+    assert error == {"error": "baseline: the engine counted 9 requests"}
+    assert "not attributed: baseline" in describe_overhead(error)

@@ -83,3 +83,12 @@ def test_report_rebuilt_from_result_json_matches_the_rendered_one() -> None:
     )
     assert "<h2>What changed</h2>" in changed
     assert "What changed" not in rebuilt  # endpoints: no revisions to compare
+    # The runner's overhead travels in the document too.
+    overhead = {"ratio": 1.04, "ratioBound": 2.08, "wallSeconds": 5.2, "engineSeconds": 5.0,
+                "requests": 96, "concurrency": 2}  # fmt: skip
+    with_overhead = render_report_from_json(json.dumps({**document, "overhead": overhead}))
+    assert "Runner overhead" in with_overhead
+    assert "runner overhead 1.04 (wall 5.2 s over 5.0 s of engine time for 96 requests" in (
+        with_overhead
+    )
+    assert "Runner overhead" not in rebuilt

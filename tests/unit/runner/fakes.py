@@ -4,13 +4,16 @@
 bumps resourceVersion on every write, refusing stale status replacements with a 409,
 as the real one does. `ToyEngine` is a deterministic next-token model with top-k
 logprobs, teacher forcing and hidden states; a `shift` makes a numerically different
-engine, and `fail_after` injects a fault after that many completions.
+engine, and `fail_after` injects a fault after that many completions. It counts what it
+serves, by route, and the seconds it worked (`SECONDS_PER_REQUEST` each), and shows them
+on its /metrics page the way vLLM (`adapter=False`) or infergate's adapter does.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -23,10 +26,12 @@ from infergate.engines.client import Completion
 from infergate.engines.layer_probe import LayerStates
 from infergate.errors import ConflictError, NotFoundError
 from infergate.parity.layers import layer_state_names
+from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
 from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.runner.drive import Channels
 from infergate.runner.layers import can_probe_layers
+from infergate.runner.overhead import RequestLog
 from infergate.runner.run import Connector
 from infergate.runner.sides import EndpointDescription, SideTarget
 
@@ -34,6 +39,8 @@ NS = "llm"
 VOCAB = 64
 HIDDEN = 16
 LAYERS = 4
+SECONDS_PER_REQUEST = 0.001
+"""What a toy engine says each request took (its clock, not the test's)."""
 
 
 class FakeApi:
@@ -222,6 +229,31 @@ class ToyEngine:
     probe_ids: list[int] = field(default_factory=lambda: [1, 17, 42])
     corrupt_layer: int | None = None
     """Decoder layer whose output (and every later state) the layer probe perturbs."""
+    served: Counter[str] = field(default_factory=Counter)
+    busy_seconds: float = 0.0
+    metrics_served: bool = True
+
+    def serve(self, route: str) -> None:
+        """Count one request on `route`, as the engine's own metrics do."""
+        self.served[route] += 1
+        if route != "/health":
+            self.busy_seconds += SECONDS_PER_REQUEST
+
+    def metrics(self) -> str:
+        """Its /metrics page: vLLM's latency histogram, or the adapter's counters."""
+        if not self.adapter:
+            counted = sum(n for route, n in self.served.items() if route in VLLM_ENGINE_ROUTES)
+            return (
+                f'vllm:e2e_request_latency_seconds_count{{model_name="fixture"}} {counted}.0\n'
+                f'vllm:e2e_request_latency_seconds_sum{{model_name="fixture"}} '
+                f"{self.busy_seconds}\n"
+            )
+        lines = [
+            f'infergate_adapter_requests_total{{route="{route}",status="200"}} {n}'
+            for route, n in sorted(self.served.items())
+        ]
+        lines.append(f"infergate_adapter_busy_seconds_total {self.busy_seconds}")
+        return "\n".join(lines) + "\n"
 
     def _top(self, context: Sequence[int], k: int) -> list[tuple[int, float]]:
         best = (5 * context[-1] + 1 + self.offset) % VOCAB
@@ -252,6 +284,7 @@ class ToyEngine:
     ) -> Completion:
         self._maybe_fail()
         self.completions += 1
+        self.serve("/v1/completions")
         # Text comes as text, as engines take it; the toy tokenizes it itself.
         prompt = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         context = list(prompt)
@@ -274,6 +307,7 @@ class ToyEngine:
         seed: int,  # noqa: ARG002
     ) -> TeacherForced:
         self._maybe_fail()
+        self.serve("/v1/completions")
         context = list(prompt)
         targets, steps = [], []
         for token in forced:
@@ -312,9 +346,36 @@ class ToyEngine:
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         self._maybe_fail()
+        self.serve("/v1/parity/hidden_states" if self.adapter else "/pooling")
         ids = np.asarray(token_ids)
         base = np.cos(np.outer(ids + 1, np.arange(1, HIDDEN + 1)) * 0.1).astype(np.float32)
         return base * np.float32(1.0 + self.shift)
+
+
+class _Counted:
+    """A toy engine as the runner's HTTP channels see it: each call is a request on a path."""
+
+    def __init__(self, engine: ToyEngine, record: Callable[[str], None], pooling: bool) -> None:
+        self._engine, self._record, self._pooling = engine, record, pooling
+
+    def tokenize(self, text: str) -> list[int]:
+        self._record("/tokenize")
+        return self._engine.tokenize(text)
+
+    def complete(self, prompt: Sequence[int] | str, **kwargs: Any) -> Completion:
+        self._record("/v1/completions")
+        return self._engine.complete(prompt, **kwargs)
+
+    def chat(self, messages: Sequence[Mapping[str, str]], **kwargs: Any) -> Completion:
+        raise NotImplementedError
+
+    def score(self, prompt: Sequence[int], forced: Sequence[int], **kwargs: Any) -> TeacherForced:
+        self._record("/v1/completions")
+        return self._engine.score(prompt, forced, **kwargs)
+
+    def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+        self._record("/pooling" if self._pooling else "/v1/parity/hidden_states")
+        return self._engine.hidden_states(token_ids)
 
 
 @dataclass
@@ -325,7 +386,9 @@ class ToyConnector:
     unhealthy: set[str] = field(default_factory=set)
 
     def connector(self) -> Connector:
-        return Connector(info=self, open=self.open, health=self.health, layers=self.layers)
+        return Connector(
+            info=self, open=self.open, health=self.health, layers=self.layers, scrape=self.scrape
+        )
 
     def layers(self, target: SideTarget, timeout: float) -> ToyEngine | None:  # noqa: ARG002
         return self.engines[target.url] if can_probe_layers(target) else None
@@ -349,9 +412,21 @@ class ToyConnector:
     def probe_ids(self, url: str, model: str) -> list[int]:  # noqa: ARG002
         return list(self.engines[url].probe_ids)
 
-    def open(self, target: SideTarget, stack: ExitStack, timeout: float) -> Channels:  # noqa: ARG002
-        engine = self.engines[target.url]
-        probe = self.engines[target.probe_url] if target.probe_url else None
+    def open(
+        self,
+        target: SideTarget,
+        stack: ExitStack,  # noqa: ARG002
+        timeout: float,  # noqa: ARG002
+        log: RequestLog,
+    ) -> Channels:
+        engine = _Counted(self.engines[target.url], log.recorder(target.url), pooling=False)
+        probe = None
+        if target.probe_url:
+            probe = _Counted(
+                self.engines[target.probe_url],
+                log.recorder(target.probe_url),
+                pooling=target.probe_kind == "vllm-pooling",
+            )
         return Channels(name=f"{target.side} ({target.url})", serving=engine, probe=probe)
 
     def health(self, urls: list[str], timeout: float) -> None:
@@ -360,3 +435,12 @@ class ToyConnector:
         for url in urls:
             if url in self.unhealthy:
                 raise SideUnavailableError(f"{url} is not healthy after {timeout:.0f}s: refused")
+            self.engines[url].serve("/health")
+
+    def scrape(self, url: str) -> str:
+        from infergate.parity.overhead import OverheadError
+
+        engine = self.engines[url]
+        if not engine.metrics_served:
+            raise OverheadError("GET /metrics: HTTP 404")
+        return engine.metrics()

@@ -1,0 +1,100 @@
+"""The runner's overhead on a check: its wall time over the engines' own time.
+
+Around driving the suite the runner scrapes every engine a check talks to (each side's
+serving engine, and its hidden-state probe when that is an engine of its own) and counts
+the requests it sends to each by path; `parity.overhead` turns the two scrapes and the
+counts into the figure, or says why the engines' time is not the check's alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from infergate.parity.overhead import (
+    EngineTime,
+    Overhead,
+    OverheadError,
+    clock_of,
+    engine_time,
+    runner_overhead,
+)
+from infergate.runner.sides import SideTarget
+
+Scrape = Callable[[str], str]
+"""GET <engine url>/metrics: its text, or OverheadError saying why not."""
+
+
+class RequestLog:
+    """The requests the runner sent, by engine URL and path (prompts run in threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def recorder(self, url: str) -> Callable[[str], None]:
+        """What a channel to `url` calls with the path of each request it sends."""
+
+        def record(path: str) -> None:
+            with self._lock:
+                self._counts[(url, path)] += 1
+
+        return record
+
+    def sent(self, url: str, paths: Iterable[str]) -> int:
+        wanted = frozenset(paths)
+        with self._lock:
+            return sum(n for (u, p), n in self._counts.items() if u == url and p in wanted)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine a check talks to; `label` names the sides it serves."""
+
+    label: str
+    url: str
+
+
+def check_engines(targets: Iterable[SideTarget]) -> list[Engine]:
+    """Every engine behind the sides, once each (a probe that is the serving engine is one)."""
+    labels: dict[str, list[str]] = {}
+    for target in targets:
+        labels.setdefault(target.url, []).append(target.side)
+        if target.probe_url is not None and target.probe_url != target.url:
+            labels.setdefault(target.probe_url, []).append(f"{target.side} probe")
+    return [Engine(" and ".join(names), url) for url, names in labels.items()]
+
+
+def scrape_all(engines: Iterable[Engine], scrape: Scrape) -> dict[str, str]:
+    """Each engine's /metrics text by URL; OverheadError naming the engine that failed."""
+    pages = {}
+    for engine in engines:
+        try:
+            pages[engine.url] = scrape(engine.url)
+        except OverheadError as err:
+            raise OverheadError(f"{engine.label} at {engine.url}: {err}") from err
+    return pages
+
+
+def measure(
+    engines: Iterable[Engine],
+    before: Mapping[str, str],
+    after: Mapping[str, str],
+    log: RequestLog,
+    *,
+    wall_seconds: float,
+    concurrency: int,
+) -> Overhead:
+    """The overhead of the window between the scrapes, or OverheadError saying why not."""
+    times: dict[str, EngineTime] = {}
+    sent: dict[str, int] = {}
+    for engine in engines:
+        try:
+            clock = clock_of(after[engine.url])
+            times[engine.label] = engine_time(before[engine.url], after[engine.url], clock)
+        except OverheadError as err:
+            raise OverheadError(f"{engine.label} at {engine.url}: {err}") from err
+        sent[engine.label] = log.sent(engine.url, clock.paths)
+    return runner_overhead(wall_seconds, times, sent=sent, concurrency=concurrency)
