@@ -17,8 +17,9 @@ KWOK_VERSION = "v0.8.0"
 
 # Loopback ranges: the executor hands each real pod an address here; KWOK's
 # simulated pods get addresses from another range, so even a mistaken dial of
-# a simulated pod stays on this machine.
-EXECUTOR_POD_CIDR = "127.64.0.0/16"
+# a simulated pod stays on this machine. INFERGATE_EXECUTOR_POD_CIDR moves the executor's
+# range (inside 127.0.0.0/8), so two checkouts' clusters on one machine never share pod IPs.
+EXECUTOR_POD_CIDR = os.environ.get("INFERGATE_EXECUTOR_POD_CIDR") or "127.64.0.0/16"
 KWOK_POD_CIDR = "127.128.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 
