@@ -114,6 +114,42 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     return k8s_client.ApiClient(configuration)
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """How to reach and authenticate to the API server, as a kubeconfig resolves them
+    (tokens from exec plugins and token files included): what kopf's own client needs."""
+
+    server: str
+    ca_path: str | None
+    insecure: bool
+    scheme: str | None
+    token: str | None
+    certificate_path: str | None
+    private_key_path: str | None
+
+
+def kubeconfig_credentials(kubeconfig: str, context: str | None = None) -> Credentials:
+    """The credentials of one kubeconfig file, resolved by the `kubernetes` package."""
+    configuration = k8s_client.Configuration()
+    k8s_config.load_kube_config(
+        config_file=kubeconfig, context=context, client_configuration=configuration
+    )
+    header = configuration.get_api_key_with_prefix(
+        "BearerToken"
+    ) or configuration.get_api_key_with_prefix("authorization")
+    # "<scheme> <token>", or a bare token (RFC 7235).
+    scheme, _, token = str(header or "").rpartition(" ")
+    return Credentials(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
 def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
     """The namespace of the kubeconfig context (the current one by default), else "default"."""
     try:
