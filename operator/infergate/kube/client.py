@@ -95,6 +95,12 @@ BY_KIND: Mapping[str, Resource] = {
 
 
 _POOL_SIZE = 32
+# urllib3's default would retry a 429 or 503 carrying Retry-After three times inside one
+# call, sleeping in the worker thread, unseen by `infergate.retry`: answers reach the one
+# retry policy instead. Only a connection that could not be opened is tried once more.
+_TRANSPORT_RETRIES = urllib3.Retry(
+    total=1, connect=1, read=0, status=0, redirect=0, other=0, respect_retry_after_header=False
+)
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -102,6 +108,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     configuration = k8s_client.Configuration()
     # One connection per worker thread, not the default 5 per CPU.
     configuration.connection_pool_maxsize = _POOL_SIZE
+    configuration.retries = _TRANSPORT_RETRIES
     if kubeconfig is None:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
