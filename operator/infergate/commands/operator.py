@@ -86,6 +86,15 @@ def register(subparsers: Any) -> None:
         "are refused",
     )
     parser.add_argument(
+        "--runner-api-server",
+        action="append",
+        default=[],
+        metavar="CIDR:PORT",
+        help="an API server address the runners' NetworkPolicy allows besides the kubernetes "
+        "Service ($KUBERNETES_SERVICE_HOST:PORT), e.g. 10.0.0.10/32:6443 where the network "
+        "plugin matches policies after Service translation (repeatable)",
+    )
+    parser.add_argument(
         "--leader-election",
         action="store_true",
         help="act only while holding the Lease infergate-operator in $POD_NAMESPACE "
@@ -111,6 +120,7 @@ def run_operator(args: argparse.Namespace) -> int:
     from infergate.controllers._context import OPTIONS
     from infergate.controllers._leader import LEADER
     from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
+    from infergate.render.network import api_server_peers
 
     if args.resync_seconds <= 0:
         print(f"--resync-seconds: {args.resync_seconds} is not allowed; give a positive number")
@@ -126,6 +136,15 @@ def run_operator(args: argparse.Namespace) -> int:
         print(f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models")
         return 2
     OPTIONS.allowed_host_paths = tuple(args.allow_host_path)
+    try:
+        OPTIONS.runner_api_server = api_server_peers(
+            os.environ.get("KUBERNETES_SERVICE_HOST"),
+            os.environ.get("KUBERNETES_SERVICE_PORT"),
+            args.runner_api_server,
+        )
+    except ValueError as error:
+        print(f"--runner-api-server: {error}")
+        return 2
     if args.leader_election:
         namespace = os.environ.get("POD_NAMESPACE")
         if not namespace:

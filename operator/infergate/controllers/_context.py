@@ -16,6 +16,7 @@ from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
+from infergate.render.network import Peer
 
 
 @dataclass
@@ -41,6 +42,8 @@ class OperatorOptions:
     runner_image: str = DEFAULT_RUNNER_IMAGE
     """Image of every runner Job: the operator's own (env INFERGATE_RUNNER_IMAGE), never a
     user's choice."""
+    runner_api_server: tuple[Peer, ...] = ()
+    """Addresses of the API server the runner's NetworkPolicy lets it reach."""
 
 
 OPTIONS = OperatorOptions()

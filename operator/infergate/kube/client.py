@@ -73,6 +73,7 @@ ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "Rol
 ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice")
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 INFERENCE_DEPLOYMENTS = Resource(
     GROUP, VERSION, INFERENCE_DEPLOYMENTS_PLURAL, INFERENCE_DEPLOYMENT_KIND
 )
@@ -88,6 +89,7 @@ BY_KIND: Mapping[str, Resource] = {
         SERVICE_ACCOUNTS,
         ROLES,
         ROLE_BINDINGS,
+        NETWORK_POLICIES,
         INFERENCE_DEPLOYMENTS,
         PARITY_CHECKS,
     )
