@@ -57,10 +57,10 @@ fmt: venv
 	$(BIN)/ruff check --fix $(PY_DIRS)
 
 crds: venv
-	$(BIN)/infergate crds --out crds
+	$(BIN)/infergate crds --out crds --reference docs/api-reference.md
 
 crds-check: venv
-	$(BIN)/infergate crds --check crds
+	$(BIN)/infergate crds --check crds --reference docs/api-reference.md
 
 test-unit: venv
 	$(BIN)/pytest tests/unit

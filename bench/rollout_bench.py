@@ -42,7 +42,8 @@ import numpy as np
 
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.errors import KubeError
-from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, JSON, KubeClient, Resource
+from infergate.jsontypes import JSON
+from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, KubeClient, Resource
 from infergate.localcluster.layout import ClusterLayout
 from infergate.plan.desired import revision_of
 

@@ -17,7 +17,10 @@ plane, engines running as real processes on the executor nodes):
      vLLM pooling probe for the GPU side's hidden states), it passes, it is promoted;
   3. apply a harmful change (RMSNorm epsilon 1e-6 -> 1e-4): the check fails with
      reasons a person can read, the canary is rolled back, stable keeps serving;
-  4. print what happened: wall time per step, the parity figures, the reports.
+  4. print what happened: wall time per step, the parity figures, the reports;
+  5. run every query of the Grafana dashboard against the Prometheus that scraped the
+     operator and the engines all along (started on loopback beside the cluster; `make
+     cluster-down` stops it), and end with where Prometheus and the reports are.
 
 Every manifest applied is written to OUT/step-N.yaml, every report to OUT/*.html.
 """
@@ -43,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
 
 from infergate.fixture.generate import default_model_dir, is_complete  # noqa: E402
+from infergate.localcluster import prometheus  # noqa: E402
 from infergate.localcluster.layout import ClusterLayout  # noqa: E402
 
 NAMESPACE = "infergate-demo"
@@ -129,6 +133,8 @@ class Demo:
         self.out = out
         self.rows: list[dict[str, Any]] = []
         self.started = time.monotonic()
+        self.began = time.time()
+        self.prometheus: str | None = None
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -210,6 +216,11 @@ class Demo:
         )
         self.kubectl("create", "namespace", NAMESPACE)
         self.say("CRDs and operator installed (operator pod Ready in infergate-system)")
+        try:
+            self.prometheus = prometheus.up(self.layout, interval_seconds=SCRAPE_SECONDS, say=False)
+            self.say(f"Prometheus scraping the operator and engine pods at {self.prometheus}")
+        except prometheus.PrometheusError as error:
+            self.say(f"no Prometheus ({error}); the dashboard check is skipped")
 
     def wait_stable(self, timeout: float = 900) -> str:
         def stable() -> dict[str, Any] | None:
@@ -331,6 +342,43 @@ class Demo:
                 )
         print(f"total wall time: {time.monotonic() - self.started:.0f}s")
 
+    def dashboard(self) -> bool:
+        """Run every panel query of the dashboard over the demo's window; True if all have data."""
+        if self.prometheus is None:
+            return False
+        time.sleep(3 * SCRAPE_SECONDS)  # the last changes scraped
+        variables = {
+            "namespace": NAMESPACE,
+            "name": NAME,
+            "job": "infergate-operator",
+            "__rate_interval": f"{int(4 * SCRAPE_SECONDS)}s",
+            "__range": f"{int(time.time() - self.began)}s",
+        }
+        loaded = json.loads((REPO / "dashboards" / "infergate.json").read_text(encoding="utf-8"))
+        print("\nDashboard queries against Prometheus (last value of each series):")
+        empty = 0
+        for where, expression in prometheus.panel_queries(loaded):
+            bound = prometheus.bind(expression, variables)
+            values = prometheus.last_values(self.prometheus, bound, self.began, time.time(), 5)
+            if not values:
+                empty += 1
+            shown = "; ".join(
+                ",".join(f"{k}={v}" for k, v in sorted(m.items()) if k in _SHOWN_LABELS)
+                + f" {value:.6g}"
+                for m, value in values[:4]
+            )
+            print(f"  {where}: {shown or 'NO DATA'}")
+        engines = prometheus.query(self.prometheus, 'count(up{job="infergate-engines"} == 1)')
+        print(f"  engine pods scraped now: {engines[0]['value'][1] if engines else 0}")
+        firing = prometheus.query(self.prometheus, 'ALERTS{alertstate="firing"}')
+        names = sorted({a["metric"]["alertname"] for a in firing})
+        print(f"  alerts firing: {', '.join(names) or 'none'}")
+        return empty == 0
+
+
+_SHOWN_LABELS = ("phase", "reason", "outcome", "result", "verb", "resource", "code", "le")
+SCRAPE_SECONDS = 5.0
+
 
 def _num(row: dict[str, Any], key: str, fmt: str) -> str:
     value = row.get(key)
@@ -376,6 +424,7 @@ def main() -> int:
     demo.say("step 3: a harmful change, RMSNorm epsilon 1e-6 -> 1e-4")
     demo.follow_canary(3, "harmful change: rms_norm_eps 1e-4", "Failed")
     demo.table()
+    dashboard_ok = demo.dashboard()
     if not args.keep:
         # While the operator still runs, so that it clears kopf's finalizers.
         kinds = "inferencedeployments.infergate.io,paritychecks.infergate.io"
@@ -388,7 +437,11 @@ def main() -> int:
             "delete", "-k", str(REPO / "manifests" / "operator"), "--ignore-not-found", check=False
         )
     expected = [row.get("check") == row.get("expected") for row in demo.rows if "expected" in row]
-    return 0 if all(expected) else 1
+    # The last lines: where to look next.
+    reports = [str(row["report"]) for row in demo.rows if row.get("report")]
+    print(f"\nPrometheus: {demo.prometheus or 'not running'} (stopped by make cluster-down)")
+    print(f"Reports: {', '.join(reports)}")
+    return 0 if all(expected) and dashboard_ok else 1
 
 
 if __name__ == "__main__":

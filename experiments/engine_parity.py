@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,11 +151,32 @@ class _SideServers:
         return self.client.tokenize(text)
 
     def complete(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
+        self,
+        prompt: Sequence[int] | str,
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
     ) -> Any:
         return self.client.complete(
-            prompt, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed
-        )
+            prompt, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed,
+            ignore_eos=ignore_eos,
+        )  # fmt: skip
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Any:
+        return self.client.chat(
+            messages, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed,
+            ignore_eos=ignore_eos,
+        )  # fmt: skip
 
     def score(
         self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int

@@ -18,6 +18,7 @@ from infergate import __version__
 _COMMAND_MODULES: tuple[str, ...] = (
     "localcluster",
     "crds",
+    "chart",
     "parity",
     "fixture",
     "serve",

@@ -7,6 +7,7 @@ kubectl finds on PATH:
   kubectl infergate -n llm promote qwen --wait
   kubectl infergate abort qwen
   kubectl infergate rollback qwen --to 3f2a9c1d0e
+  kubectl infergate diff qwen                 what the canary changes against stable
   kubectl infergate report qwen -o qwen.html  the last check's HTML report, to a file
   kubectl infergate golden list --store s3://golden --s3-endpoint https://s3.example.com
 

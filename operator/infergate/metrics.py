@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from infergate.api.enums import DeploymentPhase
+from infergate.api.enums import DeploymentPhase, VerdictOutcome
+from infergate.plan import reasons
 
 ROLLOUT_PHASE = Gauge(
     "infergate_rollout_phase",
@@ -56,6 +57,12 @@ LEADER = Gauge(
     "infergate_leader",
     "1 while this operator replica holds the leader Lease and acts, 0 while it follows.",
 )
+API_REQUESTS = Counter(
+    "infergate_api_requests_total",
+    "Requests the operator's reconciles made to the Kubernetes API server (kopf's watches "
+    "not included), by verb and resource: near zero while nothing changes.",
+    ["verb", "resource"],
+)
 API_ERRORS = Counter(
     "infergate_api_errors_total",
     "Failed requests to the Kubernetes API server, by verb, resource and HTTP status "
@@ -67,9 +74,44 @@ API_ERRORS = Counter(
 # The metric labels each deployment's parity gauge carries now (to drop them on replace).
 _PARITY_SHOWN: dict[tuple[str, str], set[str]] = {}
 
+# Every label value a deployment's counters can take, created at 0 when the deployment is
+# first seen. A counter series that appears at 1 shows no increase() in Prometheus, so the
+# first verdict, promotion or rollback of a deployment would be missing from the
+# dashboard's rate panels and from the alerts.
+_PROMOTION_REASONS = (
+    reasons.PROMOTION_AUTOMATIC,
+    reasons.PROMOTION_BY_HAND,
+    reasons.ROLLBACK_BY_HAND,
+)
+_ROLLBACK_REASONS = (
+    reasons.ROLLBACK_PARITY_FAILED,
+    reasons.ROLLBACK_PARITY_ERROR,
+    reasons.ROLLBACK_DEADLINE,
+    reasons.ROLLBACK_ABORTED,
+    reasons.ROLLBACK_BY_HAND,
+)
+_VERDICT_OUTCOMES = tuple(o.value for o in VerdictOutcome if o is not VerdictOutcome.PENDING)
+_COUNTED: set[tuple[str, str]] = set()
+
+
+def _initialise_counters(namespace: str, name: str) -> None:
+    if (namespace, name) in _COUNTED:
+        return
+    for reason in _PROMOTION_REASONS:
+        PROMOTIONS.labels(namespace, name, reason)
+    for reason in _ROLLBACK_REASONS:
+        ROLLBACKS.labels(namespace, name, reason)
+    for outcome in _VERDICT_OUTCOMES:
+        PARITY_VERDICTS.labels(namespace, name, outcome)
+    _COUNTED.add((namespace, name))
+
 
 def record_phase(namespace: str, name: str, phase: DeploymentPhase, revisions: int) -> None:
-    """Set the phase gauges (one 1, the rest 0) and the revision count of a deployment."""
+    """Set the phase gauges (one 1, the rest 0) and the revision count of a deployment.
+
+    The first time a deployment is seen, its counters start at 0 for every reason.
+    """
+    _initialise_counters(namespace, name)
     for candidate in DeploymentPhase:
         ROLLOUT_PHASE.labels(namespace, name, candidate.value).set(
             1.0 if candidate is phase else 0.0
@@ -79,6 +121,7 @@ def record_phase(namespace: str, name: str, phase: DeploymentPhase, revisions: i
 
 def record_outcomes(namespace: str, name: str, outcomes: Iterable[tuple[str, str]]) -> None:
     """Count promotions, rollbacks and verdicts given as (kind, reason) pairs."""
+    _initialise_counters(namespace, name)
     counters = {"promotion": PROMOTIONS, "rollback": ROLLBACKS, "verdict": PARITY_VERDICTS}
     for kind, reason in outcomes:
         counters[kind].labels(namespace, name, reason).inc()

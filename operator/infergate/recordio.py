@@ -4,8 +4,12 @@ Layout of a record directory:
 
     manifest.json                 format, version, RecordMeta, and the prompt index
     prompts/000000.safetensors    one prompt: token ids, top-k logprobs, teacher-forced
-    prompts/000001.safetensors    logprobs, hidden states; prompt id, text and tags in
-    ...                           the safetensors metadata
+    prompts/000001.safetensors    scores (from a sequence position, full-vocabulary rows
+    ...                           where given), logit scale, hidden states; prompt id,
+                                  text, tags and the scoring start in the metadata
+
+Version 2 added the scoring start, full-vocabulary rows and the logit scale; version 1
+records (teacher-forced on generated tokens only) are still read.
 
 The manifest is written last (atomically), on `close()`: a record without one is
 incomplete and the reader refuses it, so a writer that crashed never passes for a
@@ -34,7 +38,8 @@ from pydantic import ValidationError
 from infergate.parity.record import PromptRecord, RecordMeta, TeacherForced, TopLogprobs
 
 FORMAT: Final = "infergate.io/parity-record"
-VERSION: Final = 1
+VERSION: Final = 2
+READABLE_VERSIONS: Final = (1, 2)
 MANIFEST: Final = "manifest.json"
 _PROMPTS_DIR: Final = "prompts"
 
@@ -145,10 +150,11 @@ class RecordReader:
             raise RecordFormatError(f"{manifest_path}: not valid JSON ({err})") from err
         if not isinstance(manifest, dict):
             raise RecordFormatError(f"{manifest_path}: expected a JSON object at the top level")
-        if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        if manifest.get("format") != FORMAT or manifest.get("version") not in READABLE_VERSIONS:
             raise RecordFormatError(
                 f"{manifest_path}: format {manifest.get('format')!r} version "
-                f"{manifest.get('version')!r}; this code reads {FORMAT!r} version {VERSION}"
+                f"{manifest.get('version')!r}; this code reads {FORMAT!r} versions "
+                f"{', '.join(str(v) for v in READABLE_VERSIONS)}"
             )
         try:
             self.meta: RecordMeta = RecordMeta.model_validate(manifest.get("meta"))
@@ -217,9 +223,15 @@ def _encode(prompt: PromptRecord) -> tuple[dict[str, NDArray[Any]], dict[str, st
         tensors["tf_target_logprobs"] = forced.target_logprobs
         tensors["tf_top_token_ids"] = forced.top.token_ids
         tensors["tf_top_logprobs"] = forced.top.logprobs
+        if forced.full_logprobs is not None:
+            tensors["tf_full_logprobs"] = forced.full_logprobs
     if prompt.hidden_states is not None:
         tensors["hidden_states"] = prompt.hidden_states
+    if prompt.logit_scale is not None:
+        tensors["logit_scale"] = prompt.logit_scale
     metadata = {"prompt_id": prompt.prompt_id, "tags": json.dumps(dict(prompt.tags))}
+    if forced is not None and forced.start is not None:
+        metadata["tf_start"] = str(forced.start)
     if prompt.output_text is not None:
         metadata["output_text"] = prompt.output_text
     return {k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata
@@ -276,13 +288,16 @@ def _decode(
             f"{file}: missing {sorted(missing) or ['metadata prompt_id']}; not a prompt record"
         )
     forced = None
-    if "tf_token_ids" in tensors:
-        forced = TeacherForced(
-            token_ids=tensors["tf_token_ids"],
-            target_logprobs=tensors["tf_target_logprobs"],
-            top=TopLogprobs(tensors["tf_top_token_ids"], tensors["tf_top_logprobs"]),
-        )
     try:
+        if "tf_token_ids" in tensors:
+            start = metadata.get("tf_start")
+            forced = TeacherForced(
+                token_ids=tensors["tf_token_ids"],
+                target_logprobs=tensors["tf_target_logprobs"],
+                top=TopLogprobs(tensors["tf_top_token_ids"], tensors["tf_top_logprobs"]),
+                start=None if start is None else int(start),
+                full_logprobs=tensors.get("tf_full_logprobs"),
+            )
         tags = json.loads(metadata.get("tags", "{}"))
         return PromptRecord(
             prompt_id=metadata["prompt_id"],
@@ -293,6 +308,7 @@ def _decode(
             hidden_states=tensors.get("hidden_states"),
             output_text=metadata.get("output_text"),
             tags={str(k): str(v) for k, v in tags.items()},
+            logit_scale=tensors.get("logit_scale"),
         )
     except (ValueError, KeyError, AttributeError) as err:
         raise RecordFormatError(f"{file}: invalid prompt record: {err}") from err

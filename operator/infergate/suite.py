@@ -4,24 +4,43 @@ On disk a suite is JSONL, one prompt per line, camelCase keys:
 
     {"id": "zh-weather", "text": "今天早上", "tags": ["zh", "short"]}
     {"id": "ids-1", "tokenIds": [101, 7, 42], "tags": ["ids"]}
+    {"id": "chat-1", "messages": [{"role": "user", "content": "Hi"}], "ignoreEos": false}
 
-Each prompt has exactly one of `text` and `tokenIds`. Blank lines and lines starting
-with `#` are skipped. Errors name the file, the line and the field.
+Each prompt has exactly one of `text` (sent as text: each engine tokenizes it with its
+own tokenizer and its default special tokens, as production requests are), `tokenIds`
+(sent as they are) and `messages` (a chat, sent to /v1/chat/completions and rendered by
+the engine's served chat template). `ignoreEos: false` lets generation stop at the
+engine's end of sequence, so EOS and generation-config drift show; `maxTokens` caps
+the prompt's output below the check's. Blank lines and lines starting with `#` are
+skipped. Errors name the file, the line and the field.
 
-Built-in suites (by name): `default` (short Chinese and English prompts plus long
-prompts of 8K+ tokens, generated deterministically at load time and tagged `long`)
-and `smoke` (a few short prompts and one long prompt, for tests).
+A suite is identified by the digest of its content (`Suite.digest`), not its name:
+two checks are comparable only when they ran the same prompts.
+
+Built-in suites (by name):
+
+- `default`: 34 short Chinese and English prompts (six of them stop at EOS) and 4 long
+  prompts of 8K+ tokens (2 Chinese, 2 English, generated deterministically at load time,
+  tagged `long`, 8 output tokens each). That meets the bf16 profiles' minimum evidence
+  (32 prompts, 4 long prompts, 4096 scored positions: the long prompts are scored at
+  every position of their own text) and takes a few minutes on CPU on the fixture
+  model; long-context evidence comes from scoring the long texts, not from generating
+  after them, so their output is kept short.
+- `smoke`: a few short prompts and one long prompt, for tests.
+- `chat`: short chats through /v1/chat/completions (the model must carry a chat
+  template).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -31,11 +50,22 @@ from infergate.fixture.corpus import CHINESE, ENGLISH
 LONG_TAG = "long"
 """Tag of prompts of 8K+ tokens; the long-sequence metrics select them by it."""
 
-BUILTIN_SUITES: tuple[str, ...] = ("default", "smoke")
+BUILTIN_SUITES: tuple[str, ...] = ("default", "smoke", "chat")
+LONG_MAX_TOKENS = 8
+"""Output tokens of the built-in long prompts: their evidence is their own scored text."""
 
 
 class SuiteError(ValueError):
     """A suite file or name that cannot be loaded; the message names line and field."""
+
+
+class ChatMessage(BaseModel):
+    """One message of a chat prompt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(min_length=1)
 
 
 class PromptSpec(BaseModel):
@@ -46,19 +76,44 @@ class PromptSpec(BaseModel):
     )
 
     id: str = Field(min_length=1, description="Unique within the suite.")
-    text: str | None = Field(default=None, description="Prompt text, tokenized by the model.")
+    text: str | None = Field(
+        default=None,
+        description="Prompt text, tokenized by each engine with its default special tokens.",
+    )
     token_ids: tuple[int, ...] | None = Field(
         default=None, description="Prompt token ids, sent as they are."
     )
+    messages: tuple[ChatMessage, ...] | None = Field(
+        default=None,
+        description="A chat, sent to /v1/chat/completions and rendered by the served template.",
+    )
     tags: tuple[str, ...] = Field(default=(), description="Free labels, e.g. zh, en, long.")
+    ignore_eos: bool = Field(
+        default=True,
+        description="false: generation stops at the engine's end of sequence (EOS drift shows).",
+    )
+    max_tokens: int | None = Field(
+        default=None, ge=1, description="Output tokens of this prompt, at most the check's."
+    )
 
     @model_validator(mode="after")
     def _one_prompt(self) -> Self:
-        if (self.text is None) == (self.token_ids is None):
-            given = "both" if self.text is not None else "neither"
-            raise ValueError(f"exactly one of text and tokenIds is required, got {given}")
+        given = [
+            name
+            for name, value in (
+                ("text", self.text),
+                ("tokenIds", self.token_ids),
+                ("messages", self.messages),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            shown = " and ".join(given) if given else "none"
+            raise ValueError(f"exactly one of text, tokenIds and messages is required, got {shown}")
         if self.text is not None and not self.text:
             raise ValueError("text: must not be empty")
+        if self.messages is not None and not self.messages:
+            raise ValueError("messages: must not be empty")
         if self.token_ids is not None:
             if not self.token_ids:
                 raise ValueError("tokenIds: must not be empty")
@@ -70,6 +125,16 @@ class PromptSpec(BaseModel):
     @property
     def is_long(self) -> bool:
         return LONG_TAG in self.tags
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+    def output_tokens(self, check_max_tokens: int) -> int:
+        """Tokens to generate: the check's maxTokens, capped by this prompt's."""
+        return (
+            check_max_tokens if self.max_tokens is None else min(self.max_tokens, check_max_tokens)
+        )
 
 
 @dataclass(frozen=True)
@@ -85,6 +150,15 @@ class Suite:
         if limit is not None:
             chosen = chosen[:limit]
         return Suite(self.name, tuple(chosen))
+
+    def digest(self) -> str:
+        """sha256 of the prompts' content (ids, text, ids, messages, settings, tags), in order.
+
+        The name is left out: two suites with the same prompts have the same digest.
+        """
+        content = [p.model_dump(mode="json", by_alias=True) for p in self.prompts]
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def parse_suite(lines: Iterable[str], *, name: str, source: str) -> Suite:
@@ -134,10 +208,14 @@ def load_suite(name_or_path: str) -> Suite:
         name=name_or_path,
         source=f"infergate/suites/{name_or_path}.jsonl",
     )
+    if name_or_path == "chat":
+        return short
     count = 1 if name_or_path == "smoke" else 2
     long = [long_prompt("zh", i) for i in range(count)] + [
         long_prompt("en", i) for i in range(count if name_or_path == "default" else 0)
     ]
+    if name_or_path == "default":
+        long = [p.model_copy(update={"max_tokens": LONG_MAX_TOKENS}) for p in long]
     return Suite(name_or_path, short.prompts + tuple(long))
 
 

@@ -35,9 +35,9 @@ def test_text_and_token_id_prompts_load_with_tags() -> None:
     [
         (
             '{"id": "a"}',
-            "t.jsonl:1: prompt: exactly one of text and tokenIds is required, got neither",
+            "t.jsonl:1: prompt: exactly one of text, tokenIds and messages is required, got none",
         ),
-        ('{"id": "a", "text": "x", "tokenIds": [1]}', "got both"),
+        ('{"id": "a", "text": "x", "tokenIds": [1]}', "got text and tokenIds"),
         ('{"id": "a", "tokenIds": [1, -2]}', "tokenIds: ids must be >= 0, got -2"),
         ('{"id": "a", "text": "x", "colour": 1}', "t.jsonl:1: colour: Extra inputs"),
         ('{"id": "", "text": "x"}', "t.jsonl:1: id:"),
@@ -59,7 +59,9 @@ def test_suite_from_file_and_unknown_name(tmp_path: Path) -> None:
     path = tmp_path / "mine.jsonl"
     path.write_text('{"id": "x", "text": "hello"}\n', encoding="utf-8")
     assert load_suite(str(path)).name == "mine"
-    with pytest.raises(SuiteError, match="neither a file nor a built-in suite; built-in: default"):
+    with pytest.raises(
+        SuiteError, match="neither a file nor a built-in suite; built-in: default, smoke, chat"
+    ):
         load_suite("no-such-suite")
 
 
@@ -78,3 +80,58 @@ def test_long_prompts_are_deterministic_and_distinct() -> None:
     assert long_prompt("zh", 0).text != long_prompt("zh", 1).text
     with pytest.raises(SuiteError, match="allowed: zh, en"):
         long_prompt("fr", 0)
+
+
+def test_chat_prompts_eos_and_max_tokens_load() -> None:
+    suite = _parse(
+        '{"id": "c", "messages": [{"role": "user", "content": "hi"}], "ignoreEos": false}',
+        '{"id": "t", "text": "hello", "maxTokens": 4}',
+    )
+    chat, text = suite.prompts  # type: ignore[attr-defined]
+    assert chat.is_chat
+    assert chat.ignore_eos is False
+    assert text.ignore_eos is True
+    assert text.output_tokens(64) == 4
+    assert text.output_tokens(2) == 2
+
+
+def test_a_prompt_needs_exactly_one_of_text_token_ids_and_messages() -> None:
+    with pytest.raises(SuiteError, match="exactly one of text, tokenIds and messages"):
+        _parse('{"id": "x", "text": "a", "messages": [{"role": "user", "content": "b"}]}')
+    with pytest.raises(SuiteError, match="messages"):
+        _parse('{"id": "x", "messages": [{"role": "robot", "content": "b"}]}')
+
+
+def test_the_suite_digest_is_its_content_not_its_name() -> None:
+    lines = ['{"id": "a", "text": "one"}', '{"id": "b", "text": "two"}']
+    first = parse_suite(lines, name="mine", source="x")
+    renamed = parse_suite(lines, name="yours", source="y")
+    assert first.digest() == renamed.digest()
+    edited = parse_suite([lines[0], '{"id": "b", "text": "two!"}'], name="mine", source="x")
+    assert edited.digest() != first.digest()
+    eos = parse_suite([lines[0], '{"id": "b", "text": "two", "ignoreEos": false}'], name="m",
+                      source="x")  # fmt: skip
+    assert eos.digest() != first.digest()
+
+
+def test_the_default_suite_meets_the_bf16_minimum_evidence() -> None:
+    from infergate.parity.profiles import PROFILES
+    from infergate.parity.thresholds import ProfileName
+
+    block = PROFILES[ProfileName.BF16_KERNEL].block
+    suite = load_suite("default")
+    long = suite.select(long=True).prompts
+    assert block.min_prompts is not None
+    assert block.min_long_prompts is not None
+    assert len(suite.prompts) >= block.min_prompts
+    assert len(long) >= block.min_long_prompts
+    # Long-context evidence is their scored text; few output tokens keep CPU runs short.
+    assert all(p.max_tokens == 8 for p in long)
+    assert sum(1 for p in suite.prompts if not p.ignore_eos) >= 4
+    assert load_suite("default").digest() == suite.digest()  # generated deterministically
+
+
+def test_the_chat_suite_holds_chats() -> None:
+    suite = load_suite("chat")
+    assert suite.prompts
+    assert all(p.is_chat for p in suite.prompts)

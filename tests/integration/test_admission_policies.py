@@ -20,8 +20,9 @@ import yaml
 
 from infergate.api import InferenceDeployment, ParityCheckSpec
 from infergate.plan.control import ABORT, PROMOTE, REQUESTED_BY
+from infergate.render import check_children as children
 from infergate.render import render_revision
-from infergate.runner import children
+from infergate.render.images import DEFAULT_RUNNER_IMAGE
 from tests.harness import Cluster, apply_crds, namespace_for, release_namespace, wait_for
 from tests.integration.admission_support import (
     ADMISSION_DIR,
@@ -438,8 +439,11 @@ def _rendered(namespace: str, uri: str, accelerator: str) -> list[dict[str, Any]
         **_check("qwen-check"),
         "metadata": {"name": "qwen-check", "namespace": namespace, "uid": "u"},
     }
-    check_spec = ParityCheckSpec.model_validate(check["spec"])
-    job = children.runner_job(check, check_spec, image=children.DEFAULT_RUNNER_IMAGE)
+    runner = ParityCheckSpec.model_validate(check["spec"]).runner
+    settings = children.RunnerSettings(
+        active_deadline_seconds=runner.active_deadline_seconds, backoff_limit=runner.backoff_limit
+    )
+    job = children.runner_job(check, settings, image=DEFAULT_RUNNER_IMAGE)
     probe = children.probe_pod(check, "candidate", objects.deployment)
     out = [*objects.manifests(), job, probe]
     for item in out:

@@ -90,9 +90,12 @@ def test_server_dry_run_of_the_install_is_accepted(
 def test_server_dry_run_of_the_production_overlay_is_accepted(
     cluster: Cluster, install_namespace: None
 ) -> None:
-    """Everything but the ServiceMonitor, whose CRD (Prometheus Operator) is not here."""
+    """Everything but the ServiceMonitor and PrometheusRule, whose CRDs (Prometheus
+    Operator) are not here."""
     documents = [
-        d for d in _build(cluster, "manifests/overlays/production") if d["kind"] != "ServiceMonitor"
+        d
+        for d in _build(cluster, "manifests/overlays/production")
+        if d["kind"] not in ("ServiceMonitor", "PrometheusRule")
     ]
     text = "\n---\n".join(json.dumps(d) for d in documents)
     result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)

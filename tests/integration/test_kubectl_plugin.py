@@ -211,3 +211,37 @@ def test_a_missing_deployment_is_reported_not_raised(
     assert main(["report", "nope", "-n", namespace, "--kubeconfig", kubeconfig]) == 1
     out = capsys.readouterr()
     assert "nope" in out.out + out.err
+
+
+def test_diff_names_what_the_canary_changes_against_stable(
+    crds: Cluster, rollout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def revision(name: str, dtype: str, config: dict[str, Any]) -> dict[str, Any]:
+        pinned = {
+            "model": {"name": "qwen", "uri": "pvc://models/qwen"},
+            "engine": {"kind": "vllm", "dtype": dtype, "maxModelLen": 4096, "config": config},
+            "accelerator": {"kind": "nvidia-gpu", "count": 1},
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": f"qwen-{name}",
+                "annotations": {"infergate.io/revision-spec": json.dumps(pinned)},
+            },
+            "data": {},
+        }
+
+    crds.apply(revision("81422cb403", "bfloat16", {"rms_norm_eps": 1e-6}), rollout)
+    crds.apply(revision("3f2a9c1d0e", "float16", {"rms_norm_eps": 1e-4}), rollout)
+    code = main(["diff", "qwen", "-n", rollout, "--kubeconfig", str(crds.kubeconfig)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.splitlines()[1:] == [
+        "  engine.dtype: bfloat16 -> float16",
+        "  engine.config.rms_norm_eps: 1e-06 -> 0.0001",
+    ]
+    code = main(["diff", "qwen", "-o", "json", "-n", rollout, "--kubeconfig", str(crds.kubeconfig)])
+    listed = json.loads(capsys.readouterr().out)
+    assert (listed["from"], listed["to"]) == ("81422cb403", "3f2a9c1d0e")
+    assert listed["changes"][0] == {"path": "engine.dtype", "from": "bfloat16", "to": "float16"}

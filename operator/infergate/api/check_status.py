@@ -36,9 +36,11 @@ class VerdictReason(KubeModel):
     metric: str = Field(max_length=SHORT_TEXT_MAX)
     """Metric name, e.g. minTokenMatchRate, maxHiddenRelL2P99, hygiene.nan."""
     value: float | None = None
-    """Measured value; unset when it could not be measured."""
+    """Measured value, in the metric's own unit (a share 0..1, nats, tokens or a ratio); unset
+    when it could not be measured."""
     threshold: float | None = None
-    """Limit the value was judged against; unset for hard failures (hygiene)."""
+    """Limit the value was judged against, in the metric's own unit (a share 0..1, nats, tokens
+    or a ratio); unset for hard failures (hygiene)."""
     comparison: Comparison | None = None
     """How value must relate to threshold to pass: >= (a floor) or <= (a ceiling)."""
     prompts: list[str] = Field(default_factory=list, max_length=100)
@@ -53,7 +55,9 @@ class Verdict(KubeModel):
     passed: bool
     """True only when every check passed; no verdict, no promotion."""
     outcome: VerdictOutcome | None = None
-    """Passed, Failed (measured bad), Error or Inconclusive (could not measure)."""
+    """Passed, Failed (measured bad), Inconclusive (not enough evidence: the reasons say what more
+    is needed) or Error (could not measure).
+    """
     summary: str | None = Field(default=None, max_length=MESSAGE_MAX)
     """One line for people."""
     reasons: list[VerdictReason] = Field(default_factory=list, max_length=256)
@@ -86,7 +90,9 @@ class ParityCheckStatus(KubeModel):
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation last acted on."""
     phase: CheckPhase | None = None
-    """Pending, Running, Passed, Failed (measured bad) or Error (could not measure)."""
+    """Pending, Running, Passed, Failed (measured bad), Inconclusive (not enough evidence) or Error
+    (could not measure).
+    """
     job_name: ObjectName | None = None
     """Name of the runner Job."""
     runner_service_account: RunnerServiceAccount | None = None
@@ -114,6 +120,6 @@ class ParityCheckStatus(KubeModel):
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Latest observations: Complete, Passed, Failed, Error."""
+    """Latest observations: Complete, Passed, Failed, Inconclusive, Error."""
     report_ref: ConfigMapKeyReference | None = None
     """ConfigMap key holding the full report (per-prompt metrics)."""

@@ -7,6 +7,8 @@ subresources and root-level rules are declared here.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,8 +158,12 @@ RESOURCE_KINDS: tuple[ResourceKind, ...] = (INFERENCE_DEPLOYMENT, PARITY_CHECK)
 
 def openapi_schema(resource: ResourceKind) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of the whole object."""
-    spec = to_structural(resource.spec.model_json_schema(by_alias=True, mode="validation"))
-    status = to_structural(resource.status.model_json_schema(by_alias=True, mode="validation"))
+    spec = document_defaults(
+        to_structural(resource.spec.model_json_schema(by_alias=True, mode="validation"))
+    )
+    status = document_defaults(
+        to_structural(resource.status.model_json_schema(by_alias=True, mode="validation"))
+    )
     spec["description"] = (resource.spec.__doc__ or "").strip()
     if resource.spec_rules:
         spec["x-kubernetes-validations"] = [
@@ -183,6 +189,42 @@ def openapi_schema(resource: ResourceKind) -> dict[str, Any]:
     }
     if resource.root_rules:
         schema["x-kubernetes-validations"] = list(resource.root_rules)
+    return schema
+
+
+def default_text(value: Any) -> str:
+    """A default as a person writes it in YAML: 42, true, Equal, 0.95."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value else '""'
+    return json.dumps(value)
+
+
+def states_default(description: str, value: Any) -> bool:
+    """Whether a description names `value` as its default ("Default: 42", "(default 42)")."""
+    shown = re.escape(default_text(value))
+    return re.search(rf"\bdefault:?\s+{shown}(?!\w|\.\d)", description, re.IGNORECASE) is not None
+
+
+def document_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """Say each property's default in its description, so `kubectl explain` shows it.
+
+    Descriptions that already name their default are left as they are; empty objects
+    and lists as defaults ("every field at its own default") are not repeated.
+    """
+    for child in (schema.get("properties") or {}).values():
+        document_defaults(child)
+        if "default" not in child or child["default"] in ({}, []):
+            continue
+        description = child.get("description", "")
+        shown = default_text(child["default"])
+        if not states_default(description, child["default"]):
+            child["description"] = f"{description.rstrip()} Default: {shown}.".lstrip()
+    if isinstance(schema.get("items"), dict):
+        document_defaults(schema["items"])
+    if isinstance(schema.get("additionalProperties"), dict):
+        document_defaults(schema["additionalProperties"])
     return schema
 
 

@@ -122,7 +122,7 @@ class Engine(KubeModel):
     tensor_parallel_size: int = Field(default=1, ge=1, le=SIZE_PER_POD_MAX)
     """Devices one model replica is split across (tensor parallelism)."""
     seed: int = Field(default=42, ge=0, le=2**32 - 1)
-    """Engine random seed."""
+    """Engine random seed (an integer, no unit)."""
     deterministic: bool = True
     """Deterministic kernels: vLLM batch invariance (VLLM_BATCH_INVARIANT=1); MindSpore
     deterministic mode with deterministic HCCL/LCCL reductions.

@@ -32,7 +32,16 @@ from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresh
 
 # Fields of Thresholds and RegressionTolerance that tune how a check measures
 # rather than being a check of their own: they cannot be switched off.
-CHECK_PARAMETERS = frozenset({"maxDivergenceLogprobGap", "longPromptTokens", "confidence"})
+CHECK_PARAMETERS = frozenset(
+    {
+        "maxDivergenceLogprobGap",
+        "longPromptTokens",
+        "confidence",
+        "minPrompts",
+        "minLongPrompts",
+        "minScoredSteps",
+    }
+)
 
 
 # A check is switched off by naming it here rather than by a null threshold:
@@ -90,11 +99,16 @@ class Sampling(KubeModel):
             )
         ),
     )
-    """Sampling temperature; must be 0 (greedy)."""
+    """Sampling temperature (no unit); must be 0 (greedy)."""
     seed: int = Field(default=42, ge=0, le=SEED_MAX)
-    """Sampling seed sent with every request, for engines that consult it even when greedy."""
-    top_logprobs: int = Field(default=5, ge=1, le=TOP_LOGPROBS_MAX)
-    """Top-k logprobs requested per step (vLLM serves at most 20 by default)."""
+    """Sampling seed (an integer, no unit) sent with every request, for engines that consult it
+    even when greedy."""
+    top_logprobs: int = Field(default=20, ge=1, le=TOP_LOGPROBS_MAX)
+    """Top-k logprobs requested per generated token (a count of tokens; vLLM serves at most 20
+    unless started with --max-logprobs). The KL over the top-k plus a tail bucket is a lower
+    bound of the full KL: 20 sees more of each distribution (the report gives the covered
+    probability mass).
+    """
 
     @model_validator(mode="after")
     def _greedy(self) -> Self:
@@ -109,8 +123,9 @@ class HiddenStates(KubeModel):
     """Probe channel: last-layer hidden states, teacher-forced on the baseline's tokens."""
 
     enabled: bool = True
-    """Compare last-layer hidden states (max abs error, relative L2, cosine) besides tokens and
-    logprobs.
+    """Compare last-layer hidden states (max abs error, relative L2, cosine, norm ratio) besides
+    tokens and logprobs. false: every hidden-state threshold is off with it, and the verdict says
+    they were not part of it.
     """
     max_positions_per_prompt: int = Field(default=16384, ge=1, le=1048576)
     """Positions (prompt and generated) compared per prompt, from the start; later ones are skipped.
@@ -172,14 +187,19 @@ class ParityCheckTemplate(KubeModel):
     """Last-layer hidden-state comparison (probe channel)."""
     profile: ProfileName | None = None
     """Tolerance profile giving default thresholds: bf16-kernel, dtype-change, fp32-cross-framework,
-    gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides.
+    gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides; a side
+    whose dtype is unknown (an endpoint that does not report it) needs it set.
     """
     thresholds: Thresholds | None = None
-    """Per-metric limits over the profile's (a field left out keeps the profile's limit)."""
+    """Per-metric limits over the profile's (a field left out keeps the profile's limit), and its
+    minimum evidence (minPrompts, minLongPrompts, minScoredSteps) and confidence level.
+    """
     regression: RegressionTolerance = Field(
         default_factory=RegressionTolerance, json_schema_extra={"default": {}}
     )
-    """Allowed worsening against the last passing check, judged with confidence bounds."""
+    """Allowed worsening against the last passing check of the same suite and sampling, judged
+    with confidence bounds; an allowance left out is a quarter of the profile limit's headroom.
+    """
     disabled_checks: list[CheckName] = Field(
         default_factory=list,
         max_length=len(SWITCHABLE_CHECKS),

@@ -1,4 +1,4 @@
-"""`infergate promote|abort|rollback|status NAME`: manual control of a rollout.
+"""`infergate promote|abort|rollback|status|diff NAME`: manual control of a rollout.
 
 The commands set the same annotations a person could set with kubectl
 (`infergate.io/promote`, `infergate.io/abort`, `infergate.io/rollback-to`);
@@ -10,6 +10,7 @@ done in time, 2 usage errors.
   infergate promote qwen -n llm --wait
   infergate abort qwen -n llm
   infergate rollback qwen -n llm --to 3f2a9c1d0e
+  infergate diff qwen -n llm      what the canary (or the pending spec) changes
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def register(subparsers: Any) -> None:
         ("abort", "remove the canary and reject its revision", run_abort),
         ("rollback", "make a retained earlier revision stable again", run_rollback),
         ("status", "show the rollout state of an InferenceDeployment", run_status),
+        ("diff", "show what the canary changes against the stable revision", run_diff),
     ):
         parser = subparsers.add_parser(
             name,
@@ -49,7 +51,12 @@ def register(subparsers: Any) -> None:
             parser.add_argument(
                 "--to", metavar="REVISION", help="revision to roll back to (default: the last one)"
             )
-        if name == "status":
+        if name == "diff":
+            parser.add_argument("--from", dest="before", metavar="REVISION", help="default: stable")
+            parser.add_argument(
+                "--to", dest="after", metavar="REVISION", help="default: the canary, else the spec"
+            )
+        if name in ("status", "diff"):
             parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
         else:
             parser.add_argument("--wait", action="store_true", help="wait until it is done")
@@ -71,6 +78,22 @@ class _Target:
         from infergate.kube.client import INFERENCE_DEPLOYMENTS
 
         return self.client.get(INFERENCE_DEPLOYMENTS, self.namespace, self.name)
+
+    def revision(self, revision: str) -> JSON | None:
+        """A revision as its objects recorded it (model, engine, accelerator), or None."""
+        from infergate.kube.client import CONFIG_MAPS, DEPLOYMENTS
+        from infergate.plan.observed import ANNOTATION_REVISION_SPEC
+
+        for resource in (DEPLOYMENTS, CONFIG_MAPS):
+            try:
+                body = self.client.get(resource, self.namespace, f"{self.name}-{revision}")
+            except NotFoundError:
+                continue
+            text = (body["metadata"].get("annotations") or {}).get(ANNOTATION_REVISION_SPEC)
+            if text:
+                found: JSON = json.loads(text)
+                return found
+        return None
 
     def annotate(self, key: str, value: str) -> None:
         from infergate.kube.client import INFERENCE_DEPLOYMENTS
@@ -249,4 +272,43 @@ def run_status(args: argparse.Namespace) -> int:
             f"verdict={record.get('verdict') or '-'}  {' '.join(flags)}  "
             f"{record.get('message') or ''}".rstrip()
         )
+    return 0
+
+
+@_guarded
+def run_diff(args: argparse.Namespace) -> int:
+    """The fields that differ between two revisions: stable and canary by default."""
+    from infergate.api.inference_deployment import InferenceDeploymentSpec
+    from infergate.plan.desired import revision_json, revision_of
+    from infergate.plan.revision_diff import revision_changes
+
+    target = _Target(args)
+    body = target.read()
+    status = _status(body)
+    before = args.before or status.get("stableRevision")
+    if not before:
+        print(f"{target} has no stable revision yet; give --from REVISION")
+        return 1
+    sides: dict[str, JSON | None] = {"before": target.revision(before)}
+    after = args.after or status.get("canaryRevision")
+    if after:
+        sides["after"] = target.revision(after)
+    else:
+        spec = InferenceDeploymentSpec.model_validate(body.get("spec") or {})
+        after = f"{revision_of(spec)} (the spec)"
+        sides["after"] = revision_json(spec)
+    for side, revision in (("before", before), ("after", after)):
+        if sides[side] is None:
+            print(f"{target}: revision {revision} is not retained (no Deployment or ConfigMap)")
+            return 1
+    changes = revision_changes(sides["before"] or {}, sides["after"] or {})
+    if args.output == "json":
+        listed = [{"path": c.path, "from": c.before, "to": c.after} for c in changes]
+        print(json.dumps({"from": before, "to": after, "changes": listed}, indent=2))
+        return 0
+    print(f"{target}: {before} -> {after}")
+    for change in changes:
+        print(f"  {change.describe()}")
+    if not changes:
+        print("  no field of the revision differs")
     return 0

@@ -2,7 +2,8 @@
 
 `infergate crds --out crds` writes `crds/*.yaml`; `infergate crds --check crds`
 exits 1 with a diff summary when the files there differ from what the models
-generate (a missing file, an extra file, or changed lines).
+generate (a missing file, an extra file, or changed lines). With `--reference
+FILE` the markdown API reference is written or checked the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from infergate.api.crd import render_crd_files
+from infergate.api.reference import render_reference
 
 _DIFF_LINES_SHOWN = 40
 
@@ -31,15 +33,47 @@ def register(subparsers: Any) -> None:
     target.add_argument(
         "--check", type=Path, metavar="DIR", help="exit 1 when the CRD files in DIR are stale"
     )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        metavar="FILE",
+        help="also write (with --out) or check (with --check) the markdown API reference",
+    )
     parser.set_defaults(handler=run_crds)
 
 
 def run_crds(args: argparse.Namespace) -> int:
     """Write or check; the exit code is 0 when the directory matches the models."""
     generated = render_crd_files()
+    reference = getattr(args, "reference", None)
     if args.out is not None:
-        return _write(args.out, generated)
-    return _check(args.check, generated)
+        code = _write(args.out, generated)
+        if reference is not None:
+            _write_reference(reference)
+        return code
+    code = _check(args.check, generated)
+    if reference is not None:
+        code = max(code, _check_reference(reference))
+    return code
+
+
+def _write_reference(path: Path) -> None:
+    text = render_reference()
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+
+
+def _check_reference(path: Path) -> int:
+    expected = render_reference()
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
+    if current == expected:
+        print(f"crds check: {path} matches the models")
+        return 0
+    print(f"crds check: {path} is stale; run `make crds` and commit", file=sys.stderr)
+    print(_diff_summary(path, current, expected), file=sys.stderr)
+    return 1
 
 
 def _write(directory: Path, generated: dict[str, str]) -> int:

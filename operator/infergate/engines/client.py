@@ -1,14 +1,24 @@
 """HTTP clients of a running engine: the serving channel and the hidden-state probe.
 
 No engine imports (httpx and numpy only): the parity runner drives live endpoints with
-this module. The serving channel is the OpenAI completions API as vLLM serves it, with
-vLLM's extensions, which our adapters serve too:
+this module. The serving channel is the OpenAI API as vLLM serves it, with vLLM's
+extensions, which our adapters serve too:
 
-- greedy generation from token ids with top-k `logprobs`, tokens returned as ids
-  (`return_tokens_as_token_ids`, `return_token_ids`);
+- prompts reach the engine the way production requests do: text is sent as text (the
+  engine tokenizes it with its own tokenizer and default special tokens), chats go to
+  `/v1/chat/completions` and the served template, and the prompt ids the engine actually
+  used are read back (`return_token_ids`); token-id prompts are sent as they are;
+- greedy generation with top-k `logprobs`, tokens returned as ids
+  (`return_tokens_as_token_ids`), `ignore_eos` per prompt;
 - teacher forcing through `prompt_logprobs`: the prompt plus the forced continuation is
   sent with `max_tokens=1`, and the logprob of each forced token given what precedes it
-  is read from the prompt positions past the prompt.
+  is read from the prompt positions past the prompt. Scoring a whole sequence from
+  position 1 is the same call with a one-token "prompt" (`score_from`).
+
+Our adapters add three extensions, ignored by engines that lack them: the raw logit of
+each chosen token (`logprobs.parity_logit_scale`, for the fork tau), full-vocabulary
+logprobs of the forced positions on request (`parity_full_logprobs`), and non-finite
+numbers sent as JSON NaN/Infinity rather than refused, so they arrive as data.
 
 The probe channel returns last-layer hidden states of token ids: vLLM's pooling runner
 on `/pooling` (`vllm serve --runner pooling`), or our adapters' `/v1/parity/hidden_states`.
@@ -41,10 +51,17 @@ class Completion:
     """A greedy completion: output ids, top-k per step, text and why it stopped."""
 
     prompt_token_ids: list[int]
+    """The prompt ids the engine used (for text and chat prompts: its own tokenization)."""
     token_ids: list[int]
     top: TopLogprobs
     text: str
     finish_reason: str | None
+    logit_scale: list[float] | None = None
+    """|raw logit| of each chosen token, where the engine reports it."""
+
+
+Prompt = Sequence[int] | str
+"""A completion prompt: token ids sent as they are, or text the engine tokenizes."""
 
 
 def _token_id(name: str) -> int:
@@ -56,7 +73,11 @@ def _token_id(name: str) -> int:
 
 
 def parse_completion_choice(choice: Mapping[str, Any], prompt: Sequence[int], k: int) -> Completion:
-    """One choice of a /v1/completions answer (vLLM or adapter) as a Completion."""
+    """One choice of a /v1/completions answer (vLLM or adapter) as a Completion.
+
+    `prompt` is what was sent as ids (empty for a text prompt: the answer must then say
+    which ids the engine used).
+    """
     logprobs = choice.get("logprobs") or {}
     tokens = logprobs.get("tokens")
     if choice.get("token_ids") is not None:
@@ -80,6 +101,51 @@ def parse_completion_choice(choice: Mapping[str, Any], prompt: Sequence[int], k:
         top=top,
         text=str(choice.get("text") or ""),
         finish_reason=choice.get("finish_reason"),
+        logit_scale=_logit_scale(logprobs.get("parity_logit_scale"), len(ids)),
+    )
+
+
+def _logit_scale(values: Any, steps: int) -> list[float] | None:
+    if not isinstance(values, list) or len(values) != steps:
+        return None
+    return [float(v) for v in values]
+
+
+def parse_chat_choice(
+    choice: Mapping[str, Any], prompt_token_ids: Sequence[int] | None, k: int
+) -> Completion:
+    """One choice of a /v1/chat/completions answer (vLLM or adapter) as a Completion.
+
+    Logprobs come as `logprobs.content[i] = {token, logprob, top_logprobs: [...]}` with
+    tokens named `token_id:N` (return_tokens_as_token_ids).
+    """
+    content = (choice.get("logprobs") or {}).get("content") or []
+    if choice.get("token_ids") is not None:
+        ids = [int(t) for t in choice["token_ids"]]
+    else:
+        ids = [_token_id(str(entry["token"])) for entry in content]
+    steps = [
+        [(_token_id(str(t["token"])), float(t["logprob"])) for t in entry.get("top_logprobs") or []]
+        for entry in content
+    ]
+    if k > 0 and len(steps) != len(ids):
+        raise EngineClientError(
+            f"chat choice: {len(ids)} tokens but {len(steps)} logprobs.content entries"
+        )
+    if prompt_token_ids is None:
+        raise EngineClientError(
+            "chat answer: no prompt_token_ids (return_token_ids); the rendered prompt ids are "
+            "needed to compare both sides' templates"
+        )
+    message = choice.get("message") or {}
+    scale = (choice.get("logprobs") or {}).get("parity_logit_scale")
+    return Completion(
+        prompt_token_ids=[int(t) for t in prompt_token_ids],
+        token_ids=ids,
+        top=TopLogprobs.from_pairs(steps, k=k) if k > 0 else TopLogprobs.empty(len(ids)),
+        text=str(message.get("content") or ""),
+        finish_reason=choice.get("finish_reason"),
+        logit_scale=_logit_scale(scale, len(ids)),
     )
 
 
@@ -128,12 +194,71 @@ class ServingChannel(Protocol):
     def tokenize(self, text: str) -> list[int]: ...
 
     def complete(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
+        self,
+        prompt: Prompt,
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Completion: ...
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
     ) -> Completion: ...
 
     def score(
         self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
     ) -> TeacherForced: ...
+
+
+class FullVocabScoring(Protocol):
+    """A serving channel that can also return full-vocabulary rows of the last positions."""
+
+    def score(
+        self,
+        prompt: Sequence[int],
+        forced: Sequence[int],
+        *,
+        top_logprobs: int,
+        seed: int,
+        full_vocab: int = 0,
+    ) -> TeacherForced: ...
+
+
+def score_from(
+    serving: ServingChannel,
+    sequence: Sequence[int],
+    start: int,
+    *,
+    top_logprobs: int,
+    seed: int,
+    full_vocab: int = 0,
+) -> TeacherForced:
+    """Scores of `sequence` from position `start` (>= 1), teacher-forced on its own tokens.
+
+    One `score` call with `sequence[:start]` as the prompt: engines score every position
+    of a prompt anyway, so scoring from position 1 costs what scoring the output does.
+    `full_vocab` asks for the full distributions of the last that many positions too
+    (channels with `FullVocabScoring`; others give top-k only).
+    """
+    if not 1 <= start <= len(sequence):
+        raise ValueError(f"start: {start} must lie in 1..{len(sequence)}")
+    head, rest = list(sequence[:start]), list(sequence[start:])
+    if full_vocab > 0:
+        full: FullVocabScoring = serving  # type: ignore[assignment]
+        scored = full.score(head, rest, top_logprobs=top_logprobs, seed=seed, full_vocab=full_vocab)
+    else:
+        scored = serving.score(head, rest, top_logprobs=top_logprobs, seed=seed)
+    return TeacherForced(
+        scored.token_ids, scored.target_logprobs, scored.top, start, scored.full_logprobs
+    )
 
 
 class ProbeChannel(Protocol):
@@ -202,18 +327,26 @@ class EngineClient(_Endpoint):
         return data
 
     def tokenize(self, text: str) -> list[int]:
-        body = self._post(
-            "/tokenize", {"model": self._model, "prompt": text, "add_special_tokens": False}
-        )
+        """The engine's own tokenization of `text`, with its default special tokens."""
+        body = self._post("/tokenize", {"model": self._model, "prompt": text})
         return [int(t) for t in body["tokens"]]
 
+    def parity_fingerprints(self) -> dict[str, Any] | None:
+        """What the engine ran (parity.fingerprints keys); None where not served."""
+        response = self._http.get("/v1/parity/fingerprints")
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        data: dict[str, Any] = response.json()
+        return data
+
     def complete_raw(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
+        self, prompt: Prompt, *, max_tokens: int, top_logprobs: int, seed: int
     ) -> dict[str, Any]:
-        """The raw JSON answer to a greedy completion request from token ids."""
+        """The raw JSON answer to a greedy completion request."""
         body = {
             "model": self._model,
-            "prompt": list(prompt),
+            "prompt": _prompt_field(prompt),
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "seed": seed,
@@ -226,17 +359,17 @@ class EngineClient(_Endpoint):
 
     def complete(
         self,
-        prompt: Sequence[int],
+        prompt: Prompt,
         *,
         max_tokens: int,
         top_logprobs: int,
         seed: int,
         ignore_eos: bool = True,
     ) -> Completion:
-        """Greedy tokens and top-k logprobs of a token-id prompt."""
+        """Greedy tokens and top-k logprobs of a prompt (text is tokenized by the engine)."""
         body = {
             "model": self._model,
-            "prompt": list(prompt),
+            "prompt": _prompt_field(prompt),
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "seed": seed,
@@ -246,18 +379,62 @@ class EngineClient(_Endpoint):
             "return_token_ids": True,
         }
         answer = self._post("/v1/completions", body)
-        return parse_completion_choice(answer["choices"][0], prompt, top_logprobs)
+        choice = answer["choices"][0]
+        if isinstance(prompt, str):
+            if not choice.get("prompt_token_ids"):
+                # An engine that does not return them: its own /tokenize, same defaults.
+                choice = {**choice, "prompt_token_ids": self.tokenize(prompt)}
+            return parse_completion_choice(choice, [], top_logprobs)
+        return parse_completion_choice(choice, prompt, top_logprobs)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Completion:
+        """Greedy reply to a chat rendered by the engine's served template."""
+        body = {
+            "model": self._model,
+            "messages": [dict(m) for m in messages],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": seed,
+            "logprobs": top_logprobs > 0,
+            "top_logprobs": top_logprobs,
+            "ignore_eos": ignore_eos,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+        }
+        answer = self._post("/v1/chat/completions", body)
+        choice = answer["choices"][0]
+        prompt_ids = answer.get("prompt_token_ids") or choice.get("prompt_token_ids")
+        return parse_chat_choice(choice, prompt_ids, top_logprobs)
 
     def score(
-        self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
+        self,
+        prompt: Sequence[int],
+        forced: Sequence[int],
+        *,
+        top_logprobs: int,
+        seed: int,
+        full_vocab: int = 0,
     ) -> TeacherForced:
-        """Teacher forcing: this engine's logprob of each forced token, and its top-k."""
+        """Teacher forcing: this engine's logprob of each forced token, and its top-k.
+
+        `full_vocab` asks our adapters for the whole next-token distribution at the last
+        that many forced positions too (KL over the full vocabulary); engines without the
+        extension answer without it.
+        """
         sequence = list(prompt) + list(forced)
         if not forced:
             return parse_prompt_logprobs(
                 [None] * len(sequence), sequence, len(sequence), top_logprobs
             )
-        body = {
+        body: dict[str, Any] = {
             "model": self._model,
             "prompt": sequence,
             "max_tokens": 1,
@@ -266,9 +443,27 @@ class EngineClient(_Endpoint):
             "prompt_logprobs": top_logprobs,
             "return_token_ids": True,
         }
+        if full_vocab > 0:
+            body["parity_full_logprobs"] = min(full_vocab, len(forced))
         answer = self._post("/v1/completions", body)
         choice = answer["choices"][0]
-        return parse_prompt_logprobs(choice["prompt_logprobs"], sequence, len(prompt), top_logprobs)
+        scored = parse_prompt_logprobs(
+            choice["prompt_logprobs"], sequence, len(prompt), top_logprobs
+        )
+        full = choice.get("parity_full_logprobs")
+        if full_vocab <= 0 or full is None:
+            return scored
+        rows = decode_float32(full)
+        if rows.ndim != 2 or rows.shape[0] != min(full_vocab, len(forced)):
+            raise EngineClientError(
+                f"parity_full_logprobs: shape {rows.shape} for {min(full_vocab, len(forced))} "
+                "positions"
+            )
+        return TeacherForced(scored.token_ids, scored.target_logprobs, scored.top, None, rows)
+
+
+def _prompt_field(prompt: Prompt) -> str | list[int]:
+    return prompt if isinstance(prompt, str) else list(prompt)
 
 
 def decode_float32(item: Mapping[str, Any]) -> NDArray[np.float32]:

@@ -15,7 +15,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from infergate.engines.client import Completion, parse_completion_choice, parse_prompt_logprobs
+from infergate.engines.client import (
+    Completion,
+    Prompt,
+    parse_completion_choice,
+    parse_prompt_logprobs,
+)
 from infergate.parity.record import TeacherForced
 from infergate.render.vllm import POOLER_CONFIG, hf_overrides
 from infergate.runtime.backend import EngineBackend, top_k_rows
@@ -32,25 +37,47 @@ class BackendChannel:
 
     def complete(
         self,
-        prompt: Sequence[int],
+        prompt: Prompt,
         *,
         max_tokens: int,
         top_logprobs: int,
         seed: int,  # noqa: ARG002 - greedy decoding needs no seed; the protocol passes it
+        ignore_eos: bool = True,
     ) -> Completion:
-        out = self.backend.generate_greedy(prompt, max_tokens, top_logprobs, ignore_eos=True)
+        ids = self.backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        return self._generate(ids, max_tokens, top_logprobs, ignore_eos)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,  # noqa: ARG002 - greedy decoding needs no seed; the protocol passes it
+        ignore_eos: bool = True,
+    ) -> Completion:
+        text = self.backend.render_chat(messages)
+        ids = self.backend.tokenize(text, add_special_tokens=False)
+        return self._generate(ids, max_tokens, top_logprobs, ignore_eos)
+
+    def _generate(
+        self, ids: list[int], max_tokens: int, top_logprobs: int, ignore_eos: bool
+    ) -> Completion:
+        out = self.backend.generate_greedy(ids, max_tokens, top_logprobs, ignore_eos=ignore_eos)
         choice = {
             "token_ids": out.token_ids,
+            "prompt_token_ids": ids,
             "text": self.backend.detokenize(out.token_ids),
             "finish_reason": out.finish_reason,
             "logprobs": {
                 "top_logprobs": [
-                    {f"token_id:{int(t)}": float(lp) for t, lp in zip(ids, lps, strict=True)}
-                    for ids, lps in zip(out.top_ids, out.top_logprobs, strict=True)
-                ]
+                    {f"token_id:{int(t)}": float(lp) for t, lp in zip(ids_, lps, strict=True)}
+                    for ids_, lps in zip(out.top_ids, out.top_logprobs, strict=True)
+                ],
+                "parity_logit_scale": out.logit_scale,
             },
         }
-        return parse_completion_choice(choice, prompt, top_logprobs)
+        return parse_completion_choice(choice, ids, top_logprobs)
 
     def score(
         self,
@@ -59,24 +86,37 @@ class BackendChannel:
         *,
         top_logprobs: int,
         seed: int,  # noqa: ARG002 - scoring needs no seed; the protocol passes it
+        full_vocab: int = 0,
     ) -> TeacherForced:
         sequence = list(prompt) + list(forced)
-        rows = self.backend.prompt_logprobs(sequence)
-        top_ids, top_lps = top_k_rows(rows, top_logprobs)
-        entries: list[dict[str, dict[str, Any]] | None] = [None]
-        for pos in range(1, len(sequence)):
-            row = rows[pos - 1]
-            target = sequence[pos]
-            entry = {
-                str(int(t)): {"logprob": float(lp), "rank": rank + 1}
-                for rank, (t, lp) in enumerate(zip(top_ids[pos - 1], top_lps[pos - 1], strict=True))
-            }
-            entry.setdefault(
-                str(target),
-                {"logprob": float(row[target]), "rank": int((row > row[target]).sum()) + 1},
-            )
-            entries.append(entry)
-        return parse_prompt_logprobs(entries, sequence, len(prompt), top_logprobs)
+        entries: list[dict[str, dict[str, Any]] | None] = [None] * max(len(prompt), 1)
+        kept: list[NDArray[np.float32]] = []
+        first = max(len(prompt) - 1, 0)
+        for start, rows in self.backend.prompt_logprob_chunks(sequence, first):
+            top_ids, top_lps = top_k_rows(rows, top_logprobs)
+            for offset, row in enumerate(rows):
+                target = sequence[start + offset + 1]
+                entry = {
+                    str(int(t)): {"logprob": float(lp), "rank": rank + 1}
+                    for rank, (t, lp) in enumerate(
+                        zip(top_ids[offset], top_lps[offset], strict=True)
+                    )
+                }
+                entry.setdefault(
+                    str(target),
+                    {"logprob": float(row[target]), "rank": int((row > row[target]).sum()) + 1},
+                )
+                entries.append(entry)
+            if full_vocab > 0:
+                kept.append(rows.copy())
+        scored = parse_prompt_logprobs(entries, sequence, len(prompt), top_logprobs)
+        if not kept:
+            return scored
+        full = np.concatenate(kept)[-min(full_vocab, len(forced)) :]
+        return TeacherForced(scored.token_ids, scored.target_logprobs, scored.top, None, full)
+
+    def fingerprints(self) -> dict[str, Any]:
+        return self.backend.fingerprints()
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         return self.backend.hidden_states(token_ids)
@@ -112,7 +152,8 @@ class VllmChannel:
             "max_model_len": max_model_len,
             "max_num_batched_tokens": max_model_len,
             "enforce_eager": True,
-            "generation_config": "vllm",
+            # As `vllm serve` defaults: the model's generation config applies (its EOS ids).
+            "generation_config": "auto",
             "max_logprobs": 20,
             "hf_overrides": hf_overrides(overrides) or None,
         }
@@ -120,26 +161,54 @@ class VllmChannel:
         self._pooling: Any = None
 
     def tokenize(self, text: str) -> list[int]:
-        ids: list[int] = self._llm.get_tokenizer().encode(text, add_special_tokens=False)
+        """vLLM's tokenizer with its default special tokens, as its server tokenizes text."""
+        ids: list[int] = self._llm.get_tokenizer().encode(text)
         return ids
 
-    def _generate(self, prompt: Sequence[int], params: Any) -> Any:
-        return self._llm.generate([{"prompt_token_ids": list(prompt)}], params, use_tqdm=False)[0]
+    def _generate(self, prompt: Prompt, params: Any) -> Any:
+        request: Any = prompt if isinstance(prompt, str) else {"prompt_token_ids": list(prompt)}
+        return self._llm.generate([request], params, use_tqdm=False)[0]
 
-    def complete(
-        self, prompt: Sequence[int], *, max_tokens: int, top_logprobs: int, seed: int
-    ) -> Completion:
+    def _params(self, max_tokens: int, top_logprobs: int, seed: int, ignore_eos: bool) -> Any:
         from vllm import SamplingParams
 
-        params = SamplingParams(
+        return SamplingParams(
             max_tokens=max_tokens,
             temperature=0.0,
             seed=seed,
             logprobs=top_logprobs,
-            ignore_eos=True,
+            ignore_eos=ignore_eos,
         )
-        out = self._generate(prompt, params).outputs[0]
+
+    def complete(
+        self,
+        prompt: Prompt,
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Completion:
+        result = self._generate(prompt, self._params(max_tokens, top_logprobs, seed, ignore_eos))
+        return self._completion(result, top_logprobs)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Completion:
+        params = self._params(max_tokens, top_logprobs, seed, ignore_eos)
+        result = self._llm.chat([dict(m) for m in messages], params, use_tqdm=False)[0]
+        return self._completion(result, top_logprobs)
+
+    def _completion(self, result: Any, top_logprobs: int) -> Completion:
+        out = result.outputs[0]
         choice = {
+            "prompt_token_ids": list(result.prompt_token_ids),
             "token_ids": list(out.token_ids),
             "text": out.text,
             "finish_reason": out.finish_reason,
@@ -154,7 +223,7 @@ class VllmChannel:
                 ]
             },
         }
-        return parse_completion_choice(choice, prompt, top_logprobs)
+        return parse_completion_choice(choice, list(result.prompt_token_ids), top_logprobs)
 
     def score(
         self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int

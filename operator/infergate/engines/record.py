@@ -5,10 +5,15 @@ The engine is reached through two channels (see `client`): a serving channel
 optional probe channel (last-layer hidden states). Both exist over HTTP and in-process,
 so this module imports neither httpx nor an engine.
 
-Teacher forcing: given the baseline's record, each prompt is also scored on the
-baseline's tokens, and hidden states are taken on the baseline's sequence (prompt plus
-its output), so they line up position by position with the baseline's even after the
-greedy outputs fork. Without a baseline, hidden states cover this engine's own sequence.
+Prompts reach the engine as production requests do (`generate`): text as text (the
+engine's own tokenizer and special tokens), chats through the chat endpoint and its
+template, token ids as they are; `ignoreEos` and `maxTokens` per prompt.
+
+Teacher forcing, from sequence position 1: without a baseline, each prompt is scored on
+its own sequence (prompt plus output); given the baseline's record, on the baseline's
+sequence, and hidden states are taken on it too, so both line up position by position
+even after the greedy outputs fork. Scoring the prompt positions is what lets a long
+prompt be judged bucket against bucket on its own text.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from infergate.engines.client import ProbeChannel, ServingChannel
-from infergate.parity.record import PromptRecord, RecordMeta
+from infergate.engines.client import Completion, ProbeChannel, ServingChannel, score_from
+from infergate.parity.fingerprints import run_fingerprints
+from infergate.parity.record import PromptRecord, RecordMeta, TeacherForced
 from infergate.recordio import RecordReader, RecordWriter
 from infergate.suite import PromptSpec, Suite
 
@@ -39,8 +46,24 @@ class RecordSettings:
 
     max_tokens: int = 64
     long_max_tokens: int = 16
-    top_logprobs: int = 5
+    """Output tokens of long prompts that do not set their own maxTokens."""
+    top_logprobs: int = 20
     seed: int = 42
+    full_vocab: bool = False
+    """Also record full-vocabulary distributions of the generated positions (our adapters)."""
+
+    def tokens_for(self, prompt: PromptSpec) -> int:
+        """Output tokens of one prompt: its own maxTokens, else the long or short default."""
+        if prompt.max_tokens is not None:
+            return prompt.output_tokens(self.max_tokens)
+        return self.long_max_tokens if prompt.is_long else self.max_tokens
+
+    def fingerprints(self, suite: Suite) -> dict[str, object]:
+        """What both sides were asked to run (parity.fingerprints sampling.* and suite.*)."""
+        return run_fingerprints(
+            suite_digest=suite.digest(), max_tokens=self.max_tokens, temperature=0.0,
+            top_logprobs=self.top_logprobs, seed=self.seed,
+        )  # fmt: skip
 
 
 @dataclass
@@ -71,6 +94,7 @@ def make_meta(
     model: str,
     suite: str,
     effective_config: dict[str, Any],
+    fingerprints: dict[str, Any] | None = None,
 ) -> RecordMeta:
     return RecordMeta(
         engine=engine,
@@ -80,14 +104,53 @@ def make_meta(
         model=model,
         suite=suite,
         effective_config=effective_config,
+        fingerprints=fingerprints or {},
     )
 
 
-def _prompt_ids(prompt: PromptSpec, serving: ServingChannel) -> list[int]:
-    if prompt.token_ids is not None:
-        return list(prompt.token_ids)
-    assert prompt.text is not None  # noqa: S101 - PromptSpec guarantees one of the two
-    return serving.tokenize(prompt.text)
+def generate(
+    serving: ServingChannel, prompt: PromptSpec, *, max_tokens: int, top_logprobs: int, seed: int
+) -> Completion:
+    """One prompt's greedy completion, sent the way production sends it.
+
+    Text goes as text (the engine tokenizes it with its default special tokens), a chat
+    through the chat endpoint (the served template), token ids as they are. The
+    completion's prompt ids are the ones the engine actually used.
+    """
+    if prompt.messages is not None:
+        return serving.chat(
+            [m.model_dump() for m in prompt.messages], max_tokens=max_tokens,
+            top_logprobs=top_logprobs, seed=seed, ignore_eos=prompt.ignore_eos,
+        )  # fmt: skip
+    sent = prompt.text if prompt.text is not None else list(prompt.token_ids or ())
+    if prompt.ignore_eos:
+        # The protocol's default: channels that predate per-prompt EOS still take this call.
+        return serving.complete(sent, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed)
+    return serving.complete(
+        sent, max_tokens=max_tokens, top_logprobs=top_logprobs, seed=seed, ignore_eos=False
+    )
+
+
+def record_prompt(
+    prompt: PromptSpec,
+    completion: Completion,
+    scores: TeacherForced | None,
+    hidden: NDArray[np.float32] | None,
+) -> PromptRecord:
+    """A side's PromptRecord from its completion, its scores and its hidden states."""
+    return PromptRecord(
+        prompt_id=prompt.id,
+        prompt_token_ids=np.asarray(completion.prompt_token_ids, np.int64),
+        output_token_ids=np.asarray(completion.token_ids, np.int64),
+        top_logprobs=completion.top,
+        teacher_forced=scores,
+        hidden_states=hidden,
+        output_text=completion.text,
+        tags=dict.fromkeys(prompt.tags, "true"),
+        logit_scale=(
+            None if completion.logit_scale is None else np.asarray(completion.logit_scale)
+        ),
+    )
 
 
 def record_suite(
@@ -132,28 +195,27 @@ def _record_prompt(
     baseline: RecordReader | None,
     stats: RecordStats,
 ) -> PromptRecord:
-    ids = _prompt_ids(prompt, serving)
-    max_tokens = settings.long_max_tokens if prompt.is_long else settings.max_tokens
     start = time.perf_counter()
-    completion = serving.complete(
-        ids, max_tokens=max_tokens, top_logprobs=settings.top_logprobs, seed=settings.seed
-    )
+    completion = generate(
+        serving, prompt, max_tokens=settings.tokens_for(prompt),
+        top_logprobs=settings.top_logprobs, seed=settings.seed,
+    )  # fmt: skip
     generate_s = time.perf_counter() - start
-    teacher_forced = None
-    sequence = ids + completion.token_ids
-    score_s = 0.0
+    ids = list(completion.prompt_token_ids)
+    sequence = ids + list(completion.token_ids)
+    outputs = len(completion.token_ids)
     if baseline is not None:
         if prompt.id not in baseline:
             raise RecordError(f"--teacher-forced-from: prompt {prompt.id!r} is not in the baseline")
         base = baseline.get(prompt.id)
-        base_prompt = base.prompt_token_ids.tolist()
-        base_output = base.output_token_ids.tolist()
-        start = time.perf_counter()
-        teacher_forced = serving.score(
-            base_prompt, base_output, top_logprobs=settings.top_logprobs, seed=settings.seed
-        )
-        score_s = time.perf_counter() - start
-        sequence = base_prompt + base_output
+        sequence = base.prompt_token_ids.tolist() + base.output_token_ids.tolist()
+        outputs = int(base.output_token_ids.shape[0])
+    start = time.perf_counter()
+    teacher_forced = score_from(
+        serving, sequence, 1, top_logprobs=settings.top_logprobs, seed=settings.seed,
+        full_vocab=outputs if settings.full_vocab else 0,
+    )  # fmt: skip
+    score_s = time.perf_counter() - start
     hidden = None
     hidden_s = 0.0
     if probe is not None:
@@ -176,13 +238,4 @@ def _record_prompt(
             "hiddenSeconds": round(hidden_s, 4),
         }
     )
-    return PromptRecord(
-        prompt_id=prompt.id,
-        prompt_token_ids=np.asarray(completion.prompt_token_ids or ids, np.int64),
-        output_token_ids=np.asarray(completion.token_ids, np.int64),
-        top_logprobs=completion.top,
-        teacher_forced=teacher_forced,
-        hidden_states=hidden,
-        output_text=completion.text,
-        tags=dict.fromkeys(prompt.tags, "true"),
-    )
+    return record_prompt(prompt, completion, teacher_forced, hidden)

@@ -231,6 +231,7 @@ class KubeClient:
     ) -> JSON:
         """One request; the decoded JSON answer (empty for an empty answer)."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        metrics.API_REQUESTS.labels(verb, resource).inc()
         try:
             serialized = self._api.param_serialize(
                 method=verb,

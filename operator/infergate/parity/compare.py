@@ -5,23 +5,37 @@ two outputs' token ids, for the worst-prompt display); hidden states go through 
 streaming `HiddenStateAccumulator` and are dropped. `compare_sources` drives it over two
 readers (anything with `meta`, `prompt_ids`, `get` and iteration, such as
 `infergate.recordio.RecordReader`), loading one prompt per side at a time.
+
+Before any number, the two sides' fingerprints are compared (`parity.fingerprints`):
+a difference the profile does not expect, or a key on one side only, is a hygiene
+failure naming the key and both values.
+
+`finalize` also computes what every threshold decides on (`ParityMetrics.estimates`),
+each with one-sided bounds at the thresholds' confidence level, and the evidence the
+comparison rests on (prompts, long prompts, scored steps), for the verdict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
+from infergate.parity.fingerprints import RUN_GROUPS, compare_fingerprints
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, config_differences, nonfinite_logprobs
-from infergate.parity.logprobs import LogprobAccumulator, compare_logprobs
+from infergate.parity.logprobs import LogprobAccumulator, PromptLogprobs, compare_logprobs
 from infergate.parity.metrics import (
     POSITION_BUCKETS,
     BucketMetrics,
+    Estimate,
+    Evidence,
     FirstDivergence,
     HygieneCheck,
+    LongPrompt,
     LongSequenceMetrics,
     ParityMetrics,
     ParityResult,
@@ -33,20 +47,34 @@ from infergate.parity.metrics import (
     TokenMetrics,
 )
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
-from infergate.parity.stats import kaplan_meier
+from infergate.parity.stats import (
+    clustered_bounds,
+    clustered_rate_bounds,
+    kaplan_meier,
+    per_prompt_bounds,
+    wilson_bounds,
+)
 from infergate.parity.thresholds import Thresholds
 from infergate.parity.tokens import TokenComparison, compare_tokens, is_collapsed
 
 DEFAULT_LONG_PROMPT_TOKENS = 8192
+DEFAULT_CONFIDENCE = 0.95
 KL_RATIO_FLOOR = 1e-9
 """Nats added to both buckets' mean KL before the long/short ratio, so 0/0 reads as 1."""
 KL_RATIO_NOISE_SHARE = 0.01
 """Share of the profile's maxMeanKl that is noise for the long/short ratio: two runs of
 one bf16 config on CPU gave 8K+ / 0-1K KLs of ~2e-7 / ~1e-9 nats (a ratio of 179)
 because prefill and decode take different kernels; 1% of the mean-KL limit keeps such
-noise out while more than 2e-5 nats at 8K+ over ~0 at 0-1K still fails under bf16."""
+noise out while more than 1% of the limit at 8K+ over ~0 at 0-1K still counts."""
+HIDDEN_RATIO_FLOOR = 1e-9
+"""Relative L2 added to both buckets' mean before the long/short hidden ratio."""
+HIDDEN_RATIO_NOISE_SHARE = 0.01
+"""Share of maxHiddenRelL2P99 treated as noise for the long/short hidden ratio."""
 WORST_PER_CRITERION = 5
 _NAN_HIDDEN = "NaN or Inf in hidden states"
+_NAN_LOGPROBS = "NaN or Inf in logprobs"
+_SHORT = 0
+"""Index of the 0-1K bucket in POSITION_BUCKETS."""
 
 Side = Literal["baseline", "candidate"]
 
@@ -70,10 +98,12 @@ def compare_sources(
     candidate: PromptSource,
     thresholds: Thresholds,
     allowed_config_differences: Iterable[str] = (),
+    *,
+    disabled: Mapping[str, str] | None = None,
 ) -> ParityResult:
     """Compare two records prompt by prompt (baseline order)."""
     comparison = ParityComparison(
-        baseline.meta, candidate.meta, thresholds, allowed_config_differences
+        baseline.meta, candidate.meta, thresholds, allowed_config_differences, disabled=disabled
     )
     candidate_ids = set(candidate.prompt_ids)
     seen: set[str] = set()
@@ -96,8 +126,19 @@ def _kl_ratio_floor(thresholds: Thresholds) -> float:
     return max(KL_RATIO_FLOOR, thresholds.max_mean_kl * KL_RATIO_NOISE_SHARE)
 
 
+def _hidden_ratio_floor(thresholds: Thresholds) -> float:
+    if thresholds.max_hidden_rel_l2_p99 is None:
+        return HIDDEN_RATIO_FLOOR
+    return max(HIDDEN_RATIO_FLOOR, thresholds.max_hidden_rel_l2_p99 * HIDDEN_RATIO_NOISE_SHARE)
+
+
 class ParityComparison:
-    """Accumulates prompt pairs; `finalize` returns the `ParityResult`."""
+    """Accumulates prompt pairs; `finalize` returns the `ParityResult`.
+
+    `disabled` lists threshold keys the profile sets that are not part of this verdict
+    (e.g. hidden-state checks with hiddenStates.enabled: false), with why; the verdict
+    reports them as such instead of deciding or failing them.
+    """
 
     def __init__(
         self,
@@ -105,10 +146,14 @@ class ParityComparison:
         candidate: RecordMeta,
         thresholds: Thresholds,
         allowed_config_differences: Iterable[str] = (),
+        *,
+        disabled: Mapping[str, str] | None = None,
     ) -> None:
         self._baseline, self._candidate = baseline, candidate
         self._thresholds = thresholds
+        self._disabled = dict(disabled or {})
         self._long = thresholds.long_prompt_tokens or DEFAULT_LONG_PROMPT_TOKENS
+        self._confidence = thresholds.confidence or DEFAULT_CONFIDENCE
         self._errors: list[str] = []
         self._notes: list[str] = []
         self._hygiene = HygieneLog()
@@ -118,14 +163,13 @@ class ParityComparison:
         self._logprobs = LogprobAccumulator()
         self._hidden = HiddenStateAccumulator()
         self._hidden_absent = 0
-        if baseline.suite != candidate.suite:
-            self._errors.append(
-                f"suites differ: baseline ran {baseline.suite!r}, candidate ran "
-                f"{candidate.suite!r}; both sides must run the same suite"
-            )
+        self._long_prompts: list[LongPrompt] = []
+        allowed = tuple(allowed_config_differences)
+        self._check_suite()
         if baseline.model != candidate.model:
             self._notes.append(f"model names differ: {baseline.model!r} / {candidate.model!r}")
-        self._check_config(allowed_config_differences)
+        self._check_config(allowed)
+        self._check_fingerprints(allowed)
 
     def missing(self, prompt_id: str, side: Side) -> None:
         """Record that a prompt of the suite is absent from one side."""
@@ -139,30 +183,22 @@ class ParityComparison:
         if pid in self._outputs:
             self._errors.append(f"prompt {pid!r} appears twice; prompt ids must be unique")
             return
-        if not np.array_equal(baseline.prompt_token_ids, candidate.prompt_token_ids):
-            self._hygiene.flag(
-                HygieneCheck.PROMPT_TOKENS_DIFFER,
-                "both",
-                "prompt token ids differ (tokenizer or chat template drift)",
-                pid,
-            )
-        if nonfinite_logprobs(baseline):
-            self._hygiene.flag(HygieneCheck.NON_FINITE, "baseline", "NaN or Inf in logprobs", pid)
-        if nonfinite_logprobs(candidate):
-            self._hygiene.flag(HygieneCheck.NON_FINITE, "candidate", "NaN or Inf in logprobs", pid)
-        if is_collapsed(candidate.output_token_ids) and not is_collapsed(baseline.output_token_ids):
-            self._hygiene.flag(
-                HygieneCheck.COLLAPSE, "candidate", "output collapsed to one repeated token", pid
-            )
-        tokens = compare_tokens(baseline, candidate, self._thresholds.max_divergence_logprob_gap)
+        self._check_prompt_hygiene(baseline, candidate)
+        tokens = compare_tokens(
+            baseline,
+            candidate,
+            self._thresholds.max_divergence_logprob_gap,
+            dtypes=(self._baseline.dtype, self._candidate.dtype),
+        )
         self._tokens.append(tokens)
-        kl_steps, mean_kl, same_top = 0, None, None
+        folded: PromptLogprobs | None = None
         try:
             steps = compare_logprobs(baseline, candidate, tokens.first_divergence)
-            kl_steps, mean_kl, same_top = self._logprobs.add(steps)
+            folded = self._logprobs.add(steps)
         except ParityInputError as err:
             self._errors.append(str(err))
         hidden = self._add_hidden(baseline, candidate)
+        explained = None if tokens.identical else tokens.legitimate is True
         summary = PromptSummary(
             prompt_id=pid,
             prompt_tokens=int(baseline.prompt_token_ids.shape[0]),
@@ -172,19 +208,22 @@ class ParityComparison:
             legitimate=tokens.legitimate,
             legitimacy_note=tokens.legitimacy_note,
             logprob_gap=tokens.logprob_gap,
-            kl_steps=kl_steps,
-            mean_kl=mean_kl,
-            same_top_rate=same_top,
+            kl_steps=0 if folded is None else folded.kl_steps,
+            mean_kl=None if folded is None else folded.mean_kl,
+            same_top_rate=None if folded is None else folded.same_top_rate,
             hidden_tokens=0 if hidden is None else hidden.tokens,
             hidden_max_abs_err=None if hidden is None else hidden.max_abs_err,
             hidden_rel_l2_p99=None if hidden is None else hidden.rel_l2_p99,
             hidden_cosine_p1=None if hidden is None else hidden.cosine_p1,
             hidden_cosine_min=None if hidden is None else hidden.cosine_min,
+            target_logprob_delta=None if folded is None else folded.target_logprob_delta,
+            norm_abs_log_ratio=None if hidden is None else hidden.norm_abs_log_ratio,
+            fork_explained=explained,
         )
         if summary.prompt_tokens >= self._long:
-            summary = summary.model_copy(
-                update={"long": True, "long_failures": self._long_failures(summary)}
-            )
+            long = self._long_prompt(summary, folded, hidden)
+            self._long_prompts.append(long)
+            summary = summary.model_copy(update={"long": True, "long_failures": long.failures})
         self._summaries.append(summary)
         self._outputs[pid] = PromptOutputs(
             prompt_id=pid,
@@ -193,6 +232,25 @@ class ParityComparison:
             baseline_text=baseline.output_text,
             candidate_text=candidate.output_text,
         )
+
+    def _check_prompt_hygiene(self, baseline: PromptRecord, candidate: PromptRecord) -> None:
+        pid = baseline.prompt_id
+        if not np.array_equal(baseline.prompt_token_ids, candidate.prompt_token_ids):
+            self._hygiene.flag(
+                HygieneCheck.PROMPT_TOKENS_DIFFER,
+                "both",
+                "prompt token ids differ (tokenizer, special tokens or chat template drift): "
+                + _first_difference(baseline.prompt_token_ids, candidate.prompt_token_ids),
+                pid,
+            )
+        if nonfinite_logprobs(baseline):
+            self._hygiene.flag(HygieneCheck.NON_FINITE, "baseline", _NAN_LOGPROBS, pid)
+        if nonfinite_logprobs(candidate):
+            self._hygiene.flag(HygieneCheck.NON_FINITE, "candidate", _NAN_LOGPROBS, pid)
+        if is_collapsed(candidate.output_token_ids) and not is_collapsed(baseline.output_token_ids):
+            self._hygiene.flag(
+                HygieneCheck.COLLAPSE, "candidate", "output collapsed to one repeated token", pid
+            )
 
     def _add_hidden(self, baseline: PromptRecord, candidate: PromptRecord) -> PromptHidden | None:
         pid = baseline.prompt_id
@@ -215,13 +273,52 @@ class ParityComparison:
             self._hygiene.flag(HygieneCheck.NON_FINITE, "candidate", _NAN_HIDDEN, pid)
         return hidden
 
+    def _long_prompt(
+        self, summary: PromptSummary, folded: PromptLogprobs | None, hidden: PromptHidden | None
+    ) -> LongPrompt:
+        """A long prompt's own positions: its farthest bucket against its 0-1K bucket."""
+        short_kl = far_kl = short_same = far_same = short_rel = far_rel = None
+        ratio = hidden_ratio = None
+        if folded is not None:
+            far = _farthest(folded.bucket_kl_steps)
+            if far is not None:
+                short_kl = float(folded.bucket_kl[_SHORT] / folded.bucket_kl_steps[_SHORT])
+                far_kl = float(folded.bucket_kl[far] / folded.bucket_kl_steps[far])
+                floor = _kl_ratio_floor(self._thresholds)
+                ratio = (far_kl + floor) / (short_kl + floor)
+            far = _farthest(folded.bucket_same_total)
+            if far is not None:
+                short_same = float(folded.bucket_same[_SHORT] / folded.bucket_same_total[_SHORT])
+                far_same = float(folded.bucket_same[far] / folded.bucket_same_total[far])
+        if hidden is not None and hidden.bucket_tokens.size:
+            far = _farthest(hidden.bucket_tokens)
+            if far is not None:
+                short_rel = float(hidden.bucket_rel_l2[_SHORT] / hidden.bucket_tokens[_SHORT])
+                far_rel = float(hidden.bucket_rel_l2[far] / hidden.bucket_tokens[far])
+                floor = _hidden_ratio_floor(self._thresholds)
+                hidden_ratio = (far_rel + floor) / (short_rel + floor)
+        return LongPrompt(
+            prompt_id=summary.prompt_id,
+            tokens=summary.prompt_tokens,
+            short_kl=short_kl,
+            far_kl=far_kl,
+            kl_ratio=ratio,
+            short_same_top=short_same,
+            far_same_top=far_same,
+            short_rel_l2=short_rel,
+            far_rel_l2=far_rel,
+            hidden_ratio=hidden_ratio,
+            failures=self._long_failures(summary),
+        )
+
     def _long_failures(self, summary: PromptSummary) -> list[str]:
+        """Why a long prompt fails on its own: an unexplained early fork or its own metrics."""
         t = self._thresholds
         failures = []
         fork = summary.first_divergence
         early = t.min_first_divergence_p10
-        if fork is not None and (early is None or fork < early):
-            failures.append(f"diverged at output token {fork}")
+        if fork is not None and summary.fork_explained is False and (early is None or fork < early):
+            failures.append(f"unexplained fork at output token {fork} ({summary.legitimacy_note})")
         if t.max_mean_kl is not None and (summary.mean_kl or 0.0) > t.max_mean_kl:
             failures.append(f"mean KL {summary.mean_kl:.3g} > {t.max_mean_kl:.3g}")
         rel = summary.hidden_rel_l2_p99
@@ -236,6 +333,25 @@ class ParityComparison:
             failures.append(f"hidden cosine P1 {cos:.6g} < {t.min_hidden_cosine_p1:.6g}")
         return failures
 
+    # -- sides ------------------------------------------------------------------------
+
+    def _check_suite(self) -> None:
+        a = self._baseline.fingerprints.get("suite.digest")
+        b = self._candidate.fingerprints.get("suite.digest")
+        if a is not None and b is not None:
+            if self._baseline.suite != self._candidate.suite:
+                self._notes.append(
+                    f"suite names differ ({self._baseline.suite!r} / {self._candidate.suite!r}); "
+                    "compared by content digest"
+                )
+            return  # digests are compared with the other run fingerprints
+        if self._baseline.suite != self._candidate.suite:
+            self._errors.append(
+                f"suites differ: baseline ran {self._baseline.suite!r}, candidate ran "
+                f"{self._candidate.suite!r}; both sides must run the same suite"
+            )
+        self._notes.append("suite content digest not recorded: suites compared by name only")
+
     def _check_config(self, allowed: Iterable[str]) -> None:
         differing, one_sided = config_differences(
             self._baseline.effective_config, self._candidate.effective_config, allowed
@@ -245,8 +361,43 @@ class ParityComparison:
             self._hygiene.flag(HygieneCheck.CONFIG_DIFFERS, "both", detail)
         if one_sided:
             self._notes.append(
-                "effective config keys on one side only (not compared): " + ", ".join(one_sided)
+                "pinned config keys on one side only (compared through the fingerprints' "
+                "model_config.* where both sides report it): " + ", ".join(one_sided)
             )
+
+    def _check_fingerprints(self, expected: Iterable[str]) -> None:
+        a, b = self._baseline.fingerprints, self._candidate.fingerprints
+        if not a and not b:
+            self._notes.append(
+                "no fingerprints recorded on either side: tokenizer, chat template, generation "
+                "config, weights, loaded model config and versions were not compared"
+            )
+            return
+        found = compare_fingerprints(a, b, expected)
+        for diff in found.run_differences:
+            self._errors.append(
+                f"the two sides did not run the same check: {diff.describe()}; the runner "
+                "must give both the same suite and sampling"
+            )
+        for diff in found.differing:
+            self._hygiene.flag(HygieneCheck.FINGERPRINT_DIFFERS, "both", diff.describe())
+        for key, side in found.one_sided:
+            if key.startswith(RUN_GROUPS):
+                self._errors.append(f"fingerprint {key} recorded by the {side} only")
+                continue
+            other = "candidate" if side == "baseline" else "baseline"
+            self._hygiene.flag(
+                HygieneCheck.FINGERPRINT_MISSING,
+                "both",
+                f"{key}: {_value(a.get(key, b.get(key)))} on the {side}, absent on the {other}",
+            )
+        if found.expected:
+            self._notes.append(
+                "expected differences under this profile: "
+                + "; ".join(d.describe() for d in found.expected)
+            )
+
+    # -- finalize ---------------------------------------------------------------------
 
     def finalize(self) -> ParityResult:
         """Aggregate everything fed in into the suite's metrics."""
@@ -262,13 +413,30 @@ class ParityComparison:
         if self._hidden.prompts:
             hidden, hidden_buckets = self._hidden.finalize()
         buckets = self._buckets(hidden_buckets)
+        tokens = self._token_metrics()
+        long = self._long_metrics()
+        estimates = {
+            **self._token_estimates(),
+            **self._logprobs.estimates(self._confidence),
+            **(self._hidden.estimates(self._confidence) if self._hidden.prompts else {}),
+            **self._long_estimates(long),
+        }
         metrics = ParityMetrics(
             prompts=len(self._summaries),
-            tokens=self._token_metrics(),
+            tokens=tokens,
             logprobs=self._logprobs.finalize(),
             hidden=hidden,
             buckets=buckets,
-            long_sequence=self._long_metrics(buckets),
+            long_sequence=long,
+            confidence=self._confidence,
+            evidence=Evidence(
+                prompts=len(self._summaries),
+                long_prompts=len(self._long_prompts),
+                scored_steps=self._logprobs.scored_steps,
+                hidden_tokens=self._hidden.tokens,
+            ),
+            estimates=estimates,
+            run=_run_keys(self._baseline.fingerprints, self._candidate.fingerprints),
         )
         return ParityResult(
             baseline=_side(self._baseline),
@@ -280,6 +448,7 @@ class ParityComparison:
             hygiene=self._hygiene.findings(),
             errors=errors,
             notes=self._notes,
+            disabled=self._disabled,
         )
 
     def _token_metrics(self) -> TokenMetrics:
@@ -293,9 +462,12 @@ class ParityComparison:
         if None not in judged:
             legit = Rate.of(sum(1 for j in judged if j), len(judged))
         gaps = np.asarray([t.logprob_gap for t in diverged if t.logprob_gap is not None])
+        agreed = [t.agreed for t in tokens]
+        lengths = [t.length for t in tokens]
+        agreement_se = _step_rate_stderr(agreed, lengths)
         return TokenMetrics(
             match_rate=Rate.of(len(tokens) - len(diverged), len(tokens)),
-            agreement=Rate.of(sum(t.agreed for t in tokens), sum(t.length for t in tokens)),
+            agreement=Rate.of(sum(agreed), sum(lengths), stderr=agreement_se, clusters=len(tokens)),
             first_divergence=FirstDivergence(
                 prompts=len(tokens),
                 diverged=len(diverged),
@@ -313,6 +485,47 @@ class ParityComparison:
             divergence_logprob_gap_median=float(np.median(gaps)) if gaps.size else None,
             divergence_logprob_gap_max=float(gaps.max()) if gaps.size else None,
         )
+
+    def _token_estimates(self) -> dict[str, Estimate]:
+        c = self._confidence
+        tokens = self._tokens
+        n = len(tokens)
+        out: dict[str, Estimate] = {}
+        matched = sum(1 for t in tokens if t.identical)
+        out["tokenMatchRate"] = _wilson(matched, n, c, "prompts")
+        value, low, high = clustered_rate_bounds(
+            [t.agreed for t in tokens], [t.length for t in tokens], c
+        )
+        out["tokenAgreement"] = Estimate(
+            value=value, lower=low, upper=high, evidence=sum(t.length for t in tokens),
+            unit="steps", method="cluster-t+wilson",
+        )  # fmt: skip
+        unexplained = sum(1 for t in tokens if not t.identical and t.legitimate is not True)
+        out["illegitimateDivergenceRate"] = _wilson(unexplained, n, c, "prompts")
+        diverged = [t for t in tokens if not t.identical]
+        if diverged:
+            out["legitimateDivergenceRate"] = _wilson(
+                sum(1 for t in diverged if t.legitimate is True), len(diverged), c, "prompts"
+            )
+        else:
+            out["legitimateDivergenceRate"] = Estimate(
+                value=1.0, lower=1.0, upper=1.0, evidence=0, unit="prompts",
+                method="no forks to judge",
+            )  # fmt: skip
+        limit = self._thresholds.min_first_divergence_p10
+        if limit is not None:
+            early, observed = 0, 0
+            for t in tokens:
+                fork = t.first_divergence
+                if fork is not None and fork < limit and t.legitimate is not True:
+                    early += 1
+                    observed += 1
+                elif fork is not None and fork < limit:
+                    observed += 1  # an explained early fork: observed, not counted
+                elif t.length >= limit or (fork is not None and fork >= limit):
+                    observed += 1
+            out["earlyForkRate"] = _wilson(early, observed, c, "prompts")
+        return out
 
     def _buckets(self, hidden: list[BucketMetrics] | None) -> list[BucketMetrics]:
         lp = self._logprobs
@@ -338,25 +551,60 @@ class ParityComparison:
                 )
         return result
 
-    def _long_metrics(self, buckets: list[BucketMetrics]) -> LongSequenceMetrics:
-        long = [s for s in self._summaries if s.long]
-        diverged = [s.prompt_id for s in long if s.long_failures]
-        short, far = buckets[0], buckets[-1]
-        ratio = None
-        if short.mean_kl is not None and far.mean_kl is not None:
-            floor = _kl_ratio_floor(self._thresholds)
-            ratio = (far.mean_kl + floor) / (short.mean_kl + floor)
-        drop = None
-        if short.same_top_rate is not None and far.same_top_rate is not None:
-            drop = short.same_top_rate - far.same_top_rate
+    def _long_metrics(self) -> LongSequenceMetrics:
+        long = self._long_prompts
+        diverged = [p.prompt_id for p in long if p.failures]
+        ratios = [math.log(p.kl_ratio) for p in long if p.kl_ratio is not None]
+        drops = [
+            p.short_same_top - p.far_same_top
+            for p in long
+            if p.short_same_top is not None and p.far_same_top is not None
+        ]
+        hidden = [math.log(p.hidden_ratio) for p in long if p.hidden_ratio is not None]
         return LongSequenceMetrics(
             min_prompt_tokens=self._long,
             prompts=len(long),
             divergence_rate=Rate.of(len(diverged), len(long)) if long else None,
             diverged_prompts=diverged,
-            kl_ratio=ratio,
-            same_top_drop=drop,
+            kl_ratio=math.exp(sum(ratios) / len(ratios)) if ratios else None,
+            same_top_drop=sum(drops) / len(drops) if drops else None,
+            hidden_ratio=math.exp(sum(hidden) / len(hidden)) if hidden else None,
+            per_prompt=long,
         )
+
+    def _long_estimates(self, metrics: LongSequenceMetrics) -> dict[str, Estimate]:
+        c = self._confidence
+        long = self._long_prompts
+        if not long:
+            return {}
+        out = {"longSeqDivergenceRate": _wilson(len(metrics.diverged_prompts), len(long), c,
+                                                "long prompts")}  # fmt: skip
+
+        def paired(values: list[float], log: bool) -> Estimate:
+            found = per_prompt_bounds(values, c)
+            convert = math.exp if log else float
+            return Estimate(
+                value=None if found.value is None else convert(found.value),
+                lower=None if found.lower is None else convert(found.lower),
+                upper=None if found.upper is None else convert(found.upper),
+                evidence=found.count, unit="long prompts", method="paired-t",
+            )  # fmt: skip
+
+        out["longToShortKlRatio"] = paired(
+            [math.log(p.kl_ratio) for p in long if p.kl_ratio is not None], log=True
+        )
+        out["longSameTopDrop"] = paired(
+            [
+                p.short_same_top - p.far_same_top
+                for p in long
+                if p.short_same_top is not None and p.far_same_top is not None
+            ],
+            log=False,
+        )
+        hidden = [math.log(p.hidden_ratio) for p in long if p.hidden_ratio is not None]
+        if hidden or self._hidden.prompts:
+            out["longToShortHiddenRatio"] = paired(hidden, log=True)
+        return out
 
     def _worst_prompt_ids(self) -> list[str]:
         s = self._summaries
@@ -379,6 +627,52 @@ class ParityComparison:
         return list(chosen)
 
 
+def _farthest(counts: NDArray[np.int64]) -> int | None:
+    """The last non-empty bucket past 0-1K, when 0-1K itself has data; else None."""
+    if counts.size == 0 or counts[_SHORT] == 0:
+        return None
+    filled = np.flatnonzero(counts[1:] > 0)
+    return None if filled.size == 0 else int(filled[-1]) + 1
+
+
+def _step_rate_stderr(hits: list[int], totals: list[int]) -> float | None:
+    return clustered_bounds([float(h) for h in hits], totals, DEFAULT_CONFIDENCE).stderr
+
+
+def _wilson(successes: int, total: int, confidence: float, unit: str) -> Estimate:
+    low, high = wilson_bounds(successes, total, confidence)
+    return Estimate(
+        value=successes / total if total else None,
+        lower=low,
+        upper=high,
+        evidence=total,
+        unit=unit,
+        method="wilson",
+    )
+
+
+def _first_difference(a: NDArray[np.int64], b: NDArray[np.int64]) -> str:
+    common = min(a.shape[0], b.shape[0])
+    mismatch = np.flatnonzero(a[:common] != b[:common])
+    at = int(mismatch[0]) if mismatch.size else common
+    head_a, head_b = a[at : at + 4].tolist(), b[at : at + 4].tolist()
+    return (
+        f"first at position {at} (baseline {head_a}, candidate {head_b}; "
+        f"lengths {a.shape[0]} / {b.shape[0]})"
+    )
+
+
+def _value(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _run_keys(a: Mapping[str, object], b: Mapping[str, object]) -> dict[str, object]:
+    """The run fingerprints both sides agree on: what makes two checks comparable."""
+    keys = {k for k in a if k.startswith(RUN_GROUPS)} & {k for k in b if k.startswith(RUN_GROUPS)}
+    return {k: a[k] for k in sorted(keys) if a[k] == b[k]}
+
+
 def _fork(summary: PromptSummary) -> tuple[bool, int]:
     fork = summary.first_divergence
     return (fork is None, fork or 0)
@@ -392,4 +686,5 @@ def _side(meta: RecordMeta) -> SideInfo:
         config_hash=meta.config_hash,
         model=meta.model,
         suite=meta.suite,
+        fingerprints=dict(meta.fingerprints),
     )

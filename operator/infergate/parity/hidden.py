@@ -1,10 +1,14 @@
 """Streaming comparison of last-layer hidden states, one prompt pair at a time.
 
 Feed prompt pairs into `HiddenStateAccumulator.add`, then `finalize`. Each pair is
-reduced to four numbers per token (max abs error, mean abs error, relative L2 error,
-cosine) and dropped, so peak memory is one prompt pair plus a small chunk buffer,
-whatever the suite size. The per-token numbers (16 bytes a token) are kept for exact
-percentiles.
+reduced to five numbers per token (max abs error, mean abs error, relative L2 error,
+cosine, log norm ratio) and dropped, so peak memory is one prompt pair plus a small chunk
+buffer, whatever the suite size. The per-token numbers (about 30 bytes a token) are kept
+for exact percentiles and their prompt-clustered bootstrap bounds.
+
+The log norm ratio log(||candidate|| / ||baseline||) is signed: a final norm scaled by
+1.02 leaves every cosine at exactly 1 and the relative L2 error at 0.02, but moves the
+log norm ratio of every token by log 1.02 = 0.0198, far outside rounding noise.
 
 The kernel walks the tokens in chunks that fit in cache: one subtraction reads both
 sides from memory, and every other pass (squared norms by vecdot, absolute value, max,
@@ -13,7 +17,7 @@ sum) runs on cached data, accumulating in float32.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,12 +25,16 @@ from numpy.typing import NDArray
 from infergate.parity.metrics import (
     POSITION_BUCKETS,
     BucketMetrics,
+    Estimate,
     HiddenMetrics,
     Mean,
     bucket_of,
 )
 from infergate.parity.record import ParityInputError
-from infergate.parity.stats import clustered_mean
+from infergate.parity.stats import clustered_bounds, clustered_quantile_bounds
+
+LOG_NORM_RATIO_CLIP = 50.0
+"""|log norm ratio| is clipped here: a zero-norm row on one side stays a finite, huge error."""
 
 CHUNK_BYTES = 2 << 20
 """Bytes of one side per chunk: the two inputs and their difference stay in cache (measured
@@ -59,6 +67,8 @@ class TokenErrors:
     cosine: NDArray[np.float64]
     nonfinite_baseline: int
     nonfinite_candidate: int
+    log_norm_ratio: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """log(||candidate|| / ||baseline||) per token; 0 when both are zero."""
 
     @property
     def valid(self) -> NDArray[np.bool_]:
@@ -103,14 +113,19 @@ def token_errors(
             denom > 0.0, (a2 + b2 - d2) / denom, np.where((a2 == 0.0) & (b2 == 0.0), 1.0, 0.0)
         )
     cos = np.clip(cos, -1.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_ratio = 0.5 * (np.log(b2) - np.log(a2))
+    log_ratio = np.where((a2 == 0.0) & (b2 == 0.0), 0.0, log_ratio)
+    log_ratio = np.clip(log_ratio, -LOG_NORM_RATIO_CLIP, LOG_NORM_RATIO_CLIP)
     bad = bad_a | bad_b
     rel[bad] = np.nan
     cos[bad] = np.nan
+    log_ratio[bad] = np.nan
     max_abs = wide[3].astype(np.float32)
     mean_abs = (wide[4] / max(h, 1)).astype(np.float32)
     max_abs[bad] = np.nan
     mean_abs[bad] = np.nan
-    return TokenErrors(max_abs, mean_abs, rel, cos, int(bad_a.sum()), int(bad_b.sum()))
+    return TokenErrors(max_abs, mean_abs, rel, cos, int(bad_a.sum()), int(bad_b.sum()), log_ratio)
 
 
 def _redo_overflowed_rows(
@@ -141,6 +156,10 @@ class PromptHidden:
     cosine_min: float | None
     nonfinite_baseline: int
     nonfinite_candidate: int
+    norm_abs_log_ratio: float | None = None
+    bucket_rel_l2: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Sum of the relative L2 error per position bucket (with `bucket_tokens`)."""
+    bucket_tokens: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 class HiddenStateAccumulator:
@@ -166,6 +185,7 @@ class HiddenStateAccumulator:
         self._nonfinite[0] += errors.nonfinite_baseline
         self._nonfinite[1] += errors.nonfinite_candidate
         valid = errors.valid
+        n = len(POSITION_BUCKETS)
         return PromptHidden(
             tokens=int(baseline.shape[0]),
             max_abs_err=_max(errors.max_abs[valid]),
@@ -174,6 +194,11 @@ class HiddenStateAccumulator:
             cosine_min=_min(errors.cosine[valid]),
             nonfinite_baseline=errors.nonfinite_baseline,
             nonfinite_candidate=errors.nonfinite_candidate,
+            norm_abs_log_ratio=_mean(np.abs(errors.log_norm_ratio[valid])),
+            bucket_rel_l2=np.bincount(
+                buckets[valid], weights=errors.rel_l2[valid], minlength=n
+            ).astype(np.float64),
+            bucket_tokens=np.bincount(buckets[valid], minlength=n).astype(np.int64),
         )
 
     @property
@@ -200,6 +225,10 @@ class HiddenStateAccumulator:
             cosine_min=_min(cos),
             nonfinite_tokens_baseline=self._nonfinite[0],
             nonfinite_tokens_candidate=self._nonfinite[1],
+            norm_log_ratio=self._mean([e.log_norm_ratio for e, _ in self._parts], valid, counts),
+            norm_abs_log_ratio=self._mean(
+                [np.abs(e.log_norm_ratio) for e, _ in self._parts], valid, counts
+            ),
         )
         per_bucket = []
         for index, (name, start, end) in enumerate(POSITION_BUCKETS):
@@ -222,13 +251,62 @@ class HiddenStateAccumulator:
             )
         return metrics, per_bucket
 
+    @property
+    def tokens(self) -> int:
+        return sum(int(e.valid.sum()) for e, _ in self._parts)
+
+    def estimates(self, confidence: float) -> dict[str, Estimate]:
+        """What the hidden-state thresholds decide on, with one-sided bounds at `confidence`."""
+        valid = [e.valid for e, _ in self._parts]
+        counts = [int(v.sum()) for v in valid]
+        tokens = sum(counts)
+
+        def mean(parts: list[NDArray[np.floating]]) -> Estimate:
+            sums = [float(p[v].sum(dtype=np.float64)) for p, v in zip(parts, valid, strict=True)]
+            found = clustered_bounds(sums, counts, confidence)
+            return Estimate(
+                value=found.value, lower=found.lower, upper=found.upper,
+                evidence=tokens, unit="tokens", method="cluster-t",
+            )  # fmt: skip
+
+        def quantile(parts: list[NDArray[np.floating]], q: float) -> Estimate:
+            kept = [p[v] for p, v in zip(parts, valid, strict=True)]
+            value, low, high = clustered_quantile_bounds(kept, q, confidence)
+            return Estimate(
+                value=value, lower=low, upper=high, evidence=tokens, unit="tokens",
+                method="bootstrap",
+            )  # fmt: skip
+
+        def observed(value: float | None) -> Estimate:
+            # An extreme seen is a bound on the true extreme on the side it was seen.
+            return Estimate(
+                value=value, lower=value, upper=value, evidence=tokens, unit="tokens",
+                method="observed",
+            )  # fmt: skip
+
+        errors = [e for e, _ in self._parts]
+        max_abs = _concat([e.max_abs[v] for e, v in zip(errors, valid, strict=True)])
+        cos = _concat([e.cosine[v] for e, v in zip(errors, valid, strict=True)])
+        return {
+            "hiddenMaxAbsErr": observed(_max(max_abs)),
+            "hiddenMeanAbsErr": mean([e.mean_abs for e in errors]),
+            "hiddenRelL2Mean": mean([e.rel_l2 for e in errors]),
+            "hiddenRelL2P99": quantile([e.rel_l2 for e in errors], 0.99),
+            "hiddenCosineP1": quantile([e.cosine for e in errors], 0.01),
+            "hiddenCosineMin": observed(_min(cos)),
+            "hiddenNormLogRatio": mean([e.log_norm_ratio for e in errors]),
+            "hiddenNormAbsLogRatio": mean([np.abs(e.log_norm_ratio) for e in errors]),
+        }
+
     @staticmethod
     def _mean(
         parts: list[NDArray[np.floating]], valid: list[NDArray[np.bool_]], counts: list[int]
     ) -> Mean:
         sums = [float(p[v].sum(dtype=np.float64)) for p, v in zip(parts, valid, strict=True)]
-        value, stderr = clustered_mean(sums, counts)
-        return Mean(value=value, stderr=stderr, count=sum(counts))
+        found = clustered_bounds(sums, counts, 0.95)
+        return Mean(
+            value=found.value, stderr=found.stderr, count=sum(counts), clusters=found.clusters
+        )
 
 
 def _concat(parts: list[NDArray[np.floating]]) -> NDArray[np.float64]:

@@ -54,6 +54,10 @@ def nonfinite_logprobs(record: PromptRecord) -> bool:
         tops.append(record.teacher_forced.top)
         if not np.isfinite(record.teacher_forced.target_logprobs).all():
             return True
+        full = record.teacher_forced.full_logprobs
+        # -inf is a token of probability 0; NaN and +inf are a broken distribution.
+        if full is not None and (np.isnan(full).any() or np.isposinf(full).any()):
+            return True
     return any(not np.isfinite(top.logprobs[top.token_ids != PAD_TOKEN_ID]).all() for top in tops)
 
 

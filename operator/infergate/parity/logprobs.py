@@ -1,14 +1,29 @@
-"""Step-level logprob comparison: KL over top-k with a tail bucket, same top token, delta-p.
+"""Position-level logprob comparison: KL, same top token, target logprob change, delta-p.
 
-At each step both distributions must come from the same context. With teacher forcing
-(the candidate scored on the baseline's tokens) that holds at every baseline step;
-without it, only up to and including the first divergence, so only those steps count.
+At each position both distributions must come from the same context. Three sources, best
+first:
+
+1. both sides scored along the reference sequence (the baseline's prompt plus output):
+   every position both scored counts, prompt positions included, and both sides' numbers
+   come from the same prefill path;
+2. the candidate scored along the reference, the baseline's side from its generation
+   top-k (records made before baselines scored themselves): generated positions only;
+3. no scoring: generated positions up to and including the first divergence.
 
 KL over top-k plus a tail bucket: the support is the baseline's top-k tokens whose
-candidate logprob is known (in the candidate's top-k, or the teacher-forced target),
-plus one bucket holding the rest of each side's mass. That is the KL between the two
+candidate logprob is known (in the candidate's top-k, or the scored target), plus one
+bucket holding the rest of each side's mass. That is the KL between the two
 distributions coarsened onto the same partition, so it never exceeds the full KL (data
-processing inequality) and is exactly zero when the two sides agree.
+processing inequality) and is exactly zero when the two sides agree. How much of the
+baseline's mass its top-k holds is reported as the covered mass. Where both sides gave
+their full next-token distributions, the KL is over the full vocabulary (exact).
+
+Signed measures, which KL (a divergence, always >= 0) cannot give:
+
+- target logprob delta: candidate minus baseline logprob of the reference token; its
+  mean is minus the log perplexity ratio, so a constant shift d of the candidate's
+  logprobs moves it by exactly d;
+- delta-p: candidate minus baseline probability of the reference token.
 """
 
 from __future__ import annotations
@@ -20,58 +35,202 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from infergate.parity.metrics import POSITION_BUCKETS, LogprobMetrics, Mean, Rate, bucket_of
-from infergate.parity.record import PAD_TOKEN_ID, ParityInputError, PromptRecord, TopLogprobs
-from infergate.parity.stats import clustered_mean
+from infergate.parity.metrics import (
+    POSITION_BUCKETS,
+    Estimate,
+    LogprobMetrics,
+    Mean,
+    Rate,
+    bucket_of,
+)
+from infergate.parity.record import (
+    PAD_TOKEN_ID,
+    ParityInputError,
+    PromptRecord,
+    TeacherForced,
+    TopLogprobs,
+)
+from infergate.parity.stats import (
+    clustered_bounds,
+    clustered_quantile_bounds,
+    clustered_rate_bounds,
+)
 
 TAIL_FLOOR = 1e-12
 """Smallest tail mass assumed for the candidate, so KL stays finite when its top-k covers all."""
+_BUCKETS = len(POSITION_BUCKETS)
 
 
 @dataclass(frozen=True)
 class StepLogprobs:
-    """Per-step measures of one prompt; NaN where a step could not be measured."""
+    """Per-position measures of one prompt; NaN where a position could not be measured."""
 
     kl: NDArray[np.float64]
     same_top: NDArray[np.bool_]
     same_top_measured: NDArray[np.bool_]
     delta_p: NDArray[np.float64]
     positions: NDArray[np.int64]
-    """Sequence position of each step: prompt length + step index."""
+    """Sequence position of each step (the prompt's first token is position 0)."""
     teacher_forced: bool
+    target_delta: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Candidate minus baseline logprob of the reference token; NaN where unknown."""
+    covered_mass: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Baseline probability inside its reported top-k (1 where full-vocabulary)."""
+    full_vocab: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
+    generated: NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
+    """Whether each position lies past the prompt (a generated token)."""
 
 
 def compare_logprobs(
     baseline: PromptRecord, candidate: PromptRecord, first_divergence: int | None
 ) -> StepLogprobs:
-    """Compare the two sides' next-token distributions of one prompt, step by step."""
-    reference = baseline.output_token_ids
+    """Compare the two sides' next-token distributions of one prompt, position by position."""
+    prompt_len = int(baseline.prompt_token_ids.shape[0])
+    reference = np.concatenate([baseline.prompt_token_ids, baseline.output_token_ids])
     forced = candidate.teacher_forced
     if forced is not None:
-        if forced.token_ids.shape != reference.shape or not np.array_equal(
-            forced.token_ids, reference
-        ):
-            raise ParityInputError(
-                f"prompt {baseline.prompt_id!r}: the candidate's teacher-forced tokens "
-                f"({forced.token_ids.shape[0]}) are not the baseline's output tokens "
-                f"({reference.shape[0]}); it was scored on something else"
-            )
-        steps = reference.shape[0]
-        q_top, target_lp = forced.top, forced.target_logprobs
-    else:
-        shortest = min(reference.shape[0], candidate.output_token_ids.shape[0])
-        steps = shortest if first_divergence is None else min(first_divergence + 1, shortest)
-        q_top, target_lp = _head(candidate.top_logprobs, steps), None
+        c_start = _check_reference(baseline.prompt_id, forced, prompt_len, reference, "candidate")
+        own = baseline.teacher_forced
+        if own is not None:
+            b_start = _check_reference(baseline.prompt_id, own, prompt_len, reference, "baseline")
+            return _both_scored(own, b_start, forced, c_start, prompt_len)
+        return _candidate_scored(baseline, forced, c_start, prompt_len)
+    return _unscored(baseline, candidate, first_divergence, prompt_len)
+
+
+def _check_reference(
+    pid: str, scored: TeacherForced, prompt_len: int, reference: NDArray[np.int64], side: str
+) -> int:
+    start = scored.first_position(prompt_len)
+    n = int(scored.token_ids.shape[0])
+    expected = reference[start : start + n]
+    if expected.shape[0] != n or not np.array_equal(scored.token_ids, expected):
+        raise ParityInputError(
+            f"prompt {pid!r}: the {side}'s teacher-forced tokens ({n} from position {start}) "
+            f"are not the baseline's sequence ({reference.shape[0]} tokens); it was scored "
+            "on something else"
+        )
+    return start
+
+
+def _rows(top: TopLogprobs, lo: int, hi: int) -> TopLogprobs:
+    return TopLogprobs(top.token_ids[lo:hi], top.logprobs[lo:hi])
+
+
+def _both_scored(
+    own: TeacherForced, b_start: int, forced: TeacherForced, c_start: int, prompt_len: int
+) -> StepLogprobs:
+    lo = max(b_start, c_start)
+    hi = min(b_start + own.token_ids.shape[0], c_start + forced.token_ids.shape[0])
+    hi = max(hi, lo)
+    b_lo, c_lo = lo - b_start, lo - c_start
+    p_top = _rows(own.top, b_lo, b_lo + hi - lo)
+    q_top = _rows(forced.top, c_lo, c_lo + hi - lo)
+    targets = own.token_ids[b_lo : b_lo + hi - lo]
+    p_target = own.target_logprobs[b_lo : b_lo + hi - lo]
+    q_target = forced.target_logprobs[c_lo : c_lo + hi - lo]
+    kl = kl_top_k(p_top, q_top, targets, q_target)
+    covered = _covered_mass(p_top)
+    full = np.zeros(hi - lo, np.bool_)
+    p_full = _full_rows(own, b_start, lo, hi)
+    q_full = _full_rows(forced, c_start, lo, hi)
+    if p_full is not None and q_full is not None:
+        first = hi - lo - min(p_full.shape[0], q_full.shape[0])
+        rows = hi - lo - first
+        kl[first:] = kl_full(p_full[-rows:], q_full[-rows:])
+        covered[first:] = 1.0
+        full[first:] = True
+    rows = _Scored(kl, p_top, q_top, p_target, q_target, lo, covered, full)
+    return _measures(rows, prompt_len, teacher_forced=True)
+
+
+def _full_rows(scored: TeacherForced, start: int, lo: int, hi: int) -> NDArray[np.float32] | None:
+    """The full-vocabulary rows of positions [lo, hi) that `scored` holds (its last rows)."""
+    full = scored.full_logprobs
+    if full is None or full.shape[0] == 0:
+        return None
+    first = start + scored.token_ids.shape[0] - full.shape[0]
+    begin = max(first, lo)
+    if begin >= hi:
+        return None
+    return full[begin - first : hi - first]
+
+
+def _candidate_scored(
+    baseline: PromptRecord, forced: TeacherForced, c_start: int, prompt_len: int
+) -> StepLogprobs:
+    steps = int(baseline.output_token_ids.shape[0])
+    c_lo = prompt_len - c_start
+    if c_lo < 0 or c_lo + steps > forced.token_ids.shape[0]:
+        raise ParityInputError(
+            f"prompt {baseline.prompt_id!r}: the candidate's scores do not cover the "
+            f"baseline's {steps} output tokens"
+        )
     p_top = _head(baseline.top_logprobs, steps)
+    q_top = _rows(forced.top, c_lo, c_lo + steps)
+    ref = baseline.output_token_ids
+    q_target = forced.target_logprobs[c_lo : c_lo + steps]
+    kl = kl_top_k(p_top, q_top, ref, q_target)
+    rows = _Scored(
+        kl, p_top, q_top, _lookup(p_top, ref), q_target, prompt_len, _covered_mass(p_top),
+        np.zeros(steps, np.bool_),
+    )  # fmt: skip
+    return _measures(rows, prompt_len, teacher_forced=True)
+
+
+def _unscored(
+    baseline: PromptRecord, candidate: PromptRecord, first_divergence: int | None, prompt_len: int
+) -> StepLogprobs:
+    reference = baseline.output_token_ids
+    shortest = min(reference.shape[0], candidate.output_token_ids.shape[0])
+    steps = shortest if first_divergence is None else min(first_divergence + 1, shortest)
+    q_top, p_top = _head(candidate.top_logprobs, steps), _head(baseline.top_logprobs, steps)
     ref = reference[:steps]
-    q_ref = target_lp[:steps] if target_lp is not None else _lookup(q_top, ref)
-    kl = kl_top_k(p_top, q_top, ref if target_lp is not None else None, target_lp)
+    kl = kl_top_k(p_top, q_top)
+    rows = _Scored(
+        kl, p_top, q_top, _lookup(p_top, ref), _lookup(q_top, ref), prompt_len,
+        _covered_mass(p_top), np.zeros(steps, np.bool_),
+    )  # fmt: skip
+    return _measures(rows, prompt_len, teacher_forced=False)
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One prompt's rows to compare: both sides' top-k and targets from sequence `first`."""
+
+    kl: NDArray[np.float64]
+    p_top: TopLogprobs
+    q_top: TopLogprobs
+    p_target: NDArray[np.float64]
+    q_target: NDArray[np.float64]
+    first: int
+    covered: NDArray[np.float64]
+    full: NDArray[np.bool_]
+
+
+def _measures(rows: _Scored, prompt_len: int, *, teacher_forced: bool) -> StepLogprobs:
+    kl, p_top, q_top = rows.kl, rows.p_top, rows.q_top
+    steps = kl.shape[0]
     measured = np.full(steps, p_top.k > 0 and q_top.k > 0)
     same = measured & (_top1(p_top) == _top1(q_top))
-    with np.errstate(invalid="ignore"):
-        delta_p = np.exp(q_ref) - np.exp(_lookup(p_top, ref))
-    positions = baseline.prompt_token_ids.shape[0] + np.arange(steps, dtype=np.int64)
-    return StepLogprobs(kl, same, measured, delta_p, positions, forced is not None)
+    with np.errstate(invalid="ignore", over="ignore"):
+        p_target = np.asarray(rows.p_target, np.float64)
+        q_target = np.asarray(rows.q_target, np.float64)
+        target_delta = q_target - p_target
+        delta_p = np.exp(q_target) - np.exp(p_target)
+    positions = rows.first + np.arange(steps, dtype=np.int64)
+    return StepLogprobs(
+        kl=kl,
+        same_top=same,
+        same_top_measured=measured,
+        delta_p=np.where(np.isfinite(delta_p), delta_p, np.nan),
+        positions=positions,
+        teacher_forced=teacher_forced,
+        target_delta=np.where(np.isfinite(target_delta), target_delta, np.nan),
+        covered_mass=rows.covered,
+        full_vocab=rows.full,
+        generated=positions >= prompt_len,
+    )
 
 
 def kl_top_k(
@@ -84,97 +243,208 @@ def kl_top_k(
 
     `target_ids`/`target_logprobs` give q's logprob of one more token per step (the
     teacher-forced target) when it is missing from q's top-k. Steps where p has no
-    candidates are NaN.
+    candidates (or holds a non-finite logprob) are NaN.
     """
-    p_valid = (p.token_ids != PAD_TOKEN_ID) & np.isfinite(p.logprobs)
-    match = (p.token_ids[:, :, None] == q.token_ids[:, None, :]) & (
-        q.token_ids[:, None, :] != PAD_TOKEN_ID
-    )
-    q_lp = np.where(match, q.logprobs[:, None, :], -np.inf).max(axis=2, initial=-np.inf)
-    if target_ids is not None and target_logprobs is not None:
-        is_target = (p.token_ids == target_ids[:, None]) & ~np.isfinite(q_lp)
-        q_lp = np.where(is_target, target_logprobs[:, None], q_lp)
-    shared = p_valid & np.isfinite(q_lp)
-    p_lp = np.where(shared, p.logprobs, 0.0)
-    q_lp = np.where(shared, q_lp, 0.0)
-    p_mass = np.where(shared, np.exp(p_lp), 0.0)
-    q_mass = np.where(shared, np.exp(q_lp), 0.0)
-    head = (p_mass * (p_lp - q_lp)).sum(axis=1)
-    p_tail = np.clip(1.0 - p_mass.sum(axis=1), 0.0, 1.0)
-    q_tail = np.clip(1.0 - q_mass.sum(axis=1), TAIL_FLOOR, 1.0)
-    safe_p_tail = np.where(p_tail > 0.0, p_tail, 1.0)
-    tail = np.where(p_tail > 0.0, p_tail * (np.log(safe_p_tail) - np.log(q_tail)), 0.0)
-    kl = np.maximum(head + tail, 0.0)
-    return np.where(p_valid.any(axis=1), kl, np.nan)
+    with np.errstate(invalid="ignore", over="ignore"):
+        p_valid = (p.token_ids != PAD_TOKEN_ID) & np.isfinite(p.logprobs)
+        p_broken = (p.token_ids != PAD_TOKEN_ID) & np.isnan(p.logprobs)
+        match = (p.token_ids[:, :, None] == q.token_ids[:, None, :]) & (
+            q.token_ids[:, None, :] != PAD_TOKEN_ID
+        )
+        q_lp = np.where(match, q.logprobs[:, None, :], -np.inf).max(axis=2, initial=-np.inf)
+        if target_ids is not None and target_logprobs is not None:
+            is_target = (p.token_ids == target_ids[:, None]) & ~np.isfinite(q_lp)
+            q_lp = np.where(is_target, target_logprobs[:, None], q_lp)
+        shared = p_valid & np.isfinite(q_lp)
+        p_lp = np.where(shared, p.logprobs, 0.0)
+        q_lp = np.where(shared, q_lp, 0.0)
+        p_mass = np.where(shared, np.exp(p_lp), 0.0)
+        q_mass = np.where(shared, np.exp(q_lp), 0.0)
+        head = (p_mass * (p_lp - q_lp)).sum(axis=1)
+        p_tail = np.clip(1.0 - p_mass.sum(axis=1), 0.0, 1.0)
+        q_tail = np.clip(1.0 - q_mass.sum(axis=1), TAIL_FLOOR, 1.0)
+        safe_p_tail = np.where(p_tail > 0.0, p_tail, 1.0)
+        tail = np.where(p_tail > 0.0, p_tail * (np.log(safe_p_tail) - np.log(q_tail)), 0.0)
+        kl = np.maximum(head + tail, 0.0)
+    return np.where(p_valid.any(axis=1) & ~p_broken.any(axis=1), kl, np.nan)
+
+
+def kl_full(p: NDArray[np.float32], q: NDArray[np.float32]) -> NDArray[np.float64]:
+    """KL(p || q) per row of two [steps, vocab] logprob arrays; NaN for non-finite rows."""
+    a = p.astype(np.float64)
+    b = q.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mass = np.exp(a)
+        terms = np.where(mass > 0.0, mass * (a - b), 0.0)
+        kl = np.maximum(terms.sum(axis=1), 0.0)
+    broken = np.isnan(a).any(axis=1) | np.isnan(b).any(axis=1)
+    return np.where(broken, np.nan, kl)
+
+
+def _covered_mass(top: TopLogprobs) -> NDArray[np.float64]:
+    valid = (top.token_ids != PAD_TOKEN_ID) & np.isfinite(top.logprobs)
+    with np.errstate(over="ignore"):
+        mass = np.where(valid, np.exp(np.where(valid, top.logprobs, 0.0)), 0.0).sum(axis=1)
+    return np.asarray(np.minimum(mass, 1.0), np.float64)
+
+
+@dataclass
+class PromptLogprobs:
+    """One prompt's folded measures (all its positions, and per position bucket)."""
+
+    kl_steps: int
+    mean_kl: float | None
+    same_top_rate: float | None
+    target_logprob_delta: float | None
+    bucket_kl: NDArray[np.float64]
+    bucket_kl_steps: NDArray[np.int64]
+    bucket_same: NDArray[np.int64]
+    bucket_same_total: NDArray[np.int64]
 
 
 @dataclass
 class LogprobAccumulator:
-    """Folds per-prompt step measures into suite totals, per position bucket too."""
+    """Folds per-prompt measures into suite totals, keeping per-prompt sums for the bounds."""
 
     kl_sums: list[float] = field(default_factory=list)
     kl_counts: list[int] = field(default_factory=list)
     kl_values: list[NDArray[np.float64]] = field(default_factory=list)
-    delta_p: list[NDArray[np.float64]] = field(default_factory=list)
-    same: int = 0
-    same_total: int = 0
+    same: list[int] = field(default_factory=list)
+    same_totals: list[int] = field(default_factory=list)
+    delta_sums: list[float] = field(default_factory=list)
+    delta_counts: list[int] = field(default_factory=list)
+    dp_sums: list[float] = field(default_factory=list)
+    dp_squares: list[float] = field(default_factory=list)
+    dp_counts: list[int] = field(default_factory=list)
+    dp_max_abs: float = 0.0
+    covered_sum: float = 0.0
+    covered_count: int = 0
     forced_prompts: int = 0
-    bucket_kl: NDArray[np.float64] = field(default_factory=lambda: np.zeros(len(POSITION_BUCKETS)))
-    bucket_steps: NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
-    )
-    bucket_same: NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
-    )
+    generated_steps: int = 0
+    prompt_steps: int = 0
+    full_steps: int = 0
+    bucket_kl: NDArray[np.float64] = field(default_factory=lambda: np.zeros(_BUCKETS))
+    bucket_steps: NDArray[np.int64] = field(default_factory=lambda: np.zeros(_BUCKETS, np.int64))
+    bucket_same: NDArray[np.int64] = field(default_factory=lambda: np.zeros(_BUCKETS, np.int64))
     bucket_same_total: NDArray[np.int64] = field(
-        default_factory=lambda: np.zeros(len(POSITION_BUCKETS), np.int64)
+        default_factory=lambda: np.zeros(_BUCKETS, np.int64)
     )
 
-    def add(self, steps: StepLogprobs) -> tuple[int, float | None, float | None]:
-        """Fold one prompt in; returns its (KL steps, mean KL, same-top rate)."""
+    def add(self, steps: StepLogprobs) -> PromptLogprobs:
+        """Fold one prompt in; returns its own figures (per bucket too)."""
         kl_ok = ~np.isnan(steps.kl)
         kl = steps.kl[kl_ok]
         self.kl_sums.append(float(kl.sum()))
         self.kl_counts.append(int(kl.shape[0]))
         self.kl_values.append(kl)
-        self.delta_p.append(steps.delta_p[~np.isnan(steps.delta_p)])
         same = int(steps.same_top.sum())
         measured = int(steps.same_top_measured.sum())
-        self.same += same
-        self.same_total += measured
-        self.forced_prompts += int(steps.teacher_forced)
-        buckets = bucket_of(steps.positions)
-        n = len(POSITION_BUCKETS)
-        self.bucket_kl += np.bincount(buckets[kl_ok], weights=kl, minlength=n)
-        self.bucket_steps += np.bincount(buckets[kl_ok], minlength=n)
-        self.bucket_same += np.bincount(buckets[steps.same_top], minlength=n)
-        self.bucket_same_total += np.bincount(buckets[steps.same_top_measured], minlength=n)
-        return (
-            int(kl.shape[0]),
-            float(kl.mean()) if kl.size else None,
-            same / measured if measured else None,
+        self.same.append(same)
+        self.same_totals.append(measured)
+        delta = (
+            steps.target_delta[~np.isnan(steps.target_delta)] if steps.target_delta.size else kl[:0]
         )
+        self.delta_sums.append(float(delta.sum()))
+        self.delta_counts.append(int(delta.shape[0]))
+        dp = steps.delta_p[~np.isnan(steps.delta_p)]
+        self.dp_sums.append(float(dp.sum()))
+        self.dp_squares.append(float((dp * dp).sum()))
+        self.dp_counts.append(int(dp.shape[0]))
+        if dp.size:
+            self.dp_max_abs = max(self.dp_max_abs, float(np.abs(dp).max()))
+        covered = steps.covered_mass[kl_ok] if steps.covered_mass.size else kl[:0]
+        self.covered_sum += float(covered.sum())
+        self.covered_count += int(covered.shape[0])
+        self.forced_prompts += int(steps.teacher_forced)
+        generated = steps.generated[kl_ok] if steps.generated.size else np.ones(kl.size, np.bool_)
+        self.generated_steps += int(generated.sum())
+        self.prompt_steps += int((~generated).sum())
+        self.full_steps += int(steps.full_vocab[kl_ok].sum()) if steps.full_vocab.size else 0
+        buckets = bucket_of(steps.positions)
+        b_kl = np.bincount(buckets[kl_ok], weights=kl, minlength=_BUCKETS).astype(np.float64)
+        b_steps = np.bincount(buckets[kl_ok], minlength=_BUCKETS).astype(np.int64)
+        b_same = np.bincount(buckets[steps.same_top], minlength=_BUCKETS).astype(np.int64)
+        b_total = np.bincount(buckets[steps.same_top_measured], minlength=_BUCKETS).astype(np.int64)
+        self.bucket_kl += b_kl
+        self.bucket_steps += b_steps
+        self.bucket_same += b_same
+        self.bucket_same_total += b_total
+        return PromptLogprobs(
+            kl_steps=int(kl.shape[0]),
+            mean_kl=float(kl.mean()) if kl.size else None,
+            same_top_rate=same / measured if measured else None,
+            target_logprob_delta=float(delta.mean()) if delta.size else None,
+            bucket_kl=b_kl,
+            bucket_kl_steps=b_steps,
+            bucket_same=b_same,
+            bucket_same_total=b_total,
+        )
+
+    @property
+    def scored_steps(self) -> int:
+        return sum(self.kl_counts)
 
     def finalize(self) -> LogprobMetrics | None:
         """Suite metrics; None when no step of any prompt could be measured."""
-        if sum(self.kl_counts) == 0 and self.same_total == 0:
+        if sum(self.kl_counts) == 0 and sum(self.same_totals) == 0:
             return None
         kl = np.concatenate(self.kl_values) if self.kl_values else np.zeros(0)
-        dp = np.concatenate(self.delta_p) if self.delta_p else np.zeros(0)
-        mean, stderr = clustered_mean(self.kl_sums, self.kl_counts)
+        mean_kl = _mean(self.kl_sums, self.kl_counts)
+        same_stderr = _mean([float(s) for s in self.same], self.same_totals).stderr
+        dp_total = sum(self.dp_counts)
+        dp_mean = sum(self.dp_sums) / dp_total if dp_total else None
+        dp_rms = math.sqrt(sum(self.dp_squares) / dp_total) if dp_total else None
+        delta = _mean(self.delta_sums, self.delta_counts)
         return LogprobMetrics(
             steps=int(kl.shape[0]),
             teacher_forced_prompts=self.forced_prompts,
-            mean_kl=Mean(
-                value=mean, stderr=stderr if math.isfinite(stderr) else None, count=kl.shape[0]
-            ),
+            mean_kl=mean_kl,
             kl_p99=float(np.quantile(kl, 0.99, method="higher")) if kl.size else None,
             kl_max=float(kl.max()) if kl.size else None,
-            same_top_rate=Rate.of(self.same, self.same_total),
-            delta_p_mean=float(dp.mean()) if dp.size else None,
-            delta_p_rms=float(np.sqrt((dp * dp).mean())) if dp.size else None,
-            delta_p_max_abs=float(np.abs(dp).max()) if dp.size else None,
+            same_top_rate=Rate.of(
+                sum(self.same),
+                sum(self.same_totals),
+                stderr=same_stderr,
+                clusters=sum(1 for t in self.same_totals if t),
+            ),
+            delta_p_mean=dp_mean,
+            delta_p_rms=dp_rms,
+            delta_p_max_abs=self.dp_max_abs if dp_total else None,
+            generated_steps=self.generated_steps,
+            prompt_steps=self.prompt_steps,
+            full_vocab_steps=self.full_steps,
+            covered_mass=self.covered_sum / self.covered_count if self.covered_count else None,
+            target_logprob_delta=delta if delta.count else None,
         )
+
+    def estimates(self, confidence: float) -> dict[str, Estimate]:
+        """What the logprob thresholds decide on, with one-sided bounds at `confidence`."""
+        steps = sum(self.kl_counts)
+        out: dict[str, Estimate] = {}
+        kl = clustered_bounds(self.kl_sums, self.kl_counts, confidence)
+        out["meanKl"] = _estimate(kl.value, kl.lower, kl.upper, steps, "steps", "cluster-t")
+        p99, low, high = clustered_quantile_bounds(self.kl_values, 0.99, confidence)
+        out["klP99"] = _estimate(p99, low, high, steps, "steps", "bootstrap")
+        value, low, high = clustered_rate_bounds(self.same, self.same_totals, confidence)
+        out["sameTopRate"] = _estimate(
+            value, low, high, sum(self.same_totals), "steps", "cluster-t+wilson"
+        )
+        # The log perplexity ratio is log(PPL_candidate / PPL_baseline): minus the mean delta.
+        delta = clustered_bounds(self.delta_sums, self.delta_counts, confidence)
+        out["logPerplexityRatio"] = _estimate(
+            None if delta.value is None else 0.0 - delta.value,
+            None if delta.upper is None else 0.0 - delta.upper,
+            None if delta.lower is None else 0.0 - delta.lower,
+            delta.count, "steps", "cluster-t",
+        )  # fmt: skip
+        dp = clustered_bounds(self.dp_sums, self.dp_counts, confidence)
+        out["deltaPMean"] = _estimate(dp.value, dp.lower, dp.upper, dp.count, "steps", "cluster-t")
+        square = clustered_bounds(self.dp_squares, self.dp_counts, confidence)
+        out["deltaPRms"] = _estimate(
+            _sqrt(square.value), _sqrt(square.lower), _sqrt(square.upper),
+            square.count, "steps", "cluster-t",
+        )  # fmt: skip
+        return out
 
     def bucket(self, index: int) -> dict[str, Any]:
         """KL and same-top fields of one POSITION_BUCKETS entry, as BucketMetrics updates."""
@@ -187,6 +457,33 @@ class LogprobAccumulator:
         }
 
 
+def _mean(sums: list[float], counts: list[int]) -> Mean:
+    estimate = clustered_bounds(sums, counts, 0.95)
+    return Mean(
+        value=estimate.value,
+        stderr=estimate.stderr,
+        count=estimate.count,
+        clusters=estimate.clusters,
+    )
+
+
+def _estimate(  # noqa: PLR0917 - one row of the estimates table, in its column order
+    value: float | None,
+    lower: float | None,
+    upper: float | None,
+    evidence: int,
+    unit: str,
+    method: str,
+) -> Estimate:
+    return Estimate(
+        value=value, lower=lower, upper=upper, evidence=evidence, unit=unit, method=method
+    )
+
+
+def _sqrt(value: float | None) -> float | None:
+    return None if value is None else math.sqrt(max(value, 0.0))
+
+
 def _head(top: TopLogprobs, steps: int) -> TopLogprobs:
     if top.steps < steps:
         raise ParityInputError(f"top-k logprobs cover {top.steps} steps; {steps} are needed")
@@ -196,7 +493,10 @@ def _head(top: TopLogprobs, steps: int) -> TopLogprobs:
 def _top1(top: TopLogprobs) -> NDArray[np.int64]:
     if top.k == 0:
         return np.full(top.steps, PAD_TOKEN_ID, np.int64)
-    best = np.argmax(np.where(top.token_ids != PAD_TOKEN_ID, top.logprobs, -np.inf), axis=1)
+    with np.errstate(invalid="ignore"):
+        scores = np.where(top.token_ids != PAD_TOKEN_ID, top.logprobs, -np.inf)
+        scores = np.where(np.isnan(scores), -np.inf, scores)
+    best = np.argmax(scores, axis=1)
     return np.take_along_axis(top.token_ids, best[:, None], axis=1)[:, 0]
 
 

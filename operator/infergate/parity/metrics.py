@@ -8,7 +8,7 @@ verdict (`verdict.py`) is computed from it and the thresholds, and the report
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,9 +47,17 @@ class Rate(_Model):
     total: int
     low: float
     high: float
+    stderr: float | None = Field(
+        default=None,
+        description="Prompt-clustered standard error, for rates over steps (correlated within "
+        "a prompt); None for rates over prompts.",
+    )
+    clusters: int | None = None
 
     @classmethod
-    def of(cls, successes: int, total: int) -> Rate:
+    def of(
+        cls, successes: int, total: int, *, stderr: float | None = None, clusters: int | None = None
+    ) -> Rate:
         low, high = wilson_interval(successes, total)
         return cls(
             value=successes / total if total else None,
@@ -57,6 +65,8 @@ class Rate(_Model):
             total=total,
             low=low,
             high=high,
+            stderr=stderr,
+            clusters=clusters,
         )
 
 
@@ -66,6 +76,35 @@ class Mean(_Model):
     value: float | None
     stderr: float | None
     count: int
+    clusters: int | None = Field(default=None, description="Prompts the mean is taken over.")
+
+
+class Estimate(_Model):
+    """A metric a threshold decides on: its value and one-sided bounds at `confidence`.
+
+    `lower` and `upper` each hold at the check's confidence level; None means the data
+    cannot bound the metric (e.g. a single prompt). `method` says how they were found.
+    """
+
+    value: float | None
+    lower: float | None
+    upper: float | None
+    evidence: int = Field(description="How many units (see `unit`) the estimate rests on.")
+    unit: str = Field(description="prompts, long prompts, steps or tokens.")
+    method: str = Field(
+        description="wilson (prompts), cluster-t (prompt-clustered t), cluster-t+wilson "
+        "(step rates), bootstrap (prompt-clustered quantile), observed (an extreme) or "
+        "paired-t (one value per long prompt)."
+    )
+
+
+class Evidence(_Model):
+    """How much the comparison rests on, against a profile's minimum evidence."""
+
+    prompts: int
+    long_prompts: int
+    scored_steps: int = Field(description="Teacher-forced positions scored on both sides.")
+    hidden_tokens: int
 
 
 class SurvivalPoint(_Model):
@@ -105,6 +144,21 @@ class LogprobMetrics(_Model):
     delta_p_mean: float | None
     delta_p_rms: float | None
     delta_p_max_abs: float | None
+    generated_steps: int = Field(default=0, description="Scored steps past the prompt.")
+    prompt_steps: int = Field(default=0, description="Scored positions inside the prompt.")
+    full_vocab_steps: int = Field(
+        default=0, description="Steps whose KL is over the full vocabulary (exact)."
+    )
+    covered_mass: float | None = Field(
+        default=None,
+        description="Mean baseline probability inside the top-k it reported: how much of "
+        "each distribution the top-k KL sees (1 for full-vocabulary steps).",
+    )
+    target_logprob_delta: Mean | None = Field(
+        default=None,
+        description="Mean candidate minus baseline logprob of the reference token; the log "
+        "perplexity ratio is its negative.",
+    )
 
 
 class HiddenMetrics(_Model):
@@ -119,6 +173,13 @@ class HiddenMetrics(_Model):
     cosine_min: float | None
     nonfinite_tokens_baseline: int
     nonfinite_tokens_candidate: int
+    norm_log_ratio: Mean | None = Field(
+        default=None,
+        description="Mean per-token log(||candidate|| / ||baseline||): a scale cosine cannot see.",
+    )
+    norm_abs_log_ratio: Mean | None = Field(
+        default=None, description="Mean per-token |log(||candidate|| / ||baseline||)|."
+    )
 
 
 class BucketMetrics(_Model):
@@ -136,16 +197,39 @@ class BucketMetrics(_Model):
     max_abs_err: float | None
 
 
+class LongPrompt(_Model):
+    """One long prompt's own positions, bucket against bucket (teacher-forced on its text)."""
+
+    prompt_id: str
+    tokens: int
+    short_kl: float | None = Field(description="Mean KL over its positions 0-1K.")
+    far_kl: float | None = Field(description="Mean KL over its positions 8K+.")
+    kl_ratio: float | None = Field(description="(far + floor) / (short + floor).")
+    short_same_top: float | None
+    far_same_top: float | None
+    short_rel_l2: float | None = Field(description="Mean hidden relative L2, positions 0-1K.")
+    far_rel_l2: float | None = Field(description="Mean hidden relative L2, positions 8K+.")
+    hidden_ratio: float | None = Field(description="far_rel_l2 / short_rel_l2 (plus floor).")
+    failures: list[str] = Field(default_factory=list)
+
+
 class LongSequenceMetrics(_Model):
     min_prompt_tokens: int
     prompts: int
     divergence_rate: Rate | None
     diverged_prompts: list[str]
     kl_ratio: float | None = Field(
-        description="Mean KL in the 8K+ bucket over the 0-1K bucket, each plus a noise floor "
-        "of 1% of maxMeanKl, so that KLs both far below the limit do not make a ratio."
+        description="Geometric mean over long prompts of each prompt's own 8K+ over 0-1K KL "
+        "(each plus a noise floor of 1% of maxMeanKl): the same text at both positions."
     )
-    same_top_drop: float | None = Field(description="Same-top rate of 0-1K minus that of 8K+.")
+    same_top_drop: float | None = Field(
+        description="Mean over long prompts of the same-top rate of 0-1K minus that of 8K+."
+    )
+    hidden_ratio: float | None = Field(
+        default=None,
+        description="Geometric mean over long prompts of the 8K+ over 0-1K hidden relative L2.",
+    )
+    per_prompt: list[LongPrompt] = Field(default_factory=list)
 
 
 class ParityMetrics(_Model):
@@ -155,6 +239,16 @@ class ParityMetrics(_Model):
     hidden: HiddenMetrics | None
     buckets: list[BucketMetrics]
     long_sequence: LongSequenceMetrics
+    confidence: float = Field(default=0.95, description="Level of every one-sided bound.")
+    evidence: Evidence | None = None
+    estimates: dict[str, Estimate] = Field(
+        default_factory=dict, description="What each threshold decides on, by metric name."
+    )
+    run: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What makes two checks comparable for the regression test: the suite "
+        "content digest and the sampling settings (fingerprint keys suite.* and sampling.*).",
+    )
 
 
 class PromptSummary(_Model):
@@ -176,6 +270,11 @@ class PromptSummary(_Model):
     hidden_rel_l2_p99: float | None = None
     hidden_cosine_p1: float | None = None
     hidden_cosine_min: float | None = None
+    target_logprob_delta: float | None = None
+    norm_abs_log_ratio: float | None = None
+    fork_explained: bool | None = Field(
+        default=None, description="False for a fork that is not legitimate (or cannot be judged)."
+    )
     long: bool = False
     long_failures: list[str] = Field(default_factory=list)
 
@@ -195,6 +294,8 @@ class HygieneCheck(StrEnum):
     COLLAPSE = "Collapse"
     PROMPT_TOKENS_DIFFER = "PromptTokensDiffer"
     CONFIG_DIFFERS = "ConfigDiffers"
+    FINGERPRINT_DIFFERS = "FingerprintDiffers"
+    FINGERPRINT_MISSING = "FingerprintMissing"
 
 
 class HygieneFinding(_Model):
@@ -214,6 +315,7 @@ class SideInfo(_Model):
     config_hash: str
     model: str
     suite: str
+    fingerprints: dict[str, Any] = Field(default_factory=dict)
 
 
 class ParityResult(_Model):
@@ -228,3 +330,7 @@ class ParityResult(_Model):
     hygiene: list[HygieneFinding]
     errors: list[str] = Field(description="Why something could not be measured.")
     notes: list[str]
+    disabled: dict[str, str] = Field(
+        default_factory=dict,
+        description="Threshold keys the profile sets that are not part of this verdict, and why.",
+    )

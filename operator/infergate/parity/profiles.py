@@ -1,20 +1,43 @@
 """Tolerance profiles: default thresholds per kind of change, each number with its source.
 
-Numbers are starting points to calibrate with A/A runs (PARITY.md): run a baseline
-against itself on each engine and dtype and set the noise floor from what is measured.
-`block` thresholds decide the verdict; `warn` thresholds only add warnings.
+Each profile states:
+
+- `block` thresholds that decide the verdict, every one on a one-sided confidence bound
+  at `confidence` (0.95), and the minimum evidence (prompts, long prompts, scored
+  teacher-forced steps) below which the verdict is Inconclusive;
+- `warn` thresholds that only add warnings;
+- `sources`: where each number comes from (published anchors, this project's
+  measurements in experiments/RESULTS.md, "to calibrate" where the A/A measurement of
+  `infergate parity calibrate` is still to replace it);
+- `reported_only`: metrics measured and shown but not decided on, and why;
+- `expected_differences`: fingerprint and config keys this kind of change may alter.
+
+Hidden-state noise grows with depth (bf16 vs fp32 last-layer relative L2 at
+Qwen2.5-7B shape: 0.014 after 1 layer, 0.066 after 28, close to sqrt(depth)), while the
+hidden-state numbers here were measured on the 2-layer fixture. Limits listed in
+`DEPTH_SCALED` are therefore scaled to the model's depth when it is known: relative
+errors by sqrt(layers / calibrated_layers), 1 - cosine by layers / calibrated_layers
+(1 - cos is half the squared relative error). Never scaled below the calibrated value.
+
 Thresholds given explicitly override the profile's, key by key; an explicit null
-switches a check off.
+switches a check off, and the verdict then lists it as not part of the decision.
+
+Changes to the numbers (before -> after) are tabled in docs/parity-profiles.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
 from infergate.parity.record import RecordMeta
-from infergate.parity.thresholds import ProfileName, Thresholds
+from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
+
+
+class ProfileChoiceError(ValueError):
+    """No profile can be chosen by guess for these two sides; spec.profile must say."""
 
 
 @dataclass(frozen=True)
@@ -26,46 +49,191 @@ class Profile:
     sources: MappingProxyType[str, str]
     """Where each block threshold's number comes from, by threshold key (camelCase)."""
     allowed_config_differences: tuple[str, ...] = ()
-    """Effective-config keys (fnmatch patterns) that this kind of change is expected to alter."""
+    """Config and fingerprint keys (fnmatch patterns) this kind of change is expected to alter."""
+    reported_only: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Metrics measured and reported that no threshold of this profile decides on, and why."""
+    calibrated_layers: int | None = None
+    """Depth of the model the hidden-state limits were measured on (None: never scaled)."""
+
+    @property
+    def expected_differences(self) -> tuple[str, ...]:
+        return self.allowed_config_differences
 
 
-_LLAMA_CPP = "llama.cpp perplexity --kl-divergence, LLaMA-3-8B BF16 vs FP16: mean KLD 2.5e-5"
-_BF16_TABLE = "PARITY.md starting thresholds, bf16 kernel/version row"
-_LEGIT = "vLLM check_logprobs_close: both tokens in each other's top-5 at the first fork"
+DEPTH_SCALED: tuple[str, ...] = (
+    "max_hidden_rel_l2_p99",
+    "min_hidden_cosine_p1",
+    "min_hidden_cosine",
+)
+"""Hidden-state limits scaled to the model's depth (see the module docstring)."""
+
+HIDDEN_KEYS: tuple[str, ...] = (
+    "max_hidden_max_abs_err",
+    "max_hidden_mean_abs_err",
+    "max_hidden_rel_l2_p99",
+    "min_hidden_cosine_p1",
+    "min_hidden_cosine",
+    "max_hidden_norm_log_ratio",
+    "max_long_to_short_hidden_ratio",
+)
+"""Thresholds that need the probe channel; off together with hiddenStates.enabled."""
+
+LONG_KEYS: tuple[str, ...] = (
+    "max_long_seq_divergence_rate",
+    "max_long_to_short_kl_ratio",
+    "max_long_same_top_drop",
+    "max_long_to_short_hidden_ratio",
+)
+"""Thresholds judged on long prompts only."""
+
+# -- sources --------------------------------------------------------------------------------
+_LLAMA_CPP = "llama.cpp perplexity --kl-divergence, LLaMA-3-8B: BF16 vs FP16 mean KLD 2.5e-5"
+_Q8 = "q8_0 vs F16 KLD 1.36e-3 (must be blocked)"
+_OURS_BF16 = "experiments/RESULTS.md: vLLM bf16 vs fp32 on the fixture, KL 1.26e-5..1.47e-5"
+_OURS_HIDDEN = (
+    "experiments/RESULTS.md bf16 vs fp32 (2-layer fixture): hidden relative L2 mean 6.2e-3, "
+    "cosine P1 0.99993"
+)
+_DEPTH = "scaled to depth (DESIGN.md: 0.014 after 1 layer, 0.066 after 28 at Qwen2.5-7B shape)"
+_CALIBRATE = "to calibrate with infergate parity calibrate (A/A)"
+_LEGIT = "vLLM check_logprobs_close: both tokens in each other's top-k at the first fork"
 _TAU_BF16 = "PARITY.md: baseline logprob gap at the fork under ~0.1 nat (bf16)"
+_MSPROBE_COS = "msprobe guidance: cosine > 0.99"
+_EVIDENCE = (
+    "one-sided 95% Wilson bound of 0 bad in 32 prompts is 7.8%, under the 10% rate limits; "
+    "16 prompts would allow 15.6%"
+)
+_LONG_EVIDENCE = (
+    "paired per-prompt bounds need several long prompts: t(0.95, 3 df) = 2.35; the default "
+    "suite has 4 (2 Chinese, 2 English), the most that fits a few CPU minutes"
+)
+_STEPS = (
+    "Wilson lower bound of a same-top rate of 1 over n steps is n / (n + 2.7): 4096 steps "
+    "certify 0.9993, above every same-top limit"
+)
+_NORM = (
+    "a final norm scaled by 1.02 moves every token's log norm ratio by 0.0198 (4x this); "
+    "bf16 output rounding is 2^-9 per element, about 5e-4 on a norm"
+)
+_PPL = "vLLM model tests: perplexity gap < 0.01; " + _CALIBRATE
+_DP_RMS = "llama.cpp BF16 vs FP16 RMS delta-p 0.15% (6.7x here for a flatter fixture); "
 _LONG = "PARITY.md long context: 8K+ bucket KLD over 3x the 0-1K bucket's fails"
 _LONG_TOP = "PARITY.md long context: 8K+ same-top rate drop over half a point fails"
-_MSPROBE_COS = "msprobe guidance: cosine > 0.99"
-_FORK_BF16 = (
-    "ours, to calibrate: vLLM without batch invariance forks around token 100 "
-    "(Qwen3-235B, 80/1000 completions); fewer than 10% forking in 16 tokens"
+_LONG_HIDDEN = (
+    "experiments/RESULTS.md: bf16 vs fp32 hidden relative L2 flat with position (6.3e-3 at "
+    "0-1K, 6.2e-3 at 8K+); a rope error grows with position"
 )
-_LONG_RATE = "ours, to calibrate: at most 1 in 10 long prompts diverging early"
+_LONG_RATE = "at most half the long prompts fork unexplained (0 of 4: Wilson upper 0.40)"
+_FORK_BF16 = (
+    "ours: under 10% of prompts fork unexplained within 16 tokens (legitimate near-tie forks "
+    "are expected without batch invariance: vLLM forks around token 100 on Qwen3-235B)"
+)
+_ILLEGIT = f"{_LEGIT}; ours: under 10% of prompts with an unexplained fork"
 
 _BF16_SOURCES = {
-    "maxMeanKl": f"{_BF16_TABLE}; {_LLAMA_CPP}, q8_0 1.36e-3",
-    "minSameTopRate": f"{_BF16_TABLE}; llama.cpp BF16 vs FP16 same top 99.74%",
-    "minHiddenCosineP1": f"{_BF16_TABLE}; {_MSPROBE_COS}; vLLM embedding tests >= 0.99",
-    "maxHiddenRelL2P99": f"{_BF16_TABLE}; a few bf16 epsilons (7.8e-3) of drift",
-    "minLegitimateDivergenceRate": f"{_LEGIT}; ours 0.95 to allow rare near-ties past tau",
-    "maxDivergenceLogprobGap": _TAU_BF16,
+    "confidence": "TensorRT-LLM accuracy gate: one-sided test at alpha 0.05",
+    "minPrompts": _EVIDENCE,
+    "minLongPrompts": _LONG_EVIDENCE,
+    "minScoredSteps": _STEPS,
+    "maxMeanKl": f"{_LLAMA_CPP} (4x); {_OURS_BF16} (7x); {_Q8} is 13x above",
+    "maxKlP99": f"10x the mean limit for a heavy tail; {_CALIBRATE}",
+    "minSameTopRate": "PARITY.md bf16 row; llama.cpp BF16 vs FP16 same top 99.74%, q8_0 97.67%",
+    "maxDeltaPRms": _DP_RMS + _CALIBRATE,
+    "maxDeltaPMean": f"llama.cpp reports mean delta-p near 0 for BF16; {_CALIBRATE}",
+    "maxLogPerplexityRatio": _PPL,
+    "maxHiddenNormLogRatio": _NORM,
+    "minHiddenCosineP1": f"{_OURS_HIDDEN} (1 - cos 7e-5, 7x); {_DEPTH}",
+    "minHiddenCosine": f"{_MSPROBE_COS} at 28 layers; 0.999 at the fixture's 2; {_DEPTH}",
+    "maxHiddenRelL2P99": f"{_OURS_HIDDEN} (P99 about 1.2e-2, 2.5x); {_DEPTH}",
+    "maxIllegitimateDivergenceRate": _ILLEGIT,
+    "maxDivergenceLogprobGap": f"{_TAU_BF16}; scaled by the dtype rounding step at the logit",
     "minFirstDivergenceP10": _FORK_BF16,
     "maxLongSeqDivergenceRate": _LONG_RATE,
-    "maxLongToShortKlRatio": _LONG,
-    "maxLongSameTopDrop": _LONG_TOP,
+    "maxLongToShortKlRatio": _LONG + "; now paired per prompt on its own positions",
+    "maxLongSameTopDrop": _LONG_TOP + "; now paired per prompt",
+    "maxLongToShortHiddenRatio": _LONG_HIDDEN,
+    "longPromptTokens": "PARITY.md long context: 8K+",
+}
+
+_BF16_REPORTED = {
+    "hiddenMeanAbsErr": "absolute scale depends on the model; relative L2 decides",
+    "hiddenMaxAbsErr": (
+        "msprobe's max-abs < 1e-3 is below one bf16 rounding step of a unit-scale state "
+        "(3.9e-3); msprobe's bf16 rule (dual 100) needs per-element errors, not measured"
+    ),
+    "minTokenMatchRate": "forks at near-ties are expected without batch invariance",
+    "minTokenAgreement": "as the token match rate",
+    "minLegitimateDivergenceRate": (
+        "replaced by maxIllegitimateDivergenceRate: a share among forks is undefined with few forks"
+    ),
+    "hiddenNormLogRatio": "signed direction of maxHiddenNormLogRatio, shown for reports",
+    "kl coverage": "covered mass of the top-k is reported beside the KL it bounds",
 }
 
 _BF16_BLOCK = Thresholds(
-    max_mean_kl=1e-3,
+    confidence=0.95,
+    min_prompts=32,
+    min_long_prompts=4,
+    min_scored_steps=4096,
+    max_mean_kl=1e-4,
+    max_kl_p99=1e-3,
     min_same_top_rate=0.985,
-    min_hidden_cosine_p1=0.99,
-    max_hidden_rel_l2_p99=5e-2,
-    min_legitimate_divergence_rate=0.95,
+    max_delta_p_rms=1e-2,
+    max_delta_p_mean=2e-3,
+    max_log_perplexity_ratio=1e-2,
+    max_hidden_norm_log_ratio=5e-3,
+    min_hidden_cosine_p1=0.9995,
+    min_hidden_cosine=0.999,
+    max_hidden_rel_l2_p99=3e-2,
+    max_illegitimate_divergence_rate=0.1,
     max_divergence_logprob_gap=0.1,
     min_first_divergence_p10=16,
-    max_long_seq_divergence_rate=0.1,
+    max_long_seq_divergence_rate=0.5,
     max_long_to_short_kl_ratio=3.0,
     max_long_same_top_drop=0.005,
+    max_long_to_short_hidden_ratio=2.0,
+    long_prompt_tokens=8192,
+)
+
+# Another engine or version runs other kernels on the same weights and configuration: the
+# numeric limits judge its effect, so its fingerprint keys may differ. A dtype change
+# usually brings other kernels with it too.
+_VERSIONS = ("versions.*", "engine.kind")
+_DTYPE_KEYS = ("dtype", "*dtype", "*_dtype", "*.dtype", *_VERSIONS)
+
+_FP32_SOURCES = {
+    **_BF16_SOURCES,
+    "maxMeanKl": (
+        "PARITY.md fp32 warn row (1e-6); experiments/RESULTS.md fp32 across frameworks "
+        "3e-13..7e-11 at 2 layers; room for depth; " + _CALIBRATE
+    ),
+    "maxKlP99": f"10x the mean limit; {_CALIBRATE}",
+    "minSameTopRate": "PARITY.md fp32-across-frameworks row",
+    "maxDeltaPRms": f"fp32 logit errors are ~1e-6 relative; {_CALIBRATE}",
+    "maxDeltaPMean": _CALIBRATE,
+    "maxLogPerplexityRatio": f"100x under the bf16 limit; {_CALIBRATE}",
+    "maxHiddenNormLogRatio": "experiments/RESULTS.md fp32 relative L2 5e-7; 20x",
+    "minHiddenCosineP1": f"PARITY.md fp32 row; {_DEPTH}",
+    "minHiddenCosine": f"PARITY.md fp32 row, 10x looser for the worst token; {_DEPTH}",
+    "maxHiddenRelL2P99": (
+        f"experiments/RESULTS.md fp32 relative L2 5e-7 (40x); torch.testing fp32 rtol 1.3e-6; "
+        f"{_DEPTH}"
+    ),
+    "maxHiddenMaxAbsErr": "msprobe guidance: MaxAbsErr < 1e-3",
+    "maxDivergenceLogprobGap": "PARITY.md: gap under ~1e-3 nat (fp32)",
+    "minFirstDivergenceP10": "ours: fp32 forks are rare; " + _CALIBRATE,
+    "maxLongSameTopDrop": _LONG_TOP + "; paired per prompt",
+}
+
+_STRICT_KEYS = (
+    "minTokenMatchRate",
+    "minTokenAgreement",
+    "maxMeanKl",
+    "minSameTopRate",
+    "maxHiddenMaxAbsErr",
+    "maxHiddenRelL2P99",
+    "minHiddenCosineP1",
+    "maxLongSeqDivergenceRate",
 )
 
 PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
@@ -74,63 +242,86 @@ PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
             name=ProfileName.BF16_KERNEL,
             summary="same dtype (bfloat16), new kernel or engine version",
             block=_BF16_BLOCK,
-            warn=Thresholds(max_mean_kl=1e-4, min_same_top_rate=0.995),
+            warn=Thresholds(max_mean_kl=3e-5, min_same_top_rate=0.995),
             sources=MappingProxyType(_BF16_SOURCES),
+            allowed_config_differences=_VERSIONS,
+            reported_only=MappingProxyType(_BF16_REPORTED),
+            calibrated_layers=2,
         ),
         ProfileName.DTYPE_CHANGE: Profile(
             name=ProfileName.DTYPE_CHANGE,
             summary="compute dtype change, e.g. float16 against bfloat16",
             block=_BF16_BLOCK,
-            warn=Thresholds(max_mean_kl=2e-4, min_same_top_rate=0.993),
+            warn=Thresholds(max_mean_kl=3e-5, min_same_top_rate=0.993),
             sources=MappingProxyType(
-                {**_BF16_SOURCES, "maxMeanKl": f"PARITY.md dtype-change row; {_LLAMA_CPP}"}
+                {
+                    **_BF16_SOURCES,
+                    "maxMeanKl": f"PARITY.md dtype-change row; {_BF16_SOURCES['maxMeanKl']}",
+                }
             ),
-            allowed_config_differences=("dtype", "*dtype", "*_dtype", "*.dtype"),
+            allowed_config_differences=_DTYPE_KEYS,
+            reported_only=MappingProxyType(_BF16_REPORTED),
+            calibrated_layers=2,
         ),
         ProfileName.FP32_CROSS_FRAMEWORK: Profile(
             name=ProfileName.FP32_CROSS_FRAMEWORK,
             summary="both float32, different frameworks",
             block=Thresholds(
-                max_mean_kl=1e-5,
+                confidence=0.95,
+                min_prompts=32,
+                min_long_prompts=4,
+                min_scored_steps=4096,
+                max_mean_kl=1e-6,
+                max_kl_p99=1e-5,
                 min_same_top_rate=0.999,
+                max_delta_p_rms=1e-4,
+                max_delta_p_mean=2e-5,
+                max_log_perplexity_ratio=1e-4,
+                max_hidden_norm_log_ratio=1e-5,
                 min_hidden_cosine_p1=0.99999,
-                max_hidden_rel_l2_p99=1e-4,
-                min_legitimate_divergence_rate=0.95,
+                min_hidden_cosine=0.9999,
+                max_hidden_rel_l2_p99=2e-5,
+                max_hidden_max_abs_err=1e-3,
+                max_illegitimate_divergence_rate=0.1,
                 max_divergence_logprob_gap=1e-3,
                 min_first_divergence_p10=64,
-                max_long_seq_divergence_rate=0.1,
+                max_long_seq_divergence_rate=0.5,
                 max_long_to_short_kl_ratio=3.0,
-                max_long_same_top_drop=0.005,
+                max_long_same_top_drop=0.001,
+                max_long_to_short_hidden_ratio=2.0,
+                long_prompt_tokens=8192,
             ),
-            warn=Thresholds(max_mean_kl=1e-6, min_same_top_rate=0.9999),
-            sources=MappingProxyType(
-                {
-                    **_BF16_SOURCES,
-                    "maxMeanKl": "PARITY.md fp32-across-frameworks row",
-                    "minSameTopRate": "PARITY.md fp32-across-frameworks row",
-                    "minHiddenCosineP1": "PARITY.md fp32-across-frameworks row",
-                    "maxHiddenRelL2P99": "PARITY.md fp32 row; torch.testing fp32 rtol 1.3e-6",
-                    "maxDivergenceLogprobGap": "PARITY.md: gap under ~1e-3 nat (fp32)",
-                    "minFirstDivergenceP10": "ours, to calibrate: fp32 forks are rare",
-                }
+            warn=Thresholds(max_mean_kl=1e-7, min_same_top_rate=0.9999),
+            sources=MappingProxyType(_FP32_SOURCES),
+            allowed_config_differences=_VERSIONS,
+            reported_only=MappingProxyType(
+                {k: v for k, v in _BF16_REPORTED.items() if k != "hiddenMaxAbsErr"}
             ),
+            calibrated_layers=2,
         ),
         ProfileName.GPU_TO_ASCEND_BF16: Profile(
             name=ProfileName.GPU_TO_ASCEND_BF16,
             summary="vLLM on NVIDIA GPU against MindFormers on Ascend, both bfloat16",
             block=_BF16_BLOCK,
-            warn=Thresholds(max_mean_kl=1e-4, min_same_top_rate=0.995),
+            warn=Thresholds(max_mean_kl=3e-5, min_same_top_rate=0.995),
             sources=MappingProxyType(
                 {
                     k: f"PARITY.md GPU -> Ascend bf16 row: as bf16; {v}"
                     for k, v in _BF16_SOURCES.items()
                 }
             ),
+            allowed_config_differences=_VERSIONS,
+            reported_only=MappingProxyType(_BF16_REPORTED),
+            calibrated_layers=2,
         ),
         ProfileName.STRICT: Profile(
             name=ProfileName.STRICT,
             summary="bit-exact replay with batch invariance",
             block=Thresholds(
+                confidence=0.95,
+                min_prompts=32,
+                min_long_prompts=0,
+                min_scored_steps=1024,
                 min_token_match_rate=1.0,
                 min_token_agreement=1.0,
                 max_mean_kl=0.0,
@@ -142,33 +333,67 @@ PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
             ),
             warn=Thresholds(),
             sources=MappingProxyType(
-                dict.fromkeys(
-                    (
-                        "minTokenMatchRate",
-                        "minTokenAgreement",
-                        "maxMeanKl",
-                        "minSameTopRate",
-                        "maxHiddenMaxAbsErr",
-                        "maxHiddenRelL2P99",
-                        "minHiddenCosineP1",
-                        "maxLongSeqDivergenceRate",
+                {
+                    **dict.fromkeys(
+                        _STRICT_KEYS,
+                        "vLLM batch invariance: logprobs bitwise equal between batch sizes; "
+                        "PARITY.md replay row (KLD 0, same top 100%, cos 1.0, relL2 0). A "
+                        "limit at a bound of its range is decided on what was observed: any "
+                        "violation fails",
                     ),
-                    "vLLM batch invariance: logprobs bitwise equal between batch sizes; "
-                    "PARITY.md replay row (KLD 0, same top 100%, cos 1.0, relL2 0)",
-                )
+                    "confidence": _BF16_SOURCES["confidence"],
+                    "minPrompts": _EVIDENCE,
+                    "minLongPrompts": "bit-exactness shows at any position: long prompts "
+                    "are judged when present, not required",
+                    "minScoredSteps": "enough positions for one difference to show",
+                }
+            ),
+            reported_only=MappingProxyType(
+                {"every other metric": "any difference already fails the exact checks"}
             ),
         ),
     }
 )
 
 
-def resolve_thresholds(profile: ProfileName, explicit: Thresholds | None = None) -> Thresholds:
-    """The profile's block thresholds with every explicitly set key of `explicit` on top."""
-    base = PROFILES[profile].block
-    if explicit is None:
-        return base
-    update = {name: getattr(explicit, name) for name in explicit.model_fields_set}
-    return base.model_copy(update=update)
+def resolve_thresholds(
+    profile: ProfileName,
+    explicit: Thresholds | None = None,
+    *,
+    hidden_states: bool = True,
+    layers: int | None = None,
+) -> Thresholds:
+    """The profile's block thresholds with every explicitly set key of `explicit` on top.
+
+    `hidden_states=False` (the probe channel switched off) drops every hidden-state
+    threshold with it; `layers` (the model's depth, when known) scales the hidden-state
+    limits of DEPTH_SCALED. Explicit values are never scaled.
+    """
+    chosen = PROFILES[profile]
+    base = scale_for_depth(chosen.block, chosen.calibrated_layers, layers)
+    if explicit is not None:
+        update = {name: getattr(explicit, name) for name in explicit.model_fields_set}
+        base = base.model_copy(update=update)
+    if not hidden_states:
+        base = base.model_copy(update=dict.fromkeys(HIDDEN_KEYS))
+    return base
+
+
+def scale_for_depth(block: Thresholds, calibrated: int | None, layers: int | None) -> Thresholds:
+    """Hidden-state limits of DEPTH_SCALED scaled from `calibrated` to `layers` layers."""
+    if calibrated is None or layers is None or layers <= calibrated:
+        return block
+    factor = layers / calibrated
+    update: dict[str, float] = {}
+    for name in DEPTH_SCALED:
+        limit = getattr(block, name)
+        if limit is None:
+            continue
+        if name.startswith("min_hidden_cosine"):
+            update[name] = max(-1.0, 1.0 - (1.0 - limit) * factor)
+        else:
+            update[name] = limit * math.sqrt(factor)
+    return block.model_copy(update=update)
 
 
 def resolve_warnings(profile: ProfileName, explicit: Thresholds | None = None) -> Thresholds:
@@ -179,8 +404,82 @@ def resolve_warnings(profile: ProfileName, explicit: Thresholds | None = None) -
     return warn.model_copy(update=dict.fromkeys(explicit.model_fields_set))
 
 
+def disabled_checks(
+    profile: ProfileName,
+    explicit: Thresholds | None = None,
+    *,
+    hidden_states: bool = True,
+) -> dict[str, str]:
+    """Threshold keys the profile sets that will not be part of the verdict, and why."""
+    chosen = PROFILES[profile].block
+    out: dict[str, str] = {}
+    for name, info in Thresholds.model_fields.items():
+        if getattr(chosen, name) is None:
+            continue
+        key = info.alias or name
+        if not hidden_states and name in HIDDEN_KEYS:
+            out[key] = "hidden states are not compared (hiddenStates.enabled: false)"
+        elif (
+            explicit is not None
+            and name in explicit.model_fields_set
+            and getattr(explicit, name) is None
+        ):
+            out[key] = "switched off in the check's spec (disabledChecks or a null threshold)"
+    return out
+
+
+def resolve_regression(
+    thresholds: Thresholds, explicit: RegressionTolerance | None = None
+) -> RegressionTolerance:
+    """Regression allowances: the explicitly set ones, the rest derived from the limits.
+
+    An allowance not set is a quarter of the distance from a perfect value to the
+    resolved limit of the same metric (0 KL, rate 1, relative error 0): limits are
+    multiples of measured A/A noise, so the allowance is too. A metric without a limit
+    gets no allowance (None: not tested) unless one is set.
+    """
+    given = explicit or RegressionTolerance()
+    derived = {
+        "max_token_match_rate_drop": _share(1.0 - thresholds.min_token_match_rate)
+        if thresholds.min_token_match_rate is not None else None,
+        "max_token_agreement_drop": _share(1.0 - thresholds.min_token_agreement)
+        if thresholds.min_token_agreement is not None else None,
+        "max_same_top_rate_drop": _share(1.0 - thresholds.min_same_top_rate)
+        if thresholds.min_same_top_rate is not None else None,
+        "max_mean_kl_increase": _share(thresholds.max_mean_kl)
+        if thresholds.max_mean_kl is not None else None,
+        "max_hidden_rel_l2_increase": _share(thresholds.max_hidden_rel_l2_p99)
+        if thresholds.max_hidden_rel_l2_p99 is not None else None,
+    }  # fmt: skip
+    update = {k: v for k, v in derived.items() if k not in given.model_fields_set}
+    return given.model_copy(update=update)
+
+
+REGRESSION_SHARE = 0.25
+"""Share of a limit's distance from perfect that a metric may worsen between two checks."""
+
+
+def _share(distance: float) -> float:
+    return REGRESSION_SHARE * max(distance, 0.0)
+
+
 def suggest_profile(baseline: RecordMeta, candidate: RecordMeta) -> tuple[ProfileName, str]:
-    """The profile that fits what changed between two records, and why."""
+    """The profile that fits what changed between two records, and why.
+
+    Fails closed: a side whose dtype is unknown (an endpoint that does not say) gets no
+    profile by guess; `ProfileChoiceError` asks for spec.profile instead.
+    """
+    known = {"float32", "float16", "bfloat16"}
+    unknown = [
+        f"{side} ({meta.engine} at dtype {meta.dtype!r})"
+        for side, meta in (("baseline", baseline), ("candidate", candidate))
+        if meta.dtype.lower() not in known
+    ]
+    if unknown:
+        raise ProfileChoiceError(
+            f"cannot choose a tolerance profile: the compute dtype of {' and '.join(unknown)} "
+            "is unknown; set spec.profile to one of " + ", ".join(p.value for p in ProfileName)
+        )
     dtypes = {baseline.dtype.lower(), candidate.dtype.lower()}
     engines = {baseline.engine.lower(), candidate.engine.lower()}
     if len(dtypes) > 1:
@@ -205,4 +504,63 @@ def suggest_profile(baseline: RecordMeta, candidate: RecordMeta) -> tuple[Profil
             f"same dtype ({baseline.dtype}), {baseline.engine} {baseline.engine_version} -> "
             f"{candidate.engine} {candidate.engine_version}"
         ),
+    )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Everything a comparison and its verdict need from the profile, resolved once."""
+
+    profile: ProfileName
+    reason: str
+    """Why this profile: given in the spec, or what differs between the sides."""
+    thresholds: Thresholds
+    warn: Thresholds
+    disabled: dict[str, str]
+    """Threshold keys the profile sets that are not part of the verdict, and why."""
+    expected_differences: tuple[str, ...]
+    """Config and fingerprint keys this kind of change may alter."""
+    layers: int | None
+    """Model depth the hidden-state limits were scaled to (None: not known, not scaled)."""
+
+
+def model_depth(baseline: RecordMeta, candidate: RecordMeta) -> int | None:
+    """The model's depth from both sides' fingerprints (model_config.num_hidden_layers).
+
+    None unless both sides report the same depth (a differing depth fails as hygiene).
+    """
+    key = "model_config.num_hidden_layers"
+    a, b = baseline.fingerprints.get(key), candidate.fingerprints.get(key)
+    if isinstance(a, int) and not isinstance(a, bool) and a == b and a > 0:
+        return a
+    return None
+
+
+def plan_gate(
+    baseline: RecordMeta,
+    candidate: RecordMeta,
+    *,
+    profile: ProfileName | None = None,
+    explicit: Thresholds | None = None,
+    hidden_states: bool = True,
+) -> Gate:
+    """The profile (given, or suggested from the two sides) and its resolved thresholds.
+
+    Raises `ProfileChoiceError` when no profile is given and a side's dtype is unknown.
+    """
+    if profile is None:
+        profile, reason = suggest_profile(baseline, candidate)
+    else:
+        reason = "set in spec.profile"
+    layers = model_depth(baseline, candidate)
+    return Gate(
+        profile=profile,
+        reason=reason,
+        thresholds=resolve_thresholds(
+            profile, explicit, hidden_states=hidden_states, layers=layers
+        ),
+        warn=resolve_warnings(profile, explicit),
+        disabled=disabled_checks(profile, explicit, hidden_states=hidden_states),
+        expected_differences=PROFILES[profile].expected_differences,
+        layers=layers,
     )

@@ -10,10 +10,14 @@ A `ParityRecord` on disk (see `infergate.recordio`) is a `RecordMeta` plus one
 - hidden states are float32 [tokens, hidden]: row i is the last-layer hidden state at
   sequence position i (position 0 is the first prompt token).
 
-Teacher forcing: the candidate scored on the baseline's tokens. At step t the candidate
-sees the prompt plus the baseline's outputs before t, and reports its logprob of the
-baseline's token at t and its own top-k. That gives both distributions over the same
-context at every step, so KL over top-k plus a tail bucket is defined after a fork too.
+Teacher forcing: a side scored along the reference sequence (the baseline's prompt ids
+plus its output). At position i it sees the reference tokens before i and reports its
+logprob of the reference token at i and its own top-k there. The candidate scored this
+way gives both distributions over the same context at every position, so KL is defined
+after a fork too; the baseline scored on its own sequence gives its side through the
+same prefill kernels (not the decode kernels of generation). Scoring may start inside
+the prompt (`start`, a sequence position): a long prompt's own positions then measure
+every position bucket on the same text.
 """
 
 from __future__ import annotations
@@ -52,7 +56,15 @@ class RecordMeta(BaseModel):
     suite: str = Field(description="Name of the prompt suite both sides ran.")
     effective_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="The engine's effective numeric configuration (JSON values), for hygiene.",
+        description="The numeric configuration pinned for the engine (JSON values); keys on "
+        "one side only are noted, shared keys must agree.",
+    )
+    fingerprints: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What this side actually ran, by dotted key (see parity.fingerprints): "
+        "tokenizer.*, chat_template.*, generation_config.*, weights.*, model_config.*, "
+        "versions.*, sampling.*, suite.*. Compared key by key: a difference the profile does "
+        "not expect, or a key on one side only, fails.",
     )
     created: datetime = Field(
         default_factory=lambda: datetime.now(UTC), description="When the record was made (UTC)."
@@ -133,15 +145,21 @@ class TopLogprobs:
 
 @dataclass(frozen=True, eq=False)
 class TeacherForced:
-    """This side scored on the other side's tokens, step by step.
+    """This side scored along the reference sequence, position by position.
 
-    `token_ids[t]` is the other side's token at step t, `target_logprobs[t]` this side's
-    logprob of it given the other side's tokens before t, `top` this side's own top-k there.
+    `token_ids[t]` is the reference token at sequence position `start + t`,
+    `target_logprobs[t]` this side's logprob of it given the reference before it, `top`
+    this side's own top-k there. `start` None means the first generated position (the
+    prompt's length), as records without prompt scoring have it. `full_logprobs`, when
+    the engine gave them, are this side's whole next-token distributions (float32
+    [m, vocab]) at the last m scored positions, for KL over the full vocabulary.
     """
 
     token_ids: NDArray[np.int64]
     target_logprobs: NDArray[np.float64]
     top: TopLogprobs
+    start: int | None = None
+    full_logprobs: NDArray[np.float32] | None = None
 
     def __post_init__(self) -> None:
         ids = _int_vector("teacher_forced.token_ids", self.token_ids)
@@ -151,8 +169,24 @@ class TeacherForced:
                 f"teacher_forced: token_ids {ids.shape}, target_logprobs {target.shape} and "
                 f"top ({self.top.steps} steps) must cover the same steps"
             )
+        if self.start is not None and self.start < 1:
+            raise ValueError(
+                f"teacher_forced.start: {self.start}; position 0 has no context to score"
+            )
         object.__setattr__(self, "token_ids", ids)
         object.__setattr__(self, "target_logprobs", target)
+        if self.full_logprobs is not None:
+            full = np.asarray(self.full_logprobs, dtype=np.float32)
+            if full.ndim != 2 or full.shape[0] > ids.shape[0]:
+                raise ValueError(
+                    f"teacher_forced.full_logprobs: shape {full.shape} must be [m, vocab] "
+                    f"with m <= {ids.shape[0]} scored positions"
+                )
+            object.__setattr__(self, "full_logprobs", full)
+
+    def first_position(self, prompt_tokens: int) -> int:
+        """Sequence position of `token_ids[0]` for a prompt of `prompt_tokens` tokens."""
+        return prompt_tokens if self.start is None else self.start
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,6 +201,9 @@ class PromptRecord:
     hidden_states: NDArray[np.float32] | None = None
     output_text: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    logit_scale: NDArray[np.float64] | None = None
+    """Magnitude of the chosen token's raw logit at each generated step, where the engine
+    reports it (our adapters do): the fork tau scales the dtype's rounding step by it."""
 
     def __post_init__(self) -> None:
         if not self.prompt_id:
@@ -192,6 +229,14 @@ class PromptRecord:
                     f"hidden] array, got {hidden.dtype} of shape {hidden.shape}"
                 )
             object.__setattr__(self, "hidden_states", hidden.astype(np.float32, copy=False))
+        if self.logit_scale is not None:
+            scale = np.asarray(self.logit_scale, dtype=np.float64)
+            if scale.shape != output.shape:
+                raise ValueError(
+                    f"prompt {self.prompt_id!r}: logit_scale has shape {scale.shape}, "
+                    f"output_token_ids {output.shape}; they must be equal"
+                )
+            object.__setattr__(self, "logit_scale", scale)
         object.__setattr__(self, "tags", dict(self.tags))
 
 

@@ -17,13 +17,16 @@ from infergate.parity.verdict import Verdict, VerdictStatus
 _STATUS_COLOUR = {
     VerdictStatus.PASSED: "#1a7f37",
     VerdictStatus.FAILED: "#d1242f",
+    VerdictStatus.INCONCLUSIVE: "#8250df",
     VerdictStatus.ERROR: "#9a6700",
 }
 _OUTCOME_COLOUR = {
     "pass": "#1a7f37",
     "fail": "#d1242f",
+    "inconclusive": "#8250df",
     "unmeasured": "#9a6700",
-    "skipped": "#57606a",
+    "disabled": "#57606a",
+    "not-required": "#57606a",
 }
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#1f2328}
@@ -32,7 +35,16 @@ table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #d0d7de;paddi
 text-align:left;vertical-align:top}th{background:#f6f8fa}td.num{text-align:right;
 font-variant-numeric:tabular-nums}.tokens{font-family:monospace;font-size:12px;max-width:520px;
 word-wrap:break-word}.tokens mark{background:#ffebe9}.charts{display:flex;flex-wrap:wrap;gap:1em}
-.muted{color:#57606a}ul.reasons li{margin:.3em 0}
+.muted{color:#57606a}ul.reasons li{margin:.3em 0}svg{max-width:100%;height:auto}
+@page{size:A4;margin:12mm}
+@media print{body{margin:0;max-width:none;font-size:10pt}
+h1 .badge,th,.tokens mark{-webkit-print-color-adjust:exact;print-color-adjust:exact}
+h2{break-after:avoid;page-break-after:avoid}
+.charts{display:block}.charts>div{break-inside:avoid;page-break-inside:avoid;margin:0 0 .8em}
+tr{break-inside:avoid;page-break-inside:avoid}thead{display:table-header-group}
+table{max-width:100%;font-size:8.5pt}td,th{overflow-wrap:break-word}
+td.num,td:nth-child(4),td:nth-child(6){white-space:nowrap}code{font-size:8pt}
+.tokens{max-width:none;overflow-wrap:anywhere}}
 """
 
 
@@ -112,6 +124,10 @@ def _reasons(verdict: Verdict) -> str:
         parts.append('<h2>Warnings</h2><ul class="reasons">')
         parts.extend(f"<li>{escape(w)}</li>" for w in verdict.warnings)
         parts.append("</ul>")
+    if verdict.excluded:
+        parts.append('<h2>Not part of this verdict</h2><ul class="reasons">')
+        parts.extend(f"<li>{escape(e)}</li>" for e in verdict.excluded)
+        parts.append("</ul>")
     if verdict.regressions:
         parts.append("<h2>Against the last passing check</h2><ul>")
         parts.extend(
@@ -127,15 +143,19 @@ def _checks_table(verdict: Verdict) -> str:
         return '<p class="muted">No thresholds set.</p>'
     rows = "".join(
         f"<tr><td><code>{escape(c.key)}</code></td><td>{escape(c.label)}</td>"
-        f'<td class="num">{_num(c.value)}</td><td>{escape(c.op)}</td>'
+        f'<td class="num">{_num(c.value)}</td>'
+        f'<td class="num">{_num(c.lower, 4)} .. {_num(c.upper, 4)}</td><td>{escape(c.op)}</td>'
         f'<td class="num">{_num(c.threshold)}</td>'
         f'<td style="color:{_OUTCOME_COLOUR[c.outcome]};font-weight:bold">{c.outcome}</td>'
         f"<td>{escape(', '.join(c.worst_prompts))}</td></tr>"
         for c in verdict.checks
     )
     return (
-        "<table><tr><th>threshold</th><th>metric</th><th>value</th><th></th><th>limit</th>"
-        f"<th>outcome</th><th>worst prompts</th></tr>{rows}</table>"
+        f"<p>Every limit is decided on a one-sided {verdict.confidence:.0%} confidence bound: "
+        "pass when the bound on the bad side is within it, fail when the bound on the good "
+        "side is past it, inconclusive otherwise.</p>"
+        "<table><tr><th>threshold</th><th>metric</th><th>value</th><th>bounds</th><th></th>"
+        f"<th>limit</th><th>outcome</th><th>worst prompts</th></tr>{rows}</table>"
     )
 
 
@@ -170,6 +190,17 @@ def _metrics_table(result: ParityResult) -> str:
             ("KL P99 / max", f"{_num(lp.kl_p99)} / {_num(lp.kl_max)}"),
             ("same-top-token rate", _num(lp.same_top_rate.value)),
             ("delta-p mean / RMS", f"{_num(lp.delta_p_mean)} / {_num(lp.delta_p_rms)}"),
+            (
+                "log perplexity ratio (candidate / baseline)",
+                "n/a"
+                if lp.target_logprob_delta is None or lp.target_logprob_delta.value is None
+                else _num(0.0 - lp.target_logprob_delta.value),
+            ),
+            ("top-k covered probability mass", _num(lp.covered_mass)),
+            (
+                "scored positions (prompt / generated / full vocabulary)",
+                f"{lp.prompt_steps} / {lp.generated_steps} / {lp.full_vocab_steps}",
+            ),
             ("teacher-forced prompts", str(lp.teacher_forced_prompts)),
         ]
     if m.hidden is not None:
@@ -179,6 +210,13 @@ def _metrics_table(result: ParityResult) -> str:
             ("hidden mean abs error", _num(h.mean_abs_err.value)),
             ("hidden relative L2 mean / P99", f"{_num(h.rel_l2.value)} / {_num(h.rel_l2_p99)}"),
             ("hidden cosine mean / P1", f"{_num(h.cosine.value, 8)} / {_num(h.cosine_p1, 8)}"),
+            (
+                "hidden log norm ratio mean / mean |.|",
+                (
+                    f"{_num(None if h.norm_log_ratio is None else h.norm_log_ratio.value)} / "
+                    f"{_num(None if h.norm_abs_log_ratio is None else h.norm_abs_log_ratio.value)}"
+                ),
+            ),
             ("hidden tokens compared", str(h.tokens)),
         ]
     long = m.long_sequence
@@ -190,8 +228,36 @@ def _metrics_table(result: ParityResult) -> str:
             else f"{long.divergence_rate.successes}/{long.divergence_rate.total}",
         )
     )
+    if m.evidence is not None:
+        e = m.evidence
+        rows.append(
+            (
+                "evidence (prompts / long / scored steps / hidden tokens)",
+                f"{e.prompts} / {e.long_prompts} / {e.scored_steps} / {e.hidden_tokens}",
+            )
+        )
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
+    return f"<table>{body}</table>" + _long_table(result)
+
+
+def _long_table(result: ParityResult) -> str:
+    long = result.metrics.long_sequence.per_prompt
+    if not long:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(p.prompt_id)}</td><td class='num'>{p.tokens}</td>"
+        f"<td class='num'>{_num(p.short_kl, 3)}</td><td class='num'>{_num(p.far_kl, 3)}</td>"
+        f"<td class='num'>{_num(p.kl_ratio, 3)}</td>"
+        f"<td class='num'>{_num(p.short_rel_l2, 3)}</td>"
+        f"<td class='num'>{_num(p.far_rel_l2, 3)}</td>"
+        f"<td>{escape('; '.join(p.failures))}</td></tr>"
+        for p in long
+    )
+    return (
+        "<h3>Long prompts, each on its own positions</h3><table><tr><th>prompt</th>"
+        "<th>tokens</th><th>KL 0-1K</th><th>KL far</th><th>ratio</th><th>relL2 0-1K</th>"
+        f"<th>relL2 far</th><th>failures</th></tr>{rows}</table>"
+    )
 
 
 def _plots(result: ParityResult) -> str:

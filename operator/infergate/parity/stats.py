@@ -1,5 +1,13 @@
 """Small statistics the parity metrics need: rate intervals, survival curves, clustered means.
 
+Every threshold is decided on a one-sided confidence bound at a stated level:
+
+- rates over prompts (prompts are independent draws): Wilson score bounds;
+- means over steps or tokens (correlated within a prompt): a ratio estimator with a
+  prompt-clustered standard error and Student's t with (prompts - 1) degrees of freedom;
+- quantiles over tokens (P99 error, P1 cosine): a prompt-clustered bootstrap with a
+  fixed seed, so the same data always gives the same bound.
+
 All pure functions of numbers; nothing here knows about records.
 """
 
@@ -21,6 +29,13 @@ def z_score(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2.0)
 
 
+def one_sided_z(confidence: float) -> float:
+    """Standard normal quantile of a one-sided bound at `confidence` in (0, 1)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: {confidence} is outside (0, 1)")
+    return NormalDist().inv_cdf(confidence)
+
+
 def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a binomial rate; (0, 1) when nothing was observed."""
     if total <= 0:
@@ -36,6 +51,14 @@ def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> tup
     low = 0.0 if successes == 0 else max(0.0, centre - half)
     high = 1.0 if successes == total else min(1.0, centre + half)
     return (low, high)
+
+
+def wilson_bounds(successes: int, total: int, confidence: float) -> tuple[float, float]:
+    """One-sided Wilson bounds (lower, upper), each holding at `confidence`.
+
+    A one-sided bound at level c is one end of the two-sided interval at level 2c - 1.
+    """
+    return wilson_interval(successes, total, 2.0 * confidence - 1.0)
 
 
 def newcombe_difference(
@@ -145,3 +168,182 @@ def kaplan_meier(divergences: Sequence[int | None], observed: Sequence[int]) -> 
         positions.append(horizon)
         surviving.append(share)
     return SurvivalCurve(tuple(positions), tuple(surviving), horizon)
+
+
+# -- Student's t -------------------------------------------------------------------------
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for numerator in (
+            m * (b - m) * x / ((qam + m2) * (a + m2)),
+            -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) for x in [0, 1]."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+        + a * math.log(x) + b * math.log1p(-x)
+    )  # fmt: skip
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with `df` degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"df: {df} must be positive")
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def student_t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t (bisection on the CDF, to 1e-12)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p: {p} is outside (0, 1)")
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < p:
+        high *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if student_t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-12:
+            break
+    return 0.5 * (low + high)
+
+
+# -- clustered means ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusteredEstimate:
+    """A mean over prompts' steps with one-sided bounds; bounds are None without evidence."""
+
+    value: float | None
+    stderr: float | None
+    clusters: int
+    count: int
+    lower: float | None
+    upper: float | None
+
+
+def clustered_bounds(
+    sums: Sequence[float], counts: Sequence[int], confidence: float
+) -> ClusteredEstimate:
+    """Token-weighted mean, its prompt-clustered standard error, and one-sided t bounds.
+
+    The bounds use Student's t with (clusters - 1) degrees of freedom; a single prompt
+    gives no bound (None). A standard error of exactly 0 (every prompt agrees) gives
+    bounds equal to the mean: no spread was observed, so none is invented.
+    """
+    s = np.asarray(sums, dtype=np.float64)
+    n = np.asarray(counts, dtype=np.float64)
+    keep = n > 0
+    clusters, count = int(keep.sum()), int(n[keep].sum())
+    mean, stderr = clustered_mean(s[keep].tolist(), n[keep].astype(int).tolist())
+    if mean is None:
+        return ClusteredEstimate(None, None, 0, 0, None, None)
+    if clusters < 2 or not math.isfinite(stderr):
+        return ClusteredEstimate(mean, None, clusters, count, None, None)
+    t = student_t_quantile(confidence, clusters - 1)
+    return ClusteredEstimate(mean, stderr, clusters, count, mean - t * stderr, mean + t * stderr)
+
+
+def per_prompt_bounds(values: Sequence[float], confidence: float) -> ClusteredEstimate:
+    """Mean of one value per prompt (each prompt weighs the same) with one-sided t bounds."""
+    finite = [v for v in values if math.isfinite(v)]
+    return clustered_bounds(finite, [1] * len(finite), confidence)
+
+
+def clustered_rate_bounds(
+    successes: Sequence[int], totals: Sequence[int], confidence: float
+) -> tuple[float | None, float, float]:
+    """A step-level rate: (value, lower, upper), the wider of two one-sided bounds.
+
+    The prompt-clustered t bound accounts for steps of one prompt being correlated; the
+    Wilson bound over steps keeps a rate of exactly 1 (or 0) from reading as certain when
+    every prompt agrees (the clustered error is 0 then).
+    """
+    total = int(sum(totals))
+    hits = int(sum(successes))
+    if total == 0:
+        return (None, 0.0, 1.0)
+    low, high = wilson_bounds(hits, total, confidence)
+    clustered = clustered_bounds([float(s) for s in successes], list(totals), confidence)
+    if clustered.lower is None or clustered.upper is None:
+        return (hits / total, 0.0, 1.0)
+    return (hits / total, max(0.0, min(low, clustered.lower)), min(1.0, max(high, clustered.upper)))
+
+
+# -- clustered quantiles -----------------------------------------------------------------
+
+BOOTSTRAP_SEED = 20261202
+"""Fixed seed of the prompt-clustered bootstrap: the same record always gets the same bound."""
+BOOTSTRAP_RESAMPLES = 400
+
+
+def clustered_quantile_bounds(
+    parts: Sequence[NDArray[np.floating]],
+    q: float,
+    confidence: float,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float | None, float | None, float | None]:
+    """The q-quantile over all values of all prompts and its one-sided bootstrap bounds.
+
+    `parts[i]` holds prompt i's values (non-finite ones are dropped). Prompts are
+    resampled with replacement (a prompt-clustered bootstrap); each resample's quantile
+    is the weighted inverted-CDF quantile of the pooled values. Returns (value, lower,
+    upper); the bounds are None with fewer than two prompts.
+    """
+    kept = [np.asarray(p, dtype=np.float64) for p in parts]
+    kept = [p[np.isfinite(p)] for p in kept]
+    kept = [p for p in kept if p.size]
+    if not kept:
+        return (None, None, None)
+    values = np.concatenate(kept)
+    owner = np.concatenate([np.full(p.size, i, np.intp) for i, p in enumerate(kept)])
+    order = np.argsort(values, kind="stable")
+    values, owner = values[order], owner[order]
+    value = float(np.quantile(values, q, method="inverted_cdf"))
+    if len(kept) < 2:
+        return (value, None, None)
+    rng = np.random.default_rng(seed)
+    clusters = len(kept)
+    draws = np.empty(resamples, np.float64)
+    for r in range(resamples):
+        weights = np.bincount(rng.integers(0, clusters, clusters), minlength=clusters)
+        cumulative = np.cumsum(weights[owner], dtype=np.float64)
+        index = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
+        draws[r] = values[min(index, values.size - 1)]
+    low = float(np.quantile(draws, 1.0 - confidence, method="lower"))
+    high = float(np.quantile(draws, confidence, method="higher"))
+    return (value, min(low, value), max(high, value))

@@ -99,12 +99,18 @@ class Thresholds(BaseModel):
     max_hidden_max_abs_err: float | None = Field(
         default=None,
         ge=0.0,
-        description="Largest absolute error of any last-layer hidden-state element in the suite.",
+        description=(
+            "Largest absolute error of any last-layer hidden-state element in the suite, in "
+            "the hidden states' own units (activation values)."
+        ),
     )
     max_hidden_mean_abs_err: float | None = Field(
         default=None,
         ge=0.0,
-        description="Largest suite mean of the per-token mean absolute hidden-state error.",
+        description=(
+            "Largest suite mean of the per-token mean absolute hidden-state error, in the "
+            "hidden states' own units (activation values)."
+        ),
     )
     max_hidden_rel_l2_p99: float | None = Field(
         default=None,
@@ -149,14 +155,109 @@ class Thresholds(BaseModel):
         ge=1,
         description="Prompt length, in tokens, from which a prompt counts as long (default 8192).",
     )
+    confidence: float | None = Field(
+        default=None,
+        gt=0.5,
+        lt=1.0,
+        description=(
+            "Level of the one-sided confidence bounds every threshold is decided on (0.5..1, no "
+            "unit; the profile's 0.95 when unset): pass only if the bound on the bad side is "
+            "within the limit, fail only if the bound on the good side is past it, otherwise "
+            "Inconclusive."
+        ),
+    )
+    min_prompts: int | None = Field(
+        default=None,
+        ge=0,
+        description="Fewest prompts compared for a verdict; below it the check is Inconclusive.",
+    )
+    min_long_prompts: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Fewest long prompts (longPromptTokens and up) for a verdict; 0 says the long-context "
+            "checks are not required, and the verdict says they were not part of it."
+        ),
+    )
+    min_scored_steps: int | None = Field(
+        default=None,
+        ge=0,
+        description="Fewest teacher-forced positions scored on both sides for a verdict.",
+    )
+    max_illegitimate_divergence_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Largest share of prompts whose first fork is not legitimate (a token outside the "
+            "other side's top-k, a margin past tau on either side, or a fork that cannot be "
+            "judged) (0..1)."
+        ),
+    )
+    max_kl_p99: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="Largest 99th percentile over scored positions of the KL divergence (nats).",
+    )
+    max_log_perplexity_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest |log perplexity ratio|: the mean over scored positions of the baseline's "
+            "minus the candidate's logprob of the reference token, in nats, either sign."
+        ),
+    )
+    max_delta_p_mean: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Largest |mean delta-p|: the candidate's minus the baseline's probability of the "
+            "reference token, averaged over scored positions, either sign (0..1)."
+        ),
+    )
+    max_delta_p_rms: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Largest root mean square of delta-p over scored positions (0..1).",
+    )
+    max_hidden_norm_log_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest mean over tokens of |log(||candidate|| / ||baseline||)| of the last-layer "
+            "hidden states (the log of a norm ratio, no unit): a scale of the states, which "
+            "cosine cannot see (log 1.02 = 0.0198)."
+        ),
+    )
+    min_hidden_cosine: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=1.0,
+        description="Lowest hidden-state cosine similarity of any token in the suite (-1..1).",
+    )
+    max_long_to_short_hidden_ratio: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest ratio, per long prompt, of its mean hidden relative L2 at positions 8K+ "
+            "to that at 0-1K (the position signal of a rope error), bounded over long prompts."
+        ),
+    )
 
 
 class RegressionTolerance(BaseModel):
     """How much worse than the last passing check a new check may be.
 
-    A metric regresses only when the confidence bound says the worsening exceeds the
-    allowed amount: for rates, the Newcombe interval of the difference of two Wilson
-    intervals; for means, a normal bound from the per-prompt standard errors.
+    Compared only with a check of the same suite content and sampling. A metric regresses
+    only when the confidence bound says the worsening exceeds the allowed amount: for
+    rates over prompts, the Newcombe interval of the difference of two Wilson intervals;
+    for means and rates over steps, a t bound from the two prompt-clustered standard
+    errors. An allowance left unset is a quarter of the distance from a perfect value to
+    the profile's limit for that metric (limits are multiples of measured A/A noise), so a
+    benign kernel change after a bit-identical check is not a regression; a metric without
+    a limit is not tested unless its allowance is set.
     """
 
     model_config = _MODEL_CONFIG
@@ -168,30 +269,33 @@ class RegressionTolerance(BaseModel):
         description="Two-sided confidence level of the bounds (0.5..1, exclusive).",
     )
     max_token_match_rate_drop: float | None = Field(
-        default=0.0,
+        default=None,
         ge=0.0,
         le=1.0,
         description="Allowed drop of the prompt-level token match rate (0..1).",
     )
     max_token_agreement_drop: float | None = Field(
-        default=0.0,
+        default=None,
         ge=0.0,
         le=1.0,
         description="Allowed drop of the token-level agreement (0..1).",
     )
     max_same_top_rate_drop: float | None = Field(
-        default=0.0,
+        default=None,
         ge=0.0,
         le=1.0,
         description="Allowed drop of the same-top-token rate (0..1).",
     )
     max_mean_kl_increase: float | None = Field(
-        default=0.0,
+        default=None,
         ge=0.0,
         description="Allowed increase of the mean KL divergence (nats).",
     )
     max_hidden_rel_l2_increase: float | None = Field(
-        default=0.0,
+        default=None,
         ge=0.0,
-        description="Allowed increase of the suite mean hidden-state relative L2 error.",
+        description=(
+            "Allowed increase of the suite mean hidden-state relative L2 error (a ratio with no "
+            "unit; 0.01 is one percentage point)."
+        ),
     )

@@ -1,13 +1,34 @@
-"""From measured metrics and thresholds to a verdict: Passed, Failed or Error.
+"""From measured metrics and thresholds to a verdict: Passed, Failed, Inconclusive or Error.
 
 - Error: the check could not measure (records incomplete or mismatched, a metric a
-  threshold needs was not recorded, the baseline itself broken). Never promotes.
-- Failed: something was measured past its threshold, a hygiene check failed, or a
-  metric regressed against the last passing check beyond its confidence bound.
-- Passed: everything measured, nothing past its limit.
+  threshold needs was not recorded, the baseline itself broken, the two sides not given
+  the same suite or sampling). Never promotes.
+- Failed: a hygiene check failed (a fingerprint differs, prompt ids differ, NaN, ...),
+  a metric is significantly past its threshold (the confidence bound on the good side
+  is past the limit), or a metric regressed against a comparable passing check beyond
+  its bound.
+- Inconclusive: not enough evidence. The suite is below the profile's minimum evidence
+  (prompts, long prompts, scored steps), or a metric's confidence interval straddles its
+  limit. Never promotes; the reasons say what more is needed.
+- Passed: everything decided, every bound on the bad side within its limit.
 
-Every reason names the threshold key, the measured value, the limit and the worst
-prompts behind it.
+How a threshold is decided (every bound one-sided at `confidence`, default 0.95):
+
+- `<=` limit: pass if the upper bound <= limit; fail if the lower bound > limit;
+- `>=` limit: pass if the lower bound >= limit; fail if the upper bound < limit;
+- `|<=|` limit (signed metrics, either direction is harm): pass if the interval lies
+  within [-limit, limit]; fail if it lies wholly outside;
+- a limit at the end of its range (a rate of 1, an error or KL of 0, a cosine of 1)
+  cannot be certified by a bound: it is decided on what was observed, so any violation
+  fails and none passes (the strict profile's bit-exactness);
+- otherwise Inconclusive, naming the metric, its bounds and the limit.
+
+A check the profile sets but that is switched off, or that needs what this check does
+not measure (hidden states when hiddenStates.enabled is false, long prompts when the
+profile requires none), is not part of the verdict, and the verdict says so.
+
+Every reason names the threshold key, the measured value, its bounds, the limit and the
+worst prompts behind it.
 """
 
 from __future__ import annotations
@@ -18,29 +39,35 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from infergate.parity.metrics import (
+    Estimate,
     HygieneFinding,
+    Mean,
     ParityMetrics,
     ParityResult,
     PromptSummary,
     Rate,
 )
-from infergate.parity.stats import newcombe_difference, z_score
+from infergate.parity.profiles import LONG_KEYS, resolve_regression
+from infergate.parity.stats import newcombe_difference, one_sided_z, student_t_quantile
 from infergate.parity.thresholds import RegressionTolerance, Thresholds
 
 WORST_LISTED = 5
+DEFAULT_CONFIDENCE = 0.95
 
 
 class VerdictStatus(StrEnum):
     PASSED = "Passed"
     FAILED = "Failed"
+    INCONCLUSIVE = "Inconclusive"
     ERROR = "Error"
 
 
-Outcome = Literal["pass", "fail", "unmeasured", "skipped"]
+Outcome = Literal["pass", "fail", "inconclusive", "unmeasured", "disabled", "not-required"]
+Op = Literal[">=", "<=", "|<=|"]
 
 
 class _Model(BaseModel):
@@ -55,11 +82,14 @@ class CheckResult(_Model):
     key: str
     label: str
     value: float | None
-    threshold: float
-    op: Literal[">=", "<="]
+    threshold: float | None
+    op: Op
     outcome: Outcome
     worst_prompts: list[str]
     message: str
+    lower: float | None = Field(default=None, description="One-sided lower bound decided on.")
+    upper: float | None = Field(default=None, description="One-sided upper bound decided on.")
+    method: str | None = Field(default=None, description="How the bounds were found.")
 
 
 class Regression(_Model):
@@ -80,28 +110,22 @@ class Verdict(_Model):
     checks: list[CheckResult]
     warnings: list[str]
     regressions: list[Regression]
+    excluded: list[str] = Field(
+        default_factory=list,
+        description="Checks the profile sets that are not part of this verdict, and why; and "
+        "why no regression test ran.",
+    )
+    confidence: float = DEFAULT_CONFIDENCE
 
 
 @dataclass(frozen=True)
 class _Check:
     field: str
     label: str
-    op: Literal[">=", "<="]
-    value: Callable[[ParityMetrics], float | None]
+    op: Op
+    metric: str
+    """Key of ParityMetrics.estimates the check decides on."""
     worst: Callable[[Sequence[PromptSummary]], list[str]]
-    skippable: bool = False
-    """None means 'does not apply to this suite' (no long prompts), not 'not measured'."""
-
-
-def _rate(rate: Rate | None) -> float | None:
-    return None if rate is None else rate.value
-
-
-def _legit(m: ParityMetrics) -> float | None:
-    rate = m.tokens.legitimate_divergence_rate
-    if rate is None:
-        return None
-    return 1.0 if rate.total == 0 else rate.value
 
 
 def _worst(
@@ -127,9 +151,15 @@ def _forked(prompts: Sequence[PromptSummary]) -> list[str]:
     return [f"{p.prompt_id} (forks at {p.first_divergence})" for p in diverged[:WORST_LISTED]]
 
 
-def _illegitimate(prompts: Sequence[PromptSummary]) -> list[str]:
-    bad = [p for p in prompts if p.legitimate is False]
-    return [f"{p.prompt_id} ({p.legitimacy_note})" for p in bad[:WORST_LISTED]]
+def _unexplained(prompts: Sequence[PromptSummary]) -> list[str]:
+    bad = sorted(
+        (p for p in prompts if p.fork_explained is False),
+        key=lambda p: p.first_divergence or 0,
+    )
+    return [
+        f"{p.prompt_id} (forks at {p.first_divergence}: {p.legitimacy_note})"
+        for p in bad[:WORST_LISTED]
+    ]
 
 
 def _long(prompts: Sequence[PromptSummary]) -> list[str]:
@@ -137,106 +167,334 @@ def _long(prompts: Sequence[PromptSummary]) -> list[str]:
     return [f"{p.prompt_id} ({'; '.join(p.long_failures)})" for p in bad[:WORST_LISTED]]
 
 
+def _longest(prompts: Sequence[PromptSummary]) -> list[str]:
+    long = sorted((p for p in prompts if p.long), key=lambda p: -p.prompt_tokens)
+    return [f"{p.prompt_id} ({p.prompt_tokens} tokens)" for p in long[:WORST_LISTED]]
+
+
+_KL = _worst(lambda p: p.mean_kl, lambda p: f"mean KL {p.mean_kl:.3g}", highest=True)
+_DELTA = _worst(
+    lambda p: abs(p.target_logprob_delta) if p.target_logprob_delta is not None else None,
+    lambda p: f"target logprob delta {p.target_logprob_delta:+.3g}",
+    highest=True,
+)
+_NORM = _worst(
+    lambda p: p.norm_abs_log_ratio,
+    lambda p: f"|log norm ratio| {p.norm_abs_log_ratio:.3g}",
+    highest=True,
+)
+_MAX_ABS = _worst(
+    lambda p: p.hidden_max_abs_err, lambda p: f"max abs {p.hidden_max_abs_err:.3g}", highest=True
+)
+_REL = _worst(
+    lambda p: p.hidden_rel_l2_p99, lambda p: f"relL2 P99 {p.hidden_rel_l2_p99:.3g}", highest=True
+)
+_COS_P1 = _worst(
+    lambda p: p.hidden_cosine_p1, lambda p: f"cosine P1 {p.hidden_cosine_p1:.6f}", highest=False
+)
+_COS_MIN = _worst(
+    lambda p: p.hidden_cosine_min, lambda p: f"cosine min {p.hidden_cosine_min:.6f}", highest=False
+)
+_SAME = _worst(
+    lambda p: p.same_top_rate, lambda p: f"same top {p.same_top_rate:.4f}", highest=False
+)
+
 _CHECKS: tuple[_Check, ...] = (
-    _Check("min_token_match_rate", "token match rate", ">=", lambda m: m.tokens.match_rate.value,
-           _forked),
-    _Check("min_token_agreement", "token agreement", ">=", lambda m: m.tokens.agreement.value,
-           _forked),
-    _Check("min_first_divergence_p10", "first divergence P10", ">=",
-           lambda m: float(m.tokens.first_divergence.p10), _forked),
-    _Check("min_legitimate_divergence_rate", "legitimate divergence rate", ">=", _legit,
-           _illegitimate),
-    _Check("max_mean_kl", "mean KL (nats)", "<=",
-           lambda m: None if m.logprobs is None else m.logprobs.mean_kl.value,
-           _worst(lambda p: p.mean_kl, lambda p: f"mean KL {p.mean_kl:.3g}", highest=True)),
-    _Check("min_same_top_rate", "same-top-token rate", ">=",
-           lambda m: None if m.logprobs is None else m.logprobs.same_top_rate.value,
-           _worst(lambda p: p.same_top_rate, lambda p: f"same top {p.same_top_rate:.4f}",
-                  highest=False)),
-    _Check("max_hidden_max_abs_err", "hidden max abs error", "<=",
-           lambda m: None if m.hidden is None else m.hidden.max_abs_err,
-           _worst(lambda p: p.hidden_max_abs_err,
-                  lambda p: f"max abs {p.hidden_max_abs_err:.3g}", highest=True)),
-    _Check("max_hidden_mean_abs_err", "hidden mean abs error", "<=",
-           lambda m: None if m.hidden is None else m.hidden.mean_abs_err.value,
-           _worst(lambda p: p.hidden_max_abs_err,
-                  lambda p: f"max abs {p.hidden_max_abs_err:.3g}", highest=True)),
-    _Check("max_hidden_rel_l2_p99", "hidden relative L2 P99", "<=",
-           lambda m: None if m.hidden is None else m.hidden.rel_l2_p99,
-           _worst(lambda p: p.hidden_rel_l2_p99,
-                  lambda p: f"relL2 P99 {p.hidden_rel_l2_p99:.3g}", highest=True)),
-    _Check("min_hidden_cosine_p1", "hidden cosine P1", ">=",
-           lambda m: None if m.hidden is None else m.hidden.cosine_p1,
-           _worst(lambda p: p.hidden_cosine_p1,
-                  lambda p: f"cosine P1 {p.hidden_cosine_p1:.6f}", highest=False)),
-    _Check("max_long_seq_divergence_rate", "long-sequence divergence rate", "<=",
-           lambda m: _rate(m.long_sequence.divergence_rate), _long, skippable=True),
-    _Check("max_long_to_short_kl_ratio", "KL ratio 8K+ / 0-1K", "<=",
-           lambda m: m.long_sequence.kl_ratio, _long, skippable=True),
-    _Check("max_long_same_top_drop", "same-top drop 0-1K -> 8K+", "<=",
-           lambda m: m.long_sequence.same_top_drop, _long, skippable=True),
+    _Check("min_token_match_rate", "token match rate", ">=", "tokenMatchRate", _forked),
+    _Check("min_token_agreement", "token agreement", ">=", "tokenAgreement", _forked),
+    _Check("min_first_divergence_p10", "first unexplained divergence P10", ">=", "earlyForkRate",
+           _unexplained),
+    _Check("min_legitimate_divergence_rate", "legitimate divergence rate", ">=",
+           "legitimateDivergenceRate", _unexplained),
+    _Check("max_illegitimate_divergence_rate", "unexplained fork rate", "<=",
+           "illegitimateDivergenceRate", _unexplained),
+    _Check("max_mean_kl", "mean KL (nats)", "<=", "meanKl", _KL),
+    _Check("max_kl_p99", "KL P99 (nats)", "<=", "klP99", _KL),
+    _Check("min_same_top_rate", "same-top-token rate", ">=", "sameTopRate", _SAME),
+    _Check("max_log_perplexity_ratio", "log perplexity ratio", "|<=|", "logPerplexityRatio",
+           _DELTA),
+    _Check("max_delta_p_mean", "mean delta-p", "|<=|", "deltaPMean", _DELTA),
+    _Check("max_delta_p_rms", "delta-p RMS", "<=", "deltaPRms", _DELTA),
+    _Check("max_hidden_norm_log_ratio", "hidden |log norm ratio|", "<=", "hiddenNormAbsLogRatio",
+           _NORM),
+    _Check("max_hidden_max_abs_err", "hidden max abs error", "<=", "hiddenMaxAbsErr", _MAX_ABS),
+    _Check("max_hidden_mean_abs_err", "hidden mean abs error", "<=", "hiddenMeanAbsErr",
+           _MAX_ABS),
+    _Check("max_hidden_rel_l2_p99", "hidden relative L2 P99", "<=", "hiddenRelL2P99", _REL),
+    _Check("min_hidden_cosine_p1", "hidden cosine P1", ">=", "hiddenCosineP1", _COS_P1),
+    _Check("min_hidden_cosine", "hidden cosine min", ">=", "hiddenCosineMin", _COS_MIN),
+    _Check("max_long_seq_divergence_rate", "long-sequence failure rate", "<=",
+           "longSeqDivergenceRate", _long),
+    _Check("max_long_to_short_kl_ratio", "KL ratio far / 0-1K, per long prompt", "<=",
+           "longToShortKlRatio", _longest),
+    _Check("max_long_same_top_drop", "same-top drop 0-1K -> far, per long prompt", "<=",
+           "longSameTopDrop", _longest),
+    _Check("max_long_to_short_hidden_ratio", "hidden relL2 ratio far / 0-1K, per long prompt",
+           "<=", "longToShortHiddenRatio", _longest),
 )  # fmt: skip
+
+_EARLY_FORK_SHARE = 0.10
+"""P10 >= L means at most 10% of prompts fork (unexplained) before L output tokens."""
 
 
 def _key(field: str) -> str:
     return to_camel(field)
 
 
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def _at_range_end(check: _Check, limit: float) -> bool:
+    """Whether a limit sits at the end of its metric's range (decided on what is observed)."""
+    if check.op in {"<=", "|<=|"}:
+        return limit == 0.0
+    return limit == 1.0
+
+
+def _decide(check: _Check, limit: float, estimate: Estimate) -> Outcome:  # noqa: PLR0911
+    value, low, high = estimate.value, estimate.lower, estimate.upper
+    if value is None:
+        return "inconclusive"
+    if _at_range_end(check, limit):
+        ok = abs(value) <= limit if check.op != ">=" else value >= limit
+        return "pass" if ok else "fail"
+    if check.op == "<=":
+        if high is not None and high <= limit:
+            return "pass"
+        return "fail" if low is not None and low > limit else "inconclusive"
+    if check.op == ">=":
+        if low is not None and low >= limit:
+            return "pass"
+        return "fail" if high is not None and high < limit else "inconclusive"
+    if low is not None and high is not None and -limit <= low and high <= limit:
+        return "pass"
+    if (low is not None and low > limit) or (high is not None and high < -limit):
+        return "fail"
+    return "inconclusive"
+
+
 def evaluate_checks(
-    metrics: ParityMetrics, prompts: Sequence[PromptSummary], thresholds: Thresholds
+    metrics: ParityMetrics,
+    prompts: Sequence[PromptSummary],
+    thresholds: Thresholds,
+    disabled: dict[str, str] | None = None,
 ) -> list[CheckResult]:
-    """Every threshold that is set, against its metric."""
-    results = []
+    """Every threshold that is set, against the bounds of its metric; disabled ones listed."""
+    confidence = metrics.confidence
+    results: list[CheckResult] = []
+    disabled = dict(disabled or {})
+    long_prompts = metrics.long_sequence.prompts
     for check in _CHECKS:
+        key = _key(check.field)
         limit = getattr(thresholds, check.field)
         if limit is None:
+            if key in disabled:
+                results.append(_excluded(check, key, "disabled", disabled[key]))
             continue
-        value = check.value(metrics)
-        key = _key(check.field)
-        outcome: Outcome
-        worst: list[str] = []
-        if value is None:
-            outcome = "skipped" if check.skippable else "unmeasured"
-            why = (
-                "does not apply (no long prompts or empty bucket)"
-                if check.skippable
-                else "was not measured (the records lack what it needs)"
-            )
-            message = f"{key}: {check.label} {why}"
-        else:
-            censored = (
-                check.field == "min_first_divergence_p10"
-                and metrics.tokens.first_divergence.p10_censored
-            )
-            # A censored P10 means fewer than 10% forked within what was generated.
-            ok = censored or (value >= limit if check.op == ">=" else value <= limit)
-            outcome = "pass" if ok else "fail"
-            shown = ("≥ " if censored else "") + f"{value:.6g}"
-            op = check.op if ok else ("<" if check.op == ">=" else ">")
-            message = f"{key}: {check.label} {shown} {op} {limit:.6g}"
-            if not ok:
-                worst = check.worst(prompts)
-                if worst:
-                    message += f"; worst prompts: {', '.join(worst)}"
+        if check.field in LONG_KEYS and long_prompts == 0:
+            results.append(_no_long(check, key, limit, thresholds))
+            continue
+        if check.field == "min_first_divergence_p10":
+            results.append(_p10(check, key, limit, metrics, prompts=prompts, confidence=confidence))
+            continue
+        estimate = metrics.estimates.get(check.metric)
+        if estimate is None or (estimate.value is None and estimate.evidence == 0):
+            results.append(
+                CheckResult(
+                    key=key, label=check.label, value=None, threshold=limit, op=check.op,
+                    outcome="unmeasured", worst_prompts=[],
+                    message=f"{key}: {check.label} was not measured (the records lack what it "
+                    "needs)",
+                )
+            )  # fmt: skip
+            continue
+        outcome = _decide(check, limit, estimate)
         results.append(
-            CheckResult(
-                key=key,
-                label=check.label,
-                value=value,
-                threshold=limit,
-                op=check.op,
-                outcome=outcome,
-                worst_prompts=worst,
-                message=message,
+            _result(
+                check, key, limit, estimate, outcome=outcome, prompts=prompts,
+                confidence=confidence,
             )
-        )
+        )  # fmt: skip
     return results
 
 
+def _result(
+    check: _Check,
+    key: str,
+    limit: float,
+    estimate: Estimate,
+    *,
+    outcome: Outcome,
+    prompts: Sequence[PromptSummary],
+    confidence: float,
+) -> CheckResult:
+    value = estimate.value
+    level = f"{confidence:.0%}"
+    bound_text = ""
+    if estimate.method == "observed" or _at_range_end(check, limit):
+        bound_text = " (as observed)"
+    elif estimate.lower is not None or estimate.upper is not None:
+        bound_text = (
+            f" ({level} bounds {_num(estimate.lower)} .. {_num(estimate.upper)}, "
+            f"{estimate.method} over {estimate.evidence} {estimate.unit})"
+        )
+    else:
+        bound_text = f" (no bound: {estimate.evidence} {estimate.unit})"
+    shown = check.op.replace("|<=|", "|x| <=")
+    if value is None:
+        message = f"{key}: {check.label} has no value yet ({estimate.evidence} {estimate.unit})"
+    elif outcome == "pass":
+        message = f"{key}: {check.label} {value:.6g}{bound_text} {shown} {limit:.6g}"
+    elif outcome == "fail":
+        past = {">=": "<", "<=": ">", "|<=|": "outside ±"}[check.op]
+        message = f"{key}: {check.label} {value:.6g}{bound_text} {past} {limit:.6g}"
+    else:
+        message = (
+            f"{key}: {check.label} {value:.6g}{bound_text} straddles the limit {limit:.6g}; "
+            "more prompts would decide"
+        )
+    worst: list[str] = []
+    if outcome == "fail" and value is not None:
+        worst = check.worst(prompts)
+        if worst:
+            message += f"; worst prompts: {', '.join(worst)}"
+    return CheckResult(
+        key=key, label=check.label, value=value, threshold=limit, op=check.op, outcome=outcome,
+        worst_prompts=worst, message=message, lower=estimate.lower, upper=estimate.upper,
+        method=estimate.method,
+    )  # fmt: skip
+
+
+def _p10(
+    check: _Check,
+    key: str,
+    limit: float,
+    metrics: ParityMetrics,
+    *,
+    prompts: Sequence[PromptSummary],
+    confidence: float,
+) -> CheckResult:
+    """P10 >= L, decided as: at most 10% of prompts fork (unexplained) before L tokens."""
+    fd = metrics.tokens.first_divergence
+    shown = f"{'≥ ' if fd.p10_censored else ''}{fd.p10}"
+    rate = metrics.estimates.get("earlyForkRate")
+    if rate is None or rate.value is None:
+        return CheckResult(
+            key=key, label=check.label, value=float(fd.p10), threshold=limit, op=">=",
+            outcome="inconclusive", worst_prompts=[],
+            message=f"{key}: no prompt was generated to {limit:g} output tokens; the 10th "
+            "percentile of the first unexplained divergence cannot be judged (raise maxTokens)",
+        )  # fmt: skip
+    rule = _Check(check.field, check.label, "<=", check.metric, check.worst)
+    outcome = _decide(rule, _EARLY_FORK_SHARE, rate)
+    early = round((rate.value or 0.0) * rate.evidence)
+    detail = (
+        f"{early} of {rate.evidence} prompts fork unexplained before {limit:g} tokens "
+        f"(share {confidence:.0%} bounds {_num(rate.lower)} .. {_num(rate.upper)} against "
+        f"{_EARLY_FORK_SHARE:g})"
+    )
+    verb = {"pass": ">=", "fail": "<", "inconclusive": "straddles"}[outcome]
+    message = f"{key}: {check.label} {shown} {verb} {limit:g}: {detail}"
+    worst = check.worst(prompts) if outcome != "pass" else []
+    if worst:
+        message += f"; worst prompts: {', '.join(worst)}"
+    return CheckResult(
+        key=key, label=check.label, value=float(fd.p10), threshold=limit, op=">=",
+        outcome=outcome, worst_prompts=worst, message=message, lower=rate.lower,
+        upper=rate.upper, method="wilson (share forking early)",
+    )  # fmt: skip
+
+
+def _no_long(check: _Check, key: str, limit: float, thresholds: Thresholds) -> CheckResult:
+    if thresholds.min_long_prompts == 0:
+        return _excluded(
+            check, key, "not-required",
+            "no long prompts in the suite, and the profile requires none (minLongPrompts 0)",
+            limit,
+        )  # fmt: skip
+    return CheckResult(
+        key=key, label=check.label, value=None, threshold=limit, op=check.op,
+        outcome="inconclusive", worst_prompts=[],
+        message=f"{key}: {check.label} needs long prompts (of "
+        f"{thresholds.long_prompt_tokens or 8192}+ tokens); the suite has none",
+    )  # fmt: skip
+
+
+def _excluded(
+    check: _Check, key: str, outcome: Outcome, why: str, limit: float | None = None
+) -> CheckResult:
+    return CheckResult(
+        key=key, label=check.label, value=None, threshold=limit,
+        op=check.op, outcome=outcome, worst_prompts=[],
+        message=f"{key}: {check.label} is not part of this verdict: {why}",
+    )  # fmt: skip
+
+
+def evidence_checks(metrics: ParityMetrics, thresholds: Thresholds) -> list[CheckResult]:
+    """The profile's minimum evidence against what the comparison rests on."""
+    evidence = metrics.evidence
+    if evidence is None:
+        return []
+    long_tokens = thresholds.long_prompt_tokens or 8192
+    rows = (
+        ("min_prompts", "prompts compared", evidence.prompts, "prompts"),
+        ("min_long_prompts", "long prompts compared", evidence.long_prompts,
+         f"long prompts (of {long_tokens}+ tokens)"),
+        ("min_scored_steps", "teacher-forced positions scored", evidence.scored_steps,
+         "scored teacher-forced steps"),
+    )  # fmt: skip
+    out = []
+    for field, label, have, unit in rows:
+        need = getattr(thresholds, field)
+        if need is None or need == 0:
+            continue
+        ok = have >= need
+        out.append(
+            CheckResult(
+                key=_key(field), label=label, value=float(have), threshold=float(need), op=">=",
+                outcome="pass" if ok else "inconclusive", worst_prompts=[],
+                message=f"{have} of {need} {unit}" + ("" if ok else " needed"),
+            )
+        )  # fmt: skip
+    return out
+
+
+# -- regression ---------------------------------------------------------------------------
+
+
+def regression_comparable(current: ParityMetrics, previous: ParityMetrics) -> str | None:
+    """Why the two checks cannot be compared for regression; None when they can."""
+    if not previous.run or not current.run:
+        return (
+            "no regression test: the suite content digest and sampling of "
+            f"{'the previous check' if not previous.run else 'this check'} are not recorded"
+        )
+    if previous.run != current.run:
+        changed = sorted(
+            k for k in previous.run.keys() | current.run.keys()
+            if previous.run.get(k) != current.run.get(k)
+        )  # fmt: skip
+        return (
+            "no regression test: the last passing check ran another suite or sampling "
+            f"({', '.join(changed)})"
+        )
+    return None
+
+
 def check_regression(
-    current: ParityMetrics, previous: ParityMetrics, tolerance: RegressionTolerance
+    current: ParityMetrics,
+    previous: ParityMetrics,
+    tolerance: RegressionTolerance,
+    thresholds: Thresholds | None = None,
 ) -> list[Regression]:
-    """Compare with the last passing check; a metric regresses only past its bound."""
+    """Compare with the last passing check; a metric regresses only past its bound.
+
+    Allowances not set in `tolerance` derive from `thresholds` (resolve_regression); an
+    allowance that stays None skips its metric.
+    """
+    tolerance = resolve_regression(thresholds or Thresholds(), tolerance)
+    confidence = tolerance.confidence
     found: list[Regression] = []
     rates = (
         ("token match rate", current.tokens.match_rate, previous.tokens.match_rate,
@@ -251,15 +509,13 @@ def check_regression(
     for label, now, before, allowed in rates:
         if allowed is None or now is None or before is None or not now.total or not before.total:
             continue
-        _, high = newcombe_difference(
-            now.successes, now.total, before.successes, before.total, tolerance.confidence
-        )
+        high = _rate_change_upper(now, before, confidence)
         regressed = high < -allowed
         found.append(Regression(
             metric=label, previous=before.value, current=now.value, bound=high, allowed=allowed,
             regressed=regressed,
             message=(f"{label} fell from {before.value:.4f} to {now.value:.4f}; the "
-                     f"{tolerance.confidence:.0%} upper bound of the change is {high:+.4f}, "
+                     f"{confidence:.0%} upper bound of the change is {high:+.4f}, "
                      f"allowed -{allowed:.4g}"),
         ))  # fmt: skip
     means = (
@@ -272,23 +528,63 @@ def check_regression(
          None if previous.hidden is None else previous.hidden.rel_l2,
          tolerance.max_hidden_rel_l2_increase),
     )  # fmt: skip
-    z = z_score(tolerance.confidence)
     for label, now_mean, before_mean, allowed in means:
         if allowed is None or now_mean is None or before_mean is None:
             continue
         if now_mean.value is None or before_mean.value is None:
             continue
         increase = now_mean.value - before_mean.value
-        spread = math.hypot(now_mean.stderr or math.inf, before_mean.stderr or 0.0)
-        low = increase - z * spread if math.isfinite(spread) else -math.inf
+        low = _mean_change_lower(now_mean, before_mean, confidence)
+        if low is None:
+            found.append(Regression(
+                metric=label, previous=before_mean.value, current=now_mean.value, bound=None,
+                allowed=allowed, regressed=False,
+                message=(f"{label} went from {before_mean.value:.4g} to {now_mean.value:.4g}; "
+                         "no bound (a check rests on a single prompt), not judged"),
+            ))  # fmt: skip
+            continue
         found.append(Regression(
-            metric=label, previous=before_mean.value, current=now_mean.value,
-            bound=low if math.isfinite(low) else None, allowed=allowed, regressed=low > allowed,
-            message=(f"{label} rose from {before_mean.value:.4g} to {now_mean.value:.4g}; the "
-                     f"{tolerance.confidence:.0%} lower bound of the rise is "
+            metric=label, previous=before_mean.value, current=now_mean.value, bound=low,
+            allowed=allowed, regressed=low > allowed,
+            message=(f"{label} rose from {before_mean.value:.4g} to {now_mean.value:.4g} "
+                     f"({increase:+.4g}); the {confidence:.0%} lower bound of the rise is "
                      f"{low:+.4g}, allowed +{allowed:.4g}"),
         ))  # fmt: skip
     return found
+
+
+def _rate_change_upper(now: Rate, before: Rate, confidence: float) -> float:
+    """One-sided upper bound of now - before: clustered for step rates, Newcombe otherwise."""
+    if now.stderr is not None and before.stderr is not None and now.value is not None:
+        assert before.value is not None  # noqa: S101 - total > 0 on both sides
+        spread = math.hypot(now.stderr, before.stderr)
+        return (now.value - before.value) + _quantile(now, before, confidence) * spread
+    _, high = newcombe_difference(
+        now.successes, now.total, before.successes, before.total, 2.0 * confidence - 1.0
+    )
+    return high
+
+
+def _mean_change_lower(now: Mean, before: Mean, confidence: float) -> float | None:
+    """One-sided lower bound of now - before from the two prompt-clustered errors.
+
+    A standard error of exactly 0 (every prompt agreed) is 0, not unknown; None (a single
+    prompt) leaves the change without a bound.
+    """
+    if now.value is None or before.value is None or now.stderr is None or before.stderr is None:
+        return None
+    spread = math.hypot(now.stderr, before.stderr)
+    return (now.value - before.value) - _quantile(now, before, confidence) * spread
+
+
+def _quantile(now: Mean | Rate, before: Mean | Rate, confidence: float) -> float:
+    clusters = [c for c in (now.clusters, before.clusters) if c]
+    if not clusters or min(clusters) < 2:
+        return one_sided_z(confidence)
+    return student_t_quantile(confidence, min(clusters) - 1)
+
+
+# -- the verdict ---------------------------------------------------------------------------
 
 
 def decide(
@@ -298,21 +594,34 @@ def decide(
     tolerance: RegressionTolerance | None = None,
 ) -> Verdict:
     """The verdict of a measured result against its thresholds (and the last passing one)."""
-    checks = evaluate_checks(result.metrics, result.prompts, result.thresholds)
-    regressions = (
-        check_regression(result.metrics, previous, tolerance or RegressionTolerance())
-        if previous is not None
-        else []
-    )
+    metrics = result.metrics
+    checks = evaluate_checks(metrics, result.prompts, result.thresholds, result.disabled)
+    evidence = evidence_checks(metrics, result.thresholds)
+    excluded = [c.message for c in checks if c.outcome in ("disabled", "not-required")]
+    regressions: list[Regression] = []
+    if previous is not None:
+        why_not = regression_comparable(metrics, previous)
+        if why_not is None:
+            regressions = check_regression(
+                metrics, previous, tolerance or RegressionTolerance(), result.thresholds
+            )
+        else:
+            excluded.append(why_not)
     hygiene_error = [h for h in result.hygiene if h.severity == "Error"]
     hygiene_fail = [h for h in result.hygiene if h.severity == "Failed"]
     failed = [c for c in checks if c.outcome == "fail"]
     unmeasured = [c for c in checks if c.outcome == "unmeasured"]
+    inconclusive = [c for c in checks if c.outcome == "inconclusive"]
+    short = [c for c in evidence if c.outcome == "inconclusive"]
     regressed = [r for r in regressions if r.regressed]
 
-    if result.errors or hygiene_error:
+    if result.errors or hygiene_error or unmeasured:
         status = VerdictStatus.ERROR
-        reasons = list(result.errors) + [_hygiene_reason(h) for h in hygiene_error]
+        reasons = (
+            list(result.errors)
+            + [_hygiene_reason(h) for h in hygiene_error]
+            + [c.message for c in unmeasured]
+        )
     elif failed or hygiene_fail or regressed:
         status = VerdictStatus.FAILED
         reasons = (
@@ -320,9 +629,12 @@ def decide(
             + [c.message for c in failed]
             + [f"regression: {r.message}" for r in regressed]
         )
-    elif unmeasured:
-        status = VerdictStatus.ERROR
-        reasons = [c.message for c in unmeasured]
+    elif short or inconclusive:
+        status = VerdictStatus.INCONCLUSIVE
+        reasons = []
+        if short:
+            reasons.append("not enough evidence: " + "; ".join(c.message for c in short))
+        reasons += [c.message for c in inconclusive]
     else:
         status = VerdictStatus.PASSED
         reasons = []
@@ -331,11 +643,17 @@ def decide(
         blocking = {c.key for c in failed}
         warnings = [
             c.message.replace(": ", " (warn): ", 1)
-            for c in evaluate_checks(result.metrics, result.prompts, warn)
+            for c in evaluate_checks(metrics, result.prompts, warn)
             if c.outcome == "fail" and c.key not in blocking
         ]
     return Verdict(
-        status=status, reasons=reasons, checks=checks, warnings=warnings, regressions=regressions
+        status=status,
+        reasons=reasons,
+        checks=evidence + checks,
+        warnings=warnings,
+        regressions=regressions,
+        excluded=excluded,
+        confidence=metrics.confidence,
     )
 
 

@@ -69,15 +69,18 @@ def revision_of(spec: InferenceDeploymentSpec) -> str:
         raise SpecError(f"spec cannot be hashed into a revision: {error}") from error
 
 
+def revision_json(spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    """The part of a spec that makes a revision: model, engine, accelerator."""
+    return {
+        "model": spec.model.to_kube(),
+        "engine": spec.engine.to_kube(),
+        "accelerator": spec.accelerator.to_kube(),
+    }
+
+
 def revision_spec_annotation(spec: InferenceDeploymentSpec) -> str:
     """The part of a spec that makes a revision, as canonical JSON."""
-    return canonical_json(
-        {
-            "model": spec.model.to_kube(),
-            "engine": spec.engine.to_kube(),
-            "accelerator": spec.accelerator.to_kube(),
-        }
-    )
+    return canonical_json(revision_json(spec))
 
 
 def spec_for_revision(current: InferenceDeploymentSpec, annotation: str) -> InferenceDeploymentSpec:

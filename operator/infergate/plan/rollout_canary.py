@@ -15,6 +15,8 @@ from datetime import datetime
 from infergate.api.enums import ConditionStatus
 from infergate.plan import reasons
 from infergate.plan.conditions import ConditionUpdate
+from infergate.plan.desired import revision_json
+from infergate.plan.revision_diff import revision_changes, summary
 from infergate.plan.rollout_judge import fail_or_wait, judge
 from infergate.plan.rollout_state import Context, Rollout
 
@@ -58,7 +60,13 @@ class Waiting:
 
 
 def waiting(
-    ctx: Context, revision: str, started: datetime, *, what: str, deadline_message: str
+    ctx: Context,
+    revision: str,
+    started: datetime,
+    *,
+    what: str,
+    deadline_message: str,
+    detail: str = "",
 ) -> Waiting:
     """The one rule for a revision that is not available yet: the deadline first, then
     whether the scheduler cannot place it, else it is starting."""
@@ -100,7 +108,7 @@ def waiting(
             reasons.PROGRESSING,
             ConditionStatus.TRUE,
             started_reason,
-            f"{what} starting: {ctx.availability(revision)}",
+            f"{what} starting: {ctx.availability(revision)}{detail}",
         ),
         False,
         None,
@@ -135,6 +143,15 @@ def advance_initial(ctx: Context, rollout: Rollout) -> Rollout:
     return replace(rollout, progress=wait.progress, unschedulable=wait.unschedulable)
 
 
+def _changes(ctx: Context, stable: str | None) -> str:
+    """What the canary changes against the stable revision, for the Progressing message."""
+    stable_spec = ctx.revision_spec(stable) if stable is not None else None
+    if stable_spec is None:
+        return ""
+    changes = revision_changes(revision_json(stable_spec), revision_json(ctx.spec))
+    return f"; next to stable {stable}, it changes {summary(changes)}"
+
+
 def advance_canary(ctx: Context, rollout: Rollout) -> Rollout:
     """The canary: wait for it to become available, then have it judged."""
     canary = rollout.canary
@@ -148,6 +165,7 @@ def advance_canary(ctx: Context, rollout: Rollout) -> Rollout:
             record.created_at or ctx.now,
             what=f"canary {canary}",
             deadline_message="",
+            detail=_changes(ctx, rollout.stable),
         )
         rollout = replace(
             rollout,

@@ -1,10 +1,14 @@
 """Drive both sides through a suite, prompt by prompt, with bounded concurrency.
 
-For each prompt: both sides tokenize it (so tokenizer drift shows as differing prompt
-ids) or take its token ids; both generate greedily with top-k logprobs; the candidate
-is scored on the baseline's tokens (teacher forcing); and both probes return the
-last-layer hidden states of the baseline's sequence, so the states line up position
-by position even after the outputs fork.
+For each prompt: both sides get it the way production requests come (text tokenized by
+each engine with its own special tokens, a chat rendered by its served template, token
+ids as they are; `ignoreEos` and `maxTokens` per prompt), and the prompt ids each used
+are recorded, so tokenizer or template drift shows as differing prompt ids; both
+generate greedily with top-k logprobs; both are scored along the baseline's sequence
+from position 1 (teacher forcing: the baseline on its own tokens, the candidate on the
+baseline's), so every position, a long prompt's own text included, is compared; and
+both probes return the last-layer hidden states of the baseline's sequence, so the
+states line up position by position even after the outputs fork.
 
 At most `concurrency` prompts are in flight; results are fed to the comparison in
 suite order, so memory holds at most `concurrency` prompt pairs whatever the suite
@@ -34,8 +38,10 @@ from infergate.engines.client import (
     EngineClientError,
     ProbeChannel,
     ServingChannel,
+    score_from,
 )
-from infergate.parity.record import PromptRecord
+from infergate.engines.record import generate, record_prompt
+from infergate.parity.record import PromptRecord, TeacherForced
 from infergate.suite import PromptSpec
 
 _HTTP_STATUS = re.compile(r"HTTP (\d{3})")
@@ -65,6 +71,8 @@ class DriveSettings:
     top_logprobs: int
     seed: int
     max_hidden_positions: int
+    full_vocab: bool = False
+    """Also ask for full-vocabulary distributions of the generated positions (our adapters)."""
 
 
 def classify(side: str, err: Exception) -> Exception:
@@ -94,37 +102,38 @@ def _call(side: str, what: str, fn: Callable[[], _T]) -> _T:
 def measure_prompt(
     prompt: PromptSpec, baseline: Channels, candidate: Channels, settings: DriveSettings
 ) -> tuple[PromptRecord, PromptRecord]:
-    """Both sides' records of one prompt; the candidate's teacher-forced on the baseline."""
+    """Both sides' records of one prompt, both scored along the baseline's sequence."""
+    max_tokens = prompt.output_tokens(settings.max_tokens)
 
-    def ids(side: Channels) -> list[int]:
-        if prompt.token_ids is not None:
-            return list(prompt.token_ids)
-        text = prompt.text or ""
-        return _call(side.name, f"tokenize {prompt.id!r}", lambda: side.serving.tokenize(text))
-
-    def complete(side: Channels, prompt_ids: list[int]) -> Completion:
+    def complete(side: Channels) -> Completion:
         return _call(
             side.name,
             f"completion of {prompt.id!r}",
-            lambda: side.serving.complete(
-                prompt_ids,
-                max_tokens=settings.max_tokens,
-                top_logprobs=settings.top_logprobs,
-                seed=settings.seed,
+            lambda: generate(
+                side.serving, prompt, max_tokens=max_tokens,
+                top_logprobs=settings.top_logprobs, seed=settings.seed,
             ),
-        )
+        )  # fmt: skip
 
-    base = complete(baseline, ids(baseline))
-    cand = complete(candidate, ids(candidate))
+    base = complete(baseline)
+    cand = complete(candidate)
     base_prompt = list(base.prompt_token_ids)
-    forced = _call(
-        candidate.name,
-        f"teacher-forced scoring of {prompt.id!r}",
-        lambda: candidate.serving.score(
-            base_prompt, base.token_ids, top_logprobs=settings.top_logprobs, seed=settings.seed
-        ),
-    )
-    sequence = (base_prompt + list(base.token_ids))[: settings.max_hidden_positions]
+    reference = base_prompt + list(base.token_ids)
+    full = len(base.token_ids) if settings.full_vocab else 0
+
+    def scores(side: Channels, what: str) -> TeacherForced:
+        return _call(
+            side.name,
+            f"{what} of {prompt.id!r}",
+            lambda: score_from(
+                side.serving, reference, 1, top_logprobs=settings.top_logprobs,
+                seed=settings.seed, full_vocab=full,
+            ),
+        )  # fmt: skip
+
+    own = scores(baseline, "scoring")
+    forced = scores(candidate, "teacher-forced scoring")
+    sequence = reference[: settings.max_hidden_positions]
 
     def hidden(side: Channels) -> NDArray[np.float32] | None:
         probe = side.probe
@@ -134,27 +143,9 @@ def measure_prompt(
             side.name, f"hidden states of {prompt.id!r}", lambda: probe.hidden_states(sequence)
         )
 
-    tags = dict.fromkeys(prompt.tags, "true")
     return (
-        PromptRecord(
-            prompt_id=prompt.id,
-            prompt_token_ids=np.asarray(base_prompt, np.int64),
-            output_token_ids=np.asarray(base.token_ids, np.int64),
-            top_logprobs=base.top,
-            hidden_states=hidden(baseline),
-            output_text=base.text,
-            tags=tags,
-        ),
-        PromptRecord(
-            prompt_id=prompt.id,
-            prompt_token_ids=np.asarray(cand.prompt_token_ids, np.int64),
-            output_token_ids=np.asarray(cand.token_ids, np.int64),
-            top_logprobs=cand.top,
-            teacher_forced=forced,
-            hidden_states=hidden(candidate),
-            output_text=cand.text,
-            tags=tags,
-        ),
+        record_prompt(prompt, base, own, hidden(baseline)),
+        record_prompt(prompt, cand, forced, hidden(candidate)),
     )
 
 

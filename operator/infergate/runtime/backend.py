@@ -11,7 +11,7 @@ whatever the compute dtype.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +22,11 @@ ALLOWED_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 
 CONFIG_KEYS: tuple[str, ...] = ("rms_norm_eps", "rope_theta")
 """Numeric configuration a user may pin or override (`--config key=value`)."""
+
+PROMPT_LOGPROB_CHUNK = 512
+"""Positions whose next-token distributions are computed at once when scoring a sequence:
+memory stays at chunk x vocab floats whatever the sequence length (8K positions of a
+152K vocabulary would be 5 GB at once)."""
 
 
 class BackendError(Exception):
@@ -41,6 +46,8 @@ class GreedyOutput:
     top_ids: NDArray[np.int64]
     top_logprobs: NDArray[np.float32]
     finish_reason: str
+    logit_scale: list[float] | None = None
+    """|raw logit| of each chosen token (the fork tau scales the dtype's rounding step by it)."""
 
 
 class EngineBackend(Protocol):
@@ -69,8 +76,15 @@ class EngineBackend(Protocol):
     def effective_config(self) -> dict[str, Any]:
         """The numeric configuration actually loaded (JSON values), for hygiene checks."""
 
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of `text`, without special tokens added."""
+    def fingerprints(self) -> dict[str, Any]:
+        """What this engine runs (tokenizer, template, generation config, weights, config,
+        versions), as `infergate.parity.fingerprints` keys."""
+
+    def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`; special tokens as the tokenizer adds them by default."""
+
+    def render_chat(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """A chat rendered by the model's template, generation prompt added."""
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of `token_ids`."""
@@ -85,6 +99,12 @@ class EngineBackend(Protocol):
 
     def prompt_logprobs(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         """Next-token logprobs [len - 1, vocab]: row i scores position i + 1 given 0..i."""
+
+    def prompt_logprob_chunks(
+        self, token_ids: Sequence[int], first_row: int = 0, chunk: int = PROMPT_LOGPROB_CHUNK
+    ) -> Iterator[tuple[int, NDArray[np.float32]]]:
+        """The rows of `prompt_logprobs` from `first_row` on, `chunk` rows at a time, as
+        (index of the first row, rows): one forward pass, bounded memory."""
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         """Last-layer hidden states (after the final norm) [len, hidden], as float32."""
@@ -143,17 +163,29 @@ class GreedyLoop:
         self._chosen: list[float] = []
         self._top_ids: list[NDArray[np.int64]] = []
         self._top_lps: list[NDArray[np.float32]] = []
+        self._scale: list[float] = []
         self._finish = "length"
 
     @property
     def tokens(self) -> list[int]:
         return self._tokens
 
-    def push(self, row: NDArray[np.float32], *, ignore_eos: bool) -> bool:
-        """Take the argmax of `row`; True while decoding should go on."""
+    def push(
+        self,
+        row: NDArray[np.float32],
+        *,
+        ignore_eos: bool,
+        logits: NDArray[np.floating[Any]] | None = None,
+    ) -> bool:
+        """Take the argmax of `row` (logprobs); True while decoding should go on.
+
+        `logits`, the raw row before the softmax, records the chosen token's magnitude.
+        """
         token = int(np.argmax(row))
         self._tokens.append(token)
         self._chosen.append(float(row[token]))
+        if logits is not None:
+            self._scale.append(abs(float(logits[token])))
         ids, lps = top_k_rows(row[None, :], self._top_k)
         self._top_ids.append(ids[0])
         self._top_lps.append(lps[0])
@@ -171,4 +203,5 @@ class GreedyLoop:
             top_ids=np.stack(self._top_ids) if steps else np.zeros((0, k), np.int64),
             top_logprobs=np.stack(self._top_lps) if steps else np.zeros((0, k), np.float32),
             finish_reason=self._finish,
+            logit_scale=list(self._scale) if len(self._scale) == steps and steps else None,
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from infergate.runtime.backend import (
+    PROMPT_LOGPROB_CHUNK,
     BackendError,
     GreedyLoop,
     GreedyOutput,
@@ -182,15 +183,20 @@ class MindFormersBackend(LoadedModel):
         while going:
             tokens = self._ms.Tensor(np.asarray([sequence], dtype=np.int32))
             last = self._net.model(tokens)[:, -1:, :]
-            row = log_softmax(self._logits(last).reshape(1, -1))[0]
-            going = loop.push(row, ignore_eos=ignore_eos)
+            raw = self._logits(last).reshape(1, -1)
+            row = log_softmax(raw)[0]
+            going = loop.push(row, ignore_eos=ignore_eos, logits=raw[0])
             sequence.append(loop.tokens[-1])
         return loop.result()
 
-    def prompt_logprobs(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+    def prompt_logprob_chunks(
+        self, token_ids: Sequence[int], first_row: int = 0, chunk: int = PROMPT_LOGPROB_CHUNK
+    ) -> Iterator[tuple[int, NDArray[np.float32]]]:
         hidden = self._hidden(token_ids)
-        logits = self._logits(hidden)[0]
-        return log_softmax(logits[:-1])
+        rows = len(token_ids) - 1
+        for start in range(max(first_row, 0), rows, chunk):
+            stop = min(start + chunk, rows)
+            yield start, log_softmax(self._logits(hidden[:, start:stop, :])[0])
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         hidden = self._hidden(token_ids)

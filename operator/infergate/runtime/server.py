@@ -2,9 +2,18 @@
 
 Routes: `GET /health`, `GET /v1/models`, `POST /v1/completions` (greedy, top-k
 `logprobs`, vLLM-style `prompt_logprobs` for teacher-forced scoring, token-id or text
-prompts), `POST /tokenize`, `POST /detokenize`, `GET /metrics` (Prometheus text), and
-the probe channel `POST /v1/parity/hidden_states` plus `GET /v1/parity/config`, and the
-per-layer probe `POST /v1/parity/layer_states` (`infergate.runtime.layer_states`).
+prompts, text tokenized with the tokenizer's special tokens as vLLM does),
+`POST /v1/chat/completions` (the chat rendered by the model's chat template),
+`POST /tokenize`, `POST /detokenize`, `GET /metrics` (Prometheus text), and the probe
+channel `POST /v1/parity/hidden_states`, `GET /v1/parity/config` (engine, dtype,
+effective config and fingerprints), `GET /v1/parity/fingerprints`, and the per-layer
+probe `POST /v1/parity/layer_states` (`infergate.runtime.layer_states`).
+
+Parity extensions: each generated token's raw logit magnitude
+(`logprobs.parity_logit_scale`), and with `parity_full_logprobs: N` the full next-token
+distributions of the last N scored positions (base64 float32), computed a chunk of
+positions at a time. Non-finite numbers (an fp16 overflow) are answered as JSON NaN /
+Infinity, not refused: they are data for the parity check, never a 500.
 
 The backend is not thread-safe and its calls block, so every model call runs in a
 worker thread under one lock: requests are served one at a time, in arrival order.
@@ -14,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from infergate.runtime.backend import BackendError, EngineBackend, top_k_rows
+from infergate.runtime.backend import BackendError, EngineBackend, GreedyOutput, top_k_rows
 from infergate.runtime.layer_states import (
     LayerProbeBackend,
     LayerStatesRequest,
@@ -35,6 +45,8 @@ from infergate.runtime.layer_states import (
     plan_layer_states,
 )
 from infergate.runtime.protocol import (
+    MAX_FULL_LOGPROB_VALUES,
+    ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
     HiddenStatesRequest,
@@ -91,6 +103,16 @@ class _Metrics:
         return "\n".join(lines) + "\n"
 
 
+class DataJSONResponse(JSONResponse):
+    """JSON that carries NaN and Infinity as JSON's NaN/Infinity literals (Python's json and
+    httpx read them back as floats): a broken engine's numbers are evidence, not a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            content, ensure_ascii=False, allow_nan=True, separators=(",", ":")
+        ).encode("utf-8")
+
+
 def encode_array(array: np.ndarray[Any, Any]) -> dict[str, Any]:
     """A float32 array as JSON: shape, dtype and little-endian bytes in base64."""
     data = np.ascontiguousarray(array, dtype="<f4")
@@ -116,14 +138,17 @@ class AdapterServer:
                 Route("/version", self._version, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/completions", self._completions, methods=["POST"]),
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/tokenize", self._tokenize, methods=["POST"]),
                 Route("/detokenize", self._detokenize, methods=["POST"]),
                 Route("/metrics", self._metrics_route, methods=["GET"]),
                 Route("/v1/parity/hidden_states", self._hidden_states, methods=["POST"]),
                 Route("/v1/parity/config", self._config, methods=["GET"]),
+                Route("/v1/parity/fingerprints", self._fingerprints, methods=["GET"]),
                 Route("/v1/parity/layer_states", self._layer_states, methods=["POST"]),
             ]
         )
+        self._fingerprint_cache: dict[str, Any] | None = None
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -168,7 +193,7 @@ class AdapterServer:
             self._metrics.count(route, 400)
             return _error(400, str(exc), None)
         self._metrics.count(route, 200)
-        return JSONResponse(body)
+        return DataJSONResponse(body)
 
     # -- routes -----------------------------------------------------------------------
 
@@ -203,23 +228,42 @@ class AdapterServer:
         self._metrics.count("/metrics", 200)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    async def _fingerprint_values(self) -> dict[str, Any]:
+        if self._fingerprint_cache is None:
+            # Digests read every weight byte once; later answers come from memory.
+            self._fingerprint_cache = await self._run(self._backend.fingerprints)
+        return self._fingerprint_cache
+
     async def _config(self, _request: Request) -> Response:
         self._metrics.count("/v1/parity/config", 200)
         backend = self._backend
-        return JSONResponse(
+        return DataJSONResponse(
             {
                 "engine": backend.engine,
                 "engine_version": backend.engine_version,
                 "dtype": backend.dtype,
                 "model": self._model,
                 "effective_config": backend.effective_config(),
+                "fingerprints": await self._fingerprint_values(),
             }
         )
+
+    async def _fingerprints(self, _request: Request) -> Response:
+        self._metrics.count("/v1/parity/fingerprints", 200)
+        return DataJSONResponse(await self._fingerprint_values())
 
     async def _tokenize(self, request: Request) -> Response:
         async def handle(req: Request) -> Any:
             body = await self._parse(req, TokenizeRequest)
-            tokens = await self._run(lambda: self._backend.tokenize(body.prompt))
+            backend = self._backend
+            if body.messages is not None:
+                chat = [m.model_dump() for m in body.messages]
+                text = await self._run(lambda: backend.render_chat(chat))
+                special = bool(body.add_special_tokens)
+            else:
+                text = body.prompt or ""
+                special = body.add_special_tokens is not False
+            tokens = await self._run(lambda: backend.tokenize(text, special))
             return {
                 "tokens": tokens,
                 "count": len(tokens),
@@ -280,9 +324,10 @@ class AdapterServer:
             choices = []
             prompt_total = 0
             completion_total = 0
+            special = body.add_special_tokens
             for index, prompt in enumerate(prompts):
                 ids = (
-                    await self._run(lambda p=prompt: self._backend.tokenize(p))  # type: ignore[misc]
+                    await self._run(lambda p=prompt: self._backend.tokenize(p, special))  # type: ignore[misc]
                     if isinstance(prompt, str)
                     else list(prompt)
                 )
@@ -309,6 +354,67 @@ class AdapterServer:
             }
 
         return await self._answer("/v1/completions", request, handle)
+
+    async def _chat(self, request: Request) -> Response:
+        async def handle(req: Request) -> Any:
+            body = await self._parse(req, ChatCompletionRequest)
+            backend = self._backend
+            chat = [m.model_dump() for m in body.messages]
+            text = await self._run(lambda: backend.render_chat(chat))
+            ids = await self._run(lambda: backend.tokenize(text, body.add_special_tokens))
+            self._check_ids(ids, extra=body.tokens, param="messages")
+            k = body.top_logprobs or 0 if body.logprobs else 0
+            out = await self._run(
+                lambda: backend.generate_greedy(ids, body.tokens, k, ignore_eos=body.ignore_eos)
+            )
+            self._metrics.prompt_tokens += len(ids)
+            self._metrics.generation_tokens += len(out.token_ids)
+            as_ids = body.return_tokens_as_token_ids
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": await self._run(lambda: backend.detokenize(out.token_ids)),
+                },
+                "logprobs": self._chat_logprobs(out, as_ids) if body.logprobs else None,
+                "finish_reason": out.finish_reason,
+                "stop_reason": None,
+            }
+            answer: dict[str, Any] = {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self._model,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": len(ids),
+                    "completion_tokens": len(out.token_ids),
+                    "total_tokens": len(ids) + len(out.token_ids),
+                },
+            }
+            if body.return_token_ids:
+                choice["token_ids"] = out.token_ids
+                answer["prompt_token_ids"] = ids
+            return answer
+
+        return await self._answer("/v1/chat/completions", request, handle)
+
+    def _chat_logprobs(self, out: GreedyOutput, as_ids: bool) -> dict[str, Any]:
+        content = [
+            {
+                "token": self._token_name(token, as_ids),
+                "logprob": logprob,
+                "bytes": None,
+                "top_logprobs": [
+                    {"token": self._token_name(int(t), as_ids), "logprob": float(lp), "bytes": None}
+                    for t, lp in zip(top_ids, top_lps, strict=True)
+                ],
+            }
+            for token, logprob, top_ids, top_lps in zip(
+                out.token_ids, out.chosen_logprobs, out.top_ids, out.top_logprobs, strict=True
+            )
+        ]
+        return {"content": content, "parity_logit_scale": out.logit_scale}
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -357,40 +463,71 @@ class AdapterServer:
                     for top_ids, top_lps in zip(out.top_ids, out.top_logprobs, strict=True)
                 ],
                 "text_offset": [],
+                "parity_logit_scale": out.logit_scale,
             }
         if body.prompt_logprobs is not None:
-            rows = await self._run(lambda: backend.prompt_logprobs(ids))
-            choice["prompt_logprobs"] = self._prompt_logprobs(ids, rows, body.prompt_logprobs)
+            full = body.parity_full_logprobs or 0
+            if full > len(ids) - 1:
+                raise _BadRequestError(
+                    f"parity_full_logprobs: {full} positions asked, the prompt scores "
+                    f"{len(ids) - 1}",
+                    "parity_full_logprobs",
+                )
+            if full * self._vocab() > MAX_FULL_LOGPROB_VALUES:
+                raise _BadRequestError(
+                    f"parity_full_logprobs: {full} positions x {self._vocab()} tokens exceed "
+                    f"{MAX_FULL_LOGPROB_VALUES} values; ask for fewer positions",
+                    "parity_full_logprobs",
+                )
+            entries, rows = await self._run(
+                lambda: self._prompt_logprobs(ids, body.prompt_logprobs or 0, full)
+            )
+            choice["prompt_logprobs"] = entries
+            if rows is not None:
+                choice["parity_full_logprobs"] = encode_array(rows)
         return choice
 
+    def _vocab(self) -> int:
+        vocab = self._backend.effective_config().get("vocab_size")
+        return int(vocab) if isinstance(vocab, int) else 1
+
     def _prompt_logprobs(
-        self, ids: list[int], rows: np.ndarray[Any, Any], k: int
-    ) -> list[dict[str, dict[str, Any]] | None]:
-        """vLLM's shape: None for position 0, then {id: {logprob, rank, decoded_token}}."""
-        top_ids, top_lps = top_k_rows(rows, k)
+        self, ids: list[int], k: int, full: int
+    ) -> tuple[list[dict[str, dict[str, Any]] | None], np.ndarray[Any, Any] | None]:
+        """vLLM's shape: None for position 0, then {id: {logprob, rank, decoded_token}}.
+
+        Rows come a chunk of positions at a time; the last `full` rows are also kept whole.
+        """
         result: list[dict[str, dict[str, Any]] | None] = [None]
-        for pos in range(1, len(ids)):
-            row = rows[pos - 1]
-            target = ids[pos]
-            target_lp = float(row[target])
-            entries = {
-                str(target): {
-                    "logprob": target_lp,
-                    "rank": int((row > row[target]).sum()) + 1,
-                    "decoded_token": self._backend.token_text(target),
+        kept: list[np.ndarray[Any, Any]] = []
+        first_full = len(ids) - 1 - full
+        for start, rows in self._backend.prompt_logprob_chunks(ids):
+            top_ids, top_lps = top_k_rows(rows, k)
+            for offset, row in enumerate(rows):
+                pos = start + offset + 1
+                target = ids[pos]
+                entries = {
+                    str(target): {
+                        "logprob": float(row[target]),
+                        "rank": int((row > row[target]).sum()) + 1,
+                        "decoded_token": self._backend.token_text(target),
+                    }
                 }
-            }
-            for rank, (tid, lp) in enumerate(zip(top_ids[pos - 1], top_lps[pos - 1], strict=True)):
-                entries.setdefault(
-                    str(int(tid)),
-                    {
-                        "logprob": float(lp),
-                        "rank": rank + 1,
-                        "decoded_token": self._backend.token_text(int(tid)),
-                    },
-                )
-            result.append(entries)
-        return result
+                for rank, (tid, lp) in enumerate(
+                    zip(top_ids[offset], top_lps[offset], strict=True)
+                ):
+                    entries.setdefault(
+                        str(int(tid)),
+                        {
+                            "logprob": float(lp),
+                            "rank": rank + 1,
+                            "decoded_token": self._backend.token_text(int(tid)),
+                        },
+                    )
+                result.append(entries)
+            if full and start + rows.shape[0] > first_full:
+                kept.append(rows[max(first_full - start, 0) :].copy())
+        return result, (np.concatenate(kept) if kept else None)
 
 
 def _error(status: int, message: str, param: str | None) -> JSONResponse:

@@ -9,7 +9,7 @@ the per-layer probe (`infergate.runtime.layer_states`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from infergate.runtime.backend import GreedyLoop, GreedyOutput
+from infergate.runtime.backend import PROMPT_LOGPROB_CHUNK, GreedyLoop, GreedyOutput
 from infergate.runtime.loaded_model import LoadedModel
 
 
@@ -82,8 +82,10 @@ class TransformersBackend(LoadedModel):
             out = self._model(input_ids=self._ids(prompt), use_cache=True)
             going = True
             while going:
-                row = self._log_softmax(out.logits[0, -1]).numpy()
-                going = loop.push(row, ignore_eos=ignore_eos)
+                logits = out.logits[0, -1]
+                row = self._log_softmax(logits).numpy()
+                raw = logits.to(torch.float32).numpy()
+                going = loop.push(row, ignore_eos=ignore_eos, logits=raw)
                 if going:
                     out = self._model(
                         input_ids=self._ids(loop.tokens[-1:]),
@@ -92,11 +94,20 @@ class TransformersBackend(LoadedModel):
                     )
         return loop.result()
 
-    def prompt_logprobs(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
+    def prompt_logprob_chunks(
+        self, token_ids: Sequence[int], first_row: int = 0, chunk: int = PROMPT_LOGPROB_CHUNK
+    ) -> Iterator[tuple[int, NDArray[np.float32]]]:
+        # The final-norm states once, then the LM head a chunk of positions at a time: the
+        # same arithmetic as the full forward's logits, without [len, vocab] at once.
         with self._torch.inference_mode():
-            logits = self._model(input_ids=self._ids(token_ids), use_cache=False).logits[0]
-            out: NDArray[np.float32] = self._log_softmax(logits[:-1]).numpy()
-        return out
+            states = self._model.base_model(input_ids=self._ids(token_ids), use_cache=False)
+            hidden = states.last_hidden_state[0]
+            head = self._model.get_output_embeddings()
+            rows = len(token_ids) - 1
+            for start in range(max(first_row, 0), rows, chunk):
+                stop = min(start + chunk, rows)
+                out: NDArray[np.float32] = self._log_softmax(head(hidden[start:stop])).numpy()
+                yield start, out
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:
         with self._torch.inference_mode():

@@ -68,7 +68,7 @@ def test_installs_the_crds_the_operator_and_its_rbac_and_nothing_needing_extra_c
         one(documents, kind)
     assert len(bound_cluster_roles(documents)) >= 1
     assert {d["apiVersion"] for d in documents} <= _PLAIN_GROUPS
-    assert not [k for k, _ in kinds if k in {"ServiceMonitor", "NetworkPolicy"}]
+    assert not [k for k, _ in kinds if k in {"ServiceMonitor", "NetworkPolicy", "PrometheusRule"}]
 
 
 def test_every_namespaced_object_is_in_the_install_namespace() -> None:
@@ -179,6 +179,7 @@ def test_production_overlay_installs_the_same_objects_plus_its_components() -> N
     assert production - base == {
         ("ServiceMonitor", "infergate-operator"),
         ("NetworkPolicy", "infergate-operator"),
+        ("PrometheusRule", "infergate-alerts"),
     }
     assert base <= production
 

@@ -134,3 +134,65 @@ def teacher_forced_on(baseline: PromptRecord, shift: float = 0.0) -> TeacherForc
         target_logprobs=lps[:, 0],
         top=TopLogprobs(top.token_ids, lps),
     )
+
+
+# -- scored suites: both sides teacher-forced along the baseline's sequence --------------------
+
+RUN = {
+    "suite.digest": "suite-0",
+    "sampling.max_tokens": 24,
+    "sampling.temperature": 0.0,
+    "sampling.top_logprobs": 5,
+    "sampling.seed": 42,
+}
+"""Run fingerprints both sides of a scored check share (what makes checks comparable)."""
+
+
+def scores_along(p: PromptRecord, shift: float = 0.0, start: int = 1) -> TeacherForced:
+    """A side's scores of p's sequence from `start`, each reference token first at 0.9.
+
+    `shift` is added to every score of the reference token (top-1 and target): a
+    constant logprob shift.
+    """
+    sequence = np.concatenate([p.prompt_token_ids, p.output_token_ids])[start:]
+    top = top_k_for(sequence)
+    lps = top.logprobs.copy()
+    lps[:, 0] += shift
+    return TeacherForced(
+        token_ids=sequence,
+        target_logprobs=lps[:, 0].copy(),
+        top=TopLogprobs(top.token_ids, lps),
+        start=start,
+    )
+
+
+def scored(p: PromptRecord) -> PromptRecord:
+    """The baseline's record of p, scored along its own sequence from position 1."""
+    return replace(p, teacher_forced=scores_along(p))
+
+
+def candidate_of(p: PromptRecord, shift: float = 0.0) -> PromptRecord:
+    """The candidate's record of p: same outputs, scored along p's sequence, shifted."""
+    return replace(p, teacher_forced=scores_along(p, shift=shift))
+
+
+def long_prompt(prompt_id: str, tokens: int = 8300, seed: int = 0) -> PromptRecord:
+    """A long prompt (8K+ by default) with hidden states over its whole sequence."""
+    return prompt(prompt_id, prompt_tokens=tokens, output_tokens=8, hidden=8, seed=seed)
+
+
+def scored_suite(
+    n: int = 32, long: int = 4, prompt_tokens: int = 120, output_tokens: int = 24
+) -> list[PromptRecord]:
+    """n short prompts and `long` long ones, scored from position 1 (meets bf16 evidence)."""
+    short = [
+        scored(prompt(f"p{i}", prompt_tokens=prompt_tokens, output_tokens=output_tokens, seed=i))
+        for i in range(n)
+    ]
+    return short + [scored(long_prompt(f"long{i}", seed=100 + i)) for i in range(long)]
+
+
+def scored_record(prompts: Sequence[PromptRecord], **meta_overrides: Any) -> ParityRecord:
+    fingerprints = dict(RUN)
+    fingerprints.update(meta_overrides.pop("fingerprints", {}))
+    return ParityRecord(meta(fingerprints=fingerprints, **meta_overrides), prompts)

@@ -12,11 +12,11 @@ from infergate.cli import main
 from infergate.parity.record import PromptRecord
 from infergate.recordio import RecordWriter
 
-from .builders import meta, replace, suite
+from .builders import RUN, candidate_of, meta, replace, scored_suite
 
 
 def _write(path: Path, prompts: list[PromptRecord], **meta_overrides: object) -> str:
-    with RecordWriter(path, meta(**meta_overrides)) as writer:
+    with RecordWriter(path, meta(fingerprints=RUN, **meta_overrides)) as writer:
         for p in prompts:
             writer.add(p)
     return str(path)
@@ -26,17 +26,23 @@ def _drifted(prompts: list[PromptRecord]) -> list[PromptRecord]:
     out = []
     for p in prompts:
         assert p.hidden_states is not None
-        out.append(replace(p, hidden_states=p.hidden_states * np.float32(1.2)))
+        out.append(replace(candidate_of(p), hidden_states=p.hidden_states * np.float32(1.2)))
     return out
 
 
+@pytest.fixture(scope="module")
+def prompts() -> list[PromptRecord]:
+    return scored_suite()
+
+
 @pytest.fixture
-def records(tmp_path: Path) -> dict[str, str]:
+def records(tmp_path: Path, prompts: list[PromptRecord]) -> dict[str, str]:
     return {
-        "baseline": _write(tmp_path / "baseline", suite()),
-        "same": _write(tmp_path / "same", suite()),
-        "drifted": _write(tmp_path / "drifted", _drifted(suite())),
-        "short": _write(tmp_path / "short", suite()[:3]),
+        "baseline": _write(tmp_path / "baseline", prompts),
+        "same": _write(tmp_path / "same", [candidate_of(p) for p in prompts]),
+        "drifted": _write(tmp_path / "drifted", _drifted(prompts)),
+        "short": _write(tmp_path / "short", prompts[:3]),
+        "few": _write(tmp_path / "few", prompts[:3]),
     }
 
 
@@ -58,12 +64,29 @@ def test_exit_1_when_the_candidate_drifts(
     assert code == 1
     document = json.loads(out.read_text())
     assert document["status"] == "Failed"
-    assert any("maxHiddenRelL2P99" in r for r in document["verdict"]["reasons"])
+    assert any("maxHiddenNormLogRatio" in r for r in document["verdict"]["reasons"])
     assert "parity Failed" in capsys.readouterr().out
+
+
+def test_exit_3_when_the_evidence_is_not_enough(records: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    code = main(["parity", "compare", records["short"], records["few"], "--json", str(out)])
+    assert code == 3
+    document = json.loads(out.read_text())
+    assert document["status"] == "Inconclusive"
+    assert "3 of 32 prompts needed" in document["verdict"]["reasons"][0]
 
 
 def test_exit_2_when_prompts_are_missing(records: dict[str, str]) -> None:
     assert main(["parity", "compare", records["baseline"], records["short"]]) == 2
+
+
+def test_records_without_hidden_states_pass_when_told_so(tmp_path: Path) -> None:
+    prompts = [replace(p, hidden_states=None) for p in scored_suite()]
+    baseline = _write(tmp_path / "b", prompts)
+    candidate = _write(tmp_path / "c", [candidate_of(p) for p in prompts])
+    assert main(["parity", "compare", baseline, candidate]) == 2
+    assert main(["parity", "compare", baseline, candidate, "--no-hidden-states"]) == 0
 
 
 def test_exit_2_when_a_record_is_incomplete(records: dict[str, str], tmp_path: Path) -> None:
@@ -79,7 +102,7 @@ def test_exit_2_when_a_record_is_incomplete(records: dict[str, str], tmp_path: P
 def test_threshold_override_turns_a_failure_into_a_pass(records: dict[str, str]) -> None:
     argv = ["parity", "compare", records["baseline"], records["drifted"]]
     assert main(argv) == 1
-    loose = ["--threshold", "maxHiddenRelL2P99=0.5", "--threshold", "min_hidden_cosine_p1=none"]
+    loose = ["--threshold", "maxHiddenRelL2P99=0.5", "--threshold", "maxHiddenNormLogRatio=none"]
     assert main(argv + loose) == 0
 
 
@@ -113,7 +136,7 @@ def test_report_html_holds_the_verdict_and_metric_rows(
     html = report.read_text()
     assert "Failed</span></h1>" in html
     assert "<code>maxHiddenRelL2P99</code>" in html
-    assert "<code>minHiddenCosineP1</code>" in html
+    assert "<code>maxHiddenNormLogRatio</code>" in html
     assert "<svg" in html
 
 
@@ -129,5 +152,5 @@ def test_regression_against_a_previous_passing_result(
     argv = ["parity", "compare", records["baseline"], records["same"], "--previous", str(previous)]
     assert main([*argv, "--json", str(out)]) == 0
     regressions = json.loads(out.read_text())["verdict"]["regressions"]
-    assert {r["metric"] for r in regressions} >= {"token match rate", "mean KL"}
+    assert {r["metric"] for r in regressions} >= {"same-top-token rate", "mean KL"}
     assert not any(r["regressed"] for r in regressions)

@@ -125,3 +125,18 @@ def test_scaling_one_side_by_one_plus_e_gives_relative_error_e(a: np.ndarray, e:
     errors = token_errors(a, b)
     np.testing.assert_allclose(errors.rel_l2, e, rtol=1e-3)
     np.testing.assert_allclose(errors.cosine, 1.0, atol=1e-6)
+
+
+def test_a_two_percent_scale_moves_the_log_norm_ratio_and_nothing_cosine_sees() -> None:
+    import math
+
+    from infergate.parity.hidden import token_errors
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((50, 64)).astype(np.float32)
+    errors = token_errors(base, base * np.float32(1.02))
+    np.testing.assert_allclose(errors.log_norm_ratio, math.log(1.02), rtol=1e-5)
+    np.testing.assert_allclose(errors.cosine, 1.0, atol=1e-6)
+    np.testing.assert_allclose(errors.rel_l2, 0.02, rtol=1e-4)
+    same = token_errors(base, base)
+    assert (same.log_norm_ratio == 0.0).all()

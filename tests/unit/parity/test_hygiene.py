@@ -35,3 +35,21 @@ def test_padding_is_not_a_non_finite_logprob() -> None:
     broken = padded.logprobs.copy()
     broken[0, 1] = np.inf
     assert nonfinite_logprobs(replace(p, top_logprobs=TopLogprobs(padded.token_ids, broken)))
+
+
+def test_nan_in_full_vocabulary_rows_is_non_finite_but_minus_infinity_is_not() -> None:
+    from infergate.parity.record import TeacherForced
+
+    from .builders import scored
+
+    base = scored(prompt("p", output_tokens=3))
+    forced = base.teacher_forced
+    assert forced is not None
+    rows = np.log(np.full((2, 4), 0.25, np.float32))
+    rows[0, 3] = -np.inf
+    fine = TeacherForced(forced.token_ids, forced.target_logprobs, forced.top, 1, rows)
+    assert not nonfinite_logprobs(replace(base, teacher_forced=fine))
+    rows = rows.copy()
+    rows[1, 1] = np.nan
+    broken = TeacherForced(forced.token_ids, forced.target_logprobs, forced.top, 1, rows)
+    assert nonfinite_logprobs(replace(base, teacher_forced=broken))

@@ -9,10 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infergate.parity.logprobs import compare_logprobs, kl_top_k
+from infergate.parity.logprobs import LogprobAccumulator, compare_logprobs, kl_full, kl_top_k
 from infergate.parity.record import ParityInputError, TopLogprobs
 
-from .builders import fork_pair, prompt, replace, teacher_forced_on
+from .builders import (
+    candidate_of,
+    fork_pair,
+    prompt,
+    replace,
+    scored,
+    scores_along,
+    teacher_forced_on,
+)
 
 A, B, C, D = 10, 11, 12, 13
 
@@ -108,5 +116,74 @@ def test_teacher_forcing_on_other_tokens_cannot_be_compared() -> None:
     base = prompt("p", output_tokens=6)
     other = prompt("p", output_tokens=6, seed=9)
     cand = replace(base, teacher_forced=teacher_forced_on(other))
-    with pytest.raises(ParityInputError, match="not the baseline's output tokens"):
+    with pytest.raises(ParityInputError, match="not the baseline's sequence"):
         compare_logprobs(base, cand, first_divergence=None)
+
+
+def test_both_sides_scored_cover_prompt_positions_too() -> None:
+    base = scored(prompt("p", prompt_tokens=12, output_tokens=20))
+    steps = compare_logprobs(base, candidate_of(base), first_divergence=None)
+    assert steps.positions[0] == 1
+    assert steps.kl.shape == (31,)  # positions 1..31 of 12 + 20 tokens
+    assert int(steps.generated.sum()) == 20
+    assert (steps.kl == 0).all()
+
+
+@pytest.mark.parametrize("shift", [-0.3, -0.01, 0.002])
+def test_a_constant_logprob_shift_moves_the_log_perplexity_ratio_by_exactly_that(
+    shift: float,
+) -> None:
+    accumulator = LogprobAccumulator()
+    for seed in range(4):
+        base = scored(prompt(f"p{seed}", seed=seed))
+        accumulator.add(compare_logprobs(base, candidate_of(base, shift=shift), None))
+    ratio = accumulator.estimates(0.95)["logPerplexityRatio"]
+    assert ratio.value == pytest.approx(-shift, abs=1e-12)
+    # Every prompt moved by the same amount: no spread, so the bounds are the value.
+    assert ratio.lower == pytest.approx(-shift, abs=1e-12)
+    assert ratio.upper == pytest.approx(-shift, abs=1e-12)
+
+
+def test_full_vocabulary_rows_give_the_exact_kl_where_both_sides_have_them() -> None:
+    base = scored(prompt("p", prompt_tokens=4, output_tokens=3))
+    p_rows = np.log(np.asarray([[0.7, 0.2, 0.1]] * 2, np.float32))
+    q_rows = np.log(np.asarray([[0.6, 0.3, 0.1]] * 2, np.float32))
+    forced_b, forced_c = base.teacher_forced, scores_along(base)
+    assert forced_b is not None
+    b = replace(base, teacher_forced=replace_full(forced_b, p_rows))
+    c = replace(base, teacher_forced=replace_full(forced_c, q_rows))
+    steps = compare_logprobs(b, c, first_divergence=None)
+    expected = 0.7 * math.log(0.7 / 0.6) + 0.2 * math.log(0.2 / 0.3)
+    np.testing.assert_allclose(steps.kl[-2:], expected, rtol=1e-5)
+    assert steps.full_vocab.tolist() == [False] * 4 + [True, True]
+    assert steps.covered_mass[-1] == 1.0
+    np.testing.assert_allclose(kl_full(p_rows, p_rows), 0.0, atol=1e-12)
+
+
+def replace_full(forced: object, rows: np.ndarray) -> object:  # type: ignore[type-arg]
+    from infergate.parity.record import TeacherForced
+
+    assert isinstance(forced, TeacherForced)
+    return TeacherForced(forced.token_ids, forced.target_logprobs, forced.top, forced.start, rows)
+
+
+def test_covered_mass_reports_how_much_of_the_baseline_the_top_k_sees() -> None:
+    base = scored(prompt("p", output_tokens=5))
+    steps = compare_logprobs(base, candidate_of(base), first_divergence=None)
+    # builders' rows hold 0.9 + 0.05 + 0.02 + 0.01 + 0.005 of the mass.
+    np.testing.assert_allclose(steps.covered_mass, 0.985)
+
+
+def test_non_finite_scores_travel_as_data() -> None:
+    base = scored(prompt("p", output_tokens=5))
+    forced = scores_along(base)
+    lps = forced.top.logprobs.copy()
+    lps[3, 0] = np.nan
+    broken = replace(
+        base,
+        teacher_forced=type(forced)(
+            forced.token_ids, forced.target_logprobs, TopLogprobs(forced.top.token_ids, lps), 1
+        ),
+    )
+    steps = compare_logprobs(base, broken, first_divergence=None)
+    assert np.isfinite(steps.kl[:3]).all()

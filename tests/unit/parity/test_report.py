@@ -37,8 +37,9 @@ def test_report_is_self_contained() -> None:
 def test_report_shows_verdict_reasons_and_metric_rows() -> None:
     html = _report()
     assert "Failed</span></h1>" in html
-    assert "minFirstDivergenceP10: first divergence P10 2 &lt; 16" in html
-    assert "<code>minLegitimateDivergenceRate</code>" in html
+    assert "minFirstDivergenceP10: first unexplained divergence P10 2 &lt; 16" in html
+    assert "<code>maxIllegitimateDivergenceRate</code>" in html
+    assert "one-sided 95% confidence bound" in html
     assert "<th>token match rate</th><td>0 (0/3)</td>" in html
     assert html.count("<svg") == 5
     assert "First-divergence survival" in html

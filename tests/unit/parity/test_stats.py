@@ -81,3 +81,95 @@ def test_clustered_mean_of_one_prompt_has_unknown_error() -> None:
     mean, stderr = clustered_mean([5.0], [10])
     assert mean == pytest.approx(0.5)
     assert math.isinf(stderr)
+
+
+# -- one-sided bounds: hand-computed values -------------------------------------------------
+
+
+def test_one_sided_wilson_bound_of_no_failure_in_32_prompts() -> None:
+    from infergate.parity.stats import wilson_bounds
+
+    z = 1.6448536269514722  # one-sided 95%
+    low, high = wilson_bounds(0, 32, 0.95)
+    assert low == 0.0
+    assert high == pytest.approx(z * z / (32 + z * z))  # 0.0780
+    assert high == pytest.approx(0.07796, abs=1e-5)
+
+
+def test_one_sided_wilson_bounds_of_8_in_10() -> None:
+    from infergate.parity.stats import wilson_bounds
+
+    z, n, p = 1.6448536269514722, 10, 0.8
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    low, high = wilson_bounds(8, 10, 0.95)
+    assert low == pytest.approx(centre - half)
+    assert high == pytest.approx(centre + half)
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    [(0.95, 1, 6.313752), (0.95, 3, 2.353363), (0.95, 7, 1.894579), (0.95, 31, 1.695519),
+     (0.975, 10, 2.228139), (0.99, 30, 2.457262)],
+)  # fmt: skip
+def test_student_t_quantiles_match_the_tables(p: float, df: int, expected: float) -> None:
+    from infergate.parity.stats import student_t_quantile
+
+    assert student_t_quantile(p, df) == pytest.approx(expected, abs=2e-6)
+    assert student_t_quantile(1 - p, df) == pytest.approx(-expected, abs=2e-6)
+
+
+def test_clustered_bounds_by_hand() -> None:
+    from infergate.parity.stats import clustered_bounds
+
+    # Three prompts of 10 steps with sums 1, 2, 3: mean 0.2; residuals -1, 0, 1;
+    # variance 2 / 30^2 * 3/2; t(0.95, 2 df) = 2.919986.
+    found = clustered_bounds([1.0, 2.0, 3.0], [10, 10, 10], 0.95)
+    se = math.sqrt(2 / 900 * 1.5)
+    assert found.value == pytest.approx(0.2)
+    assert found.stderr == pytest.approx(se)
+    assert found.upper == pytest.approx(0.2 + 2.919986 * se, abs=1e-6)
+    assert found.lower == pytest.approx(0.2 - 2.919986 * se, abs=1e-6)
+
+
+def test_a_standard_error_of_zero_gives_bounds_at_the_mean_not_infinity() -> None:
+    from infergate.parity.stats import clustered_bounds
+
+    found = clustered_bounds([0.5, 1.0], [5, 10], 0.95)
+    assert found.stderr == 0.0
+    assert found.lower == found.upper == pytest.approx(0.1)
+
+
+def test_a_single_prompt_gives_no_bound() -> None:
+    from infergate.parity.stats import clustered_bounds
+
+    found = clustered_bounds([1.0], [10], 0.95)
+    assert found.value == pytest.approx(0.1)
+    assert found.lower is None
+    assert found.upper is None
+
+
+def test_step_rate_bounds_take_the_wider_of_cluster_and_wilson() -> None:
+    from infergate.parity.stats import clustered_rate_bounds, wilson_bounds
+
+    # Every step agrees: the clustered error is 0, Wilson over 200 steps still bounds it.
+    value, low, high = clustered_rate_bounds([100, 100], [100, 100], 0.95)
+    assert value == 1.0
+    assert high == 1.0
+    assert low == pytest.approx(wilson_bounds(200, 200, 0.95)[0])
+
+
+def test_bootstrap_quantile_bounds_are_fixed_and_collapse_on_identical_prompts() -> None:
+    import numpy as np
+
+    from infergate.parity.stats import clustered_quantile_bounds
+
+    same = [np.arange(100, dtype=float)] * 5
+    value, low, high = clustered_quantile_bounds(same, 0.99, 0.95)
+    assert value == low == high == 98.0
+    spread = [np.arange(100, dtype=float) * (i + 1) for i in range(6)]
+    first = clustered_quantile_bounds(spread, 0.99, 0.95)
+    assert first == clustered_quantile_bounds(spread, 0.99, 0.95)  # a fixed seed
+    assert first[1] is not None
+    assert first[2] is not None
+    assert first[1] < first[0] < first[2]

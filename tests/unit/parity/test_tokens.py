@@ -26,7 +26,7 @@ def test_identical_outputs_agree_throughout() -> None:
     [
         (True, 0.1, True, "both tokens in each other's top-k"),
         (True, None, True, "both tokens in each other's top-k"),
-        (True, 0.01, False, "gap 0.0445 > tau 0.01"),
+        (True, 0.01, False, "baseline margin 0.0445 > tau 0.01"),
         (False, 0.1, False, "not in baseline top-5"),
     ],
 )
@@ -79,3 +79,38 @@ def test_fork_without_recorded_logprobs_cannot_be_judged() -> None:
 )
 def test_collapse_to_one_repeated_token(tokens: list[int], collapsed: bool) -> None:
     assert is_collapsed(np.asarray(tokens, dtype=np.int64)) is collapsed
+
+
+def test_fork_tau_scales_with_the_dtype_rounding_step_at_the_logit() -> None:
+    from infergate.parity.tokens import fork_tau
+
+    # Two logits of magnitude 30 in bfloat16 can each be off by 2^-8 * 30.
+    assert fork_tau("bfloat16", 0.1, 30.0) == pytest.approx(2 * 30 / 256)
+    assert fork_tau("float16", 0.1, 30.0) == 0.1  # 2 * 30 / 2048 = 0.029 < floor
+    assert fork_tau("float32", None, 30.0) == pytest.approx(2 * 30 * 2.0**-24)
+    assert fork_tau("bfloat16", 0.1, None) == 0.1  # magnitude unknown: the floor alone
+    assert fork_tau("unknown", 0.1, 30.0) == 0.1  # never more lenient by guess
+
+
+def test_both_sides_margins_must_be_within_tau() -> None:
+    base, cand = fork_pair(prompt("p", output_tokens=12), at=4)
+    # The candidate prefers its token by far more than a near tie: not a rounding flip.
+    lps = cand.top_logprobs.logprobs.copy()
+    lps[4, 0] = math.log(0.9)
+    lps[4, 1] = math.log(0.01)
+    wide = replace(cand, top_logprobs=TopLogprobs(cand.top_logprobs.token_ids, lps))
+    result = compare_tokens(base, wide, tau=0.1)
+    assert result.legitimate is False
+    assert "candidate margin" in result.legitimacy_note
+
+
+def test_a_reported_logit_magnitude_widens_tau_in_bfloat16() -> None:
+    base, cand = fork_pair(prompt("p", output_tokens=12), at=4)
+    # Margins of 0.0445: past a floor of 0.01 unless the logits are large enough.
+    assert compare_tokens(base, cand, tau=0.01, dtypes=("bfloat16", "bfloat16")).legitimate is False
+    scale = np.full(12, 40.0)  # 2 * 40 / 256 = 0.31 > 0.0445
+    wide_b, wide_c = replace(base, logit_scale=scale), replace(cand, logit_scale=scale)
+    result = compare_tokens(wide_b, wide_c, tau=0.01, dtypes=("bfloat16", "bfloat16"))
+    assert result.legitimate is True
+    result = compare_tokens(wide_b, wide_c, tau=0.01, dtypes=("float32", "float32"))
+    assert result.legitimate is False

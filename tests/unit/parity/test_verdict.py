@@ -1,63 +1,131 @@
-"""Verdict tables: constructed suites with known defects, and the verdict each must get."""
+"""Verdict tables: constructed suites with known defects, and the verdict each must get.
+
+Suites here meet the bf16 profiles' minimum evidence (32 short prompts scored along their
+sequence, 4 long prompts of 8K+ tokens) unless a test is about evidence itself.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from infergate.parity.compare import compare_sources
 from infergate.parity.metrics import ParityMetrics, ParityResult
-from infergate.parity.profiles import PROFILES, resolve_thresholds, resolve_warnings
+from infergate.parity.profiles import ProfileChoiceError, plan_gate, suggest_profile
 from infergate.parity.record import ParityRecord, PromptRecord, TopLogprobs
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
-from infergate.parity.verdict import Verdict, VerdictStatus, check_regression, decide
+from infergate.parity.verdict import (
+    Verdict,
+    VerdictStatus,
+    check_regression,
+    decide,
+    regression_comparable,
+)
 
-from .builders import fork_pair, prompt, record, replace, suite, teacher_forced_on
+from .builders import (
+    candidate_of,
+    fork_pair,
+    meta,
+    prompt,
+    replace,
+    scored,
+    scored_record,
+    scored_suite,
+    scores_along,
+)
+
+BF16_PROFILES = (ProfileName.BF16_KERNEL, ProfileName.DTYPE_CHANGE, ProfileName.GPU_TO_ASCEND_BF16)
+
+
+@cache
+def _suite(output_tokens: int = 24) -> tuple[PromptRecord, ...]:
+    return tuple(scored_suite(output_tokens=output_tokens))
+
+
+def suite(output_tokens: int = 24) -> list[PromptRecord]:
+    return list(_suite(output_tokens))
 
 
 def run(
     baseline: ParityRecord,
     candidate: ParityRecord,
     profile: ProfileName = ProfileName.BF16_KERNEL,
-    explicit: Thresholds | None = None,
+    explicit: dict[str, Any] | None = None,
+    *,
+    hidden_states: bool = True,
+    previous: ParityMetrics | None = None,
 ) -> tuple[ParityResult, Verdict]:
+    thresholds = Thresholds.model_validate(explicit) if explicit is not None else None
+    gate = plan_gate(
+        baseline.meta, candidate.meta, profile=profile, explicit=thresholds,
+        hidden_states=hidden_states,
+    )  # fmt: skip
     result = compare_sources(
-        baseline,
-        candidate,
-        resolve_thresholds(profile, explicit),
-        PROFILES[profile].allowed_config_differences,
+        baseline, candidate, gate.thresholds, gate.expected_differences, disabled=gate.disabled
     )
-    return result, decide(result, resolve_warnings(profile, explicit))
+    return result, decide(result, gate.warn, previous, RegressionTolerance())
 
 
-def _noisy(p: PromptRecord, scale: float, seed: int = 1) -> PromptRecord:
+def pair(
+    change: Callable[[PromptRecord], PromptRecord] = candidate_of,
+    *,
+    output_tokens: int = 24,
+    **candidate_meta: Any,
+) -> tuple[ParityRecord, ParityRecord]:
+    base = suite(output_tokens)
+    return scored_record(base), scored_record([change(p) for p in base], **candidate_meta)
+
+
+def _hidden(p: PromptRecord, fn: Callable[[np.ndarray], np.ndarray]) -> PromptRecord:  # type: ignore[type-arg]
     assert p.hidden_states is not None
-    rng = np.random.default_rng(seed)
-    noise = rng.standard_normal(p.hidden_states.shape).astype(np.float32)
-    norms = np.linalg.norm(p.hidden_states, axis=1, keepdims=True) / math.sqrt(
-        p.hidden_states.shape[1]
-    )
-    return replace(p, hidden_states=p.hidden_states + scale * norms * noise)
+    return replace(candidate_of(p), hidden_states=fn(p.hidden_states).astype(np.float32))
 
 
-def _with_nan(p: PromptRecord) -> PromptRecord:
-    assert p.hidden_states is not None
-    h = p.hidden_states.copy()
-    h[3, 2] = np.nan
-    return replace(p, hidden_states=h)
+def _noisy(p: PromptRecord, relative: float) -> PromptRecord:
+    """Relative random noise per element, as a precision change gives it."""
+    rng = np.random.default_rng(abs(hash(p.prompt_id)) % 2**32)
+
+    def add(h: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+        return h * (1.0 + relative * rng.standard_normal(h.shape))
+
+    return _hidden(p, add)
+
+
+def _scaled(p: PromptRecord, factor: float) -> PromptRecord:
+    return _hidden(p, lambda h: h * np.float32(factor))
+
+
+def _kl_shift(shift: float) -> Callable[[PromptRecord], PromptRecord]:
+    return lambda p: candidate_of(p, shift=shift)
+
+
+def _with_nan_hidden(p: PromptRecord) -> PromptRecord:
+    def poison(h: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+        out = h.copy()
+        out[3, 2] = np.nan
+        return out
+
+    return _hidden(p, poison) if p.prompt_id == "p1" else candidate_of(p)
 
 
 def _nan_logprob(p: PromptRecord) -> PromptRecord:
-    logprobs = p.top_logprobs.logprobs.copy()
-    logprobs[7, 0] = np.nan
-    return replace(p, top_logprobs=TopLogprobs(p.top_logprobs.token_ids, logprobs))
+    if p.prompt_id != "p5":
+        return candidate_of(p)
+    forced = scores_along(p)
+    lps = forced.top.logprobs.copy()
+    lps[7, 0] = np.nan
+    return replace(
+        p,
+        teacher_forced=type(forced)(
+            forced.token_ids, forced.target_logprobs, TopLogprobs(forced.top.token_ids, lps), 1
+        ),
+    )
 
 
 @dataclass
@@ -70,192 +138,112 @@ class Case:
     explicit: dict[str, Any] | None = None
 
 
-def _pair(
-    candidate: Callable[[list[PromptRecord]], list[PromptRecord]], **meta: Any
-) -> Callable[[], tuple[ParityRecord, ParityRecord]]:
-    def build() -> tuple[ParityRecord, ParityRecord]:
-        base = suite()
-        return record(base), record(candidate(suite()), **meta)
-
-    return build
-
-
-def _forks(
-    at: int, legitimate: bool, forking: int = 6
-) -> Callable[[], tuple[ParityRecord, ParityRecord]]:
-    """Six prompts, the first `forking` of which fork at output token `at`."""
-
-    def build() -> tuple[ParityRecord, ParityRecord]:
-        pairs = [fork_pair(p, at=at, legitimate=legitimate) for p in suite()]
-        cand = [c if i < forking else b for i, (b, c) in enumerate(pairs)]
-        return record([b for b, _ in pairs]), record(cand)
-
-    return build
-
-
-def _kl_shift(shift: float) -> Callable[[], tuple[ParityRecord, ParityRecord]]:
-    def build() -> tuple[ParityRecord, ParityRecord]:
-        base = suite()
-        cand = [replace(p, teacher_forced=teacher_forced_on(p, shift=shift)) for p in base]
-        return record(base), record(cand)
-
-    return build
-
-
 CASES = [
-    Case("identical", _pair(lambda s: s), VerdictStatus.PASSED),
-    Case("identical, strict", _pair(lambda s: s), VerdictStatus.PASSED, profile=ProfileName.STRICT),
+    Case("identical", pair, VerdictStatus.PASSED),
     Case(
-        "hidden noise of 1e-3 under bf16",
-        _pair(lambda s: [_noisy(p, 1e-3) for p in s]),
+        "bf16-sized noise: hidden 6e-3 relative, KL 1e-5",
+        lambda: pair(lambda p: replace(_noisy(p, 6e-3), teacher_forced=scores_along(p, -6e-4))),
         VerdictStatus.PASSED,
     ),
     Case(
-        "hidden noise of 1e-3 under strict",
-        _pair(lambda s: [_noisy(p, 1e-3) for p in s]),
+        "final norm scaled by 1.02 (cosine cannot see it)",
+        lambda: pair(lambda p: _scaled(p, 1.02)),
         VerdictStatus.FAILED,
-        ["maxHiddenMaxAbsErr", "maxHiddenRelL2P99", "minHiddenCosineP1"],
-        profile=ProfileName.STRICT,
+        ["maxHiddenNormLogRatio: hidden |log norm ratio| 0.0198"],
     ),
     Case(
-        "hidden noise of 20%",
-        _pair(lambda s: [_noisy(p, 0.2) if p.prompt_id == "p2" else p for p in s]),
+        "hidden noise of 20% on one prompt",
+        lambda: pair(lambda p: _noisy(p, 0.2) if p.prompt_id == "p2" else candidate_of(p)),
         VerdictStatus.FAILED,
-        ["maxHiddenRelL2P99: hidden relative L2 P99", "> 0.05", "worst prompts: p2 (relL2 P99"],
+        ["minHiddenCosine: hidden cosine min", "worst prompts: p2"],
     ),
     Case(
         "NaN in candidate hidden states",
-        _pair(lambda s: [_with_nan(p) if p.prompt_id == "p1" else p for p in s]),
+        lambda: pair(_with_nan_hidden),
         VerdictStatus.FAILED,
         ["hygiene NonFinite (candidate): NaN or Inf in hidden states in prompts p1"],
     ),
     Case(
-        "NaN in candidate logprobs (fp16 overflow)",
-        _pair(lambda s: [_nan_logprob(p) if p.prompt_id == "p5" else p for p in s]),
+        "NaN in candidate scores (fp16 overflow)",
+        lambda: pair(_nan_logprob),
         VerdictStatus.FAILED,
         ["hygiene NonFinite (candidate): NaN or Inf in logprobs in prompts p5"],
     ),
     Case(
-        "NaN in baseline hidden states",
-        lambda: (record([_with_nan(p) for p in suite()]), record(suite())),
-        VerdictStatus.ERROR,
-        ["hygiene NonFinite (baseline)"],
-    ),
-    Case(
-        "prompt token ids differ (chat template drift)",
-        _pair(
-            lambda s: [
-                replace(p, prompt_token_ids=p.prompt_token_ids + 1) if p.prompt_id == "p0" else p
-                for p in s
-            ]
+        "prompt token ids differ (a tokenizer that starts prepending BOS)",
+        lambda: pair(
+            lambda p: (
+                replace(candidate_of(p), prompt_token_ids=np.concatenate([[1], p.prompt_token_ids]))
+                if p.prompt_id == "p0"
+                else candidate_of(p)
+            )
         ),
         VerdictStatus.FAILED,
-        ["hygiene PromptTokensDiffer (both)", "p0"],
+        ["hygiene PromptTokensDiffer (both)", "first at position 0", "p0"],
     ),
     Case(
-        "layer-norm epsilon differs",
-        _pair(
-            lambda s: s,
-            effective_config={"rms_norm_eps": 1e-5, "rope_theta": 1e6, "dtype": "bfloat16"},
-        ),
+        "teacher-forced logprobs drift",
+        lambda: pair(_kl_shift(math.log(0.8))),
         VerdictStatus.FAILED,
-        ["hygiene ConfigDiffers", "rms_norm_eps: 1e-06 -> 1e-05"],
+        ["maxMeanKl: mean KL (nats)", "> 0.0001", "maxLogPerplexityRatio"],
     ),
     Case(
-        "dtype differs under the dtype-change profile",
-        _pair(
-            lambda s: s,
-            dtype="float16",
-            effective_config={"rms_norm_eps": 1e-6, "rope_theta": 1e6, "dtype": "float16"},
-        ),
+        "a rope error: hidden and KL grow past 8K on the long prompts only",
+        lambda: pair(_rope_error),
+        VerdictStatus.FAILED,
+        ["maxLongToShortHiddenRatio", "maxLongToShortKlRatio"],
+    ),
+    Case(
+        "identical, strict",
+        pair,
         VerdictStatus.PASSED,
-        profile=ProfileName.DTYPE_CHANGE,
-    ),
-    Case(
-        "candidate collapses to one token",
-        _pair(
-            lambda s: [
-                replace(p, output_token_ids=np.zeros(24, np.int64)) if p.prompt_id == "p4" else p
-                for p in s
-            ]
-        ),
-        VerdictStatus.FAILED,
-        ["hygiene Collapse (candidate)", "p4"],
-    ),
-    Case(
-        "candidate misses a prompt",
-        _pair(lambda s: s[:-1]),
-        VerdictStatus.ERROR,
-        ["prompt 'p5' is missing from the candidate record"],
-    ),
-    Case(
-        "empty records",
-        lambda: (record([]), record([])),
-        VerdictStatus.ERROR,
-        ["no prompts to compare"],
-    ),
-    Case(
-        "different suites",
-        _pair(lambda s: s, suite="other"),
-        VerdictStatus.ERROR,
-        ["suites differ: baseline ran 'smoke', candidate ran 'other'"],
-    ),
-    Case(
-        "no hidden states under bf16 profile",
-        lambda: (record(suite(hidden=None)), record(suite(hidden=None))),
-        VerdictStatus.ERROR,
-        ["maxHiddenRelL2P99: hidden relative L2 P99 was not measured"],
-    ),
-    Case(
-        "no hidden states, hidden checks switched off",
-        lambda: (record(suite(hidden=None)), record(suite(hidden=None))),
-        VerdictStatus.PASSED,
-        explicit={"maxHiddenRelL2P99": None, "minHiddenCosineP1": None},
-    ),
-    Case(
-        "illegitimate forks at token 2",
-        _forks(at=2, legitimate=False),
-        VerdictStatus.FAILED,
-        [
-            "minFirstDivergenceP10: first divergence P10 2 < 16",
-            "minLegitimateDivergenceRate",
-            "not in baseline top-5",
-        ],
-    ),
-    Case(
-        "one legitimate fork at token 20",
-        _forks(at=20, legitimate=True, forking=1),
-        VerdictStatus.PASSED,
-    ),
-    Case(
-        "one legitimate fork at token 20 under strict",
-        _forks(at=20, legitimate=True, forking=1),
-        VerdictStatus.FAILED,
-        ["minTokenMatchRate: token match rate 0.833333 < 1", "worst prompts: p0 (forks at 20)"],
         profile=ProfileName.STRICT,
     ),
     Case(
-        "one legitimate late fork, match rate required explicitly",
-        _forks(at=20, legitimate=True, forking=1),
+        "hidden noise of 1e-3 under strict",
+        lambda: pair(lambda p: _noisy(p, 1e-3)),
         VerdictStatus.FAILED,
-        ["minTokenMatchRate"],
-        explicit={"minTokenMatchRate": 0.9},
+        ["maxHiddenMaxAbsErr", "maxHiddenRelL2P99", "minHiddenCosineP1", "as observed"],
+        profile=ProfileName.STRICT,
     ),
-    Case("teacher-forced logprobs nearly equal", _kl_shift(-1e-4), VerdictStatus.PASSED),
     Case(
-        "teacher-forced logprobs drift",
-        _kl_shift(math.log(0.8)),
-        VerdictStatus.FAILED,
-        ["maxMeanKl: mean KL (nats)", "> 0.001"],
+        "candidate misses a prompt",
+        lambda: (scored_record(suite()), scored_record(suite()[1:])),
+        VerdictStatus.ERROR,
+        ["prompt 'p0' is missing from the candidate record"],
+    ),
+    Case(
+        "the two sides ran different suites",
+        lambda: pair(fingerprints={"suite.digest": "suite-1"}),
+        VerdictStatus.ERROR,
+        ["did not run the same check: suite.digest"],
     ),
 ]
+
+
+def _rope_error(p: PromptRecord) -> PromptRecord:
+    if not p.prompt_id.startswith("long"):
+        return candidate_of(p)
+    assert p.hidden_states is not None
+    n = p.prompt_token_ids.shape[0] + p.output_token_ids.shape[0]
+    growth = np.where(np.arange(p.hidden_states.shape[0]) >= 8192, 0.05, 1e-4)[:, None]
+    rng = np.random.default_rng(7)
+    states = p.hidden_states * (1.0 + growth * rng.standard_normal(p.hidden_states.shape))
+    forced = scores_along(p)
+    lps = forced.top.logprobs.copy()
+    far = np.arange(1, n) >= 8192
+    lps[far, 0] += math.log(0.9)
+    target = lps[:, 0].copy()
+    rebuilt = type(forced)(
+        forced.token_ids, target, TopLogprobs(forced.top.token_ids, lps), forced.start
+    )
+    return replace(p, teacher_forced=rebuilt, hidden_states=states.astype(np.float32))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_verdict_table(case: Case) -> None:
     baseline, candidate = case.build()
-    explicit = Thresholds.model_validate(case.explicit) if case.explicit is not None else None
-    _, verdict = run(baseline, candidate, case.profile, explicit)
+    _, verdict = run(baseline, candidate, case.profile, case.explicit)
     assert verdict.status == case.status, verdict.reasons
     text = "\n".join(verdict.reasons)
     for expected in case.reasons:
@@ -264,178 +252,295 @@ def test_verdict_table(case: Case) -> None:
         assert verdict.reasons == []
 
 
-def test_failed_reason_names_metric_value_threshold_and_prompt() -> None:
+@pytest.mark.parametrize("profile", BF16_PROFILES)
+def test_a_two_percent_final_norm_scale_fails_every_bf16_profile(profile: ProfileName) -> None:
+    result, verdict = run(*pair(lambda p: _scaled(p, 1.02)), profile)
+    assert verdict.status == VerdictStatus.FAILED
+    outcomes = {c.key: c.outcome for c in verdict.checks}
+    assert outcomes["maxHiddenNormLogRatio"] == "fail"
+    # What cosine and relative L2 say about it: nothing wrong.
+    assert outcomes["minHiddenCosineP1"] == "pass"
+    assert outcomes["maxHiddenRelL2P99"] == "pass"
+    ratio = result.metrics.estimates["hiddenNormLogRatio"]
+    assert ratio.value == pytest.approx(math.log(1.02), rel=1e-4)
+
+
+@pytest.mark.parametrize("profile", list(ProfileName))
+def test_identical_records_pass_every_profile(profile: ProfileName) -> None:
+    # 64 generated tokens: the fp32 profile judges forks within 64 tokens.
+    result, verdict = run(*pair(output_tokens=64), profile)
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
+    m = result.metrics
+    assert m.tokens.match_rate.value == 1.0
+    assert m.logprobs is not None
+    assert m.logprobs.mean_kl.value == 0.0
+    assert m.hidden is not None
+    assert m.hidden.cosine_p1 == 1.0
+
+
+@pytest.mark.parametrize("profile", list(ProfileName))
+def test_identical_records_are_inconclusive_only_below_the_minimum_evidence(
+    profile: ProfileName,
+) -> None:
+    base = suite()[:12]
+    _, verdict = run(scored_record(base), scored_record([candidate_of(p) for p in base]), profile)
+    assert verdict.status == VerdictStatus.INCONCLUSIVE
+    assert verdict.reasons[0].startswith("not enough evidence: 12 of 32 prompts needed")
+    assert not any(c.outcome == "fail" for c in verdict.checks)
+
+
+def test_a_suite_without_long_prompts_is_not_a_pass_of_the_long_checks() -> None:
+    base = [p for p in suite() if not p.prompt_id.startswith("long")]
+    records = scored_record(base), scored_record([candidate_of(p) for p in base])
+    _, verdict = run(*records)
+    assert verdict.status == VerdictStatus.INCONCLUSIVE
+    assert "0 of 4 long prompts (of 8192+ tokens)" in verdict.reasons[0]
+    # A profile that states it needs no long evidence says the checks were not part of it.
+    _, strict = run(*records, ProfileName.STRICT)
+    assert strict.status == VerdictStatus.PASSED
+    assert any("minLongPrompts 0" in e for e in strict.excluded)
+
+
+def test_a_straddling_interval_is_inconclusive_and_names_the_metric() -> None:
+    # Half the short prompts drift a little, the rest agree: the mean KL has a wide interval.
+    def half(p: PromptRecord) -> PromptRecord:
+        odd = p.prompt_id[1:].isdigit() and int(p.prompt_id[1:]) % 2 == 1
+        return candidate_of(p, shift=-2e-3 if odd else 0.0)
+
+    records = pair(half)
+    kl = run(*records)[0].metrics.estimates["meanKl"]
+    assert kl.value is not None
+    assert kl.lower is not None
+    assert kl.upper is not None
+    assert kl.lower < kl.value < kl.upper
+    # A limit at the point estimate: neither bound decides it.
+    _, verdict = run(*records, explicit={"maxMeanKl": kl.value})
+    assert verdict.status == VerdictStatus.INCONCLUSIVE, verdict.reasons
+    assert any(r.startswith("maxMeanKl: mean KL (nats)") and "straddles" in r
+               for r in verdict.reasons)  # fmt: skip
+    check = next(c for c in verdict.checks if c.key == "maxMeanKl")
+    assert check.outcome == "inconclusive"
+
+
+def test_disabled_hidden_states_take_their_thresholds_with_them() -> None:
+    base = [replace(p, hidden_states=None) for p in suite()]
+    records = scored_record(base), scored_record([candidate_of(p) for p in base])
+    _, verdict = run(*records, hidden_states=False)
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
+    disabled = [c for c in verdict.checks if c.outcome == "disabled"]
+    assert {c.key for c in disabled} >= {"maxHiddenRelL2P99", "minHiddenCosineP1"}
+    assert any("hiddenStates.enabled: false" in e for e in verdict.excluded)
+    # Without saying so, missing hidden states cannot be measured: Error, never Passed.
+    _, error = run(*records)
+    assert error.status == VerdictStatus.ERROR
+
+
+def test_switched_off_checks_are_listed_as_not_part_of_the_verdict() -> None:
+    _, verdict = run(*pair(), explicit={"maxKlP99": None})
+    assert verdict.status == VerdictStatus.PASSED
+    assert any(e.startswith("maxKlP99") for e in verdict.excluded)
+
+
+def test_a_censored_p10_does_not_pass_by_itself() -> None:
+    # 24 tokens generated, the fp32 profile asks about forks within 64: nothing observed.
+    _, verdict = run(*pair(), ProfileName.FP32_CROSS_FRAMEWORK)
+    check = next(c for c in verdict.checks if c.key == "minFirstDivergenceP10")
+    assert check.outcome == "inconclusive"
+    assert "raise maxTokens" in check.message
+
+
+def test_legitimate_near_tie_forks_do_not_fail_p10() -> None:
     base = suite()
-    cand = [_noisy(p, 0.2) if p.prompt_id == "p3" else p for p in base]
-    _, verdict = run(record(base), record(cand))
-    check = next(c for c in verdict.checks if c.key == "maxHiddenRelL2P99")
+    forks = {f"p{i}": fork_pair(base[i], at=5) for i in range(2)}
+
+    def change(p: PromptRecord) -> PromptRecord:
+        if p.prompt_id in forks:
+            return replace(forks[p.prompt_id][1], teacher_forced=scores_along(p))
+        return candidate_of(p)
+
+    baseline = [replace(forks[p.prompt_id][0], teacher_forced=p.teacher_forced)
+                if p.prompt_id in forks else p for p in base]  # fmt: skip
+    _, verdict = run(scored_record(baseline), scored_record([change(p) for p in base]))
+    outcomes = {c.key: c.outcome for c in verdict.checks}
+    assert outcomes["minFirstDivergenceP10"] == "pass"
+    assert outcomes["maxIllegitimateDivergenceRate"] == "pass"
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
+
+
+def test_illegitimate_early_forks_fail() -> None:
+    base = suite()
+    forks = {f"p{i}": fork_pair(base[i], at=2, legitimate=False) for i in range(10)}
+
+    def change(p: PromptRecord) -> PromptRecord:
+        if p.prompt_id in forks:
+            return replace(forks[p.prompt_id][1], teacher_forced=scores_along(p))
+        return candidate_of(p)
+
+    baseline = [replace(forks[p.prompt_id][0], teacher_forced=p.teacher_forced)
+                if p.prompt_id in forks else p for p in base]  # fmt: skip
+    _, verdict = run(scored_record(baseline), scored_record([change(p) for p in base]))
+    assert verdict.status == VerdictStatus.FAILED
+    text = "\n".join(verdict.reasons)
+    assert "minFirstDivergenceP10" in text
+    assert "maxIllegitimateDivergenceRate" in text
+    assert "not in baseline top-5" in text
+
+
+def test_fingerprint_difference_fails_naming_the_key_and_both_values() -> None:
+    base = suite()
+    tokenizer = {"tokenizer.add_bos_token": False, "model_config.rms_norm_eps": 1e-6}
+    _, verdict = run(
+        scored_record(base, fingerprints=tokenizer),
+        scored_record(
+            [candidate_of(p) for p in base],
+            fingerprints={"tokenizer.add_bos_token": True, "model_config.rms_norm_eps": 1e-6},
+        ),
+    )
+    assert verdict.status == VerdictStatus.FAILED
+    assert any(
+        "FingerprintDiffers" in r
+        and "tokenizer.add_bos_token: false (baseline) / true (candidate)" in r
+        for r in verdict.reasons
+    )
+
+
+def test_a_fingerprint_on_one_side_only_fails() -> None:
+    base = suite()
+    _, verdict = run(
+        scored_record(base, fingerprints={"generation_config.eos_token_id": [2]}),
+        scored_record([candidate_of(p) for p in base]),
+    )
+    assert verdict.status == VerdictStatus.FAILED
+    assert any("generation_config.eos_token_id" in r and "absent on the candidate" in r
+               for r in verdict.reasons)  # fmt: skip
+
+
+def test_expected_fingerprint_differences_pass_under_their_profile() -> None:
+    base = suite()
+    _, verdict = run(
+        scored_record(base, fingerprints={"versions.engine": "vllm 0.32.0"}),
+        scored_record(
+            [candidate_of(p) for p in base], fingerprints={"versions.engine": "vllm 0.33.0"}
+        ),
+    )
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
+    _, strict = run(
+        scored_record(base, fingerprints={"versions.engine": "vllm 0.32.0"}),
+        scored_record(
+            [candidate_of(p) for p in base], fingerprints={"versions.engine": "vllm 0.33.0"}
+        ),
+        ProfileName.STRICT,
+    )
+    assert strict.status == VerdictStatus.FAILED
+
+
+def test_an_unknown_dtype_gets_no_profile_by_guess() -> None:
+    with pytest.raises(ProfileChoiceError, match=r"set spec\.profile"):
+        suggest_profile(meta(dtype="unknown"), meta())
+
+
+def test_hidden_limits_scale_with_the_model_depth() -> None:
+    deep = {"model_config.num_hidden_layers": 28}
+    gate = plan_gate(
+        meta(fingerprints=deep), meta(fingerprints=deep), profile=ProfileName.BF16_KERNEL
+    )
+    shallow = plan_gate(meta(), meta(), profile=ProfileName.BF16_KERNEL)
+    assert gate.layers == 28
+    assert shallow.thresholds.max_hidden_rel_l2_p99 == 3e-2
+    assert gate.thresholds.max_hidden_rel_l2_p99 == pytest.approx(3e-2 * math.sqrt(14))
+    assert gate.thresholds.min_hidden_cosine_p1 == pytest.approx(1 - 5e-4 * 14)
+    # The measured bf16-vs-fp32 error at 28 layers (0.066 mean) stays within the scaled limit.
+    assert gate.thresholds.max_hidden_rel_l2_p99 > 0.066
+
+
+# -- regression ----------------------------------------------------------------------------
+
+
+def _metrics(
+    change: Callable[[PromptRecord], PromptRecord] = candidate_of, **meta: Any
+) -> ParityMetrics:
+    return run(*pair(change, **meta))[0].metrics
+
+
+def test_a_benign_change_after_a_bit_identical_check_is_not_a_regression() -> None:
+    previous = _metrics()  # KL 0 with a standard error of exactly 0
+    result, verdict = run(*pair(_kl_shift(-6e-4)), previous=previous)
+    assert result.metrics.logprobs is not None
+    assert result.metrics.logprobs.mean_kl.value is not None
+    assert result.metrics.logprobs.mean_kl.value > 0
+    assert verdict.regressions
+    assert not any(r.regressed for r in verdict.regressions)
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
+
+
+def test_a_zero_standard_error_stays_zero_so_a_metric_can_regress() -> None:
+    previous = _metrics()
+    current = _metrics(_kl_shift(math.log(0.99)))
+    found = check_regression(current, previous, RegressionTolerance(max_mean_kl_increase=1e-6))
+    kl = next(r for r in found if r.metric == "mean KL")
+    assert kl.bound is not None
+    assert kl.regressed
+
+
+def test_regression_compares_only_the_same_suite_and_sampling() -> None:
+    previous = _metrics()
+    assert regression_comparable(_metrics(_kl_shift(-6e-4)), previous) is None
+    other_suite = run(
+        scored_record(suite(), fingerprints={"suite.digest": "suite-9"}),
+        scored_record([candidate_of(p) for p in suite()], fingerprints={"suite.digest": "suite-9"}),
+    )[0].metrics
+    why = regression_comparable(other_suite, previous)
+    assert why is not None
+    assert "suite.digest" in why
+    _, verdict = run(*pair(), previous=other_suite)
+    assert verdict.regressions == []
+    assert any("no regression test" in e for e in verdict.excluded)
+
+
+def test_large_drop_in_same_top_rate_is_a_regression() -> None:
+    previous = _metrics()
+    current = _metrics(_kl_shift(-5.0))  # the best token changes at every position
+    found = check_regression(current, previous, RegressionTolerance(), _thresholds())
+    same = next(r for r in found if r.metric == "same-top-token rate")
+    assert same.regressed
+
+
+def _thresholds() -> Thresholds:
+    return plan_gate(meta(), meta(), profile=ProfileName.BF16_KERNEL).thresholds
+
+
+def test_failed_reason_names_metric_value_bounds_and_prompt() -> None:
+    _, verdict = run(*pair(lambda p: _noisy(p, 0.2) if p.prompt_id == "p3" else candidate_of(p)))
+    check = next(c for c in verdict.checks if c.key == "minHiddenCosine")
     assert check.outcome == "fail"
     assert check.value is not None
-    assert check.value > 0.05
-    assert check.threshold == 0.05
+    assert check.threshold == 0.999
     assert check.worst_prompts[0].startswith("p3 ")
 
 
 def test_warn_thresholds_warn_without_failing() -> None:
-    # KL between the bf16 warn (1e-4) and block (1e-3) limits.
-    _, verdict = run(*_kl_shift(math.log(0.997))())
-    assert verdict.status == VerdictStatus.PASSED
+    _, verdict = run(*pair(_kl_shift(-1.5e-3)))  # KL 5.7e-5: past 3e-5, under 1e-4
+    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
     assert any(w.startswith("maxMeanKl (warn)") for w in verdict.warnings)
 
 
-def test_long_prompts_with_error_growing_past_8k() -> None:
-    rng = np.random.default_rng(0)
-
-    def long_pair(pid: str, tokens: int) -> tuple[PromptRecord, PromptRecord]:
-        p = replace(
-            prompt(pid, prompt_tokens=tokens, hidden=None),
-            hidden_states=rng.standard_normal((tokens, 8)).astype(np.float32) + 1.0,
-        )
-        assert p.hidden_states is not None
-        growth = np.where(np.arange(tokens) >= 8192, 0.2, 1e-4).astype(np.float32)[:, None]
-        kl_shift = math.log(0.5) if tokens >= 8192 else math.log(0.999)
-        cand = replace(
-            p,
-            hidden_states=p.hidden_states * (1 + growth),
-            teacher_forced=teacher_forced_on(p, shift=kl_shift),
-        )
-        return p, cand
-
-    pairs = [long_pair("short0", 200), long_pair("short1", 300), long_pair("long0", 9000)]
-    result, verdict = run(record([b for b, _ in pairs]), record([c for _, c in pairs]))
-    buckets = {b.name: b for b in result.metrics.buckets}
-    assert buckets["0-1K"].rel_l2_mean == pytest.approx(1e-4, rel=1e-2)
-    assert buckets["8K+"].rel_l2_mean == pytest.approx(0.2, rel=1e-2)
-    assert buckets["8K+"].kl_steps == 24
-    long = result.metrics.long_sequence
-    assert long.prompts == 1
-    assert long.diverged_prompts == ["long0"]
-    assert long.kl_ratio is not None
-    assert long.kl_ratio > 3
-    assert verdict.status == VerdictStatus.FAILED
-    text = "\n".join(verdict.reasons)
-    assert "maxLongSeqDivergenceRate" in text
-    assert "maxLongToShortKlRatio" in text
-    assert "long0 (" in text
-
-
-def test_long_sequence_checks_do_not_apply_without_long_prompts() -> None:
-    _, verdict = run(record(suite()), record(suite()))
-    outcomes = {c.key: c.outcome for c in verdict.checks}
-    assert outcomes["maxLongSeqDivergenceRate"] == "skipped"
-    assert outcomes["maxLongToShortKlRatio"] == "skipped"
-
-
 def test_error_is_kept_apart_from_failed() -> None:
-    # A missing prompt and a failing metric together: the check could not measure the suite.
     base = suite()
     cand = [_noisy(p, 0.3) for p in base[:-1]]
-    _, verdict = run(record(base), record(cand))
+    _, verdict = run(scored_record(base), scored_record(cand))
     assert verdict.status == VerdictStatus.ERROR
 
 
-@settings(max_examples=15, deadline=None)
-@given(
-    st.integers(1, 6),
-    st.integers(1, 40),
-    st.integers(0, 10_000),
-    st.sampled_from(list(ProfileName)),
-)
-def test_identical_records_score_perfectly_and_pass_every_profile(
-    prompts: int, output_tokens: int, seed: int, profile: ProfileName
-) -> None:
-    records = [prompt(f"q{i}", output_tokens=output_tokens, seed=seed + i) for i in range(prompts)]
-    forced = [replace(p, teacher_forced=teacher_forced_on(p)) for p in records]
-    result, verdict = run(record(records), record(forced), profile)
-    m = result.metrics
-    assert verdict.status == VerdictStatus.PASSED, verdict.reasons
-    assert m.tokens.match_rate.value == 1.0
-    assert m.tokens.agreement.value == 1.0
-    assert m.tokens.first_divergence.diverged == 0
-    assert m.logprobs is not None
-    assert m.logprobs.mean_kl.value == 0.0
-    assert m.logprobs.same_top_rate.value == 1.0
-    assert m.hidden is not None
-    assert m.hidden.max_abs_err == 0.0
-    assert m.hidden.rel_l2_p99 == 0.0
-    assert m.hidden.cosine_p1 == 1.0
-
-
-def _metrics_with_forks(prompts: int, forks: int) -> ParityMetrics:
-    pairs = [fork_pair(p, at=20) for p in suite(prompts)]
-    base = [b for b, _ in pairs]
-    cand = [c if i < forks else b for i, (b, c) in enumerate(pairs)]
-    return run(record(base), record(cand))[0].metrics
-
-
-def test_small_drop_in_match_rate_is_not_a_regression_within_the_wilson_bound() -> None:
-    previous = _metrics_with_forks(40, 0)
-    current = _metrics_with_forks(40, 1)
-    found = check_regression(current, previous, RegressionTolerance())
-    match = next(r for r in found if r.metric == "token match rate")
-    assert match.current is not None
-    assert match.previous is not None
-    assert match.current < match.previous  # a bare point comparison would flag this
-    assert not match.regressed
-    assert match.bound is not None
-    assert match.bound > 0
-
-
-def test_large_drop_in_match_rate_is_a_regression() -> None:
-    previous = _metrics_with_forks(40, 0)
-    current = _metrics_with_forks(40, 20)
-    found = check_regression(current, previous, RegressionTolerance())
-    match = next(r for r in found if r.metric == "token match rate")
-    assert match.regressed
-    assert "fell from 1.0000 to 0.5000" in match.message
-
-
-def test_allowed_drop_absorbs_a_regression() -> None:
-    previous = _metrics_with_forks(40, 0)
-    current = _metrics_with_forks(40, 20)
-    tolerance = RegressionTolerance(max_token_match_rate_drop=0.9)
-    found = check_regression(current, previous, tolerance)
-    match = next(r for r in found if r.metric == "token match rate")
-    assert not match.regressed
-
-
-def test_regression_fails_the_verdict() -> None:
-    previous = _metrics_with_forks(40, 0)
-    pairs = [fork_pair(p, at=20) for p in suite(40)]
-    base = [b for b, _ in pairs]
-    cand = [c if i < 20 else b for i, (b, c) in enumerate(pairs)]
-    result = compare_sources(
-        record(base), record(cand), resolve_thresholds(ProfileName.BF16_KERNEL)
-    )
-    verdict = decide(result, previous=previous, tolerance=RegressionTolerance())
-    assert verdict.status == VerdictStatus.FAILED
-    assert any(r.startswith("regression: token match rate") for r in verdict.reasons)
-
-
-def test_a_blocking_failure_is_not_repeated_as_a_warning() -> None:
-    _, verdict = run(*_kl_shift(math.log(0.8))())
-    assert any(r.startswith("maxMeanKl:") for r in verdict.reasons)
-    assert not any(w.startswith("maxMeanKl") for w in verdict.warnings)
-
-
-def test_long_to_short_kl_ratio_ignores_noise_far_below_the_kl_limit() -> None:
-    # Identical configs still differ by rounding between prefill and decode kernels:
-    # KL of ~3e-7 nats at 8K+ against 0 at 0-1K is no evidence of a long-context bug.
-    def pair(pid: str, tokens: int, shift: float) -> tuple[PromptRecord, PromptRecord]:
-        p = prompt(pid, prompt_tokens=tokens)
-        return p, replace(p, teacher_forced=teacher_forced_on(p, shift=shift))
-
-    def judged(long_shift: float) -> tuple[float, VerdictStatus, list[str]]:
-        pairs = [pair("short0", 200, 0.0), pair("long0", 9000, long_shift)]
-        result, verdict = run(record([b for b, _ in pairs]), record([c for _, c in pairs]))
-        ratio = result.metrics.long_sequence.kl_ratio
-        assert ratio is not None
-        return ratio, verdict.status, verdict.reasons
-
-    noise_ratio, noise_status, reasons = judged(math.log(1 - 1e-4))
-    assert noise_ratio < 3
-    assert noise_status == VerdictStatus.PASSED, reasons
-    harm_ratio, harm_status, reasons = judged(math.log(0.9))
-    assert harm_ratio > 3
-    assert harm_status == VerdictStatus.FAILED
-    assert any("maxLongToShortKlRatio" in reason for reason in reasons)
+def test_legacy_records_without_prompt_scores_cannot_judge_long_context() -> None:
+    base = [prompt(f"q{i}", seed=i) for i in range(4)] + [
+        prompt("long0", prompt_tokens=8300, hidden=None)
+    ]
+    forced = [replace(p, teacher_forced=scored(p).teacher_forced) for p in base]
+    legacy = [replace(p, teacher_forced=None) for p in base]
+    _, verdict = run(
+        scored_record(legacy), scored_record(forced), hidden_states=False,
+        explicit={"minPrompts": 1, "minLongPrompts": 1, "minScoredSteps": 1},
+    )  # fmt: skip
+    check = next(c for c in verdict.checks if c.key == "maxLongToShortKlRatio")
+    assert check.outcome in ("unmeasured", "inconclusive")
+    assert verdict.status != VerdictStatus.PASSED

@@ -358,3 +358,24 @@ def test_handler_modules_are_discovered_and_can_be_left_out() -> None:
     assert all(not name.startswith("_") for name in modules)
     with pytest.raises(ValueError, match="no controller module nope"):
         load_handlers(exclude=["nope"])
+
+
+def test_the_deployment_index_keeps_no_managed_fields_nor_kopfs_copy_of_the_spec() -> None:
+    from infergate.controllers.inference_deployment import slim_body
+
+    body = {
+        "metadata": {
+            "name": "qwen",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {
+                "kopf.infergate.io/last-handled-configuration": '{"spec": "copy"}',
+                "infergate.io/promote": "true",
+            },
+        },
+        "spec": {"replicas": 2},
+    }
+    slim = slim_body(body)
+    assert "managedFields" not in slim["metadata"]
+    assert slim["metadata"]["annotations"] == {"infergate.io/promote": "true"}
+    assert slim["spec"] == {"replicas": 2}
+    assert "managedFields" in body["metadata"]  # the watched object is left as it is

@@ -213,14 +213,17 @@ class ToyEngine:
 
     def complete(
         self,
-        prompt: Sequence[int],
+        prompt: Sequence[int] | str,
         *,
         max_tokens: int,
         top_logprobs: int,
         seed: int,  # noqa: ARG002
+        ignore_eos: bool = True,  # noqa: ARG002 - the toy model has no end of sequence
     ) -> Completion:
         self._maybe_fail()
         self.completions += 1
+        # Text comes as text, as engines take it; the toy tokenizes it itself.
+        prompt = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         context = list(prompt)
         steps = []
         for _ in range(max_tokens):

@@ -82,9 +82,8 @@ class IpAllocator:
 
     def __init__(self, cidr: str) -> None:
         network = ipaddress.ip_network(cidr)
-        if not isinstance(network, ipaddress.IPv4Network) or not network.subnet_of(
-            ipaddress.IPv4Network("127.0.0.0/8")
-        ):
+        loopback = ipaddress.IPv4Network("127.0.0.0/8")
+        if not (isinstance(network, ipaddress.IPv4Network) and network.subnet_of(loopback)):
             raise ValueError(f"pod IP range {cidr} is not inside loopback (127.0.0.0/8)")
         self._hosts = [str(ip) for ip in network.hosts()][1:]
         self._next = 0

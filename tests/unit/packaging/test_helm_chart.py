@@ -1,0 +1,223 @@
+"""The Helm chart installs what the kustomize base installs, by rendering both and
+comparing the objects: `helm template` with default values against `kubectl kustomize
+manifests/`, and with every optional piece enabled against the base plus every kustomize
+Component. Then what only the chart does: the namespace-scoped mode, names moved by
+fullnameOverride, the runner image following the operator's, and `helm lint`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infergate.commands.chart import find_components, kustomize
+from infergate.helmchart import strip_release
+from tests.tools import REPO, tool
+from tests.unit.packaging.kustomize import MANIFESTS, build, kubectl_binary
+
+CHART = REPO / "charts" / "infergate"
+NAMESPACE = "infergate-system"
+JSON = dict[str, Any]
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(tool("helm")), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "HELM_CACHE_HOME": "/tmp/infergate-helm/cache",
+             "HELM_CONFIG_HOME": "/tmp/infergate-helm/config",
+             "HELM_DATA_HOME": "/tmp/infergate-helm/data"},
+    )  # fmt: skip
+    if check:
+        assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
+    return result
+
+
+def template(*values: str, namespace: str = NAMESPACE) -> list[JSON]:
+    """`helm template infergate charts/infergate` with --set VALUES, CRDs included."""
+    sets = [a for v in values for a in ("--set", v)]
+    out = helm(
+        "template", "infergate", str(CHART), "--namespace", namespace, "--include-crds", *sets
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def _key(doc: JSON) -> str:
+    return f"{doc['kind']}/{doc['metadata'].get('namespace', '')}/{doc['metadata']['name']}"
+
+
+def _by_key(documents: list[JSON]) -> dict[str, JSON]:
+    keyed = {_key(d): d for d in documents}
+    assert len(keyed) == len(documents), "two objects with one kind/namespace/name"
+    return keyed
+
+
+def _without_namespace_object(documents: list[JSON]) -> list[JSON]:
+    """Helm leaves the release namespace to `--create-namespace`; kustomize makes it."""
+    return [
+        d
+        for d in documents
+        if not (d["kind"] == "Namespace" and d["metadata"]["name"] == NAMESPACE)
+    ]
+
+
+def _assert_same(rendered: list[JSON], built: list[JSON]) -> None:
+    ours, theirs = _by_key(strip_release(rendered)), _by_key(_without_namespace_object(built))
+    assert sorted(ours) == sorted(theirs)
+    for key, doc in theirs.items():
+        assert json.dumps(ours[key], sort_keys=True) == json.dumps(doc, sort_keys=True), key
+
+
+def test_default_values_render_exactly_the_kustomize_base() -> None:
+    _assert_same(template(), build(MANIFESTS))
+
+
+def test_every_optional_piece_renders_exactly_its_kustomize_component(tmp_path: Path) -> None:
+    components = find_components(MANIFESTS)
+    assert {c.name for c in components} >= {"servicemonitor", "networkpolicy", "prometheusrule"}
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(MANIFESTS, tmp_path)],
+        "components": [os.path.relpath(c, tmp_path) for c in components],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    built = kustomize(kubectl_binary(), tmp_path)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    enabled = [
+        f"{key}.enabled=true" for key, v in values.items() if isinstance(v, dict) and "enabled" in v
+    ]
+    assert len(enabled) == len(components)
+    _assert_same(template(*enabled), built)
+
+
+def test_component_labels_are_added_and_override_those_of_manifests() -> None:
+    rendered = template("serviceMonitor.enabled=true", "serviceMonitor.labels.release=prom")
+    monitor = next(d for d in rendered if d["kind"] == "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == "infergate"
+
+
+def test_namespace_scope_grants_roles_in_the_watched_namespaces_only() -> None:
+    rendered = template("rbac.scope=namespace", "watchNamespaces={team-a,team-b}")
+    kinds = {d["kind"] for d in rendered}
+    assert "ClusterRole" not in kinds
+    assert "ClusterRoleBinding" not in kinds
+    # The leader-election Role lives in the release namespace whatever the scope.
+    roles = [
+        d
+        for d in rendered
+        if d["kind"] == "Role" and not d["metadata"]["name"].endswith("leader-election")
+    ]
+    bindings = [
+        d
+        for d in rendered
+        if d["kind"] == "RoleBinding" and not d["metadata"]["name"].endswith("leader-election")
+    ]
+    assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
+    assert {b["metadata"]["namespace"] for b in bindings} == {"team-a", "team-b"}
+    # Each Role holds exactly the namespaced rules of the ClusterRole it replaces.
+    cluster_roles = {
+        d["metadata"]["name"]: d for d in build(MANIFESTS) if d["kind"] == "ClusterRole"
+    }
+    for role in roles:
+        original = cluster_roles[role["metadata"]["name"]]
+        expected = [
+            {
+                **rule,
+                "resources": [
+                    r
+                    for r in rule["resources"]
+                    if r not in ("namespaces", "customresourcedefinitions")
+                ],
+            }
+            for rule in original["rules"]
+        ]
+        assert role["rules"] == [r for r in expected if r["resources"]]
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": binding["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "infergate-operator", "namespace": NAMESPACE}
+        ]
+    deployment = next(d for d in rendered if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["--namespace=team-a", "--namespace=team-b"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["rbac.scope=namespace"], "rbac.scope=namespace needs watchNamespaces"),
+        (["rbac.scope=namespace", "watchNamespaces={team-*}"], '"team-*" is a pattern'),
+        (["rbac.scope=tenant"], 'rbac.scope: "tenant" is not allowed'),
+    ],
+)
+def test_values_that_cannot_work_are_refused_with_the_reason(
+    values: list[str], message: str
+) -> None:
+    sets = [a for v in values for a in ("--set", v)]
+    result = helm("template", "infergate", str(CHART), *sets, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_fullname_override_moves_every_name_and_every_reference() -> None:
+    rendered = [
+        d for d in template("fullnameOverride=acme") if d["kind"] != "CustomResourceDefinition"
+    ]
+    names = {d["metadata"]["name"] for d in rendered}
+    assert names
+    assert all(n.startswith("acme-") for n in names), names
+    text = json.dumps(rendered)
+    assert '"infergate-operator"' in text  # the app label stays (selectors match it)
+    for doc in rendered:
+        for subject in doc.get("subjects", []):
+            assert subject["name"] == "acme-operator"
+        if "roleRef" in doc:
+            assert doc["roleRef"]["name"] in names
+    deployment = next(d for d in rendered if d["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "acme-operator"
+
+
+def test_a_moved_operator_image_moves_the_runner_image_too() -> None:
+    def env(*values: str) -> dict[str, Any]:
+        deployment = next(d for d in template(*values) if d["kind"] == "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e.get("value") for e in container["env"]} | {"image": container["image"]}
+
+    assert "INFERGATE_RUNNER_IMAGE" not in env()
+    moved = env("image.repository=registry.example.com/infergate", "image.tag=0.1.1")
+    assert moved["image"] == "registry.example.com/infergate:0.1.1"
+    assert moved["INFERGATE_RUNNER_IMAGE"] == "registry.example.com/infergate:0.1.1"
+    assert env("runner.image=runner:2")["INFERGATE_RUNNER_IMAGE"] == "runner:2"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["rbac.scope=namespace", "watchNamespaces={team-a}"],
+        [
+            "serviceMonitor.enabled=true",
+            "networkPolicy.enabled=true",
+            "prometheusRule.enabled=true",
+        ],
+    ],
+    ids=["defaults", "namespace-scope", "all-components"],
+)
+def test_helm_lint_passes(values: list[str]) -> None:
+    sets = [a for v in values for a in ("--set", v)]
+    result = helm("lint", "--strict", str(CHART), *sets, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
