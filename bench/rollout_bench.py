@@ -30,147 +30,25 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from common import (
+    DTYPES,
+    REPO,
+    Kubectl,
+    Timings,
+    Watch,
+    by_generation,
+    by_name,
+    canary_name,
+    idep_manifest,
+)
 
-from infergate.api.inference_deployment import InferenceDeploymentSpec
-from infergate.errors import KubeError
-from infergate.jsontypes import JSON
-from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, KubeClient, Resource
+from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, KubeClient
 from infergate.localcluster.layout import ClusterLayout
-from infergate.plan.desired import revision_of
-
-REPO = Path(__file__).resolve().parents[1]
-DTYPES = ("bfloat16", "float16", "float32")
-
-
-def _manifest(name: str, dtype: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "infergate.io/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "tiny-qwen", "uri": "hf://infergate/tiny-qwen2"},
-            "engine": {
-                "kind": "vllm",
-                "image": "vllm/vllm-openai:v0.32.0",
-                "dtype": dtype,
-                "maxModelLen": 2048,
-            },
-            "accelerator": {"kind": "nvidia-gpu", "count": 1},
-            "replicas": 0,
-            "rollout": {
-                "canaryReplicas": 1,
-                "parity": {"suite": {"inline": [{"id": "p", "text": "The capital of France is"}]}},
-            },
-            "placement": {
-                "nodeSelector": {"type": "kwok"},
-                "tolerations": [
-                    {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-                ],
-            },
-        },
-    }
-
-
-def _canary_name(manifest: dict[str, Any]) -> str:
-    spec = InferenceDeploymentSpec.model_validate(manifest["spec"])
-    return f"{manifest['metadata']['name']}-{revision_of(spec)}"
-
-
-class Watch(threading.Thread):
-    """Records when each object of one kind in the namespace is first seen under a key
-    (a Deployment by name; an InferenceDeployment by name and generation)."""
-
-    def __init__(
-        self, client: KubeClient, resource: Resource, namespace: str, key: Callable[[JSON], str]
-    ) -> None:
-        super().__init__(daemon=True)
-        self.client = client
-        self.resource = resource
-        self.namespace = namespace
-        self.key = key
-        self.seen: dict[str, float] = {}
-        self.changed = threading.Condition()
-        self.stopped = False
-
-    def run(self) -> None:
-        while not self.stopped:
-            try:
-                for event in self.client.watch(self.resource, self.namespace, timeout_seconds=60):
-                    key = self.key(event.get("object") or {})
-                    with self.changed:
-                        if key not in self.seen:
-                            self.seen[key] = time.monotonic()
-                            self.changed.notify_all()
-            except KubeError as error:
-                sys.stderr.write(f"watch restarted: {error}\n")
-                time.sleep(0.2)
-
-    def wait_for(self, keys: set[str], timeout: float) -> dict[str, float]:
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while not keys <= set(self.seen):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = sorted(keys - set(self.seen))
-                    raise TimeoutError(f"{len(missing)} never seen: {missing[:5]}")
-                self.changed.wait(left)
-            return {key: self.seen[key] for key in keys}
-
-
-def _by_name(obj: JSON) -> str:
-    return str((obj.get("metadata") or {}).get("name"))
-
-
-def _by_generation(obj: JSON) -> str:
-    metadata = obj.get("metadata") or {}
-    return f"{metadata.get('name')}@{metadata.get('generation')}"
-
-
-class Bench:
-    def __init__(self, layout: ClusterLayout, namespace: str) -> None:
-        self.layout = layout
-        self.namespace = namespace
-        self.kubectl = str(layout.bin / "kubectl")
-
-    def run(self, *args: str, stdin: str | None = None) -> str:
-        result = subprocess.run(
-            [self.kubectl, f"--kubeconfig={self.layout.kubeconfig}", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr}")
-        return result.stdout
-
-    def apply(self, manifests: list[dict[str, Any]]) -> None:
-        text = "\n---\n".join(json.dumps(m) for m in manifests)
-        self.run("apply", "-n", self.namespace, "-f", "-", stdin=text)
-
-    def stable_count(self) -> int:
-        listed = json.loads(self.run("get", "idep", "-n", self.namespace, "-o", "json"))["items"]
-        return sum(1 for i in listed if (i.get("status") or {}).get("phase") == "Stable")
-
-
-def _stats(latencies: list[float]) -> dict[str, float]:
-    values = np.array(latencies)
-    return {
-        "count": len(latencies),
-        "median_s": round(float(np.median(values)), 4),
-        "p99_s": round(float(np.percentile(values, 99)), 4),
-        "max_s": round(float(values.max()), 4),
-    }
 
 
 def _start_operator(layout: ClusterLayout, namespace: str, resync: float) -> subprocess.Popen[str]:
@@ -193,7 +71,7 @@ def _start_operator(layout: ClusterLayout, namespace: str, resync: float) -> sub
     )
 
 
-def _all_stable(bench: Bench, operator: subprocess.Popen[str], count: int) -> float:
+def _all_stable(bench: Kubectl, operator: subprocess.Popen[str], count: int) -> float:
     started = time.monotonic()
     while bench.stable_count() < count:
         if operator.poll() is not None:
@@ -205,26 +83,8 @@ def _all_stable(bench: Bench, operator: subprocess.Popen[str], count: int) -> fl
     return time.monotonic() - started
 
 
-@dataclass
-class Timings:
-    """Seconds from `kubectl apply` (and from the change reaching a watch) to the canary."""
-
-    from_apply: list[float] = field(default_factory=list)
-    from_watch: list[float] = field(default_factory=list)
-
-    def add(self, t_apply: float, t_change: float, t_canary: float) -> None:
-        self.from_apply.append(t_canary - t_apply)
-        self.from_watch.append(t_canary - t_change)
-
-    def stats(self) -> dict[str, dict[str, float]]:
-        return {
-            "from_kubectl_apply": _stats(self.from_apply),
-            "from_change_seen_by_a_watch": _stats(self.from_watch),
-        }
-
-
 def _rounds(
-    bench: Bench,
+    bench: Kubectl,
     deployments: Watch,
     changes: Watch,
     manifests: dict[str, dict[str, Any]],
@@ -234,7 +94,7 @@ def _rounds(
     for name, manifest in manifests.items():
         changed = copy.deepcopy(manifest)
         changed["spec"]["engine"]["dtype"] = DTYPES[1]
-        canary = _canary_name(changed)
+        canary = canary_name(changed)
         t0 = time.monotonic()
         bench.apply([changed])
         appeared = deployments.wait_for({canary}, 120)[canary]
@@ -245,7 +105,7 @@ def _rounds(
         changed = copy.deepcopy(manifest)
         changed["spec"]["engine"]["dtype"] = DTYPES[2]
         burst_changes[name] = changed
-    canaries = {name: _canary_name(m) for name, m in burst_changes.items()}
+    canaries = {name: canary_name(m) for name, m in burst_changes.items()}
     t0 = time.monotonic()
     bench.apply(list(burst_changes.values()))
     apply_s = time.monotonic() - t0
@@ -269,19 +129,19 @@ def main() -> int:
 
     layout = ClusterLayout.default()
     namespace = f"bench-rollout-{uuid.uuid4().hex[:6]}"
-    bench = Bench(layout, namespace)
+    bench = Kubectl(layout, namespace)
     crds = sorted((REPO / "crds").glob("infergate.io_*.yaml"))
     bench.run("apply", *(f"--filename={path}" for path in crds))
     bench.run("create", "namespace", namespace)
     operator = _start_operator(layout, namespace, args.resync_seconds)
     client = KubeClient.from_environment(str(layout.kubeconfig))
-    deployments = Watch(client, DEPLOYMENTS, namespace, _by_name)
-    changes = Watch(client, INFERENCE_DEPLOYMENTS, namespace, _by_generation)
+    deployments = Watch(client, DEPLOYMENTS, namespace, by_name)
+    changes = Watch(client, INFERENCE_DEPLOYMENTS, namespace, by_generation)
     deployments.start()
     changes.start()
     try:
         manifests = {
-            name: _manifest(name, DTYPES[0])
+            name: idep_manifest(name, DTYPES[0])
             for name in (f"model-{i:03d}" for i in range(args.deployments))
         }
         bench.apply(list(manifests.values()))

@@ -14,6 +14,12 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 log() { printf '[build-control-plane] %s\n' "$*" >&2; }
 
+# Two checkouts (or `make -j`) building at once would share the .tmp directories:
+# the second waits for the first and then finds the binaries cached.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build-control-plane.lock"
+flock 9
+
 k8s_bin="$CACHE/bin/kubernetes-$K8S_VERSION"
 etcd_bin="$CACHE/bin/etcd-$ETCD_VERSION"
 kwok_bin="$CACHE/bin/kwok-$KWOK_VERSION"

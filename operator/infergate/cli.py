@@ -22,6 +22,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "parity",
     "fixture",
     "serve",
+    "fingerprints",
     "record",
     "operator",
     "control",

@@ -25,6 +25,12 @@ REVISIONS = Gauge(
     "Revisions an InferenceDeployment keeps in its history.",
     ["namespace", "name"],
 )
+CONDITION = Gauge(
+    "infergate_deployment_condition",
+    "1 for each condition of an InferenceDeployment in its current status (True, False or "
+    "Unknown), 0 for the other two; alerts read ConfigDrifted, Degraded and the like from it.",
+    ["namespace", "name", "type", "status"],
+)
 PROMOTIONS = Counter(
     "infergate_promotions_total",
     "Canary revisions promoted to stable, by reason (ParityPassed, ByHand, RollbackByHand).",
@@ -73,6 +79,7 @@ API_ERRORS = Counter(
 
 # The metric labels each deployment's parity gauge carries now (to drop them on replace).
 _PARITY_SHOWN: dict[tuple[str, str], set[str]] = {}
+_CONDITIONS_SHOWN: dict[tuple[str, str], set[str]] = {}
 
 # Every label value a deployment's counters can take, created at 0 when the deployment is
 # first seen. A counter series that appears at 1 shows no increase() in Prometheus, so the
@@ -119,6 +126,28 @@ def record_phase(namespace: str, name: str, phase: DeploymentPhase, revisions: i
     REVISIONS.labels(namespace, name).set(revisions)
 
 
+def record_conditions(namespace: str, name: str, conditions: Iterable[tuple[str, str]]) -> None:
+    """Set the condition gauges from (type, status) pairs: one 1 per type, the rest 0.
+
+    A condition type the status no longer has is dropped, so no stale True lingers.
+    """
+    current = dict(conditions)
+    for kind in _CONDITIONS_SHOWN.get((namespace, name), set()) - set(current):
+        _forget_condition(namespace, name, kind)
+    for kind, status in current.items():
+        for candidate in ("True", "False", "Unknown"):
+            CONDITION.labels(namespace, name, kind, candidate).set(
+                1.0 if candidate == status else 0.0
+            )
+    _CONDITIONS_SHOWN[namespace, name] = set(current)
+
+
+def _forget_condition(namespace: str, name: str, kind: str) -> None:
+    for candidate in ("True", "False", "Unknown"):
+        with contextlib.suppress(KeyError):
+            CONDITION.remove(namespace, name, kind, candidate)
+
+
 def record_outcomes(namespace: str, name: str, outcomes: Iterable[tuple[str, str]]) -> None:
     """Count promotions, rollbacks and verdicts given as (kind, reason) pairs."""
     _initialise_counters(namespace, name)
@@ -153,6 +182,8 @@ def _forget_parity(namespace: str, name: str) -> None:
 def forget(namespace: str, name: str) -> None:
     """Drop the gauges of a deleted deployment (counters stay: they are history)."""
     _forget_parity(namespace, name)
+    for kind in _CONDITIONS_SHOWN.pop((namespace, name), set()):
+        _forget_condition(namespace, name, kind)
     with contextlib.suppress(KeyError):
         for phase in DeploymentPhase:
             ROLLOUT_PHASE.remove(namespace, name, phase.value)

@@ -243,3 +243,47 @@ def long_prompt(language: str, index: int) -> PromptSpec:
         parts.append(text)
         size += len(text)
     return PromptSpec(id=f"long-{language}-{index}", text="".join(parts), tags=(language, LONG_TAG))
+
+
+# Characters per medium prompt: with the fixture tokenizer about 110-140 tokens, so
+# 36 of them with 16 output tokens each score 4096+ teacher-forced positions.
+_MEDIUM_CHARS = {"zh": 130, "en": 560}
+
+
+def medium_prompts(count: int = 36, token_prompts: int = 4) -> list[PromptSpec]:
+    """Deterministic prompts of about a hundred tokens, for deployments that cannot hold 8K.
+
+    A fixture engine served with a short context (maxModelLen 512, as the demo and the
+    end-to-end tests run it on CPU) cannot take the default suite's long prompts, so a
+    check on it meets the profiles' prompt and scored-position minimums with these and
+    states `minLongPrompts: 0`: its verdict then says the long-context checks were not part
+    of it. Text prompts alternate Chinese and English corpus sentences in a seeded order;
+    the last `token_prompts` are token ids (identical on both sides) drawn from the same
+    seed inside the fixture's vocabulary of ordinary tokens.
+    """
+    prompts: list[PromptSpec] = []
+    for index in range(count - token_prompts):
+        language = "zh" if index % 2 else "en"
+        pool: Sequence[str] = CHINESE if language == "zh" else ENGLISH
+        rng = random.Random(f"infergate-medium-{language}-{index}")  # noqa: S311 - text
+        sep = "" if language == "zh" else " "
+        chosen: list[str] = []
+        while len(sep.join(chosen)) < _MEDIUM_CHARS[language]:
+            chosen.append(rng.choice(pool))
+        prompts.append(
+            PromptSpec(id=f"{language}-{index}", text=sep.join(chosen), tags=(language,))
+        )
+    for index in range(token_prompts):
+        rng = random.Random(f"infergate-medium-ids-{index}")  # noqa: S311 - ids
+        ids = tuple(rng.randrange(16, 1024) for _ in range(120))
+        prompts.append(PromptSpec(id=f"ids-{index}", token_ids=ids, tags=("ids",)))
+    return prompts
+
+
+def inline(prompts: Iterable[PromptSpec]) -> list[dict[str, object]]:
+    """Prompts as a ParityCheck's `suite.inline` items (camelCase, unset fields left out)."""
+    return [
+        p.model_dump(by_alias=True, exclude_none=True, exclude_defaults=True, mode="json")
+        | {"id": p.id}
+        for p in prompts
+    ]

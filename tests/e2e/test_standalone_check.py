@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.canary import SHORT_CONTEXT, SUITE
 from tests.e2e.support import (
     MODEL_NAME,
     Operator,
@@ -26,13 +27,6 @@ from tests.e2e.support import (
     wait_pod_ready,
 )
 from tests.harness import Cluster, release_namespace, wait_for
-
-SUITE = [
-    {"id": "en-weather", "text": "The weather today is"},
-    {"id": "en-story", "text": "Once upon a time there was"},
-    {"id": "zh-morning", "text": "今天早上"},
-    {"id": "ids", "tokenIds": [11, 42, 7, 99, 5]},
-]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +60,7 @@ def check(name: str, baseline: str, candidate: str) -> dict[str, Any]:
             "suite": {"inline": SUITE},
             "sampling": {"maxTokens": 16, "topLogprobs": 5},
             "profile": "fp32-cross-framework",
+            "thresholds": dict(SHORT_CONTEXT),
             "runner": {"activeDeadlineSeconds": 300, "backoffLimit": 0},
             "deadlineSeconds": 600,
         },

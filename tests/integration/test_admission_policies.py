@@ -444,7 +444,9 @@ def _rendered(namespace: str, uri: str, accelerator: str) -> list[dict[str, Any]
         active_deadline_seconds=runner.active_deadline_seconds, backoff_limit=runner.backoff_limit
     )
     job = children.runner_job(check, settings, image=DEFAULT_RUNNER_IMAGE)
-    probe = children.probe_pod(check, "candidate", objects.deployment)
+    probe = children.probe_pod(
+        check, "candidate", objects.deployment, fingerprint_image=DEFAULT_RUNNER_IMAGE
+    )
     out = [*objects.manifests(), job, probe]
     for item in out:
         item["metadata"].pop("ownerReferences", None)

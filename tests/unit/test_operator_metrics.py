@@ -42,3 +42,28 @@ def test_a_deleted_deployment_stops_showing_figures() -> None:
     metrics.record_parity("llm", "qwen-e", {"tokenMatchRate": 1.0, "meanKl": 0.0})
     metrics.forget("llm", "qwen-e")
     assert _parity_samples("llm", "qwen-e") == {}
+
+
+def _condition_samples(namespace: str, name: str) -> dict[tuple[str, str], float]:
+    return {
+        (sample.labels["type"], sample.labels["status"]): sample.value
+        for family in REGISTRY.collect()
+        if family.name == "infergate_deployment_condition"
+        for sample in family.samples
+        if sample.labels["namespace"] == namespace and sample.labels["name"] == name
+    }
+
+
+def test_conditions_are_scraped_as_one_true_status_per_type_and_follow_the_status() -> None:
+    metrics.record_conditions("llm", "qwen-e", [("ConfigDrifted", "True"), ("Available", "True")])
+    shown = _condition_samples("llm", "qwen-e")
+    assert shown[("ConfigDrifted", "True")] == 1.0
+    assert shown[("ConfigDrifted", "False")] == 0.0
+    assert shown[("Available", "True")] == 1.0
+    # The drift is repaired and the condition type goes away: no stale True stays behind.
+    metrics.record_conditions("llm", "qwen-e", [("Available", "False")])
+    shown = _condition_samples("llm", "qwen-e")
+    assert not any(kind == "ConfigDrifted" for kind, _ in shown)
+    assert shown[("Available", "False")] == 1.0
+    metrics.forget("llm", "qwen-e")
+    assert _condition_samples("llm", "qwen-e") == {}

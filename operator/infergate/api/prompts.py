@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Self
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
@@ -15,22 +16,43 @@ PROMPT_TOKENS_MAX = 131072
 PROMPT_TAGS_MAX = 16
 INLINE_PROMPTS_MAX = 256
 
-_ONE_OF_TEXT_TOKENS = "exactly one of text or tokenIds must be set"
+_ONE_OF_TEXT_TOKENS = "exactly one of text, messages or tokenIds must be set"
 
 PromptTag = Annotated[
     str, StringConstraints(min_length=1, max_length=63, pattern=r"^[-._a-zA-Z0-9]+$")
 ]
 
 
+PROMPT_MESSAGES_MAX = 64
+
+
+class ChatRole(StrEnum):
+    """Who speaks: system, user or assistant."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+
+
+class ChatMessage(KubeModel):
+    """One message of a chat prompt."""
+
+    role: ChatRole
+    """system, user or assistant."""
+    content: str = Field(min_length=1, max_length=PROMPT_TEXT_MAX)
+    """The message text."""
+
+
 class PromptItem(KubeModel):
-    """One prompt of a suite: its text, or token ids fed as they are (bypassing the tokenizer)."""
+    """One prompt of a suite: its text, a chat, or token ids fed as they are (bypassing the
+    tokenizer)."""
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
             cel(
-                "has(self.text) != has(self.tokenIds)",
-                f"{_ONE_OF_TEXT_TOKENS}: text is tokenized by each side, "
-                "tokenIds bypass the tokenizer",
+                "[has(self.text), has(self.tokenIds), has(self.messages)].filter(x, x).size() == 1",
+                f"{_ONE_OF_TEXT_TOKENS}: text is tokenized by each side, a chat goes through "
+                "each side's served chat template, tokenIds bypass the tokenizer",
             )
         )
     )
@@ -45,12 +67,24 @@ class PromptItem(KubeModel):
         default=None, min_length=1, max_length=PROMPT_TOKENS_MAX
     )
     """Prompt as token ids, identical on both sides. Exclusive with text."""
+    messages: list[ChatMessage] | None = Field(
+        default=None, min_length=1, max_length=PROMPT_MESSAGES_MAX
+    )
+    """A chat, sent to /v1/chat/completions and rendered by each side's served chat template (so
+    template drift is caught). Exclusive with text and tokenIds.
+    """
     tags: list[PromptTag] = Field(default_factory=list, max_length=PROMPT_TAGS_MAX)
     """Free labels for grouping results, e.g. long-context, chat, zh."""
+    ignore_eos: bool = True
+    """true: generate maxTokens whatever the model says; false: stop at the engine's end of
+    sequence, so a changed EOS token or generation config shows."""
+    max_tokens: int | None = Field(default=None, ge=1, le=32768)
+    """Output tokens of this prompt (at most the check's sampling.maxTokens). Unset: the check's."""
 
     @model_validator(mode="after")
     def _one_of_text_tokens(self) -> Self:
-        if (self.text is None) == (self.token_ids is None):
+        given = [x is not None for x in (self.text, self.token_ids, self.messages)]
+        if sum(given) != 1:
             raise ValueError(f"prompt {self.id!r}: {_ONE_OF_TEXT_TOKENS}")
         return self
 

@@ -195,6 +195,9 @@ async def reconcile(
             metrics.record_parity(namespace, name, latest_parity_figures(plan.status))
             if plan.status.phase is not None:
                 metrics.record_phase(namespace, name, plan.status.phase, len(plan.status.revisions))
+            metrics.record_conditions(
+                namespace, name, [(c.type, c.status.value) for c in plan.status.conditions]
+            )
         finally:
             done = time.monotonic()
             metrics.RECONCILE_DURATION.labels(result).observe(done - started)

@@ -40,18 +40,17 @@ from infergate.plan.check_observed import (
     child_key,
     observe_child,
     observe_parity_check,
-)
-from infergate.plan.check_sides import RevisionConfigError, SideView, parse_revision_config
-from infergate.plan.observed import ObservedDeployment, ObservedObject, OwnerKey
-from infergate.plan.paritycheck import (
-    CheckPlan,
-    CheckState,
-    RevisionSeen,
-    decide,
-    foreign_child,
     previous_report,
+)
+from infergate.plan.check_sides import (
+    RevisionConfigError,
+    RevisionSeen,
+    SideView,
+    parse_revision_config,
     side_view,
 )
+from infergate.plan.observed import ObservedDeployment, ObservedObject, OwnerKey
+from infergate.plan.paritycheck import CheckPlan, CheckState, decide, foreign_child
 from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
 from infergate.render.labels import revision_object_name
 

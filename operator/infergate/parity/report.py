@@ -56,8 +56,17 @@ def _num(value: float | None, digits: int = 6) -> str:
     return f"{value:.{digits}g}"
 
 
-def render_report(result: ParityResult, verdict: Verdict, profile: str | None = None) -> str:
-    """The whole report page for one parity check."""
+def render_report(
+    result: ParityResult,
+    verdict: Verdict,
+    profile: str | None = None,
+    changes: Sequence[str] | None = None,
+) -> str:
+    """The whole report page for one parity check.
+
+    `changes`: the fields that differ between the two revisions, one line each, in reading
+    order (plan.revision_diff); None when a side is not a revision (an endpoint).
+    """
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"
     parts = [
@@ -69,6 +78,7 @@ def render_report(result: ParityResult, verdict: Verdict, profile: str | None = 
             f"{escape(status.value)}</span></h1>"
         ),
         _sides(result, profile),
+        _changes(changes),
         _reasons(verdict),
         "<h2>Thresholds</h2>",
         _checks_table(verdict),
@@ -96,7 +106,22 @@ def render_report_from_json(text: str) -> str:
     result = ParityResult.model_validate(document["result"])
     verdict = Verdict.model_validate(document["verdict"])
     profile, why = document.get("profile"), document.get("profileReason")
-    return render_report(result, verdict, f"{profile} ({why})" if profile and why else profile)
+    changes = document.get("changes")
+    return render_report(
+        result,
+        verdict,
+        f"{profile} ({why})" if profile and why else profile,
+        [str(c) for c in changes] if isinstance(changes, list) else None,
+    )
+
+
+def _changes(changes: Sequence[str] | None) -> str:
+    if changes is None:
+        return ""
+    if not changes:
+        return "<h2>What changed</h2><p>No field of the revision differs.</p>"
+    items = "".join(f"<li><code>{escape(c)}</code></li>" for c in changes)
+    return f'<h2>What changed</h2><ul class="reasons">{items}</ul>'
 
 
 def _sides(result: ParityResult, profile: str | None) -> str:

@@ -7,7 +7,7 @@ reads everything it decides from without one API call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -15,10 +15,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from infergate.api.base import PARITY_CHECK_KIND
+from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import ParityCheckSpec, Side
 from infergate.jsontypes import JSON, JSONMap
 from infergate.plan.check_status import spec_digest
 from infergate.plan.observed import OwnerKey, controller_uid, parse_time
+from infergate.plan.phases import check_phase
 from infergate.render.check_children import RunnerSettings
 from infergate.render.check_names import LABEL_CHECK, LABEL_ROLE, LABEL_SIDE, check_label_value
 
@@ -264,3 +266,24 @@ def observe_child(body: JSONMap) -> CheckChild:
             else f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}",
         )
     return child
+
+
+def previous_report(
+    check: ObservedParityCheck, others: Sequence[ObservedParityCheck]
+) -> str | None:
+    """The report of the last passing check judging a revision of the same InferenceDeployment."""
+    if check.spec is None or check.spec.candidate.deployment is None:
+        return None
+    deployment = check.spec.candidate.deployment
+    passed = []
+    for other in others:
+        if other.namespace != check.namespace or other.name == check.name or other.spec is None:
+            continue
+        report = (other.status.get("reportRef") or {}).get("name")
+        if (
+            other.spec.candidate.deployment == deployment
+            and check_phase(other.status.get("phase")) is CheckPhase.PASSED
+            and report
+        ):
+            passed.append((str(other.status.get("completionTime") or ""), str(report)))
+    return max(passed)[1] if passed else None

@@ -9,11 +9,14 @@ find its endpoints; both read a revision's pinned `engine.json` through
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from infergate.jsontypes import JSONMap
+from infergate.plan.check_observed import CheckSpecView
+from infergate.render.check_names import SideName
+from infergate.render.labels import revision_object_name
 from infergate.render.launch import CONFIG_KEY
 
 ENGINE_VLLM = "vllm"
@@ -63,11 +66,11 @@ def parse_revision_config(name: str, data: Mapping[str, Any] | None) -> Revision
         ) from err
 
 
-def needs_probe(engine: str, hidden_states: bool) -> bool:
-    """Whether a revision of `engine` needs a separate probe for its hidden states (vLLM
-    serves hidden states only under its pooling runner; our adapters serve them beside
-    the completions)."""
-    return hidden_states and engine == ENGINE_VLLM
+def needs_probe(engine: str) -> bool:
+    """Whether a revision of `engine` needs a probe beside it: vLLM says neither what it
+    loaded (our fingerprint server in the probe does) nor, but under its pooling runner,
+    its hidden states; our adapters serve both themselves."""
+    return engine == ENGINE_VLLM
 
 
 def choose_revision(
@@ -104,3 +107,51 @@ class SideView:
     """The revision Deployment, whose pod template a probe copies."""
     object_name: str | None = None
     """`<deployment>-<revision>`: its Service and ConfigMap, which the runner reads."""
+
+
+@dataclass(frozen=True)
+class RevisionSeen:
+    """What the indexes hold of one revision of an InferenceDeployment."""
+
+    config: RevisionConfig | str | None = None
+    """Its pinned config; why it cannot be read (str); None while its ConfigMap is missing."""
+    available: int | None = None
+    """Available pods of its Deployment; None while the Deployment is missing."""
+    template: JSONMap | None = None
+    """Its Deployment (a probe copies the pod template)."""
+
+
+def side_view(
+    spec: CheckSpecView,
+    side: SideName,
+    *,
+    pinned: str | None,
+    deployment_exists: bool,
+    stable: str | None,
+    seen: Callable[[str], RevisionSeen],
+) -> SideView:
+    """One side, from what is seen of its InferenceDeployment and of the revision it means."""
+    ref = spec.side(side)
+    if ref.deployment is None:
+        return SideView()
+    revision, waiting = choose_revision(
+        ref.deployment, ref.revision, pinned, stable, exists=deployment_exists
+    )
+    if revision is None:
+        return SideView(deployment=ref.deployment, waiting=waiting)
+    name = revision_object_name(ref.deployment, revision)
+    base = SideView(deployment=ref.deployment, revision=revision, object_name=name)
+    found = seen(revision)
+    if isinstance(found.config, str):
+        return replace(base, invalid=found.config)
+    if found.config is None:
+        return replace(
+            base, waiting=f"ConfigMap {name} of revision {revision} does not exist (yet)"
+        )
+    if not found.available:
+        pods = "its Deployment does not exist (yet)" if found.available is None else "no pod ready"
+        return replace(base, waiting=f"Service {name} has no ready endpoint: {pods}")
+    probe = needs_probe(found.config.engine)
+    if probe and found.template is None:
+        return replace(base, waiting=f"Deployment {name} does not exist (yet)")
+    return replace(base, needs_probe=probe, probe_template=found.template if probe else None)

@@ -21,23 +21,20 @@ reconciles: a restarted operator decides the same from the same objects.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from infergate.api.enums import CheckPhase, ConditionStatus
-from infergate.jsontypes import JSON, JSONMap
+from infergate.jsontypes import JSON
 from infergate.plan import reasons
-from infergate.plan.check_observed import CheckChild, CheckSpecView, ObservedParityCheck
+from infergate.plan.check_observed import CheckChild, ObservedParityCheck
 from infergate.plan.check_sides import (
-    RevisionConfig,
     SideView,
-    choose_revision,
-    needs_probe,
 )
 from infergate.plan.check_status import check_conditions, error_status
 from infergate.plan.conditions import ConditionUpdate
-from infergate.plan.phases import check_phase, is_check_terminal
+from infergate.plan.phases import is_check_terminal
 from infergate.render.check_children import (
     probe_pod,
     probe_service,
@@ -57,7 +54,7 @@ from infergate.render.check_names import (
     report_name,
     runner_name,
 )
-from infergate.render.labels import engine_pod_selector, revision_object_name
+from infergate.render.labels import engine_pod_selector
 from infergate.render.launch import HTTP_PORT
 from infergate.render.network import Peer
 
@@ -103,78 +100,6 @@ class CheckPlan:
     @property
     def quiet(self) -> bool:
         return not (self.status or self.terminal or self.create or self.delete or self.events)
-
-
-# -- sides ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RevisionSeen:
-    """What the indexes hold of one revision of an InferenceDeployment."""
-
-    config: RevisionConfig | str | None = None
-    """Its pinned config; why it cannot be read (str); None while its ConfigMap is missing."""
-    available: int | None = None
-    """Available pods of its Deployment; None while the Deployment is missing."""
-    template: JSONMap | None = None
-    """Its Deployment (a probe copies the pod template)."""
-
-
-def side_view(
-    spec: CheckSpecView,
-    side: SideName,
-    *,
-    pinned: str | None,
-    deployment_exists: bool,
-    stable: str | None,
-    seen: Callable[[str], RevisionSeen],
-) -> SideView:
-    """One side, from what is seen of its InferenceDeployment and of the revision it means."""
-    ref = spec.side(side)
-    if ref.deployment is None:
-        return SideView()
-    revision, waiting = choose_revision(
-        ref.deployment, ref.revision, pinned, stable, exists=deployment_exists
-    )
-    if revision is None:
-        return SideView(deployment=ref.deployment, waiting=waiting)
-    name = revision_object_name(ref.deployment, revision)
-    base = SideView(deployment=ref.deployment, revision=revision, object_name=name)
-    found = seen(revision)
-    if isinstance(found.config, str):
-        return replace(base, invalid=found.config)
-    if found.config is None:
-        return replace(
-            base, waiting=f"ConfigMap {name} of revision {revision} does not exist (yet)"
-        )
-    if not found.available:
-        pods = "its Deployment does not exist (yet)" if found.available is None else "no pod ready"
-        return replace(base, waiting=f"Service {name} has no ready endpoint: {pods}")
-    probe = needs_probe(found.config.engine, spec.hidden_states)
-    if probe and found.template is None:
-        return replace(base, waiting=f"Deployment {name} does not exist (yet)")
-    return replace(base, needs_probe=probe, probe_template=found.template if probe else None)
-
-
-def previous_report(
-    check: ObservedParityCheck, others: Sequence[ObservedParityCheck]
-) -> str | None:
-    """The report of the last passing check judging a revision of the same InferenceDeployment."""
-    if check.spec is None or check.spec.candidate.deployment is None:
-        return None
-    deployment = check.spec.candidate.deployment
-    passed = []
-    for other in others:
-        if other.namespace != check.namespace or other.name == check.name or other.spec is None:
-            continue
-        report = (other.status.get("reportRef") or {}).get("name")
-        if (
-            other.spec.candidate.deployment == deployment
-            and check_phase(other.status.get("phase")) is CheckPhase.PASSED
-            and report
-        ):
-            passed.append((str(other.status.get("completionTime") or ""), str(report)))
-    return max(passed)[1] if passed else None
 
 
 # -- the decision -------------------------------------------------------------------------
@@ -437,9 +362,16 @@ def _before_runner(state: CheckState) -> CheckPlan:
         pod = _child(state, "Pod", probe_name(check.name, side))
         if pod is None:
             assert view.probe_template is not None  # noqa: S101 - a probe side has its template
+            hidden = check.spec.hidden_states if check.spec is not None else True
             plan.create += [
-                probe_service(_body(check), side, HTTP_PORT),
-                probe_pod(_body(check), side, view.probe_template),
+                probe_service(_body(check), side, HTTP_PORT, hidden_states=hidden),
+                probe_pod(
+                    _body(check),
+                    side,
+                    view.probe_template,
+                    hidden_states=hidden,
+                    fingerprint_image=state.runner_image,
+                ),
             ]
             starting.append(side)
             not_ready.append(f"{side} probe starting")

@@ -46,7 +46,9 @@ from infergate.render.check_names import (
     report_name,
     runner_name,
 )
+from infergate.render.launch import CONFIG_PATH, POD_IP_REF
 from infergate.render.network import Peer
+from infergate.render.objects import SHM_VOLUME
 from infergate.render.vllm import pooling_args
 
 RUNNER_CONTAINER = "runner"
@@ -81,16 +83,67 @@ def _metadata(check: Mapping[str, Any], name: str, labels: Mapping[str, str]) ->
     }
 
 
+FINGERPRINT_CONTAINER = "fingerprints"
+FINGERPRINT_PORT = 8001
+
+
+def _fingerprint_container(engine: Mapping[str, Any], image: str) -> JSON:
+    """Our fingerprint server beside a vLLM side: it reads the revision's pinned engine.json
+    and the very model directory the engine mounts, and serves what they hold."""
+    mounts = [m for m in engine.get("volumeMounts") or [] if m.get("name") != SHM_VOLUME]
+    return {
+        "name": FINGERPRINT_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["infergate"],
+        "args": [
+            "fingerprints",
+            "--engine-config",
+            CONFIG_PATH,
+            "--host",
+            POD_IP_REF,
+            "--port",
+            str(FINGERPRINT_PORT),
+        ],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "fingerprints", "containerPort": FINGERPRINT_PORT, "protocol": "TCP"}],
+        "volumeMounts": [{**m, "readOnly": True} for m in mounts],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "fingerprints"},
+            "periodSeconds": 5,
+        },
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
 def probe_pod(
-    check: Mapping[str, Any], side: SideName, revision_deployment: Mapping[str, Any]
+    check: Mapping[str, Any],
+    side: SideName,
+    revision_deployment: Mapping[str, Any],
+    *,
+    hidden_states: bool = True,
+    fingerprint_image: str,
 ) -> JSON:
-    """The hidden-state probe of one side, from its revision's Deployment."""
+    """The probe of one vLLM side, from its revision's Deployment: the same pod template,
+    with (for hidden states) the engine switched to vLLM's pooling runner, and beside it
+    our fingerprint server. Without hidden states only the fingerprint server runs, with
+    no accelerator."""
     name = check["metadata"]["name"]
     template = copy.deepcopy(revision_deployment["spec"]["template"])
     spec: JSON = template["spec"]
     containers = spec["containers"]
     engine = next((c for c in containers if c.get("name") == PROBE_CONTAINER), containers[0])
-    engine["args"] = pooling_args(engine.get("args") or [])
+    sidecar = _fingerprint_container(engine, fingerprint_image)
+    if hidden_states:
+        engine["args"] = pooling_args(engine.get("args") or [])
+        spec["containers"] = [engine, sidecar]
+    else:
+        spec["containers"] = [sidecar]
     labels = {**child_labels(name, ROLE_PROBE), LABEL_SIDE: side}
     annotations = {
         k: v
@@ -110,19 +163,27 @@ def probe_pod(
     }
 
 
-def probe_service(check: Mapping[str, Any], side: SideName, port: int) -> JSON:
+def probe_service(
+    check: Mapping[str, Any], side: SideName, port: int, *, hidden_states: bool = True
+) -> JSON:
     """The Service the runner resolves a probe by (its EndpointSlices, like any side)."""
     name = check["metadata"]["name"]
     labels = {**child_labels(name, ROLE_PROBE), LABEL_SIDE: side}
+    ports = [
+        {
+            "name": "fingerprints",
+            "port": FINGERPRINT_PORT,
+            "targetPort": "fingerprints",
+            "protocol": "TCP",
+        }
+    ]
+    if hidden_states:
+        ports.insert(0, {"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"})
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(check, probe_name(name, side), labels),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": labels,
-            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
-        },
+        "spec": {"type": "ClusterIP", "selector": labels, "ports": ports},
     }
 
 

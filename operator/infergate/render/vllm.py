@@ -97,10 +97,11 @@ def vllm_serve_args(serve: VllmServe) -> list[str]:
         str(serve.tensor_parallel_size),
         "--seed",
         str(serve.seed),
-        # Sampling defaults come from vLLM and the request only: a generation_config.json
-        # shipped with the weights must not change sampling silently.
+        # The weights' generation_config.json applies (its EOS ids decide where output
+        # ends, as in production); every request sets its sampling explicitly, and the
+        # check compares both sides' generation configs as fingerprints, so a change shows.
         "--generation-config",
-        "vllm",
+        "auto",
         "--max-logprobs",
         str(MAX_LOGPROBS),
         "--host",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from typing import Any
 
 import httpx
 
 from infergate.engines.client import EngineClient, HiddenStateProbe
 from infergate.runner.drive import Channels, SideUnavailableError
 from infergate.runner.sides import EndpointDescription, SideTarget
+from infergate.runtime.fingerprints import PROBE_TEXT
 
 _DESCRIBE_TIMEOUT = 30.0
 
@@ -28,6 +30,7 @@ class HttpEngineInfo:
                         engine_version=str(body.get("engine_version")),
                         dtype=str(body.get("dtype")),
                         effective_config=dict(body.get("effective_config") or {}),
+                        fingerprints=dict(body.get("fingerprints") or {}),
                     )
                 version = http.get("/version")
                 if version.status_code == 200:
@@ -35,6 +38,25 @@ class HttpEngineInfo:
                 return EndpointDescription()
         except httpx.HTTPError as err:
             raise SideUnavailableError(f"{url}: {type(err).__name__}: {err}") from err
+
+    def fingerprints(self, url: str) -> dict[str, Any]:
+        try:
+            with httpx.Client(base_url=url, timeout=_DESCRIBE_TIMEOUT) as http:
+                answer = http.get("/v1/parity/fingerprints")
+                answer.raise_for_status()
+                found: dict[str, Any] = answer.json()
+                return found
+        except (httpx.HTTPError, ValueError) as err:
+            raise SideUnavailableError(f"{url}/v1/parity/fingerprints: {err}") from err
+
+    def probe_ids(self, url: str, model: str) -> list[int]:
+        try:
+            with httpx.Client(base_url=url, timeout=_DESCRIBE_TIMEOUT) as http:
+                answer = http.post("/tokenize", json={"model": model, "prompt": PROBE_TEXT})
+                answer.raise_for_status()
+                return [int(t) for t in answer.json()["tokens"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as err:
+            raise SideUnavailableError(f"{url}/tokenize of the probe text: {err}") from err
 
 
 def wait_healthy(urls: list[str], timeout: float) -> None:

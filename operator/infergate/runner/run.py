@@ -45,13 +45,9 @@ from infergate.errors import (
 )
 from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
+from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.metrics import ParityMetrics
-from infergate.parity.profiles import (
-    PROFILES,
-    resolve_thresholds,
-    resolve_warnings,
-    suggest_profile,
-)
+from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError, RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
@@ -59,6 +55,7 @@ from infergate.parity.verdict import VerdictStatus, decide
 from infergate.plan import check_status as st
 from infergate.plan import reasons
 from infergate.plan.phases import is_check_terminal
+from infergate.plan.revision_diff import revision_changes
 from infergate.render.check_names import REPORT_HTML_KEY, SIDES, child_labels, report_name
 from infergate.retry import retry_call
 from infergate.runner.channels import HttpEngineInfo, open_channels, wait_healthy
@@ -212,30 +209,41 @@ class _Runner:
         _say(f"baseline: {baseline.description} at {baseline.url}")
         _say(f"candidate: {candidate.description} at {candidate.url}")
         self._health(baseline, candidate)
-        meta_b, meta_c = _meta(baseline, suite), _meta(candidate, suite)
-        profile, why = (
-            (spec.profile, "set in spec.profile")
-            if spec.profile is not None
-            else suggest_profile(meta_b, meta_c)
+        asked = run_fingerprints(
+            suite_digest=suite.digest(),
+            max_tokens=spec.sampling.max_tokens,
+            temperature=spec.sampling.temperature,
+            top_logprobs=spec.sampling.top_logprobs,
+            seed=spec.sampling.seed,
         )
-        explicit = spec.effective_thresholds()
-        thresholds = resolve_thresholds(profile, explicit)
+        meta_b, meta_c = _meta(baseline, suite, asked), _meta(candidate, suite, asked)
+        try:
+            gate = plan_gate(
+                meta_b,
+                meta_c,
+                profile=spec.profile,
+                explicit=spec.effective_thresholds(),
+                hidden_states=spec.hidden_states.enabled,
+            )
+        except ProfileChoiceError as err:
+            raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
+        profile, why = gate.profile, gate.reason
         comparison = ParityComparison(
-            meta_b, meta_c, thresholds, PROFILES[profile].allowed_config_differences
+            meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
         )
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
         self._drive(spec, suite, baseline, candidate, comparison)
         result = comparison.finalize()
         previous = self._previous_metrics(profile)
-        verdict = decide(
-            result, resolve_warnings(profile, explicit), previous, spec.effective_regression()
-        )
+        verdict = decide(result, gate.warn, previous, spec.effective_regression())
         seconds = time.monotonic() - started
         _say(f"verdict {verdict.status.value} after {seconds:.1f}s")
         for reason in verdict.reasons:
             _say(f"  reason: {reason}")
+        changes = _revision_changes(baseline, candidate)
         document = {
             "check": {"namespace": self.api.namespace, "name": self.name},
+            "changes": changes,
             "status": verdict.status.value,
             "profile": profile.value,
             "profileReason": why,
@@ -244,7 +252,7 @@ class _Runner:
             "verdict": verdict.model_dump(mode="json", by_alias=True),
             "result": result.model_dump(mode="json", by_alias=True),
         }
-        html = render_report(result, verdict, f"{profile.value} ({why})")
+        html = render_report(result, verdict, f"{profile.value} ({why})", changes)
         report = self._write_report(document, html)
         binding = st.Binding(
             spec_digest=st.spec_digest(self.check.get("spec") or {}),
@@ -269,11 +277,8 @@ class _Runner:
         source = spec.suite
         if source.inline is not None:
             prompts = tuple(
-                PromptSpec(
-                    id=p.id,
-                    text=p.text,
-                    token_ids=tuple(p.token_ids) if p.token_ids is not None else None,
-                    tags=tuple(p.tags),
+                PromptSpec.model_validate(
+                    p.model_dump(mode="json", by_alias=True, exclude_none=True)
                 )
                 for p in source.inline
             )
@@ -550,7 +555,7 @@ def _api_failure(err: KubeError) -> Exception:
     return CheckEndedError("ApiRefused", str(err))
 
 
-def _meta(target: SideTarget, suite: Suite) -> RecordMeta:
+def _meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
     identity = json.dumps(
         {"revision": target.revision, "config": target.effective_config, "url": target.url},
         sort_keys=True,
@@ -564,7 +569,24 @@ def _meta(target: SideTarget, suite: Suite) -> RecordMeta:
         model=target.model,
         suite=suite.name,
         effective_config=target.effective_config,
+        fingerprints=merge_fingerprints(target.fingerprints, asked),
     )
+
+
+def _revision_changes(baseline: SideTarget, candidate: SideTarget) -> list[str] | None:
+    """What the candidate revision changes, one line each; None unless both are revisions.
+
+    Environment values are not shown: a report is read more widely than the spec.
+    """
+    if baseline.revision_spec is None or candidate.revision_spec is None:
+        return None
+    lines = []
+    for change in revision_changes(baseline.revision_spec, candidate.revision_spec):
+        if change.path.startswith("engine.env."):
+            lines.append(f"{change.path}: changed")
+        else:
+            lines.append(change.describe())
+    return lines
 
 
 def _side_summary(target: SideTarget) -> dict[str, Any]:

@@ -19,6 +19,7 @@ through `EngineInfo`, so this module is tested without a cluster or a server.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from infergate.plan.check_sides import (
     needs_probe,
     parse_revision_config,
 )
+from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.render.check_names import SideName, probe_name
 from infergate.render.labels import revision_object_name
 from infergate.runner.endpoints import EndpointResolutionError, first_ready_url
@@ -73,6 +75,8 @@ class EndpointDescription:
     engine_version: str | None = None
     dtype: str | None = None
     effective_config: dict[str, Any] | None = None
+    fingerprints: dict[str, Any] = field(default_factory=dict)
+    """What it ran (parity.fingerprints keys): tokenizer, template, weights, config..."""
 
     @property
     def serves_probe(self) -> bool:
@@ -82,6 +86,14 @@ class EndpointDescription:
 
 class EngineInfo(Protocol):
     def describe(self, url: str) -> EndpointDescription: ...
+
+    def fingerprints(self, url: str) -> dict[str, Any]:
+        """A fingerprint server's answer (GET /v1/parity/fingerprints)."""
+        ...
+
+    def probe_ids(self, url: str, model: str) -> list[int]:
+        """The ids the engine's own tokenizer gives the probe text, special tokens and all."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,10 @@ class SideTarget:
     effective_config: dict[str, Any] = field(default_factory=dict)
     probe_url: str | None = None
     probe_kind: ProbeKind | None = None
+    fingerprints: dict[str, Any] = field(default_factory=dict)
+    """What this side ran, as it reports it (empty: it reports nothing)."""
+    revision_spec: dict[str, Any] | None = None
+    """The revision's model, engine and accelerator (what `infergate diff` compares)."""
 
 
 def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str | None) -> str:
@@ -118,13 +134,13 @@ def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str 
     return revision
 
 
-def service_url(reads: ClusterReads, service_name: str, what: str) -> str:
-    """The first ready endpoint of a Service; transient errors while pods start."""
+def service_url(reads: ClusterReads, service_name: str, what: str, *, port: str = "http") -> str:
+    """The first ready endpoint of a Service on `port`; transient errors while pods start."""
     service = reads.service(service_name)
     if service is None:
         raise SideResolutionError(f"{what}: Service {service_name} does not exist", transient=True)
     try:
-        return first_ready_url(service, reads.endpoint_slices(service_name))
+        return first_ready_url(service, reads.endpoint_slices(service_name), port)
     except EndpointResolutionError as err:
         raise SideResolutionError(f"{what}: {err}", transient=True) from err
 
@@ -165,10 +181,20 @@ def resolve_side(
     effective = described.effective_config or _pinned_effective(pinned)
     probe_url: str | None = None
     probe_kind: ProbeKind | None = None
+    fingerprints = dict(described.fingerprints)
+    if not described.serves_probe and needs_probe(pinned.engine):
+        # vLLM: the fingerprint server in the probe reads the files it loaded; the ids
+        # its own tokenizer gives come from the serving engine itself.
+        probe = probe_name(check, side_name)
+        served = service_url(reads, probe, f"{what} probe", port="fingerprints")
+        fingerprints = {
+            **info.fingerprints(served),
+            "tokenizer.probe_ids": info.probe_ids(url, pinned.served_model_name),
+        }
     if hidden:
         if described.serves_probe:
             probe_url, probe_kind = url, "adapter"
-        elif needs_probe(pinned.engine, hidden):
+        elif needs_probe(pinned.engine):
             probe_url = service_url(reads, probe_name(check, side_name), f"{what} probe")
             probe_kind = "vllm-pooling"
         else:
@@ -190,7 +216,22 @@ def resolve_side(
         effective_config=effective,
         probe_url=probe_url,
         probe_kind=probe_kind,
+        fingerprints=fingerprints,
+        revision_spec=_revision_spec(config_map),
     )
+
+
+def _revision_spec(config_map: Mapping[str, Any]) -> dict[str, Any] | None:
+    text = ((config_map.get("metadata") or {}).get("annotations") or {}).get(
+        ANNOTATION_REVISION_SPEC
+    )
+    if not text:
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _endpoint_side(
@@ -216,6 +257,7 @@ def _endpoint_side(
         effective_config=dict(described.effective_config or {}),
         probe_url=url.rstrip("/") if hidden else None,
         probe_kind="adapter" if hidden else None,
+        fingerprints=dict(described.fingerprints),
     )
 
 

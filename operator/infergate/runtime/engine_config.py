@@ -39,6 +39,35 @@ def _required(config: dict[str, Any], *path: str) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class FingerprintSettings:
+    """What the fingerprint server beside a vLLM side reads from its pinned engine.json."""
+
+    model: Path
+    dtype: str
+    overrides: dict[str, float]
+
+
+def fingerprint_settings(config: dict[str, Any]) -> FingerprintSettings:
+    """The model directory, dtype and pinned numeric overrides of a vLLM revision."""
+    if config.get("engine") != "vllm":
+        raise EngineConfigError(
+            f"field engine is {config.get('engine')!r}: fingerprints are served for vllm "
+            "revisions (the adapters serve their own)"
+        )
+    reference = str(_required(config, "model", "reference"))
+    if not reference.startswith("/"):
+        raise EngineConfigError(
+            f"field model.reference is {reference!r}: fingerprints are read from the model "
+            "directory, so the revision must load from a path (pvc:// or file:// model URIs)"
+        )
+    overrides_in = config.get("hfOverrides") or {}
+    overrides = {k: float(overrides_in[k]) for k in CONFIG_KEYS if k in overrides_in}
+    return FingerprintSettings(
+        model=Path(reference), dtype=str(_required(config, "dtype")), overrides=overrides
+    )
+
+
 def serve_settings(config: dict[str, Any]) -> ServeSettings:
     model = config.get("model") or {}
     if "path" not in model:

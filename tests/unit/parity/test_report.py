@@ -77,3 +77,9 @@ def test_report_rebuilt_from_result_json_matches_the_rendered_one() -> None:
     }
     rebuilt = render_report_from_json(json.dumps(document))
     assert rebuilt == render_report(result, verdict, "bf16-kernel (chosen by the spec)")
+    changed = render_report_from_json(json.dumps(document | {"changes": ["engine.dtype: a -> b"]}))
+    assert changed == render_report(
+        result, verdict, "bf16-kernel (chosen by the spec)", ["engine.dtype: a -> b"]
+    )
+    assert "<h2>What changed</h2>" in changed
+    assert "What changed" not in rebuilt  # endpoints: no revisions to compare

@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 
-from infergate.plan.check_observed import CheckChild, observe_child, observe_parity_check
-from infergate.plan.check_sides import RevisionConfig, SideView
-from infergate.plan.paritycheck import (
-    CheckState,
-    RevisionSeen,
-    decide,
+from infergate.plan.check_observed import (
+    CheckChild,
+    observe_child,
+    observe_parity_check,
     previous_report,
-    side_view,
 )
+from infergate.plan.check_sides import RevisionConfig, RevisionSeen, SideView, side_view
+from infergate.plan.paritycheck import CheckState, decide
 from infergate.render.check_names import child_labels
 from infergate.render.network import Peer, api_server_peers
 

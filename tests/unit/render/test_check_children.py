@@ -32,6 +32,8 @@ CHECK: dict[str, Any] = {
     },
 }
 
+RUNNER = "ghcr.io/infergate/infergate:0.1.0"
+
 
 def vllm_revision() -> dict[str, Any]:
     spec = InferenceDeploymentSpec.model_validate(
@@ -58,7 +60,7 @@ def selected(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 def test_the_probe_runs_the_revisions_image_and_pinned_flags_in_pooling_mode() -> None:
     deployment = vllm_revision()
-    pod = probe_pod(CHECK, "baseline", deployment)
+    pod = probe_pod(CHECK, "baseline", deployment, fingerprint_image=RUNNER)
     engine = deployment["spec"]["template"]["spec"]["containers"][0]
     probe = pod["spec"]["containers"][0]
     assert probe["image"] == engine["image"]
@@ -80,7 +82,7 @@ def test_the_probe_runs_the_revisions_image_and_pinned_flags_in_pooling_mode() -
 
 
 def test_no_service_of_the_deployment_ever_selects_the_probe() -> None:
-    pod = probe_pod(CHECK, "baseline", vllm_revision())
+    pod = probe_pod(CHECK, "baseline", vllm_revision(), fingerprint_image=RUNNER)
     labels = pod["metadata"]["labels"]
     assert not selected(engine_pod_selector("qwen"), labels)
     assert not selected(engine_pod_selector("qwen", "aaaaaaaaaa"), labels)
@@ -180,6 +182,40 @@ def test_long_check_names_give_valid_distinct_child_names() -> None:
 def test_engine_kinds_the_probe_applies_to() -> None:
     from infergate.plan.check_sides import needs_probe
 
-    assert needs_probe(EngineKind.VLLM.value, hidden_states=True)
-    assert not needs_probe(EngineKind.VLLM.value, hidden_states=False)
-    assert not needs_probe(EngineKind.MINDFORMERS.value, hidden_states=True)
+    # vLLM says neither what it loaded nor (but under pooling) its hidden states.
+    assert needs_probe(EngineKind.VLLM.value)
+    assert not needs_probe(EngineKind.MINDFORMERS.value)
+
+
+def test_the_probe_serves_what_the_revision_loaded_beside_it() -> None:
+    deployment = vllm_revision()
+    engine = deployment["spec"]["template"]["spec"]["containers"][0]
+    pod = probe_pod(CHECK, "baseline", deployment, fingerprint_image=RUNNER)
+    pooling, fingerprints = pod["spec"]["containers"]
+    assert pooling["args"][-6] == "--runner"
+    assert fingerprints["image"] == RUNNER
+    assert fingerprints["args"][:3] == [
+        "fingerprints",
+        "--engine-config",
+        "/etc/infergate/engine/engine.json",
+    ]
+    # The same model and pinned config the engine mounts, read-only.
+    model_mounts = {m["mountPath"] for m in engine["volumeMounts"] if m["name"] != "dshm"}
+    assert {m["mountPath"] for m in fingerprints["volumeMounts"]} == model_mounts
+    assert all(m["readOnly"] for m in fingerprints["volumeMounts"])
+    assert "nvidia.com/gpu" not in str(fingerprints["resources"])
+    service = probe_service(CHECK, "baseline", 8000)
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http", "fingerprints"]
+
+
+def test_without_hidden_states_the_probe_only_serves_fingerprints_and_holds_no_accelerator() -> (
+    None
+):
+    pod = probe_pod(
+        CHECK, "baseline", vllm_revision(), hidden_states=False, fingerprint_image=RUNNER
+    )
+    [only] = pod["spec"]["containers"]
+    assert only["name"] == "fingerprints"
+    assert "nvidia.com/gpu" not in str(pod["spec"]["containers"])
+    service = probe_service(CHECK, "baseline", 8000, hidden_states=False)
+    assert [p["name"] for p in service["spec"]["ports"]] == ["fingerprints"]

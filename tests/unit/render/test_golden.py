@@ -155,7 +155,7 @@ def render_check_children() -> str:
     ]
     manifests = [
         probe_service(check, "baseline", HTTP_PORT),
-        probe_pod(check, "baseline", stable.deployment),
+        probe_pod(check, "baseline", stable.deployment, fingerprint_image=DEFAULT_RUNNER_IMAGE),
         runner_network_policy(check, peers),
         *runner_rbac(
             check,

@@ -75,7 +75,8 @@ def test_vllm_pins_numerics_as_explicit_flags() -> None:
     assert _flag(args, "--tensor-parallel-size") == "2"
     assert _flag(args, "--seed") == "7"
     assert _flag(args, "--served-model-name") == "Qwen/Qwen2.5-7B-Instruct"
-    assert _flag(args, "--generation-config") == "vllm"
+    # The weights' generation config (EOS ids) applies, as in production.
+    assert _flag(args, "--generation-config") == "auto"
     assert json.loads(_flag(args, "--hf-overrides")) == {"rms_norm_eps": 1e-6}
 
 

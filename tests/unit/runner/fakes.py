@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from infergate.engines.client import Completion
 from infergate.errors import ConflictError, NotFoundError
 from infergate.parity.record import TeacherForced, TopLogprobs
+from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.runner.drive import Channels
 from infergate.runner.run import Connector
 from infergate.runner.sides import EndpointDescription, SideTarget
@@ -153,8 +154,17 @@ class FakeApi:
             config["mindformers"] = {"model_config": dict(overrides or {})}
         else:
             config["hfOverrides"] = dict(overrides or {})
+        # As the operator annotates a revision's ConfigMap: the revision's own spec.
+        revision_spec = {
+            "model": {"name": "fixture", "uri": "pvc://models/fixture"},
+            "engine": {"kind": engine, "dtype": dtype, "config": dict(overrides or {})},
+            "accelerator": {"kind": "ascend-npu" if engine == "mindformers" else "nvidia-gpu"},
+        }
         self.config_maps[name] = {
-            "metadata": {"name": name},
+            "metadata": {
+                "name": name,
+                "annotations": {ANNOTATION_REVISION_SPEC: json.dumps(revision_spec)},
+            },
             "data": {"engine.json": json.dumps(config)},
         }
         self.add_service(name, ip)
@@ -162,7 +172,12 @@ class FakeApi:
     def add_service(self, name: str, ip: str | None, *, ready: bool = True) -> None:
         self.services[name] = {
             "metadata": {"name": name, "namespace": self.namespace},
-            "spec": {"ports": [{"name": "http", "port": 8000, "targetPort": "http"}]},
+            "spec": {
+                "ports": [
+                    {"name": "http", "port": 8000, "targetPort": "http"},
+                    {"name": "fingerprints", "port": 8001, "targetPort": "fingerprints"},
+                ]
+            },
         }
         endpoints = [] if ip is None else [{"addresses": [ip], "conditions": {"ready": ready}}]
         self.slices[name] = [
@@ -173,7 +188,7 @@ class FakeApi:
                 },
                 "addressType": "FQDN",
                 "endpoints": endpoints,
-                "ports": [{"name": "http", "port": 8000}],
+                "ports": [{"name": "http", "port": 8000}, {"name": "fingerprints", "port": 8001}],
             }
         ]
 
@@ -192,6 +207,15 @@ class ToyEngine:
     effective_config: dict[str, Any] = field(
         default_factory=lambda: {"dtype": "float16", "rms_norm_eps": 1e-6}
     )
+    fingerprints: dict[str, Any] = field(
+        default_factory=lambda: {
+            "tokenizer.digest": "tok-1",
+            "weights.digest": "w-1",
+            "model_config.rms_norm_eps": 1e-6,
+            "versions.engine": "toy 1",
+        }
+    )
+    probe_ids: list[int] = field(default_factory=lambda: [1, 17, 42])
 
     def _top(self, context: Sequence[int], k: int) -> list[tuple[int, float]]:
         best = (5 * context[-1] + 1 + self.offset) % VOCAB
@@ -284,7 +308,15 @@ class ToyConnector:
             engine_version="1",
             dtype="float16",
             effective_config=engine.effective_config,
+            fingerprints={**engine.fingerprints, "tokenizer.probe_ids": engine.probe_ids},
         )
+
+    def fingerprints(self, url: str) -> dict[str, Any]:
+        """The fingerprint server beside a (vLLM-like) side: on port 8001 of its address."""
+        return dict(self.engines[url.replace(":8001", ":8000")].fingerprints)
+
+    def probe_ids(self, url: str, model: str) -> list[int]:  # noqa: ARG002
+        return list(self.engines[url].probe_ids)
 
     def open(self, target: SideTarget, stack: ExitStack, timeout: float) -> Channels:  # noqa: ARG002
         engine = self.engines[target.url]

@@ -94,6 +94,13 @@ def test_matching_sides_pass_with_report_progress_and_resolved_sides() -> None:
     assert result["sides"]["baseline"]["probeUrl"] == PROBE_URL  # vLLM's pooling probe
     assert result["sides"]["candidate"]["probeKind"] == "adapter"  # MindFormers serves its own
     assert result["sides"]["baseline"]["url"] == BASE_URL
+    # What the canary changes is in the report, in reading order.
+    assert result["changes"] == [
+        "engine.kind: vllm -> mindformers",
+        "engine.dtype: bfloat16 -> float16",
+        "accelerator.kind: nvidia-gpu -> ascend-npu",
+    ]
+    assert "engine.dtype: bfloat16 -&gt; float16" in documents["report.html"]
     # Progress was shown while running, before the verdict.
     assert any(w.get("phase") == "Running" for w in api.status_writes)
     assert [w["progress"]["done"] for w in api.status_writes if "progress" in w][:3] == [0, 1, 2]
@@ -206,17 +213,12 @@ def test_an_endpoint_without_hidden_states_is_an_error_saying_how_to_proceed() -
     assert "hiddenStates.enabled: false" in s["verdict"]["reasons"][0]["message"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the runner must pass hiddenStates.enabled to parity.profiles.plan_gate "
-    "(hidden_states=...) so every hidden-state threshold goes with it",
-)
 def test_explicit_endpoints_without_hidden_states_compare_tokens_and_logprobs() -> None:
     api = cluster(
         baseline={"endpoint": {"url": "http://127.0.0.1:9001", "model": "fixture"}},
         candidate={"endpoint": {"url": "http://127.0.0.1:9002", "model": "fixture"}},
         hiddenStates={"enabled": False},
-        thresholds={"minHiddenCosineP1": 0.99},
+        thresholds={"minHiddenCosineP1": 0.99, "minLongPrompts": 0, "minScoredSteps": 256},
         disabledChecks=["minHiddenCosineP1", "maxHiddenRelL2P99"],
     )
     connector = ToyConnector(
@@ -259,11 +261,6 @@ def _passed_report(api: FakeApi, profile: str) -> str:
     return str(api.checks["old"]["status"]["reportRef"]["name"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="regression compares only checks of the same suite content and sampling: the "
-    "runner must add parity.fingerprints.run_fingerprints(...) to both sides' RecordMeta",
-)
 def test_a_worsening_against_the_last_passing_check_of_the_same_kind_fails() -> None:
     api = cluster()
     previous = _passed_report(api, "dtype-change")
@@ -311,3 +308,31 @@ def test_a_verdict_written_between_read_and_start_is_not_overwritten() -> None:
     assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
     assert status(api) == {"phase": "Error"}
     assert connector.engines[BASE_URL].completions == 0
+
+
+def test_a_side_that_loaded_other_weights_fails_as_hygiene_naming_the_key() -> None:
+    """The vLLM baseline's fingerprints come from the fingerprint server in its probe; the
+    candidate adapter reports its own: a weights digest that differs fails before any number."""
+    api = cluster()
+    other = ToyEngine()
+    other.fingerprints = {**other.fingerprints, "weights.digest": "w-2"}
+    assert run_check(api, "check", FAST, connector=engines(other).connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Failed"
+    [hygiene] = [
+        r for r in s["verdict"]["reasons"] if r["metric"].startswith("hygiene.Fingerprint")
+    ]
+    assert "weights.digest" in hygiene["message"]
+    assert "w-1" in hygiene["message"]
+    assert "w-2" in hygiene["message"]
+
+
+def test_a_tokenizer_that_starts_adding_bos_fails_even_when_files_look_alike() -> None:
+    """The ids each engine's own tokenizer gives the probe text are compared, so special
+    tokens added by one side only show even if every digest matched."""
+    api = cluster()
+    bos = ToyEngine(probe_ids=[0, 1, 17, 42])
+    assert run_check(api, "check", FAST, connector=engines(bos).connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == "Failed"
+    assert any("tokenizer.probe_ids" in (r.get("message") or "") for r in s["verdict"]["reasons"])

@@ -1,0 +1,194 @@
+"""Runner overhead: a check's wall time over the time the engines spent on its requests.
+
+The engines say how long they worked, in their Prometheus metrics, scraped just before
+the runner starts sending a side requests and just after its last answer:
+
+- vLLM: the histogram `vllm:e2e_request_latency_seconds` (its `_sum` and `_count`), the
+  time from a request's arrival at the engine to its last token, queueing included. It
+  counts generation and pooling requests, not /tokenize.
+- infergate's adapter (MindFormers, transformers): `infergate_adapter_busy_seconds_total`,
+  the time inside the engine (calls are serialised, so it never counts one second twice),
+  and `infergate_adapter_requests_total` by route, of which the engine routes count.
+
+`runner_overhead` divides the runner's wall time by the sum of the engines' seconds over
+every side (baseline, candidate, and their hidden-state probes when they are engines of
+their own). When the runner sends one request at a time (concurrency 1), the engines'
+intervals never overlap and the ratio is exact: 1.0 would be a runner that costs nothing.
+With `concurrency` requests in flight the engines may work at the same time, so the sum
+can count one wall second up to `concurrency` times: `ratio` is then a lower bound and
+`ratio_bound` (`concurrency` times it) the upper one.
+
+Fail closed: a figure is given only when it can be attributed to the check. An engine
+that counted other requests than the runner sent in the window (live traffic on the
+stable, another check) or whose counters went backwards (a restart) gives no figure
+but an `OverheadError` that says which side and why.
+
+Pure: the caller scrapes (it has the HTTP client); this module reads text and numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
+    r"(?:\{(?P<labels>.*)\})?"
+    r"\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
+)
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+# The adapter routes that run the engine (infergate.runtime.server); /health, /metrics and
+# the like do not.
+ADAPTER_ENGINE_ROUTES = frozenset(
+    {"/v1/completions", "/v1/parity/hidden_states", "/tokenize", "/detokenize"}
+)
+
+
+class OverheadError(ValueError):
+    """The scrapes cannot give the overhead of this check; the message says why."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: Mapping[str, str]
+    value: float
+
+
+def parse_samples(text: str) -> list[Sample]:
+    """The samples of a Prometheus text exposition (comments and blank lines skipped)."""
+    samples = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _SAMPLE.match(stripped)
+        if match is None:
+            raise OverheadError(f"metrics line {number}: not a sample: {stripped[:80]!r}")
+        labels = {}
+        for key, raw in _LABEL.findall(match.group("labels") or ""):
+            labels[key] = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], raw)
+        try:
+            value = float(match.group("value"))
+        except ValueError as err:
+            raise OverheadError(f"metrics line {number}: value is not a number") from err
+        samples.append(Sample(match.group("name"), labels, value))
+    return samples
+
+
+@dataclass(frozen=True)
+class EngineClock:
+    """Which metrics give an engine's own seconds and its request count."""
+
+    seconds: str
+    requests: str
+    routes: frozenset[str] | None = None  # count only these `route` labels, if set
+
+
+VLLM_CLOCK = EngineClock(
+    seconds="vllm:e2e_request_latency_seconds_sum",
+    requests="vllm:e2e_request_latency_seconds_count",
+)
+ADAPTER_CLOCK = EngineClock(
+    seconds="infergate_adapter_busy_seconds_total",
+    requests="infergate_adapter_requests_total",
+    routes=ADAPTER_ENGINE_ROUTES,
+)
+
+
+@dataclass(frozen=True)
+class EngineTime:
+    """What one engine did between two scrapes."""
+
+    requests: int
+    seconds: float
+
+
+def _total(
+    samples: list[Sample], name: str, model: str | None, routes: frozenset[str] | None
+) -> float:
+    found = [
+        s
+        for s in samples
+        if s.name == name
+        and (model is None or s.labels.get("model_name") == model)
+        and (routes is None or s.labels.get("route") in routes)
+    ]
+    if not found:
+        which = f" for model {model!r}" if model is not None else ""
+        raise OverheadError(f"metric {name}{which} is not in the scrape")
+    return sum(s.value for s in found)
+
+
+def engine_time(
+    before: str, after: str, clock: EngineClock, *, model: str | None = None
+) -> EngineTime:
+    """The requests and seconds an engine counted between two scrapes of its /metrics.
+
+    `model` keeps only the series of that served model (label `model_name`).
+    """
+    first, last = parse_samples(before), parse_samples(after)
+    seconds = _total(last, clock.seconds, model, None) - _total(first, clock.seconds, model, None)
+    requests = _total(last, clock.requests, model, clock.routes) - _total(
+        first, clock.requests, model, clock.routes
+    )
+    if seconds < 0 or requests < 0:
+        raise OverheadError(
+            f"{clock.seconds}: counters went backwards between the scrapes (the engine restarted?)"
+        )
+    return EngineTime(requests=round(requests), seconds=seconds)
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The runner's wall time over the engines' own time for the same requests."""
+
+    wall_seconds: float
+    engine_seconds: float
+    requests: int
+    concurrency: int
+    ratio: float  # exact when requests never overlap (concurrency 1), else a lower bound
+    ratio_bound: float  # concurrency x ratio: the most it can be with overlapping requests
+
+
+def runner_overhead(
+    wall_seconds: float,
+    sides: Mapping[str, EngineTime],
+    *,
+    sent: Mapping[str, int],
+    concurrency: int,
+) -> Overhead:
+    """The overhead of one check; `sent`: the requests the runner sent to each side's
+    engine (counted as the engine counts them) in the window of its scrapes."""
+    if not math.isfinite(wall_seconds) or wall_seconds <= 0:
+        raise OverheadError(f"wall_seconds: {wall_seconds} is not allowed; give a positive time")
+    if concurrency < 1:
+        raise OverheadError(f"concurrency: {concurrency} is not allowed; it is at least 1")
+    if not sides:
+        raise OverheadError("sides: none given; give each engine's time")
+    if set(sides) != set(sent):
+        raise OverheadError(
+            f"sent: sides {sorted(sent)} differ from the engines' sides {sorted(sides)}"
+        )
+    for side, time in sides.items():
+        if time.requests != sent[side]:
+            raise OverheadError(
+                f"{side}: the engine counted {time.requests} requests in the window, the "
+                f"runner sent {sent[side]}: its time is not the check's alone"
+            )
+    engine = sum(t.seconds for t in sides.values())
+    if engine <= 0:
+        raise OverheadError("the engines counted no time: nothing to compare the wall time with")
+    ratio = wall_seconds / engine
+    return Overhead(
+        wall_seconds=wall_seconds,
+        engine_seconds=engine,
+        requests=sum(t.requests for t in sides.values()),
+        concurrency=concurrency,
+        ratio=ratio,
+        ratio_bound=ratio * concurrency,
+    )
