@@ -36,6 +36,7 @@ from infergate.plan.check_status import check_conditions, error_status
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.phases import is_check_terminal
 from infergate.render.check_children import (
+    FINGERPRINT_PORT,
     probe_pod,
     probe_service,
     report_config_map,
@@ -407,16 +408,20 @@ def _body(check: ObservedParityCheck) -> JSON:
 
 
 def _runner_peers(state: CheckState) -> list[Peer]:
-    """What the runner may connect to: each side's revision pods and its probe, on the
-    engine port, and the API server. Endpoint sides get nothing (see check_children)."""
+    """What the runner may connect to: each side's revision pods on the engine port, its
+    probe on the ports the probe serves (the engine's, for hidden states, and the
+    fingerprint server's), and the API server. Endpoint sides get nothing (see
+    check_children)."""
     check = state.check
+    hidden = check.spec.hidden_states if check.spec is not None else True
     peers: list[Peer] = []
     for side, view in state.sides.items():
         if view.deployment is not None and view.revision is not None:
             peers.append(Peer(HTTP_PORT, pods=engine_pod_selector(view.deployment, view.revision)))
         if view.needs_probe:
             probe = {**child_labels(check.name, ROLE_PROBE), LABEL_SIDE: side}
-            peers.append(Peer(HTTP_PORT, pods=probe))
+            ports = (HTTP_PORT, FINGERPRINT_PORT) if hidden else (FINGERPRINT_PORT,)
+            peers += [Peer(port, pods=probe) for port in ports]
     return [*peers, *state.api_server]
 
 

@@ -458,12 +458,13 @@ def test_the_runner_may_reach_only_its_sides_the_api_server_and_dns() -> None:
     )
     assert manifest["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert "ingress" not in manifest["spec"]
-    # ... and lets out only: both revisions' engine pods and the baseline's probe on the
-    # engine port, the API server, DNS.
+    # ... and lets out only: both revisions' engine pods on the engine port, the baseline's
+    # probe on the engine's and the fingerprint server's, the API server, DNS.
     engine = (("TCP", 8000),)
     assert _egress(manifest) == [
         ("aaaaaaaaaa", engine),
         ("baseline", engine),
+        ("baseline", (("TCP", 8001),)),
         ("bbbbbbbbbb", engine),
         ("10.96.0.1/32", (("TCP", 443),)),
         ("10.0.0.10/32", (("TCP", 6443),)),

@@ -16,6 +16,7 @@ import yaml
 from infergate.api import InferenceDeployment
 from infergate.render import render_revision
 from infergate.render.check_children import (
+    FINGERPRINT_PORT,
     RunnerSettings,
     probe_pod,
     probe_service,
@@ -151,6 +152,7 @@ def render_check_children() -> str:
     peers = [
         Peer(HTTP_PORT, pods=stable.deployment["spec"]["selector"]["matchLabels"]),
         Peer(HTTP_PORT, pods=probe_labels),
+        Peer(FINGERPRINT_PORT, pods=probe_labels),
         *api_server_peers("10.96.0.1", "443"),
     ]
     manifests = [
