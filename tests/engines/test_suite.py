@@ -6,7 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from infergate.suite import LONG_TAG, SuiteError, load_suite, long_prompt, parse_suite
+from infergate.api.prompts import PromptSuite
+from infergate.suite import (
+    LONG_TAG,
+    PromptSpec,
+    SuiteError,
+    inline,
+    load_suite,
+    long_prompt,
+    medium_prompts,
+    parse_suite,
+)
 
 
 def _parse(*lines: str) -> object:
@@ -135,3 +145,30 @@ def test_the_chat_suite_holds_chats() -> None:
     suite = load_suite("chat")
     assert suite.prompts
     assert all(p.is_chat for p in suite.prompts)
+
+
+def test_medium_prompts_fill_the_evidence_minimum_within_a_short_context() -> None:
+    """36 prompts of ~100 tokens: >= 32 prompts, and with 16 output tokens >= 4096 scored
+    positions, inside the 512-token context the demo and end-to-end engines run with."""
+    prompts = medium_prompts()
+    assert prompts == medium_prompts()  # deterministic: the same suite digest every run
+    assert len(prompts) == 36
+    assert len({p.id for p in prompts}) == 36
+    texts = [p.text for p in prompts if p.text is not None]
+    ids = [p.token_ids for p in prompts if p.token_ids is not None]
+    assert len(texts) == 32
+    assert len(ids) == 4
+    # Chinese is ~1.1 characters per fixture token, English ~4.5 (see long_prompt).
+    tokens = [
+        len(t) / (1.1 if "zh" in p.tags else 4.5) for p, t in zip(prompts[:32], texts, strict=True)
+    ]
+    tokens += [len(i) for i in ids]
+    assert min(tokens) >= 100
+    assert max(tokens) <= 512 - 16 - 100
+    assert sum(t + 16 for t in tokens) >= 4096
+    # As a ParityCheck's suite.inline: the API accepts it and it reads back the same.
+    check_suite = PromptSuite.model_validate({"inline": inline(prompts)})
+    assert [
+        PromptSpec.model_validate(i.model_dump(by_alias=True, exclude_none=True))
+        for i in check_suite.inline or []
+    ] == prompts
