@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.plan.desired import revision_of
@@ -102,6 +104,7 @@ def test_a_canary_check_starts_probes_and_runner_and_frees_them_when_it_ends(
     assert _labelled(cluster, idep_namespace, "roles", name) == [f"{name}-runner"]
     pinned = _check(cluster, idep_namespace, name)["status"]
     assert pinned["candidateRevision"] == check["spec"]["candidate"]["revision"]
+    _assert_runner_confined(cluster, idep_namespace, name)
 
     idep.verdict(name, "Failed", passed=False)
     ended = _wait_check(
@@ -126,6 +129,61 @@ def test_a_canary_check_starts_probes_and_runner_and_frees_them_when_it_ends(
         "probes and runner RBAC deleted",
     )
     idep.wait_phase("RolledBack")
+    # The runner was stopped; once its pod is gone, so is the policy that confined it.
+    wait_for(
+        lambda: not _labelled(cluster, idep_namespace, "networkpolicies", name),
+        90,
+        "the runner's NetworkPolicy deleted",
+    )
+
+
+def _pods(cluster: Cluster, namespace: str, labels: dict[str, str]) -> set[str]:
+    """The pods a label selector picks, as the API server evaluates it."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    listed = cluster.get_json("pods", "-n", namespace, "-l", selector)["items"]
+    return {p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")}
+
+
+def _assert_runner_confined(cluster: Cluster, namespace: str, check: str) -> None:
+    """The runner's NetworkPolicy, as stored by the API server (no implementation enforces
+    it on the local cluster): it selects exactly the runner's pods, and its pod rules
+    exactly the two sides' engine pods and probes; the rest is the API server and DNS."""
+    policy = cluster.get_json("networkpolicy", f"{check}-runner", "-n", namespace)
+    runner = wait_for(
+        lambda: _pods(cluster, namespace, {"job-name": f"{check}-runner"}), 60, "the runner pod"
+    )
+    assert _pods(cluster, namespace, policy["spec"]["podSelector"]["matchLabels"]) == runner
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert not policy["spec"].get("ingress")
+    pod_rules = [
+        peer["podSelector"]["matchLabels"]
+        for rule in policy["spec"]["egress"]
+        for peer in rule["to"]
+        if "podSelector" in peer and "namespaceSelector" not in peer
+    ]
+    reachable = set().union(*(_pods(cluster, namespace, labels) for labels in pod_rules))
+    body = _check(cluster, namespace, check)
+    sides = {body["spec"][side]["revision"] for side in ("baseline", "candidate")}
+    engines = {
+        p["metadata"]["name"]
+        for p in cluster.get_json("pods", "-n", namespace, "-l", "infergate.io/revision")["items"]
+        if p["metadata"]["labels"]["infergate.io/revision"] in sides
+        and not p["metadata"].get("deletionTimestamp")
+    }
+    probes = {f"{check}-probe-baseline", f"{check}-probe-candidate"}
+    assert reachable == engines | probes
+    assert not reachable & runner
+    blocks = [
+        (peer["ipBlock"]["cidr"], rule["ports"][0]["port"])
+        for rule in policy["spec"]["egress"]
+        for peer in rule["to"]
+        if "ipBlock" in peer
+    ]
+    server = urlsplit(
+        yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    )
+    # The executor gives pods the API server's own address as the kubernetes Service's.
+    assert (f"{server.hostname}/32", server.port) in blocks
 
 
 def _terminating(cluster: Cluster, namespace: str, pod: str) -> bool:

@@ -92,6 +92,15 @@ def register(subparsers: Any) -> None:
         "are refused",
     )
     parser.add_argument(
+        "--runner-api-server",
+        action="append",
+        default=[],
+        metavar="CIDR:PORT",
+        help="an API server address the runners' NetworkPolicy allows besides the kubernetes "
+        "Service ($KUBERNETES_SERVICE_HOST:PORT), e.g. 10.0.0.10/32:6443 where the network "
+        "plugin matches policies after Service translation (repeatable)",
+    )
+    parser.add_argument(
         "--leader-election",
         action="store_true",
         help="act only while holding the Lease infergate-operator in $POD_NAMESPACE "
@@ -130,46 +139,12 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from infergate import metrics
     from infergate.controllers import load_handlers
-    from infergate.controllers._context import OPTIONS
     from infergate.controllers._leader import LEADER
-    from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
 
-    if args.resync_seconds <= 0:
-        print(f"--resync-seconds: {args.resync_seconds} is not allowed; give a positive number")
+    refused = _set_options(args)
+    if refused:
+        print(refused)
         return 2
-    if args.kubeconfig:
-        # kopf's own login reads the same file.
-        os.environ["KUBECONFIG"] = args.kubeconfig
-    OPTIONS.resync_seconds = args.resync_seconds
-    OPTIONS.kubeconfig = args.kubeconfig
-    OPTIONS.runner_image = os.environ.get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE
-    bad = [d for d in args.allow_host_path if not d.startswith("/")]
-    if bad:
-        print(f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models")
-        return 2
-    OPTIONS.allowed_host_paths = tuple(args.allow_host_path)
-    OPTIONS.exact_namespaces = bool(args.namespace) and not any(
-        set(pattern) & set("*?[]!") for pattern in args.namespace
-    )
-    if args.golden_config:
-        try:
-            OPTIONS.golden = load_golden_config(args.golden_config)
-        except (OSError, yaml.YAMLError, ValidationError) as err:
-            print(f"--golden-config: {err}")
-            return 2
-    if args.leader_election:
-        namespace = os.environ.get("POD_NAMESPACE")
-        if not namespace:
-            print("--leader-election: set POD_NAMESPACE (the Lease lives in that namespace)")
-            return 2
-        OPTIONS.leader_election = True
-        OPTIONS.namespace = namespace
-        # One identity per process (pod name and a random part, as kube-controller-manager
-        # names itself): a restarted container is a new candidate, never the old holder.
-        pod = os.environ.get("POD_NAME") or socket.gethostname()
-        LEADER.identity = f"{pod}_{uuid.uuid4().hex[:8]}"
-        LEADER.lease_seconds = args.lease_seconds
-        LEADER.leading = False  # nothing acts before the Lease is held
     kopf.configure(verbose=args.verbose)
     if not args.verbose:
         # kopf reports every handler call at INFO; keep its warnings and our own messages.
@@ -196,3 +171,53 @@ def run_operator(args: argparse.Namespace) -> int:
         print("leadership lost: exiting to restart as a follower")
         return 1
     return 0
+
+
+def _set_options(args: argparse.Namespace) -> str | None:
+    """Check the flags and set the operator's options; a refusal says which flag and why."""
+    from infergate.controllers._context import OPTIONS
+    from infergate.controllers._leader import LEADER
+    from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
+    from infergate.render.network import api_server_peers
+
+    if args.resync_seconds <= 0:
+        return f"--resync-seconds: {args.resync_seconds} is not allowed; give a positive number"
+    if args.kubeconfig:
+        # kopf's own login reads the same file.
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    OPTIONS.resync_seconds = args.resync_seconds
+    OPTIONS.kubeconfig = args.kubeconfig
+    OPTIONS.runner_image = os.environ.get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE
+    bad = [d for d in args.allow_host_path if not d.startswith("/")]
+    if bad:
+        return f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models"
+    OPTIONS.allowed_host_paths = tuple(args.allow_host_path)
+    OPTIONS.exact_namespaces = bool(args.namespace) and not any(
+        set(pattern) & set("*?[]!") for pattern in args.namespace
+    )
+    if args.golden_config:
+        try:
+            OPTIONS.golden = load_golden_config(args.golden_config)
+        except (OSError, yaml.YAMLError, ValidationError) as err:
+            return f"--golden-config: {err}"
+    try:
+        OPTIONS.runner_api_server = api_server_peers(
+            os.environ.get("KUBERNETES_SERVICE_HOST"),
+            os.environ.get("KUBERNETES_SERVICE_PORT"),
+            args.runner_api_server,
+        )
+    except ValueError as error:
+        return f"--runner-api-server: {error}"
+    if args.leader_election:
+        namespace = os.environ.get("POD_NAMESPACE")
+        if not namespace:
+            return "--leader-election: set POD_NAMESPACE (the Lease lives in that namespace)"
+        OPTIONS.leader_election = True
+        OPTIONS.namespace = namespace
+        # One identity per process (pod name and a random part, as kube-controller-manager
+        # names itself): a restarted container is a new candidate, never the old holder.
+        pod = os.environ.get("POD_NAME") or socket.gethostname()
+        LEADER.identity = f"{pod}_{uuid.uuid4().hex[:8]}"
+        LEADER.lease_seconds = args.lease_seconds
+        LEADER.leading = False  # nothing acts before the Lease is held
+    return None

@@ -17,6 +17,7 @@ from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
+from infergate.render.network import Peer
 
 
 @dataclass
@@ -49,6 +50,8 @@ class OperatorOptions:
     """The golden record store and size policy every runner Job gets (`--golden-config`);
     None: no records are kept. An operator setting: a tenant cannot point a runner at
     storage of its choosing."""
+    runner_api_server: tuple[Peer, ...] = ()
+    """Addresses of the API server the runner's NetworkPolicy lets it reach."""
 
 
 OPTIONS = OperatorOptions()

@@ -7,8 +7,9 @@ operator is down). Each known object is reconciled every `interval` seconds, soo
 when something it depends on changed or when the reconcile asked for it (a deadline),
 never twice at the same time. A failed reconcile runs again after the backoff of
 `infergate.retry.RECONCILES` (jittered, doubling per consecutive failure, a server's
-Retry-After as a floor); a permanent error (a spec problem, a refused request) waits
-for the next change or the usual interval: repeating it now would repeat the refusal.
+Retry-After as a floor), and no wake-up cuts that wait short: a change seen meanwhile is
+reconciled when the backoff ends. A permanent error (a spec problem, a refused request)
+waits for the next change or the usual interval: repeating it now would repeat the refusal.
 Nothing here is rollout truth: a restarted process starts with an empty schedule and
 reconciles everything once.
 """
@@ -53,13 +54,16 @@ class Resyncer:
         self._draw = draw
         self._due: dict[OwnerKey, float] = {}
         self._failures: dict[OwnerKey, int] = {}
+        # After a failure: not before this time, whatever wakes the key (the backoff, and a
+        # server's Retry-After, hold for every trigger).
+        self._hold: dict[OwnerKey, float] = {}
         self._running: dict[OwnerKey, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
 
     def wake(self, key: OwnerKey) -> None:
         """Reconcile this object soon (after the one in flight, if any)."""
         soon = asyncio.get_running_loop().time() + self.wake_delay
-        self._due[key] = min(self._due.get(key, soon), soon)
+        self._due[key] = max(min(self._due.get(key, soon), soon), self._hold.get(key, soon))
         self._changed.set()
 
     def wake_all(self) -> None:
@@ -77,6 +81,7 @@ class Resyncer:
             for key in set(self._due) - keys:
                 self._due.pop(key, None)
                 self._failures.pop(key, None)
+                self._hold.pop(key, None)
             for key in keys:
                 due = self._due.setdefault(key, now)
                 if key in self._running or due > now:
@@ -97,6 +102,7 @@ class Resyncer:
             wanted = await self._reconcile(key)
         except (SpecError, PermanentKubeError) as error:
             self._failures.pop(key, None)
+            self._hold.pop(key, None)
             log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
         except (InfergateError, Exception) as error:
             failures = self._failures.get(key, 0) + 1
@@ -112,9 +118,12 @@ class Resyncer:
                 log.exception(
                     "%s/%s: reconcile crashed, again in %.1fs", key.namespace, key.name, delay
                 )
-            self._again_in(key, delay)
+            # The backoff replaces whatever was due (a wake-up while it ran included).
+            self._hold[key] = asyncio.get_running_loop().time() + delay
+            self._due[key] = self._hold[key]
         else:
             self._failures.pop(key, None)
+            self._hold.pop(key, None)
             if wanted is not None:
                 self._again_in(key, max(_MIN_WAIT, wanted))
         finally:

@@ -1,13 +1,14 @@
-"""kopf handlers of InferenceDeployments: one reconcile for create, resume, update and resync.
+"""kopf handlers of InferenceDeployments: one reconcile, run by one resync loop.
 
 Gather (the object from the API, its children from the indexes), decide
 (`plan.plan_reconcile`, pure), write (`kube.writer`), then post the Events and
 count the outcomes. One resync loop for the process re-observes every
-deployment every `resync_seconds`, and sooner when a child changes, so progress
+deployment every `resync_seconds`, and sooner when it or a child changes, so progress
 that no spec change announces (a canary becoming available, a verdict, a
-drifting edit) is acted on. No finalizer (hence no kopf daemon or timer, which would add
-one): children go with their owner through garbage collection, and deletion
-never waits for the operator.
+drifting edit) is acted on. kopf only watches (indexes and event handlers): it keeps no
+state on the objects, so a replica that does not lead writes nothing. No finalizer (hence
+no kopf daemon or timer, which would add one): children go with their owner through
+garbage collection, and deletion never waits for the operator.
 """
 
 from __future__ import annotations
@@ -34,9 +35,7 @@ from infergate.controllers._context import events as post_events
 from infergate.controllers._leader import LEADER
 from infergate.errors import (
     InfergateError,
-    KubeError,
     NotFoundError,
-    PermanentKubeError,
     SpecError,
 )
 from infergate.jsontypes import JSON
@@ -49,7 +48,6 @@ from infergate.plan.observed import Observed, OwnerKey, collect
 from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.rollout import DeploymentState, Notice
 from infergate.plan.status import latest_parity_figures
-from infergate.retry import RECONCILES
 
 PLURAL = INFERENCE_DEPLOYMENTS_PLURAL
 
@@ -217,25 +215,22 @@ async def reconcile(
             )  # fmt: skip
 
 
-def _kopf_error(error: InfergateError, retry: int) -> Exception:
-    """kopf's error for ours: permanent for a spec problem or a refused request; otherwise
-    temporary, after the one retry policy's jittered backoff (Retry-After honoured)."""
-    if isinstance(error, SpecError | PermanentKubeError):
-        return kopf.PermanentError(str(error))
-    retry_after = error.retry_after if isinstance(error, KubeError) else None
-    delay = RECONCILES.delay(retry + 1, retry_after=retry_after)
-    return kopf.TemporaryError(str(error), delay=delay)
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def changed(name: str, namespace: str | None, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
+    """A deployment was created, changed or deleted: reconcile it soon (through the resync
+    loop, with its retry policy), or forget it.
 
-
-@kopf.on.resume(GROUP, VERSION, PLURAL, retries=RECONCILES.attempts)
-@kopf.on.create(GROUP, VERSION, PLURAL, retries=RECONCILES.attempts)
-@kopf.on.update(GROUP, VERSION, PLURAL, retries=RECONCILES.attempts)
-async def reconcile_on_change(name: str, namespace: str | None, retry: int, **kwargs: Any) -> None:
-    """Create, resume and update share one reconcile."""
-    try:
-        await reconcile(namespace or "", name, kwargs, trigger="change")
-    except InfergateError as error:
-        raise _kopf_error(error, retry) from error
+    An event handler, not kopf's create/update/resume handlers: those keep kopf's state
+    (diff-base, progress) in annotations on the object, which every replica would write,
+    the one not holding the Lease included; it would also mark a change as handled that
+    only the leader may act on. The resync loop reconciles each deployment at start and
+    whenever it changes, so nothing is lost."""
+    key = OwnerKey(namespace or "", name)
+    if type == "DELETED":
+        LOCKS.pop(key, None)
+        metrics.forget(key.namespace, name)
+        return
+    SCHEDULE.wake(key)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -286,11 +281,3 @@ async def start_resync(**kwargs: Any) -> None:
 async def stop_resync(**_: Any) -> None:
     """Stop the resync loop and the reconciles it started."""
     await SCHEDULE.stop()
-
-
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-async def forget(name: str, namespace: str | None, **_: Any) -> None:
-    """Drop the deployment's gauges; its children go through garbage collection."""
-    key = OwnerKey(namespace or "", name)
-    LOCKS.pop(key, None)
-    metrics.forget(key.namespace, name)

@@ -75,8 +75,10 @@ async def parity_checks(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedPar
 @kopf.index("batch", "v1", "jobs", labels=CHILD_LABELS)
 @kopf.index("rbac.authorization.k8s.io", "v1", "roles", labels=CHILD_LABELS)
 @kopf.index("rbac.authorization.k8s.io", "v1", "rolebindings", labels=CHILD_LABELS)
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
 async def check_children(body: kopf.Body, **_: Any) -> dict[OwnerKey, CheckChild] | None:
-    """Objects labelled with a check: probes, runner Job and pods, runner RBAC, report."""
+    """Objects labelled with a check: probes, runner Job and pods, runner RBAC and
+    NetworkPolicy, report."""
     key = child_key(body)
     return {key: observe_child(body)} if key is not None else None
 
@@ -106,6 +108,7 @@ async def check_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  #
 @kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)
 @kopf.on.event("rbac.authorization.k8s.io", "v1", "roles", labels=CHILD_LABELS)
 @kopf.on.event("rbac.authorization.k8s.io", "v1", "rolebindings", labels=CHILD_LABELS)
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
 async def child_changed(body: kopf.Body, **_: Any) -> None:
     """Reconcile the check a child belongs to."""
     key = child_key(body)
@@ -184,6 +187,7 @@ def _state(key: OwnerKey, indexes: Mapping[str, Any], now: datetime) -> CheckSta
         golden=OPTIONS.golden,
         now=now,
         previous_report=previous,
+        api_server=OPTIONS.runner_api_server,
     )
 
 

@@ -1,6 +1,8 @@
 """How kopf runs this operator: where it keeps its bookkeeping, what it posts, timeouts.
 
-kopf's progress and diff-base go into annotations under `kopf.infergate.io/`:
+The controllers use only kopf's indexes and event handlers, which keep no state on the
+objects (a replica that does not lead must write nothing). Should a stateful handler be
+added, kopf's progress and diff-base go into annotations under `kopf.infergate.io/`:
 the CRD status schema has no room for kopf's own fields (the API server would
 prune them silently), and a prefix of our own keeps them apart from the
 `infergate.io/` control annotations people set.
@@ -23,6 +25,7 @@ from infergate.controllers._context import (
     close_client,
 )
 from infergate.controllers._leader import LEADER
+from infergate.kube.client import kubeconfig_credentials
 from infergate.kube.lease import LeaseClient
 
 
@@ -43,6 +46,26 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # A namespaced install may not list namespaces or CRDs; with exact names kopf needs
     # neither (resources come from API discovery once, at start).
     settings.scanning.disabled = OPTIONS.exact_namespaces
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's credentials are those of the operator's own API client: the kubeconfig given
+    with `--kubeconfig` when there is one (kopf's default login would prefer in-cluster
+    credentials, and read $KUBECONFIG as it was when the client library was imported),
+    else in-cluster ones, else the default kubeconfig."""
+    if OPTIONS.kubeconfig is None:
+        return kopf.login_via_client(**kwargs)
+    found = kubeconfig_credentials(OPTIONS.kubeconfig)
+    return kopf.ConnectionInfo(
+        server=found.server,
+        ca_path=found.ca_path,
+        insecure=found.insecure,
+        scheme=found.scheme,
+        token=found.token,
+        certificate_path=found.certificate_path,
+        private_key_path=found.private_key_path,
+    )
 
 
 LEASE_NAME = "infergate-operator"

@@ -74,6 +74,7 @@ ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "Endpoint
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 HTTP_ROUTES = Resource("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
+NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 INFERENCE_DEPLOYMENTS = Resource(
     GROUP, VERSION, INFERENCE_DEPLOYMENTS_PLURAL, INFERENCE_DEPLOYMENT_KIND
 )
@@ -90,6 +91,7 @@ BY_KIND: Mapping[str, Resource] = {
         ROLES,
         ROLE_BINDINGS,
         HTTP_ROUTES,
+        NETWORK_POLICIES,
         INFERENCE_DEPLOYMENTS,
         PARITY_CHECKS,
     )
@@ -97,6 +99,12 @@ BY_KIND: Mapping[str, Resource] = {
 
 
 _POOL_SIZE = 32
+# urllib3's default would retry a 429 or 503 carrying Retry-After three times inside one
+# call, sleeping in the worker thread, unseen by `infergate.retry`: answers reach the one
+# retry policy instead. Only a connection that could not be opened is tried once more.
+_TRANSPORT_RETRIES = urllib3.Retry(
+    total=1, connect=1, read=0, status=0, redirect=0, other=0, respect_retry_after_header=False
+)
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
@@ -104,6 +112,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     configuration = k8s_client.Configuration()
     # One connection per worker thread, not the default 5 per CPU.
     configuration.connection_pool_maxsize = _POOL_SIZE
+    configuration.retries = _TRANSPORT_RETRIES
     if kubeconfig is None:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)
@@ -114,6 +123,42 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         config_file=kubeconfig, context=context, client_configuration=configuration
     )
     return k8s_client.ApiClient(configuration)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How to reach and authenticate to the API server, as a kubeconfig resolves them
+    (tokens from exec plugins and token files included): what kopf's own client needs."""
+
+    server: str
+    ca_path: str | None
+    insecure: bool
+    scheme: str | None
+    token: str | None
+    certificate_path: str | None
+    private_key_path: str | None
+
+
+def kubeconfig_credentials(kubeconfig: str, context: str | None = None) -> Credentials:
+    """The credentials of one kubeconfig file, resolved by the `kubernetes` package."""
+    configuration = k8s_client.Configuration()
+    k8s_config.load_kube_config(
+        config_file=kubeconfig, context=context, client_configuration=configuration
+    )
+    header = configuration.get_api_key_with_prefix(
+        "BearerToken"
+    ) or configuration.get_api_key_with_prefix("authorization")
+    # "<scheme> <token>", or a bare token (RFC 7235).
+    scheme, _, token = str(header or "").rpartition(" ")
+    return Credentials(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
 
 
 def kubeconfig_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:

@@ -244,6 +244,32 @@ def _etcd_healthy(ports: Ports) -> bool:
         return False
 
 
+def _start(layout: ClusterLayout, pki: Pki, ports: Ports, name: str) -> None:
+    """Start one component; for etcd and the API server, wait until they serve."""
+    argv = _argv(layout, pki, ports, name)
+    env = {"KUBECONFIG": str(layout.root / "nodes.kubeconfig")} if name == "executor" else {}
+    processes.start(layout.run, layout.logs, name, argv, env=env)
+    log = layout.logs / f"{name}.log"
+    if name == "etcd":
+        _wait("etcd", lambda: _etcd_healthy(ports), 60, log)
+    elif name == "kube-apiserver":
+        _wait("kube-apiserver", lambda: apiserver_ready(pki, ports), 120, log)
+
+
+def restart(layout: ClusterLayout, name: str, *, pause: float = 0.0) -> None:
+    """Stop one running component (SIGTERM, as a supervisor would) and start it again with
+    the same command line, `pause` seconds later; returns once etcd or the API server serve
+    again (the other components return at once). For fault tests: the rest of the cluster
+    keeps running and must ride it out."""
+    if name not in COMPONENTS:
+        raise ValueError(f"unknown component {name!r}; known: {', '.join(COMPONENTS)}")
+    if not processes.running(layout.run, name):
+        raise ClusterError(f"{name} is not running; start the cluster first (make cluster-up)")
+    processes.stop(layout.run, name)
+    time.sleep(pause)
+    _start(layout, Pki(layout.pki), _load_ports(layout), name)
+
+
 def up(layout: ClusterLayout, *, say: bool = True) -> None:
     """Start every component that is not running; write the kubeconfigs."""
     _require_binaries()
@@ -265,16 +291,9 @@ def up(layout: ClusterLayout, *, say: bool = True) -> None:
     for name in COMPONENTS:
         if processes.running(layout.run, name):
             continue
-        argv = _argv(layout, pki, ports, name)
-        env = {"KUBECONFIG": str(layout.root / "nodes.kubeconfig")} if name == "executor" else {}
-        processes.start(layout.run, layout.logs, name, argv, env=env)
+        _start(layout, pki, ports, name)
         if say:
             print(f"started {name}", file=sys.stderr)
-        log = layout.logs / f"{name}.log"
-        if name == "etcd":
-            _wait("etcd", lambda: _etcd_healthy(ports), 60, log)
-        elif name == "kube-apiserver":
-            _wait("kube-apiserver", lambda: apiserver_ready(pki, ports), 120, log)
     try:
         bootstrap(layout, COMPONENTS)
     except BootstrapError as exc:

@@ -133,6 +133,8 @@ class CheckChild:
     """Jobs: Failed."""
     exit_note: str | None = None
     """Runner pods: `<pod> exited <code> (<reason>)` for a non-zero exit."""
+    finished: bool = False
+    """Pods: Succeeded or Failed (its containers will not run again)."""
 
 
 def _side(side: Side) -> SideRef:
@@ -266,6 +268,7 @@ def observe_child(body: JSONMap) -> CheckChild:
             ready=_true(body, "Ready") is not None,
             failure=_probe_failure(body, name),
             exit_note=_exit_note(body, name),
+            finished=(body.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
         )
     if kind == "Job":
         failed = _true(body, "Failed")

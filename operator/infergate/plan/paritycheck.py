@@ -11,8 +11,9 @@
               included) passed
 
 Once the check ended, its probes (which hold accelerators) and the runner's RBAC are
-deleted, and a runner still running is stopped; a finished runner Job stays for its log
-(until its ttlSecondsAfterFinished), the report ConfigMap for good. Only children the
+deleted, and a runner still running is stopped; its NetworkPolicy goes once no runner pod
+runs any more; a finished runner Job stays for its log (until its
+ttlSecondsAfterFinished), the report ConfigMap for good. Only children the
 check owns are ever deleted or counted as started: an object someone else made under a
 child's name ends the check in Error, untouched. Nothing is kept in memory between
 reconciles: a restarted operator decides the same from the same objects.
@@ -36,26 +37,33 @@ from infergate.plan.check_status import check_conditions, error_status
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.phases import is_check_terminal
 from infergate.render.check_children import (
+    FINGERPRINT_PORT,
     probe_pod,
     probe_service,
     report_config_map,
     runner_job,
+    runner_network_policy,
     runner_rbac,
 )
 from infergate.render.check_names import (
+    LABEL_SIDE,
     ROLE_PROBE,
     ROLE_RUNNER,
     SIDES,
     SideName,
+    child_labels,
     probe_name,
     report_name,
     runner_name,
 )
+from infergate.render.labels import engine_pod_selector
 from infergate.render.launch import HTTP_PORT
+from infergate.render.network import Peer
 
 RELEASED_MESSAGE = (
-    "probes and runner RBAC deleted, runner stopped if it still ran; the finished runner "
-    "Job stays for its log until ttlSecondsAfterFinished, the report ConfigMap for good"
+    "probes, runner RBAC and NetworkPolicy deleted, runner stopped if it still ran; the "
+    "finished runner Job stays for its log until ttlSecondsAfterFinished, the report "
+    "ConfigMap for good"
 )
 _RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding")
 
@@ -73,6 +81,8 @@ class CheckState:
     """Report ConfigMap of the last passing check of the same deployment (regression)."""
     golden: GoldenSpec | None = None
     """The operator's golden record store, handed to every runner Job (never the tenant's)."""
+    api_server: tuple[Peer, ...] = ()
+    """Where the runner reaches the API server (its NetworkPolicy allows these)."""
 
 
 @dataclass
@@ -169,6 +179,7 @@ def _expected_names(check: ObservedParityCheck) -> dict[str, set[str]]:
         "ServiceAccount": {runner},
         "Role": {runner},
         "RoleBinding": {runner},
+        "NetworkPolicy": {runner},
         "ConfigMap": {report_name(check.name)},
     }
 
@@ -202,8 +213,19 @@ def _terminal_error(state: CheckState, reason: str, message: str) -> CheckPlan:
     return CheckPlan(terminal=fields, events=[(True, reason, message)], delete=_release(state))
 
 
+def _runner_runs(state: CheckState) -> bool:
+    """Whether a runner Job of the check's is active or a runner pod has not finished."""
+    return any(
+        (c.kind == "Job" and _owned(state, c) and not (c.complete or c.failed))
+        or (c.kind == "Pod" and c.role == ROLE_RUNNER and not c.finished)
+        for c in state.children
+    )
+
+
 def _release(state: CheckState) -> list[CheckChild]:
-    """Owned probes and RBAC, and the runner Job while it still runs."""
+    """Owned probes and RBAC, the runner Job while it still runs, and the runner's
+    NetworkPolicy once no runner pod runs (a pod being stopped stays confined)."""
+    runs = _runner_runs(state)
     return [
         child
         for child in state.children
@@ -212,6 +234,7 @@ def _release(state: CheckState) -> list[CheckChild]:
             (child.kind in ("Pod", "Service") and child.role == ROLE_PROBE)
             or (child.kind in _RBAC_KINDS and child.role == ROLE_RUNNER)
             or (child.kind == "Job" and not (child.complete or child.failed))
+            or (child.kind == "NetworkPolicy" and child.role == ROLE_RUNNER and not runs)
         )
     ]
 
@@ -291,6 +314,10 @@ def _with_runner(state: CheckState) -> CheckPlan:
     account = _unrecorded_account(state)
     if account is not None:
         return CheckPlan(status={"runnerServiceAccount": account})
+    policy = _child(state, "NetworkPolicy", runner_name(state.check.name))
+    if policy is None and not (job.complete or job.failed):
+        # Never unconfined for long: made again if it went (or a check predates it).
+        return CheckPlan(create=[runner_network_policy(_body(state.check), _runner_peers(state))])
     if job.failed:
         return _terminal_error(state, reasons.CHECK_RUNNER_FAILED, _runner_failure(state, job))
     if job.complete:
@@ -383,8 +410,27 @@ def _body(check: ObservedParityCheck) -> JSON:
     }
 
 
+def _runner_peers(state: CheckState) -> list[Peer]:
+    """What the runner may connect to: each side's revision pods on the engine port, its
+    probe on the ports the probe serves (the engine's, for hidden states, and the
+    fingerprint server's), and the API server. Endpoint sides get nothing (see
+    check_children)."""
+    check = state.check
+    hidden = check.spec.hidden_states if check.spec is not None else True
+    peers: list[Peer] = []
+    for side, view in state.sides.items():
+        if view.deployment is not None and view.revision is not None:
+            peers.append(Peer(HTTP_PORT, pods=engine_pod_selector(view.deployment, view.revision)))
+        if view.needs_probe:
+            probe = {**child_labels(check.name, ROLE_PROBE), LABEL_SIDE: side}
+            ports = (HTTP_PORT, FINGERPRINT_PORT) if hidden else (FINGERPRINT_PORT,)
+            peers += [Peer(port, pods=probe) for port in ports]
+    return [*peers, *state.api_server]
+
+
 def _runner_objects(state: CheckState) -> list[JSON]:
-    """RBAC naming exactly what this runner reads, the empty report ConfigMap, the Job."""
+    """The NetworkPolicy confining the runner (first: nothing runs unconfined), RBAC
+    naming exactly what it reads, the empty report ConfigMap, the Job."""
     check = state.check
     spec = check.spec
     assert spec is not None  # noqa: S101 - only decided for a valid spec
@@ -406,6 +452,7 @@ def _runner_objects(state: CheckState) -> list[JSON]:
         config_maps.append(state.previous_report)
     body = _body(check)
     return [
+        runner_network_policy(body, _runner_peers(state)),
         *runner_rbac(body, deployments=deployments, services=services, config_maps=config_maps),
         report_config_map(body),
         runner_job(

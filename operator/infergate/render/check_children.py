@@ -1,5 +1,6 @@
 """What a ParityCheck starts, as manifests (pure): probe Pods and Services, the runner Job,
-its least-privilege ServiceAccount, Role and RoleBinding, and the empty report ConfigMap.
+its least-privilege ServiceAccount, Role and RoleBinding, the NetworkPolicy that confines
+it, and the empty report ConfigMap.
 
 Every child is owned by its check (garbage-collected with it) and labelled with it.
 
@@ -11,6 +12,13 @@ neither the revision's Service nor the stable Service ever sends it traffic.
 The runner's Role names every object it may read (`resourceNames`), and may write only
 its own check's status and its own report ConfigMap: a compromised runner can neither
 read other ConfigMaps nor change any rollout.
+
+Its NetworkPolicy admits no traffic to it and lets it open connections only to the pods
+of the two revisions it compares and of their probes (by their labels, on the engine
+port), to the API server (the addresses the operator is given) and to the cluster DNS.
+A side given as an `endpoint` URL gets no rule: a check's author could otherwise aim the
+runner at any address; a namespace administrator who wants such a check to run adds a
+NetworkPolicy of their own selecting the runner pods (policies add up).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from infergate.render.check_names import (
     runner_name,
 )
 from infergate.render.launch import CONFIG_PATH, POD_IP_REF
+from infergate.render.network import Peer
 from infergate.render.objects import SHM_VOLUME
 from infergate.render.vllm import pooling_args
 
@@ -257,6 +266,44 @@ def runner_rbac(
             ],
         },
     ]
+
+
+# The cluster DNS: CoreDNS (and kube-dns before it) pods carry k8s-app=kube-dns in
+# kube-system on kubeadm, kind, EKS, GKE and AKS alike.
+_DNS_PEER: JSON = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+
+
+def runner_network_policy(check: Mapping[str, Any], peers: Sequence[Peer]) -> JSON:
+    """The runner pods' NetworkPolicy: no ingress; egress to `peers` and the cluster DNS."""
+    name = check["metadata"]["name"]
+    labels = child_labels(name, ROLE_RUNNER)
+    egress: list[JSON] = []
+    for peer in peers:
+        target: JSON = (
+            {"podSelector": {"matchLabels": dict(peer.pods)}}
+            if peer.pods is not None
+            else {"ipBlock": {"cidr": peer.cidr}}
+        )
+        egress.append({"to": [target], "ports": [{"protocol": "TCP", "port": peer.port}]})
+    egress.append(
+        {
+            "to": [_DNS_PEER],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+        }
+    )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(check, runner_name(name), labels),
+        "spec": {
+            "podSelector": {"matchLabels": dict(labels)},
+            "policyTypes": ["Ingress", "Egress"],
+            "egress": egress,
+        },
+    }
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,17 @@
 """The API boundary without a server: error mapping, the writer's order and idempotence,
-Event manifests, the resync schedule, and which handler modules the operator loads."""
+Event manifests, the resync schedule, and which handler modules the operator loads (and,
+against a stub on loopback, that the transport retries nothing on its own)."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import itertools
 import json
+import threading
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +29,13 @@ from infergate.errors import (
     error_for_status,
     parse_retry_after,
 )
-from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, SERVICES, convert_error
+from infergate.kube.client import (
+    DEPLOYMENTS,
+    INFERENCE_DEPLOYMENTS,
+    SERVICES,
+    KubeClient,
+    convert_error,
+)
 from infergate.kube.events import event_manifest
 from infergate.kube.writer import PlanWriter
 from infergate.plan.observed import OwnerKey
@@ -214,6 +225,86 @@ def test_a_failing_reconcile_backs_off_with_jitter_and_a_permanent_one_waits() -
     assert all(later >= 1.9 * gaps[0] for later in gaps[1:2])
     # A permanent error is not retried before the usual interval (60s).
     assert len(times["refused"]) == 1
+
+
+def test_a_throttled_answer_reaches_the_retry_policy_at_once(tmp_path: Path) -> None:
+    """No retry hides in the HTTP transport (urllib3 would retry a 429 with Retry-After
+    three times, sleeping in the caller's thread): one request, one error carrying the
+    server's Retry-After, for `infergate.retry` to act on."""
+    hits: list[float] = []
+
+    class Throttling(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(time.monotonic())
+            body = b'{"kind":"Status","reason":"TooManyRequests","code":429,"message":"later"}'
+            self.send_response(429)
+            self.send_header("Retry-After", "2")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            return
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Throttling)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    client = KubeClient.from_environment(str(kubeconfig))
+    try:
+        with pytest.raises(RetriableKubeError) as raised:
+            client.get(INFERENCE_DEPLOYMENTS, "ns", "qwen")
+    finally:
+        client.close()
+        server.shutdown()
+    assert raised.value.retry_after == 2.0
+    assert len(hits) == 1
+
+
+def test_a_wake_up_never_cuts_a_backoff_or_a_retry_after_short() -> None:
+    """A change seen while a reconcile fails (a child's event, say) is acted on once the
+    backoff ends, not at once: the server asked for Retry-After seconds of quiet."""
+
+    async def scenario() -> tuple[list[float], float]:
+        loop = asyncio.get_running_loop()
+        times: list[float] = []
+        key = OwnerKey("ns", "throttled")
+
+        async def reconcile(_: OwnerKey) -> float | None:
+            times.append(loop.time())
+            if len(times) < 3:
+                resyncer.wake(key)  # something changed meanwhile
+                raise RetriableKubeError("429", status=429, retry_after=0.3)
+            return None
+
+        resyncer = Resyncer(reconcile, interval=60, wake_delay=0.01, draw=lambda: 0.0)
+        task = asyncio.create_task(resyncer.run(lambda: [key]))
+        await asyncio.sleep(1.0)
+        woken = loop.time()
+        resyncer.wake(key)  # after a success, a wake-up is prompt again
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await resyncer.stop()
+        return times, woken
+
+    times, woken = asyncio.run(scenario())
+    # draw=0: no backoff of its own, so the Retry-After (0.3s) is the wait, wake-ups or not.
+    assert len(times) == 4, times
+    assert [round(b - a, 1) >= 0.3 for a, b in itertools.pairwise(times[:3])] == [True, True]
+    assert times[3] - woken < 0.1
 
 
 def test_retry_policy_doubles_with_full_jitter_and_honours_retry_after() -> None:

@@ -1,8 +1,9 @@
-"""The ParityCheck controller's decisions on plain data: sides, probes, runner, deadline, end,
-and children that are not the check's own."""
+"""The ParityCheck controller's decisions on plain data: sides, probes, runner (and the
+NetworkPolicy confining it), deadline, end, and children that are not the check's own."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from infergate.plan.check_observed import (
 from infergate.plan.check_sides import RevisionConfig, RevisionSeen, SideView, side_view
 from infergate.plan.paritycheck import CheckState, decide
 from infergate.render.check_names import child_labels
+from infergate.render.network import Peer, api_server_peers
 
 CREATED = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 UID = "u1"
@@ -77,6 +79,7 @@ def state(
     minutes: float = 1,
     sides: dict[str, SideView] | None = None,
     children: list[CheckChild] | None = None,
+    api_server: tuple[Peer, ...] = (),
 ) -> CheckState:
     return CheckState(
         check=observe_parity_check(body),
@@ -84,6 +87,7 @@ def state(
         children=children or [],
         runner_image="ghcr.io/infergate/infergate:0.1.0",
         now=CREATED + timedelta(minutes=minutes),
+        api_server=api_server,
     )
 
 
@@ -127,6 +131,14 @@ def job(condition: str | None = None, reason: str = "", message: str = "") -> Ch
         else []
     )
     return child("Job", f"{NAME}-runner", "runner", conditions=conditions)
+
+
+def policy() -> CheckChild:
+    return child("NetworkPolicy", f"{NAME}-runner", "runner")
+
+
+def runner_pod(phase: str) -> CheckChild:
+    return child("Pod", f"{NAME}-runner-x1", "runner", owner="job-uid", phase=phase)
 
 
 def by_type(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -249,8 +261,10 @@ def test_a_vllm_side_gets_a_probe_and_the_runner_waits_for_it() -> None:
 
 def test_the_runner_starts_once_every_probe_is_ready_with_rbac_naming_what_it_reads() -> None:
     plan = decide(state(check(), children=[probe(ready=True)]))
-    assert kinds(plan.create) == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job"]
-    role = plan.create[1]
+    assert kinds(plan.create) == [
+        "NetworkPolicy", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job",
+    ]  # fmt: skip
+    role = plan.create[2]
     readable = {
         name
         for rule in role["rules"]
@@ -314,7 +328,7 @@ def test_a_runner_that_completes_without_a_verdict_is_error() -> None:
 
 
 def test_a_running_job_is_left_alone() -> None:
-    plan = decide(state(check(status={"phase": "Running"}), children=[job()]))
+    plan = decide(state(check(status={"phase": "Running"}), children=[job(), policy()]))
     assert plan.quiet
 
 
@@ -407,6 +421,116 @@ def test_the_runner_account_is_recorded_so_only_it_may_write_the_verdict() -> No
     recorded = check(
         status={"phase": "Running", "runnerServiceAccount": plan.status["runnerServiceAccount"]}
     )
-    assert decide(state(recorded, children=[job(), account])).quiet
+    assert decide(state(recorded, children=[job(), account, policy()])).quiet
     impostor = child("ServiceAccount", f"{NAME}-runner", "runner", owner="someone-else")
     assert decide(state(running, children=[job(), impostor])).terminal is not None
+
+
+# -- the runner's NetworkPolicy --------------------------------------------------------------
+
+
+def _egress(manifest: dict[str, Any]) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
+    """(what, ports) per rule: pod labels, an IP block, or DNS."""
+    rules = []
+    for rule in manifest["spec"]["egress"]:
+        [target] = rule["to"]
+        ports = tuple((p["protocol"], p["port"]) for p in rule["ports"])
+        if "ipBlock" in target:
+            rules.append((target["ipBlock"]["cidr"], ports))
+        elif "namespaceSelector" in target:
+            rules.append(("dns", ports))
+        else:
+            labels = target["podSelector"]["matchLabels"]
+            what = labels.get("infergate.io/revision") or labels.get("infergate.io/side")
+            rules.append((str(what), ports))
+    return rules
+
+
+def test_the_runner_may_reach_only_its_sides_the_api_server_and_dns() -> None:
+    api = api_server_peers("10.96.0.1", "443", ["10.0.0.10/32:6443"])
+    plan = decide(state(check(), children=[probe(ready=True)], api_server=api))
+    manifest = next(m for m in plan.create if m["kind"] == "NetworkPolicy")
+    job_manifest = next(m for m in plan.create if m["kind"] == "Job")
+    # It selects the runner's pods (the Job's pod labels), admits nothing in, ...
+    assert (
+        manifest["spec"]["podSelector"]["matchLabels"]
+        == (job_manifest["spec"]["template"]["metadata"]["labels"])
+    )
+    assert manifest["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in manifest["spec"]
+    # ... and lets out only: both revisions' engine pods on the engine port, the baseline's
+    # probe on the engine's and the fingerprint server's, the API server, DNS.
+    engine = (("TCP", 8000),)
+    assert _egress(manifest) == [
+        ("aaaaaaaaaa", engine),
+        ("baseline", engine),
+        ("baseline", (("TCP", 8001),)),
+        ("bbbbbbbbbb", engine),
+        ("10.96.0.1/32", (("TCP", 443),)),
+        ("10.0.0.10/32", (("TCP", 6443),)),
+        ("dns", (("UDP", 53), ("TCP", 53))),
+    ]
+    revision_rule = manifest["spec"]["egress"][0]["to"][0]["podSelector"]["matchLabels"]
+    assert revision_rule == {
+        "infergate.io/deployment": "qwen",
+        "infergate.io/revision": "aaaaaaaaaa",
+        "app.kubernetes.io/component": "engine",
+    }
+    assert manifest["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+def test_an_endpoint_side_gets_no_way_out() -> None:
+    sides = {"baseline": SideView(), "candidate": READY_SIDES["candidate"]}
+    plan = decide(state(check(), sides=sides))
+    manifest = next(m for m in plan.create if m["kind"] == "NetworkPolicy")
+    assert [what for what, _ in _egress(manifest)] == ["bbbbbbbbbb", "dns"]
+
+
+def test_the_policy_stays_until_no_runner_pod_runs() -> None:
+    body = check(status={"phase": "Error", "verdict": {"passed": False, "summary": "late"}})
+    running = job()
+    # The check ended with its runner running: the Job goes first, the policy stays ...
+    assert decide(state(body, children=[running, policy()])).delete == [running]
+    released = check(status={"phase": "Error", "conditions": [
+        {"type": "ResourcesReleased", "status": "True", "reason": "ChildrenDeleted"}
+    ]})  # fmt: skip
+    # ... while its pod is being stopped, and goes once no runner pod runs.
+    assert decide(state(released, children=[policy(), runner_pod("Running")])).quiet
+    gone = decide(state(released, children=[policy(), runner_pod("Failed")]))
+    assert gone.delete == [policy()]
+
+
+def test_a_missing_policy_is_made_again_while_the_runner_runs() -> None:
+    plan = decide(state(check(status={"phase": "Running"}), children=[job()]))
+    assert kinds(plan.create) == ["NetworkPolicy"]
+    finished = decide(state(check(status={"phase": "Running"}), children=[job("Complete")]))
+    assert "NetworkPolicy" not in kinds(finished.create)
+
+
+def test_a_policy_someone_else_made_under_the_runners_name_stops_the_check() -> None:
+    foreign = child("NetworkPolicy", f"{NAME}-runner", "runner", owner="someone-else")
+    plan = decide(state(check(), children=[probe(ready=True), foreign]))
+    assert plan.terminal is not None
+    assert by_type(plan.terminal)["Error"]["reason"] == "ChildNotOurs"
+    assert foreign not in plan.delete
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "extra", "expected"),
+    [
+        ("10.96.0.1", "443", [], [Peer(443, cidr="10.96.0.1/32")]),
+        ("fd00::1", "443", [], [Peer(443, cidr="fd00::1/128")]),
+        (None, None, ["10.0.0.0/29:6443"], [Peer(6443, cidr="10.0.0.0/29")]),
+        (None, None, [], []),
+    ],
+)
+def test_api_server_addresses_come_from_the_pod_and_the_operators_flags(
+    host: str | None, port: str | None, extra: list[str], expected: list[Peer]
+) -> None:
+    assert list(api_server_peers(host, port, extra)) == expected
+
+
+@pytest.mark.parametrize("bad", ["10.0.0.10", "10.0.0.10/32:http", "apiserver:6443", "1.2.3.4:0"])
+def test_an_api_server_address_that_is_not_cidr_and_port_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match=re.escape("give CIDR:PORT, e.g. 10.0.0.10/32:6443")):
+        api_server_peers(None, None, [bad])

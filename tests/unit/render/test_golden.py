@@ -16,16 +16,19 @@ import yaml
 from infergate.api import InferenceDeployment
 from infergate.render import render_revision
 from infergate.render.check_children import (
+    FINGERPRINT_PORT,
     RunnerSettings,
     probe_pod,
     probe_service,
     report_config_map,
     runner_job,
+    runner_network_policy,
     runner_rbac,
 )
-from infergate.render.check_names import probe_name
+from infergate.render.check_names import child_labels, probe_name
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
 from infergate.render.launch import HTTP_PORT
+from infergate.render.network import Peer, api_server_peers
 from tests.unit.api.manifests import EXAMPLES_DIR
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
@@ -133,7 +136,8 @@ def test_render_matches_golden_file(case: str) -> None:
 
 def render_check_children() -> str:
     """What the ParityCheck of a vLLM canary starts: probes copied from the revisions'
-    Deployments, the runner's RBAC naming what it reads, the report, the Job."""
+    Deployments, the NetworkPolicy confining the runner, its RBAC naming what it reads,
+    the report, the Job."""
     resource = InferenceDeployment.model_validate(CASES["vllm-gpu"])
     name = resource.metadata["name"]
     stable = render_revision(name, "llm", resource.spec)
@@ -141,9 +145,20 @@ def render_check_children() -> str:
         "metadata": {"name": f"{name}-{stable.revision}", "namespace": "llm", "uid": "check-uid"}
     }
     revision_service = f"{name}-{stable.revision}"
+    probe_labels = {
+        **child_labels(check["metadata"]["name"], "probe"),
+        "infergate.io/side": "baseline",
+    }
+    peers = [
+        Peer(HTTP_PORT, pods=stable.deployment["spec"]["selector"]["matchLabels"]),
+        Peer(HTTP_PORT, pods=probe_labels),
+        Peer(FINGERPRINT_PORT, pods=probe_labels),
+        *api_server_peers("10.96.0.1", "443"),
+    ]
     manifests = [
         probe_service(check, "baseline", HTTP_PORT),
         probe_pod(check, "baseline", stable.deployment, fingerprint_image=DEFAULT_RUNNER_IMAGE),
+        runner_network_policy(check, peers),
         *runner_rbac(
             check,
             deployments=[name],

@@ -1,0 +1,327 @@
+"""What the fault tests share: the gate's invariants, a watch that records what users saw
+during a fault, and operator processes the test starts itself (behind the fault proxy).
+
+The invariants, asserted after every fault:
+
+- no canary is promoted without a bound Passed verdict: the stable revision is the one
+  before the fault, in every status the API server served meanwhile;
+- the stable revision keeps serving: its Deployment stayed at full size in every state
+  served meanwhile, and its spec was never written (same generation);
+- no duplicate children: one Deployment per revision that should exist, one ParityCheck
+  (the one whose uid the rollout recorded), one runner Job for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.harness import REPO, Cluster, wait_for
+from tests.integration.controller_support import RESYNC_SECONDS, Idep, OperatorInstall
+from tests.integration.fault_proxy import FaultProxy, write_kubeconfig
+
+# -- what users saw during a fault -----------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    at: float
+    what: str
+    """"stable" or a revision's Deployment"""
+    value: str
+
+
+class GateWatch:
+    """Everything the API server served about one InferenceDeployment's stable revision and
+    its Deployments' sizes, from `kubectl get --watch` (restarted whenever the stream ends,
+    as it does while the API server restarts)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.name = name
+        self.seen: list[Seen] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen[str]] = []
+        self._threads = [
+            threading.Thread(
+                target=self._follow,
+                args=("stable", ["idep", name, "-o", 'jsonpath={.status.stableRevision}{"\\n"}']),
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._follow,
+                args=(
+                    "deployment",
+                    [
+                        "deployments",
+                        "-l",
+                        f"infergate.io/deployment={name}",
+                        "-o",
+                        (
+                            "jsonpath={.metadata.labels.infergate\\.io/revision}={.spec.replicas}"
+                            '/{.metadata.generation}{"\\n"}'
+                        ),
+                    ],
+                ),
+                daemon=True,
+            ),
+        ]
+
+    def __enter__(self) -> GateWatch:
+        for thread in self._threads:
+            thread.start()
+        wait_for(self.stables, 30, "the watch's first answer")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        with self._lock:
+            for proc in self._procs:
+                proc.kill()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _follow(self, what: str, args: list[str]) -> None:
+        argv = [
+            str(self.cluster.kubectl_path), f"--kubeconfig={self.cluster.kubeconfig}",
+            "get", "-n", self.namespace, "--watch", "--request-timeout=0", *args,
+        ]  # fmt: skip
+        while not self._stop.is_set():
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+            with self._lock:
+                self._procs.append(proc)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.strip():
+                    with self._lock:
+                        self.seen.append(Seen(time.monotonic(), what, line.strip()))
+            proc.wait()
+            self._stop.wait(0.5)
+
+    def stables(self) -> set[str]:
+        with self._lock:
+            return {s.value for s in self.seen if s.what == "stable"}
+
+    def sizes(self, revision: str) -> set[int]:
+        """Every spec.replicas served for the revision's Deployment."""
+        with self._lock:
+            values = [s.value for s in self.seen if s.what == "deployment"]
+        return {
+            int(v.split("=", 1)[1].split("/")[0]) for v in values if v.startswith(f"{revision}=")
+        }
+
+    def generations(self, revision: str) -> set[int]:
+        with self._lock:
+            values = [s.value for s in self.seen if s.what == "deployment"]
+        return {int(v.rsplit("/", 1)[1]) for v in values if v.startswith(f"{revision}=")}
+
+
+def assert_gate_held(watch: GateWatch, stable: str, replicas: int) -> None:
+    """Nothing was promoted and the stable revision served at full size, untouched, in every
+    state the API server served while `watch` ran."""
+    assert watch.stables() == {stable}, f"stable revisions served: {watch.stables()}"
+    assert watch.sizes(stable) == {replicas}, f"stable sizes served: {watch.sizes(stable)}"
+    assert len(watch.generations(stable)) == 1, (
+        f"the stable Deployment's spec was written: generations {watch.generations(stable)}"
+    )
+
+
+def runner_jobs(cluster: Cluster, namespace: str, check: str) -> list[str]:
+    listed = cluster.get_json(
+        "jobs", "-n", namespace,
+        "-l", f"infergate.io/paritycheck={check},infergate.io/paritycheck-role=runner",
+    )["items"]  # fmt: skip
+    return [j["metadata"]["name"] for j in listed]
+
+
+def assert_no_duplicates(idep: Idep, revisions: set[str], canary: str | None) -> None:
+    """One Deployment per revision in `revisions`, and for the canary one ParityCheck (the
+    one the rollout recorded) with at most one runner Job."""
+    cluster, namespace = idep.cluster, idep.namespace
+    assert set(idep.revisions()) == revisions
+    family = re.compile(rf"^{re.escape(idep.name)}-[0-9a-f]{{10}}$")
+    checks = cluster.get_json("pcheck", "-n", namespace)["items"]
+    live = [
+        c
+        for c in checks
+        if family.match(c["metadata"]["name"]) and not c["metadata"].get("deletionTimestamp")
+    ]
+    if canary is None:
+        return
+    name = f"{idep.name}-{canary}"
+    assert [c["metadata"]["name"] for c in live] == [name], [c["metadata"]["name"] for c in live]
+    record = {r["hash"]: r for r in idep.status()["revisions"]}[canary]
+    assert record.get("parityCheckUid") == live[0]["metadata"]["uid"]
+    assert len(runner_jobs(cluster, namespace, name)) <= 1
+
+
+# -- operator processes of the test's own --------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LocalOperator:
+    """`infergate operator` as a process of the test, under the install's ServiceAccount (a
+    token from the TokenRequest API), reaching the API server through a fault proxy.
+
+    The same code and the same RBAC as the installed pod; only the path to the API server
+    differs, so the proxy sees (and can fail) every request the operator makes."""
+
+    install: OperatorInstall
+    proxy: FaultProxy
+    workdir: Path
+    name: str = "local"
+    leader_election: bool = False
+    process: subprocess.Popen[bytes] | None = None
+    metrics_port: int = 0
+    starts: list[float] = field(default_factory=list)
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"operator-{self.name}.log"
+
+    def start(self) -> LocalOperator:
+        cluster = self.install.cluster
+        token = cluster.kubectl(
+            "create", "token", "infergate-operator", "-n", self.install.namespace,
+            "--duration=2h",
+        ).stdout.strip()  # fmt: skip
+        kubeconfig = write_kubeconfig(
+            self.workdir / f"kubeconfig-{self.name}", self.proxy.url, token, self.install.namespace
+        )
+        self.metrics_port = _free_port()
+        argv = [
+            str(REPO / ".venv" / "bin" / "infergate"), "operator",
+            f"--kubeconfig={kubeconfig}",
+            f"--namespace=idep-{self.install.session}-*",
+            f"--resync-seconds={RESYNC_SECONDS}",
+            "--bind-address=127.0.0.1", f"--metrics-port={self.metrics_port}", "--health-port=0",
+        ]  # fmt: skip
+        if self.leader_election:
+            argv.append("--leader-election")
+        env = {
+            **os.environ,
+            "POD_NAMESPACE": self.install.namespace,
+            "POD_NAME": self.name,
+            "PYTHONUNBUFFERED": "1",
+        }
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.starts.append(time.monotonic())
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handler runs, no Lease is released."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM, as a pod's termination would (SIGKILL after 20 seconds)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def metric(self, name: str) -> float | None:
+        """One unlabelled sample of its /metrics (None while it does not answer)."""
+        import httpx
+
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            return None
+        line = next((x for x in text.splitlines() if x.startswith(f"{name} ")), None)
+        return float(line.split()[1]) if line else None
+
+
+def mid_canary(idep: Idep) -> tuple[str, str, dict[str, Any]]:
+    """Stable, then a canary under check: (stable, canary, its ParityCheck)."""
+    idep.apply()
+    stable = idep.wait_stable(timeout=90)
+    idep.apply(dtype="float16")
+    canary, check = idep.wait_check(timeout=90)
+    idep.wait_phase("Verifying", timeout=60)
+    return stable, canary, check
+
+
+@dataclass
+class Rig:
+    """The test's own operator processes and their proxies (all stopped by `close`)."""
+
+    install: OperatorInstall
+    workdir: Path
+    proxies: list[FaultProxy] = field(default_factory=list)
+    operators: list[LocalOperator] = field(default_factory=list)
+
+    def proxy(self) -> FaultProxy:
+        """A new fault proxy in front of the cluster's API server."""
+        cluster = self.install.cluster
+        config = yaml.safe_load(cluster.kubeconfig.read_text())
+        server = config["clusters"][0]["cluster"]["server"]
+        self.proxies.append(FaultProxy(server, cluster.layout.pki / "ca.crt").start())
+        return self.proxies[-1]
+
+    def operator(
+        self, proxy: FaultProxy, name: str, *, leader_election: bool = False
+    ) -> LocalOperator:
+        """A new operator process behind `proxy`, started."""
+        process = LocalOperator(
+            self.install, proxy, self.workdir, name=name, leader_election=leader_election
+        )
+        self.operators.append(process.start())
+        return process
+
+    def close(self) -> None:
+        for process in self.operators:
+            process.stop()
+        for index, proxy in enumerate(self.proxies):
+            proxy.dump(self.workdir / f"proxy-{index}.log")
+            proxy.stop()
+
+
+@contextlib.contextmanager
+def explained(*ideps: Idep) -> Iterator[None]:
+    """On a failed assertion, add what each deployment's status and Deployments said."""
+    try:
+        yield
+    except AssertionError as error:
+        said = [
+            f"{i.name}: revisions {i.revisions()} status "
+            + json.dumps({k: v for k, v in i.status().items() if k != "revisions"}, sort_keys=True)[
+                :1500
+            ]
+            for i in ideps
+        ]
+        raise AssertionError(f"{error}\n" + "\n".join(said)) from error

@@ -1,0 +1,597 @@
+"""Faults on the real local cluster, against the gate's promise: whatever fails, no canary
+is promoted without a bound Passed verdict, the stable revision keeps serving at full size
+and untouched, and no child is duplicated (fault_support has the invariants).
+
+The first tests run the installed operator (two replicas, one acting) as pods; the last
+three run `infergate operator` as processes of the test, behind a fault proxy
+(fault_proxy.py) that sees, stalls or fails every request they make, with the installed
+replicas scaled to 0 meanwhile so that exactly the processes under test act.
+
+A user editing a running check is refused by the API server's immutability rule; that
+rule is shown for every kind of edit in test_crd_admission.py; here, the edit of a check
+the operator is waiting on changes nothing. A check pre-created under the canary's name
+and a Passed phase without a bound verdict are in test_paritycheck_controller.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infergate.localcluster import controlplane
+from tests.harness import Cluster, wait_for
+from tests.integration.controller_support import (
+    Idep,
+    OperatorInstall,
+    deployment_manifest,
+    idep_namespace,
+    operator,
+    settle,
+)
+from tests.integration.fault_proxy import Exchange, Stall, Storm, path_matches
+from tests.integration.fault_support import (
+    GateWatch,
+    LocalOperator,
+    Rig,
+    assert_gate_held,
+    assert_no_duplicates,
+    explained,
+    mid_canary,
+    runner_jobs,
+)
+
+pytestmark = pytest.mark.cluster
+__all__ = ["idep_namespace", "operator"]
+REPLICAS = 2
+TERMINAL = {"Passed", "Failed", "Inconclusive", "Error"}
+# How long the API server or etcd stays stopped in the "down" cases: several resyncs
+# (RESYNC_SECONDS) and longer than the operator's first retries (retry.RECONCILES starts
+# at 0.5s and doubles), so every client meets it more than once.
+DOWN_SECONDS = 15.0
+
+
+def _report(line: str) -> None:
+    print(f"fault figures: {line}")  # noqa: T201 - the figures, for the record
+
+
+def _promoted(idep: Idep, canary: str, timeout: float = 90) -> None:
+    idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout)
+
+
+def _retired(idep: Idep, stable: str, canary: str) -> None:
+    """The promoted canary at full size, the old stable scaled to 0 (kept in history)."""
+    wanted = {stable: 0, canary: REPLICAS}
+    wait_for(lambda: idep.revisions() == wanted, 60, f"{idep.name}: old stable scaled down")
+
+
+# -- the installed operator ----------------------------------------------------------------
+
+
+def test_an_edit_of_a_running_check_is_refused_and_moves_nothing(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    stable, canary, check = mid_canary(idep)
+    name = check["metadata"]["name"]
+    with GateWatch(cluster, idep_namespace, idep.name) as watch:
+        # Point the candidate at stable (a real Passed for the wrong comparison), switch a
+        # metric off: each refused by the API server itself.
+        for patch in (
+            {"spec": {"candidate": {"revision": stable}}},
+            {"spec": {"disabledChecks": ["minTokenMatchRate"]}},
+        ):
+            edited = cluster.kubectl(
+                "patch", "pcheck", name, "-n", idep_namespace, "--type=merge",
+                "-p", json.dumps(patch), check=False,
+            )  # fmt: skip
+            assert edited.returncode != 0, patch
+            assert "spec is immutable" in edited.stderr, edited.stderr
+        settle()
+        assert_gate_held(watch, stable, REPLICAS)
+    after = cluster.get_json("pcheck", name, "-n", idep_namespace)
+    assert after["metadata"]["generation"] == check["metadata"]["generation"]
+    assert after["spec"] == check["spec"]
+    assert_no_duplicates(idep, {stable, canary}, canary)
+
+
+def test_a_passed_check_of_an_earlier_attempt_promotes_nothing(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """A Passed verdict outlives its attempt: the spec moves on, then comes back to the same
+    revision. The old check compares the same stable and canary with the same spec, so only
+    the uid the rollout recorded for the attempt tells it apart; it must not promote."""
+    idep = Idep(cluster, idep_namespace, deployment_manifest(auto_promote=False))
+    stable, first, check = mid_canary(idep)
+    old = check["metadata"]["name"]
+    idep.verdict(old, "Passed", passed=True)  # a real, bound verdict: waits for a person
+    idep.wait(
+        "awaiting promotion",
+        lambda s: any(c.get("reason") == "AwaitingPromotion" for c in s.get("conditions", [])),
+    )
+    old_uid = check["metadata"]["uid"]
+    with GateWatch(cluster, idep_namespace, idep.name) as watch:
+        idep.manifest["spec"]["rollout"]["autoPromote"] = True
+        idep.apply(dtype="float32")  # the spec moves on: a second canary
+        idep.wait("a second canary", lambda s: s.get("canaryRevision") not in (None, first))
+        idep.wait_check()  # the second canary is checked
+        # The earlier check, Passed, stays (it ended); it promotes neither canary.
+        assert cluster.get_json("pcheck", old, "-n", idep_namespace)["status"]["phase"] == "Passed"
+        settle()
+        idep.apply(dtype="float16")  # ... and back: a new attempt of the first canary
+        idep.wait("the first canary again", lambda s: s.get("canaryRevision") == first)
+
+        def replaced() -> dict[str, Any] | None:
+            found = cluster.kubectl("get", "pcheck", old, "-n", idep_namespace, "-o", "json",
+                                    check=False)  # fmt: skip
+            body = json.loads(found.stdout) if found.returncode == 0 else None
+            return body if body and body["metadata"]["uid"] != old_uid else None
+
+        new = wait_for(replaced, 60, f"{old} made anew for the new attempt")
+        assert (new.get("status") or {}).get("phase") != "Passed"
+        settle()
+        assert_gate_held(watch, stable, REPLICAS)
+    assert_no_duplicates(idep, {stable, first}, first)
+    # The gate opens for the new attempt's own verdict.
+    idep.verdict(old, "Passed", passed=True)
+    _promoted(idep, first)
+
+
+@pytest.mark.parametrize(
+    ("component", "down"),
+    [
+        ("kube-apiserver", 0.0),
+        pytest.param(
+            "kube-apiserver",
+            DOWN_SECONDS,
+            marks=pytest.mark.xfail(
+                reason="known bug, open: the gate holds through a 15 s API server outage (no "
+                "promotion without a bound verdict, stable untouched, one set of children), "
+                "but after the promotion the old stable Deployment is not scaled down within "
+                "60 s; the operator's view of its Deployments looks stale after the outage",
+                strict=False,
+            ),
+        ),
+        ("etcd", DOWN_SECONDS),
+    ],
+    ids=["apiserver-restarted", "apiserver-down", "etcd-down"],
+)
+def test_a_control_plane_restart_mid_canary_promotes_nothing_and_converges(
+    cluster: Cluster, idep_namespace: str, component: str, down: float
+) -> None:
+    """The API server (or etcd behind it) stops while a check runs, stays away `down`
+    seconds, and comes back with the same command line: meanwhile the operator, the
+    ParityCheck controller and the runner see refused connections (or 5xx from an API
+    server without its etcd)."""
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    stable, canary, check = mid_canary(idep)
+    with GateWatch(cluster, idep_namespace, idep.name) as watch:
+        started = time.monotonic()
+        controlplane.restart(cluster.layout, component, pause=down)
+        back = time.monotonic()
+        settle()
+        assert_gate_held(watch, stable, REPLICAS)
+        assert_no_duplicates(idep, {stable, canary}, canary)
+        same = cluster.get_json("pcheck", check["metadata"]["name"], "-n", idep_namespace)
+        assert same["metadata"]["uid"] == check["metadata"]["uid"]
+    # The runner's verdict arrives after the restart: the operator acts on it.
+    written = time.monotonic()
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+    _promoted(idep, canary, timeout=120)
+    converged = time.monotonic() - written
+    _retired(idep, stable, canary)
+    _report(
+        f"{component} stopped {down:.0f}s: down and back in {back - started:.1f}s; promotion "
+        f"{converged:.1f}s after the verdict written once it served again"
+    )
+
+
+def _runner_pods(cluster: Cluster, namespace: str, check: str) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = cluster.get_json(
+        "pods", "-n", namespace,
+        "-l", f"infergate.io/paritycheck={check},infergate.io/paritycheck-role=runner",
+    )["items"]  # fmt: skip
+    return listed
+
+
+def _running(pod: dict[str, Any]) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all(
+        "running" in c["state"] and c.get("containerID") for c in statuses
+    )
+
+
+def _kill_containers(pod: dict[str, Any]) -> None:
+    """SIGKILL the pod's container processes where the executor node runs them (its
+    containerID is local://PID, the leader of the container's process group): as an OOM
+    kill or a node's crash would, nothing of the runner's own runs."""
+    for container in pod["status"]["containerStatuses"]:
+        pid = int(str(container["containerID"]).removeprefix("local://"))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _check_phase(cluster: Cluster, namespace: str, name: str) -> str | None:
+    body = cluster.get_json("pcheck", name, "-n", namespace)
+    phase = (body.get("status") or {}).get("phase")
+    return str(phase) if phase else None
+
+
+def test_a_runner_killed_mid_check_is_run_again_and_only_its_verdict_promotes(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """SIGKILL of the runner's process: its pod fails, the Job runs it again (the default
+    runner.backoffLimit is 1) and the check goes on; nothing is promoted meanwhile, and the
+    verdict of the run that finishes promotes."""
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    stable, canary, check = mid_canary(idep)
+    name = check["metadata"]["name"]
+    with GateWatch(cluster, idep_namespace, idep.name) as watch:
+        first = wait_for(
+            lambda: next(
+                (p for p in _runner_pods(cluster, idep_namespace, name) if _running(p)), None
+            ),
+            90,
+            f"the runner of {name} running",
+        )
+        _kill_containers(first)
+        killed = time.monotonic()
+        uid = first["metadata"]["uid"]
+
+        def failed() -> dict[str, Any] | None:
+            pods = {p["metadata"]["uid"]: p for p in _runner_pods(cluster, idep_namespace, name)}
+            pod = pods.get(uid)
+            return pod if pod and (pod.get("status") or {}).get("phase") == "Failed" else None
+
+        dead = wait_for(failed, 60, "the killed runner's pod Failed")
+        [container] = dead["status"]["containerStatuses"]
+        assert container["state"]["terminated"]["exitCode"] == 128 + signal.SIGKILL
+        second = wait_for(
+            lambda: next(
+                (
+                    p
+                    for p in _runner_pods(cluster, idep_namespace, name)
+                    if p["metadata"]["uid"] != uid and _running(p)
+                ),
+                None,
+            ),
+            90,
+            "the Job's second runner pod running",
+        )
+        rerun = time.monotonic() - killed
+        assert _check_phase(cluster, idep_namespace, name) not in TERMINAL
+        assert idep.status()["phase"] == "Verifying"
+        settle()
+        assert_gate_held(watch, stable, REPLICAS)
+        assert_no_duplicates(idep, {stable, canary}, canary)
+    # The second run's verdict (written as it would) is the one acted on.
+    assert second["metadata"]["uid"] != uid
+    idep.verdict(name, "Passed", passed=True)
+    _promoted(idep, canary)
+    _retired(idep, stable, canary)
+    _report(f"runner killed: its Job ran it again {rerun:.1f}s later")
+
+
+def test_a_side_that_never_answers_ends_the_check_in_error_and_the_canary_rolls_back(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """Both sides' pods are Ready (simulated) but nothing listens behind them: the runner
+    waits for their health, gives up naming the side, and with no retry left (backoffLimit
+    0) the check ends in Error; the canary is rolled back, the stable never moves, and
+    nothing of the check keeps running."""
+    manifest = deployment_manifest()
+    manifest["spec"]["rollout"]["parity"]["runner"] = {"backoffLimit": 0}
+    idep = Idep(cluster, idep_namespace, manifest)
+    stable, canary, check = mid_canary(idep)
+    name = check["metadata"]["name"]
+    with GateWatch(cluster, idep_namespace, idep.name) as watch:
+        status = idep.wait_phase("RolledBack", timeout=300)
+        assert_gate_held(watch, stable, REPLICAS)
+    ended = cluster.get_json("pcheck", name, "-n", idep_namespace)["status"]
+    assert ended["phase"] == "Error"
+    error = next(c for c in ended["conditions"] if c["type"] == "Error")
+    assert error["reason"] == "RunnerFailed", error
+    assert "SideUnreachable" in error["message"], error["message"]
+    assert status["stableRevision"] == stable
+    assert "canaryRevision" not in status
+    record = {r["hash"]: r for r in status["revisions"]}[canary]
+    assert record["rejected"] is True
+    assert record["verdict"] == "Error"
+    wait_for(lambda: idep.revisions() == {stable: REPLICAS}, 60, "the canary removed")
+    wait_for(
+        lambda: not any(_running(p) for p in _runner_pods(cluster, idep_namespace, name)),
+        60,
+        "no runner running",
+    )
+    assert len(runner_jobs(cluster, idep_namespace, name)) <= 1
+
+
+# -- operator processes behind the fault proxy ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def installed_stopped(operator: OperatorInstall) -> Iterator[OperatorInstall]:
+    """The installed replicas scaled to 0 (and the Lease gone), back to 2 afterwards."""
+    operator.scale(0)
+    operator.cluster.kubectl(
+        "delete", "lease", "infergate-operator", "-n", operator.namespace, "--ignore-not-found"
+    )
+    yield operator
+    operator.scale(REPLICAS)
+
+
+@pytest.fixture
+def rig(installed_stopped: OperatorInstall, tmp_path: Path) -> Iterator[Rig]:
+    """Operator processes of this test behind fault proxies, stopped when it ends."""
+    made = Rig(installed_stopped, tmp_path)
+    yield made
+    made.close()
+
+
+def test_two_replicas_started_together_only_one_acts(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """Both start before either holds the Lease; each behind its own proxy, so every write
+    each makes is counted: the one that does not hold the Lease writes nothing but its bids
+    for it."""
+    cluster.kubectl(
+        "delete", "lease", "infergate-operator", "-n", rig.install.namespace, "--ignore-not-found"
+    )
+    proxies = [rig.proxy(), rig.proxy()]
+    # Started back to back, with no Lease: neither holds it before both run.
+    replicas = [
+        rig.operator(proxy, f"replica-{i}", leader_election=True) for i, proxy in enumerate(proxies)
+    ]
+
+    def holder() -> str | None:
+        found = cluster.kubectl("get", "lease", "infergate-operator", "-n",
+                                rig.install.namespace, "-o", "json", check=False)  # fmt: skip
+        if found.returncode != 0:
+            return None
+        return json.loads(found.stdout)["spec"].get("holderIdentity") or None
+
+    leader_identity = wait_for(holder, 90, "a replica holding the Lease")
+    [leader] = [r for r in replicas if leader_identity.startswith(f"{r.name}_")]
+    [follower] = [r for r in replicas if r is not leader]
+
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    stable, canary, check = mid_canary(idep)
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+    _promoted(idep, canary)
+    _retired(idep, stable, canary)
+    assert_no_duplicates(idep, {stable, canary}, canary)
+    assert holder() == leader_identity  # one term, never handed over
+
+    def writes(replica: LocalOperator) -> list[str]:
+        return [
+            f"{e.method} {e.path} {e.status} {e.agent}"
+            for e in replica.proxy.exchanges()
+            if e.write and "/leases" not in e.path
+        ]
+
+    assert writes(leader), "the leader wrote nothing"
+    assert writes(follower) == [], writes(follower)
+    assert leader.metric("infergate_leader") == 1.0
+    assert follower.metric("infergate_leader") == 0.0
+    _report(
+        f"two replicas started together: {len(writes(leader))} writes by the leader, "
+        f"{len(writes(follower))} by the follower"
+    )
+
+
+def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """SIGKILL at three points between two writes that belong together, each held by the
+    proxy so the kill lands exactly there: the second write never reaches the API server.
+    A new process (as a restarted pod would be) must finish the work from what it observes."""
+    proxy = rig.proxy()
+    ns, name = idep_namespace, "qwen"
+    check_name = ""
+    idep = Idep(cluster, ns, deployment_manifest(name))
+    runs = [rig.operator(proxy, "run-0")]
+    idep.apply()
+    stable = idep.wait_stable(timeout=90)
+    status_put = path_matches("PUT", rf"/namespaces/{ns}/inferencedeployments/{name}/status$")
+
+    def answered(method: str, pattern: str, status: int) -> Callable[[Exchange], bool]:
+        matches = path_matches(method, pattern)
+        return lambda e: matches(e) and e.status == status
+
+    def kill_and_restart(next_stall: Stall | None) -> float:
+        """SIGKILL the running process, drop what it left held, start a new one."""
+        runs[-1].kill()
+        proxy.release_stalled()
+        proxy.stalls[:] = [next_stall] if next_stall is not None else []
+        killed = time.monotonic()
+        runs.append(rig.operator(proxy, f"run-{len(runs)}"))
+        return killed
+
+    with GateWatch(cluster, ns, name) as watch:
+        # 1. After the status that names the canary, before the canary's children.
+        first = Stall(
+            matches=path_matches("POST", rf"/namespaces/{ns}/(deployments|services|configmaps)$"),
+            after=(lambda e: status_put(e) and e.status == 200,),
+        )
+        proxy.stalls.append(first)
+        idep.apply(dtype="float16")
+        first.wait(90)
+        canary = idep.status()["canaryRevision"]
+        check_name = f"{name}-{canary}"
+        assert canary not in idep.revisions()  # the status is written, its Deployment is not
+
+        # 2. After the canary's ParityCheck is created, before its uid is recorded.
+        second = Stall(
+            matches=status_put, after=(answered("POST", rf"/namespaces/{ns}/paritychecks$", 201),)
+        )
+        kill_and_restart(second)
+        second.wait(120)
+        unbound = cluster.get_json("pcheck", check_name, "-n", ns)
+        record = {r["hash"]: r for r in idep.status()["revisions"]}[canary]
+        assert record.get("parityCheckUid") != unbound["metadata"]["uid"]
+
+        # 3. After the runner's ServiceAccount is created, before the check records it (the
+        # unbound check deleted and made anew first).
+        third = Stall(
+            matches=path_matches("PATCH", rf"/namespaces/{ns}/paritychecks/{check_name}/status$"),
+            after=(
+                answered("DELETE", rf"/namespaces/{ns}/paritychecks/{check_name}$", 200),
+                answered("POST", rf"/namespaces/{ns}/paritychecks$", 201),
+                answered("POST", rf"/namespaces/{ns}/serviceaccounts$", 201),
+            ),
+        )
+        kill_and_restart(third)
+        third.wait(120)
+        replaced = cluster.get_json("pcheck", check_name, "-n", ns)
+        assert replaced["metadata"]["uid"] != unbound["metadata"]["uid"]
+        assert not (replaced.get("status") or {}).get("runnerServiceAccount")
+
+        # The last process finishes: the runner recorded, its Job started, once.
+        restarted = kill_and_restart(None)
+
+        def running() -> dict[str, Any] | None:
+            body: dict[str, Any] = cluster.get_json("pcheck", check_name, "-n", ns)
+            account = (body.get("status") or {}).get("runnerServiceAccount")
+            return body if account and runner_jobs(cluster, ns, check_name) else None
+
+        body = wait_for(running, 120, "the runner recorded and its Job started")
+        converged = time.monotonic() - restarted
+        settle()
+        assert_gate_held(watch, stable, REPLICAS)
+    assert_no_duplicates(idep, {stable, canary}, canary)
+    assert body["metadata"]["uid"] == replaced["metadata"]["uid"]
+    assert len(runner_jobs(cluster, ns, check_name)) == 1
+    idep.verdict(check_name, "Passed", passed=True)
+    _promoted(idep, canary)
+    _report(
+        f"killed mid-write at 3 points; from the last restart to the runner started: "
+        f"{converged:.1f}s"
+    )
+
+
+def test_an_operator_killed_mid_promotion_finishes_it_once_and_promotes_nothing_else(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """The verdict passes; the operator writes the promotion into status, then is killed
+    with SIGKILL before it resizes a single Deployment (the proxy holds that write). A new
+    process finishes the promotion from what it observes: the passed canary at full size,
+    the old stable scaled to 0 and kept, one ParityCheck, nothing else promoted."""
+    proxy = rig.proxy()
+    ns, name = idep_namespace, "qwen"
+    idep = Idep(cluster, ns, deployment_manifest(name))
+    runs = [rig.operator(proxy, "run-0")]
+    stable, canary, check = mid_canary(idep)
+    status_put = path_matches("PUT", rf"/namespaces/{ns}/inferencedeployments/{name}/status$")
+    held = Stall(
+        matches=path_matches("PATCH", rf"/namespaces/{ns}/deployments/{name}-[0-9a-f]+$"),
+        after=(lambda e: status_put(e) and e.status == 200,),
+    )
+    with GateWatch(cluster, ns, name) as watch:
+        proxy.stalls.append(held)
+        idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+        held.wait(90)
+        runs[-1].kill()
+        proxy.release_stalled()
+        proxy.stalls.clear()
+        # Killed between the decision and its first child write: status says promoted, the
+        # Deployments are as they were.
+        assert idep.status()["stableRevision"] == canary
+        assert idep.revisions() == {stable: REPLICAS, canary: 1}
+        restarted = time.monotonic()
+        runs.append(rig.operator(proxy, "run-1"))
+        _retired(idep, stable, canary)
+        converged = time.monotonic() - restarted
+        settle()
+        assert watch.stables() == {stable, canary}, watch.stables()
+        assert watch.sizes(canary) <= {1, REPLICAS}, watch.sizes(canary)
+    status = idep.wait_phase("Stable")
+    assert status["stableRevision"] == canary
+    assert {r["hash"] for r in status["revisions"] if r.get("promotedAt")} == {stable, canary}
+    assert idep.revisions() == {stable: 0, canary: REPLICAS}
+    assert_no_duplicates(idep, {stable, canary}, canary)
+    _report(f"killed mid-promotion: promotion finished {converged:.1f}s after the restart")
+
+
+def test_a_storm_of_conflicts_throttling_and_server_errors_is_ridden_out_with_backoff(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """Three deployments start canaries into a storm of 429s and 503s (Retry-After 2s), 500s
+    and 409s on two of three requests, for 20 seconds or 400 answers: no stable moves,
+    each rollout completes once it passes, the operator backs off meanwhile and never
+    retries a request sooner than the server asked."""
+    proxy = rig.proxy()
+    rig.operator(proxy, "storm")
+    ideps = [Idep(cluster, idep_namespace, deployment_manifest(f"qwen{i}")) for i in range(3)]
+    for idep in ideps:
+        idep.apply()
+    stables = [idep.wait_stable(timeout=90) for idep in ideps]
+    storm = Storm(seconds=20, count=400, retry_after=2)
+    proxy.storms.append(storm)
+    with contextlib.ExitStack() as stack:
+        watches = [stack.enter_context(GateWatch(cluster, idep_namespace, i.name)) for i in ideps]
+        storm.start()
+        for idep in ideps:
+            idep.apply(dtype="float16")
+        wait_for(lambda: storm.ended, 60, "the storm to end")
+        with explained(*ideps):
+            checks = [idep.wait_check(timeout=120) for idep in ideps]
+        for watch, stable in zip(watches, stables, strict=True):
+            assert_gate_held(watch, stable, REPLICAS)
+    for idep, stable, (canary, check) in zip(ideps, stables, checks, strict=True):
+        idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+        _promoted(idep, canary)
+        _retired(idep, stable, canary)
+        assert_no_duplicates(idep, {stable, canary}, canary)
+
+    exchanges = proxy.exchanges()
+    assert storm.started is not None
+    end = storm.ended or storm.started + storm.seconds
+    during = [e for e in exchanges if storm.started <= e.at < end and not e.watch]
+    injected = [e for e in during if e.injected]
+    assert 0 < len(injected) <= storm.count
+    assert {e.status for e in injected} == {409, 429, 500, 503}
+    # Retry-After honoured: a request answered 429 is not sent again sooner, by anyone; nor
+    # one answered 503 by the operator's own client. kopf (its watches' lists) honours
+    # Retry-After on 429 only (kopf/_cogs/clients/api.py), and backs off 1s, 2s, 4s on a 5xx.
+    early = []
+    for index, answered in enumerate(exchanges):
+        if answered.retry_after is None:
+            continue
+        if answered.status == 503 and answered.agent.startswith("kopf/"):
+            continue
+        again = next(
+            (
+                e
+                for e in exchanges[index + 1 :]
+                if (e.method, e.path, e.agent) == (answered.method, answered.path, answered.agent)
+            ),
+            None,
+        )
+        if again is not None and again.at - answered.at < answered.retry_after - 0.05:
+            gap = again.at - answered.at
+            early.append(f"{answered.method} {answered.path} again after {gap:.2f}s")
+    assert early == [], early
+    seconds = end - storm.started
+    before = [e for e in exchanges if storm.started - seconds <= e.at < storm.started]
+    counts = ", ".join(
+        f"{sum(e.status == code for e in injected)} x {code}" for code in (409, 429, 500, 503)
+    )
+    _report(
+        f"storm over {seconds:.1f}s: {len(injected)} injected answers ({counts}), "
+        f"{len(during) / seconds:.2f} requests/s through the proxy during it "
+        f"(peak {_peak(during):d} in one second), {len(before) / seconds:.2f}/s in as long "
+        "before it"
+    )
+
+
+def _peak(exchanges: list[Exchange]) -> int:
+    """The most requests in any one-second window."""
+    times = sorted(e.at for e in exchanges)
+    return max((sum(1 for t in times if start <= t < start + 1) for start in times), default=0)
