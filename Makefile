@@ -20,13 +20,13 @@ OPERATOR_LOCK := runtime_images/operator/requirements.txt
 # Hashing the dependency declarations re-installs only when they change.
 VENV_STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(OPERATOR_LOCK) | sha256sum | cut -c1-12)
 
-.PHONY: help setup venv control-plane test test-unit test-cluster lint fmt crds crds-check \
+.PHONY: help setup venv control-plane test test-slow test-unit test-cluster lint fmt crds crds-check \
         cluster-up cluster-down demo bench bench-parity clean
 
 help:
 	@echo "make demo    bring up the local cluster and show infergate at work"
 	@echo "make test    lint, unit, cluster integration and end-to-end tests"
-	@echo "other: setup lint crds crds-check cluster-up cluster-down bench clean"
+	@echo "other: test-slow setup lint crds crds-check cluster-up cluster-down bench clean"
 
 $(VENV_STAMP): pyproject.toml $(OPERATOR_LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,8 +70,15 @@ test-cluster: setup
 
 # One pytest run: unit tests, then the cluster-backed ones (the session fixture
 # starts the local cluster if it is not up, and stops it again if it started it).
+# The slow suites (fault injection; traffic and load end to end, each tens of minutes on
+# a 2-core machine) are deselected here, visibly ("N deselected"), and run by
+# `make test-slow`.
 test: setup engines lint crds-check
-	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 $(BIN)/pytest tests
+	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 $(BIN)/pytest tests -m "not slow"
+	@echo "not run here: the slow suites (marker slow) - make test-slow"
+
+test-slow: setup engines
+	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 $(BIN)/pytest tests -m slow
 
 cluster-up: setup
 	$(BIN)/infergate localcluster up

@@ -250,7 +250,7 @@ def long_prompt(language: str, index: int) -> PromptSpec:
 _MEDIUM_CHARS = {"zh": 130, "en": 560}
 
 
-def medium_prompts(count: int = 36, token_prompts: int = 4) -> list[PromptSpec]:
+def medium_prompts(count: int = 36, token_prompts: int = 4, tokens: int = 120) -> list[PromptSpec]:
     """Deterministic prompts of about a hundred tokens, for deployments that cannot hold 8K.
 
     A fixture engine served with a short context (maxModelLen 512, as the demo and the
@@ -259,7 +259,9 @@ def medium_prompts(count: int = 36, token_prompts: int = 4) -> list[PromptSpec]:
     states `minLongPrompts: 0`: its verdict then says the long-context checks were not part
     of it. Text prompts alternate Chinese and English corpus sentences in a seeded order;
     the last `token_prompts` are token ids (identical on both sides) drawn from the same
-    seed inside the fixture's vocabulary of ordinary tokens.
+    seed inside the fixture's vocabulary of ordinary tokens. `tokens` sets their length
+    (about; 120 by default): `strict` needs 1024 scored positions, not 4096, and 36 prompts
+    of ~32 tokens with 12 output tokens each give it at a quarter of the cost.
     """
     prompts: list[PromptSpec] = []
     for index in range(count - token_prompts):
@@ -268,14 +270,14 @@ def medium_prompts(count: int = 36, token_prompts: int = 4) -> list[PromptSpec]:
         rng = random.Random(f"infergate-medium-{language}-{index}")  # noqa: S311 - text
         sep = "" if language == "zh" else " "
         chosen: list[str] = []
-        while len(sep.join(chosen)) < _MEDIUM_CHARS[language]:
+        while len(sep.join(chosen)) < _MEDIUM_CHARS[language] * tokens / 120:
             chosen.append(rng.choice(pool))
         prompts.append(
             PromptSpec(id=f"{language}-{index}", text=sep.join(chosen), tags=(language,))
         )
     for index in range(token_prompts):
         rng = random.Random(f"infergate-medium-ids-{index}")  # noqa: S311 - ids
-        ids = tuple(rng.randrange(16, 1024) for _ in range(120))
+        ids = tuple(rng.randrange(16, 1024) for _ in range(tokens))
         prompts.append(PromptSpec(id=f"ids-{index}", token_ids=ids, tags=("ids",)))
     return prompts
 

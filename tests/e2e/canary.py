@@ -12,11 +12,11 @@ from tests.e2e.support import MODEL_NAME, check_status, fixture_model, runner_lo
 from tests.harness import Cluster, wait_for
 
 MINDFORMERS_IMAGE = "ghcr.io/infergate/engine-mindformers:1.9.0-ms2.9.0"
-# The profiles' minimum evidence (32 prompts, 4096 scored positions) is met with prompts
-# of about a hundred tokens. The fixture engines run with maxModelLen 512 on CPU, so no
+# The strict profile's minimum evidence (32 prompts, 1024 scored positions) is met with 36
+# prompts of about 32 tokens. The fixture engines run with maxModelLen 512 on CPU, so no
 # 8K-token prompt fits: the checks state that long prompts are not required, and their
 # verdicts say the long-context checks were not part of them. No limit is relaxed.
-SUITE = inline(medium_prompts())
+SUITE = inline(medium_prompts(tokens=32))
 SHORT_CONTEXT = {"minLongPrompts": 0}
 
 

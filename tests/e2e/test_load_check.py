@@ -30,6 +30,10 @@ from tests.e2e.support import wait_check_ended as _ended
 from tests.e2e.traffic import SLOW_MACHINE_ENV, STRICT, SUITE, SUITE_MAX_TOKENS, VLLM_IMAGE
 from tests.harness import Cluster, release_namespace
 
+# Long (several engines, traffic or load levels): `make test-slow` runs it; `make test`
+# deselects it and says so.
+pytestmark = pytest.mark.slow
+
 SMALL_KV = ["--enforce-eager", "--num-gpu-blocks-override", "8"]
 LOAD = {"concurrency": [1, 16], "backgroundRequests": 32, "backgroundMaxTokens": 96}
 PERFORMANCE = {"maxThroughputDrop": 0.1, "repeats": 3, "requests": 24}

@@ -42,6 +42,10 @@ from tests.e2e.traffic import (
 )
 from tests.harness import REPO, Cluster, namespace_for, release_namespace, wait_for
 
+# Long (several engines, traffic or load levels): `make test-slow` runs it; `make test`
+# deselects it and says so.
+pytestmark = pytest.mark.slow
+
 NAME = "qwen"
 GATEWAY = {
     "mode": "gateway",

@@ -48,7 +48,7 @@ from tests.integration.fault_support import (
     runner_jobs,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 __all__ = ["idep_namespace", "operator"]
 REPLICAS = 2
 TERMINAL = {"Passed", "Failed", "Inconclusive", "Error"}

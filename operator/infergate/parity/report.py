@@ -44,8 +44,8 @@ h1 .badge,th,.tokens mark{-webkit-print-color-adjust:exact;print-color-adjust:ex
 h2{break-after:avoid;page-break-after:avoid}
 .charts{display:block}.charts>div{break-inside:avoid;page-break-inside:avoid;margin:0 0 .8em}
 tr{break-inside:avoid;page-break-inside:avoid}thead{display:table-header-group}
-table{max-width:100%;font-size:8.5pt}td,th{overflow-wrap:break-word}
-td.num,td:nth-child(4),td:nth-child(6){white-space:nowrap}code{font-size:8pt}
+table{table-layout:fixed;width:100%;font-size:8.5pt}td,th{overflow-wrap:anywhere}
+code{font-size:8pt}
 .tokens{max-width:none;overflow-wrap:anywhere}}
 """
 
