@@ -44,6 +44,13 @@ def _stable_then(
     return stable, canary
 
 
+# Each check here runs 36 prompts through two MindFormers engines on CPU (about 10 s a
+# prompt on 2 cores): `make test` keeps the promotion (a Failed verdict on real engines is
+# tests/e2e/test_standalone_check.py's, the rollback on it tests/integration's);
+# `make test-slow` runs the rest.
+SLOW = pytest.mark.slow
+
+
 def test_a_canary_that_passes_its_check_is_promoted(cluster: Cluster, e2e_namespace: str) -> None:
     rollout, clock = Rollout(cluster, e2e_namespace), Stopwatch()
     stable, canary = _stable_then(rollout, clock, {"seed": 43})
@@ -65,6 +72,7 @@ def test_a_canary_that_passes_its_check_is_promoted(cluster: Cluster, e2e_namesp
     assert rollout.complete(canary)
 
 
+@SLOW
 def test_a_harmful_change_fails_its_check_and_is_rolled_back(
     cluster: Cluster, e2e_namespace: str
 ) -> None:
@@ -92,6 +100,7 @@ def test_a_harmful_change_fails_its_check_and_is_rolled_back(
     assert rollout.complete(stable) == before
 
 
+@SLOW
 def test_a_candidate_dying_mid_check_is_an_error_and_stable_is_untouched(
     cluster: Cluster, e2e_namespace: str
 ) -> None:
@@ -147,6 +156,7 @@ def test_a_candidate_dying_mid_check_is_an_error_and_stable_is_untouched(
     assert rollout.complete(stable)
 
 
+@SLOW
 def test_with_auto_promote_off_a_passed_canary_waits_for_a_person(
     cluster: Cluster, e2e_namespace: str
 ) -> None:
