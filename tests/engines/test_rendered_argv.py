@@ -39,6 +39,7 @@ def test_vllm_starts_with_the_rendered_revision_argv(fixture_model: Path, tmp_pa
                 "config": {"rms_norm_eps": 1e-6},
             },
             "accelerator": {"kind": "nvidia-gpu"},
+            "rollout": {"autoPromote": False},
         }
     )
     deployment = render_revision("fixture", "llm", spec).deployment
