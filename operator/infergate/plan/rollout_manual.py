@@ -9,6 +9,7 @@ policy from the authenticated user), against which verdict, in the revision's re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from infergate.api.enums import VerdictOutcome
@@ -24,6 +25,25 @@ def _by(ctx: Context) -> str:
         if user
         else "by hand (no requester stamped: is manifests/admission installed?)"
     )
+
+
+def _not_this_canary(
+    rollout: Rollout, action: str, asked: str, applies: Callable[[str], bool]
+) -> Rollout | None:
+    """The refusal of a request when there is no canary or it names another revision
+    (`applies`: ManualRequests.promotes or .aborts); None when it applies."""
+    canary = rollout.canary
+    if canary is None:
+        return rollout.noting(
+            reasons.MANUAL_ACTION_REFUSED, f"{action}: there is no canary", warning=True
+        )
+    if not applies(canary):
+        return rollout.noting(
+            reasons.MANUAL_ACTION_REFUSED,
+            f"{action}: asked for revision {asked}, but the canary is {canary}",
+            warning=True,
+        )
+    return None
 
 
 def manual_rollback(ctx: Context, rollout: Rollout) -> Rollout:
@@ -82,16 +102,9 @@ def manual_abort(ctx: Context, rollout: Rollout) -> Rollout:
     if manual.abort is None:
         return rollout
     canary = rollout.canary
-    if canary is None:
-        return rollout.noting(
-            reasons.MANUAL_ACTION_REFUSED, "abort: there is no canary", warning=True
-        )
-    if not manual.aborts(canary):
-        return rollout.noting(
-            reasons.MANUAL_ACTION_REFUSED,
-            f"abort: asked for revision {manual.abort}, but the canary is {canary}",
-            warning=True,
-        )
+    refused = _not_this_canary(rollout, "abort", str(manual.abort), manual.aborts)
+    if refused is not None or canary is None:
+        return refused or rollout
     verdict = rollout.record(ctx, canary).verdict
     said = f"aborted {_by(ctx)}; parity verdict {verdict.value if verdict else 'none'}"
     rollout = rollout.reject(ctx, canary, reasons.ROLLBACK_ABORTED, said)
@@ -105,16 +118,9 @@ def manual_promote(ctx: Context, rollout: Rollout) -> Rollout:
     if manual.promote is None:
         return rollout
     canary = rollout.canary
-    if canary is None:
-        return rollout.noting(
-            reasons.MANUAL_ACTION_REFUSED, "promote: there is no canary", warning=True
-        )
-    if not manual.promotes(canary):
-        return rollout.noting(
-            reasons.MANUAL_ACTION_REFUSED,
-            f"promote: asked for revision {manual.promote}, but the canary is {canary}",
-            warning=True,
-        )
+    refused = _not_this_canary(rollout, "promote", str(manual.promote), manual.promotes)
+    if refused is not None or canary is None:
+        return refused or rollout
     if not ctx.ready(canary, ctx.spec.rollout.canary_replicas):
         return rollout.noting(
             reasons.MANUAL_ACTION_REFUSED,
