@@ -2,7 +2,12 @@
 
 Standalone kwok has no built-in stages; they ship inside the kwok module and
 are copied next to the binary at build time. We play nodes `fast` +
-`heartbeat-with-lease` and pods `fast` (ready, complete for Job pods, delete).
+`heartbeat-with-lease` and pods `fast` (ready, complete for Job pods, delete), plus
+one stage of our own (`pod-ready-again`) that does what a kubelet's status manager does
+and KWOK's `fast` set does not: when the node lifecycle controller marks the pods of a
+node NotReady (a node that missed heartbeats, as during an API server outage), the node
+reports them Ready again once it is back. Without it a Running pod stays NotReady for
+ever, its Deployment never counts it available, and no rollout on it can complete.
 """
 
 from __future__ import annotations
@@ -37,6 +42,57 @@ def kwok_configuration() -> dict[str, object]:
     }
 
 
+# A Running pod (not a Job's: `pod-complete` ends those) whose Ready condition is not
+# True: the containers a fast node "runs" are always ready, so report them so again,
+# the conditions as `pod-ready` writes them.
+_READY_AGAIN_TEMPLATE = """{{ $now := Now }}
+conditions:
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+{{ range .spec.readinessGates }}
+- lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: {{ .conditionType | Quote }}
+{{ end }}
+"""
+
+
+def pod_ready_again_stage() -> dict[str, object]:
+    """The stage that re-reports a Running pod Ready after the node controller unset it."""
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "pod-ready-again"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {
+                        "key": '.status.conditions.[] | select( .type == "Ready" ) | .status',
+                        "operator": "NotIn",
+                        "values": ["True"],
+                    },
+                    {
+                        "key": ".metadata.ownerReferences.[].kind",
+                        "operator": "NotIn",
+                        "values": ["Job"],
+                    },
+                ]
+            },
+            "next": {"statusTemplate": _READY_AGAIN_TEMPLATE},
+        },
+    }
+
+
 def write_kwok_config(path: Path, stage_root: Path) -> None:
     """Write the multi-document config: the KwokConfiguration, then the stages."""
     documents: list[object] = [kwok_configuration()]
@@ -48,4 +104,5 @@ def write_kwok_config(path: Path, stage_root: Path) -> None:
             raise FileNotFoundError(f"no KWOK stages in {folder}; rebuild kwok")
         for stage_file in stages:
             documents.extend(d for d in yaml.safe_load_all(stage_file.read_text()) if d)
+    documents.append(pod_ready_again_stage())
     path.write_text(yaml.safe_dump_all(documents, sort_keys=False))

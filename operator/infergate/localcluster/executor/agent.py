@@ -247,6 +247,8 @@ class Executor:
                 elif not runner.stop_requested:
                     runner.request_stop(grace, delete=True)
                 continue
+            if runner is not None:
+                runner.observe(pod)
             if runner is None and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
                 ip = (pod.get("status") or {}).get("podIP") or self.ips.allocate()
                 self.ips.reserve(ip)

@@ -83,6 +83,22 @@ class PodRunner(threading.Thread):
         self._delete_after_stop = delete
         self._stop_requested.set()
 
+    def observe(self, pod: JSON) -> None:
+        """The API server's copy of the pod, as the agent listed it. Where its conditions
+        say other than what this runner last reported (the node lifecycle controller marks
+        every pod of a node that missed its heartbeats NotReady, as during an API server
+        outage), report again at the next tick, as a kubelet's status manager does:
+        otherwise the pod would stay NotReady for ever."""
+        reported = self._last_status
+        if reported is None:
+            return
+        theirs = {
+            c.get("type"): c.get("status")
+            for c in (pod.get("status") or {}).get("conditions") or []
+        }
+        if any(theirs.get(c["type"]) != c["status"] for c in reported["conditions"]):
+            self._last_status = None
+
     @property
     def stop_requested(self) -> bool:
         return self._stop_requested.is_set()
