@@ -35,6 +35,7 @@ from infergate.parity.metrics import (
     Evidence,
     FirstDivergence,
     HygieneCheck,
+    HygieneFinding,
     LongPrompt,
     LongSequenceMetrics,
     ParityMetrics,
@@ -184,6 +185,19 @@ class ParityComparison:
             self._notes.append(f"model names differ: {baseline.model!r} / {candidate.model!r}")
         self._check_config(allowed)
         self._check_fingerprints(allowed)
+
+    def failed_before_prompts(self) -> list[HygieneFinding]:
+        """What already fails the check before any prompt is measured: the two runs' config
+        or fingerprints differ where the profile does not allow it. No prompt can turn such
+        a check into a pass, so a runner may measure only a few prompts for the report.
+        Empty once a prompt was fed, and whenever the comparison itself is invalid (an
+        Error outranks a failure)."""
+        if self._summaries or self._errors:
+            return []
+        findings = self._hygiene.findings()
+        if any(f.severity == "Error" for f in findings):
+            return []
+        return [f for f in findings if f.severity == "Failed"]
 
     def missing(self, prompt_id: str, side: Side) -> None:
         """Record that a prompt of the suite is absent from one side."""
