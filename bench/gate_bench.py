@@ -749,11 +749,12 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     for r in rows:
         ladder = "/".join((x["status"] or "?")[0] for x in r["ladder"])
         needed = "-" if r["promptsNeeded"] is None else f"{r['promptsNeeded']}+{meta['long']}"
-        lines.append(
-            f"| {r['name']} | {r['kind']} | {r['change']} | {r['profile']} | {r['verdict']} | "
-            f"{'yes' if r['correct'] else '**no**'} | {needed} | {ladder} | "
-            f"{_deciding(r)} | {_numbers(r)} |"
-        )
+        cells = [
+            r["name"], r["kind"], r["change"], r["profile"], r["verdict"],
+            "yes" if r["correct"] else "**no**", needed, ladder, _deciding(r), _numbers(r),
+        ]  # fmt: skip
+        # A `|` inside a cell (a token like <|endoftext|>) would split the row.
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     lines += [
         "",
         (

@@ -47,8 +47,9 @@ def test_identical_records_pass_and_changed_weights_are_blocked_from_32_prompts(
     _write(records / "changed", "w1")
     candidates = [
         bench.Candidate("aa", bench.B, "A/A", "base", "same", "strict"),
-        bench.Candidate("weights", bench.H, "new weights", "base", "changed", "strict"),
-    ]
+        bench.Candidate("weights", bench.H, "new weights (<|endoftext|> first)", "base",
+                        "changed", "strict"),
+    ]  # fmt: skip
     rows = bench.evaluate(candidates, tmp_path)
     aa, weights = rows
     assert [r["status"] for r in aa["ladder"]] == ["Inconclusive"] * 2 + ["Passed"] * 2
@@ -64,4 +65,11 @@ def test_identical_records_pass_and_changed_weights_are_blocked_from_32_prompts(
     table = bench.to_markdown(rows, {"date": "today", "short": 64, "long": 4, "recordSeconds": 0,
                                      "judgeSeconds": 0})  # fmt: skip
     assert "**1/1 harmful blocked, 1/1 benign passed.**" in table
-    assert "| weights | harmful |" in table
+    assert "| weights | harmful | new weights (<\\|endoftext\\|> first) |" in table
+    # Every row of the table has its ten cells, even with a `|` inside one.
+    rows_md = [
+        line
+        for line in table.splitlines()
+        if line.startswith(("| aa", "| weights"))
+    ]
+    assert [line.replace("\\|", "").count("|") for line in rows_md] == [11, 11]

@@ -220,7 +220,8 @@ class LongSequenceMetrics(_Model):
     diverged_prompts: list[str]
     kl_ratio: float | None = Field(
         description="Geometric mean over long prompts of each prompt's own 8K+ over 0-1K KL "
-        "(each plus a noise floor of 1% of maxMeanKl): the same text at both positions."
+        "(each plus maxMeanKl / (limit - 1), see compare.ratio_floor): the same text at both "
+        "positions."
     )
     same_top_drop: float | None = Field(
         description="Mean over long prompts of the same-top rate of 0-1K minus that of 8K+."

@@ -615,7 +615,11 @@ def decide(
     short = [c for c in evidence if c.outcome == "inconclusive"]
     regressed = [r for r in regressions if r.regressed]
 
-    if result.errors or hygiene_error or unmeasured:
+    # An invalid comparison (prompts missing, different suites) proves nothing either way:
+    # Error. A proven failure stands even where other checks could not be measured (an fp16
+    # overflow leaves NaN scores and hidden states: the NaN fails hygiene, the metrics built
+    # on them are unmeasured); a check that could not be measured never passes.
+    if result.errors or hygiene_error:
         status = VerdictStatus.ERROR
         reasons = (
             list(result.errors)
@@ -628,7 +632,11 @@ def decide(
             [_hygiene_reason(h) for h in hygiene_fail]
             + [c.message for c in failed]
             + [f"regression: {r.message}" for r in regressed]
+            + [c.message for c in unmeasured]
         )
+    elif unmeasured:
+        status = VerdictStatus.ERROR
+        reasons = [c.message for c in unmeasured]
     elif short or inconclusive:
         status = VerdictStatus.INCONCLUSIVE
         reasons = []

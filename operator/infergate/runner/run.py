@@ -194,6 +194,35 @@ class CheckEndedError(RuntimeError):
         self.reason = reason
 
 
+SETTLED_PROMPTS = 4
+"""Prompts measured when the fingerprints already fail a check: no prompt can make it
+pass (a failure needs no minimum evidence), and a few give the report figures. A demo
+check of two MindFormers CPU sides spent ~10 minutes on a suite whose answer was known at
+its first request."""
+
+
+def settled_suite(comparison: ParityComparison, suite: Suite) -> tuple[Suite, str | None]:
+    """The prompts to measure, and why fewer than the suite's when the runs' config or
+    fingerprints already fail the check (a few short prompts then, for the report)."""
+    settled = comparison.failed_before_prompts()
+    if not settled or len(suite.prompts) <= SETTLED_PROMPTS:
+        return suite, None
+    short = suite.select(long=False, limit=SETTLED_PROMPTS)
+    chosen = short if short.prompts else suite.select(limit=SETTLED_PROMPTS)
+    why = (
+        f"the runs' config or fingerprints already fail the check ({settled[0].check.value}: "
+        f"{settled[0].detail}); {len(chosen.prompts)} of {len(suite.prompts)} prompts "
+        "measured, for the report's figures only"
+    )
+    _say(why)
+    return chosen, why
+
+
+def _with_notes(result: ParityResult, *notes: str | None) -> ParityResult:
+    """The result with `notes` (those given) ahead of its own."""
+    return result.model_copy(update={"notes": [n for n in notes if n] + result.notes})
+
+
 def _say(message: str) -> None:
     print(f"[parity-runner] {message}", flush=True)  # noqa: T201 - the pod log is the user's view
 
@@ -302,6 +331,7 @@ class _Runner:
             meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
         )
         _say(f"profile {profile.value} ({why}); {len(suite.prompts)} prompts")
+        suite, stopped_early = settled_suite(comparison, suite)
         recorder = (
             None
             if golden_base is not None
@@ -319,9 +349,11 @@ class _Runner:
         kept = self._drive(
             spec, suite, (baseline, candidate), comparison, recorder=recorder, golden=golden_base
         )
-        result = comparison.finalize()
-        if golden_base is not None:
-            result = result.model_copy(update={"notes": [golden_base.note(), *result.notes]})
+        result = _with_notes(
+            comparison.finalize(),
+            golden_base.note() if golden_base is not None else None,
+            stopped_early,
+        )
         previous = self._previous_metrics(profile)
         verdict = decide(result, gate.warn, previous, spec.effective_regression())
         seconds = time.monotonic() - started

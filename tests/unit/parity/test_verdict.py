@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infergate.parity.compare import compare_sources
+from infergate.parity.compare import compare_sources, ratio_floor
 from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.profiles import ProfileChoiceError, plan_gate, suggest_profile
 from infergate.parity.record import ParityRecord, PromptRecord, TopLogprobs
@@ -170,6 +170,12 @@ CASES = [
         ["hygiene NonFinite (candidate): NaN or Inf in logprobs in prompts p5"],
     ),
     Case(
+        "NaN in every candidate score and hidden state (fp16 overflow everywhere)",
+        lambda: pair(_all_nan),
+        VerdictStatus.FAILED,
+        ["hygiene NonFinite (candidate): NaN or Inf in logprobs", "was not measured"],
+    ),
+    Case(
         "prompt token ids differ (a tokenizer that starts prepending BOS)",
         lambda: pair(
             lambda p: (
@@ -192,6 +198,18 @@ CASES = [
         lambda: pair(_rope_error),
         VerdictStatus.FAILED,
         ["maxLongToShortHiddenRatio", "maxLongToShortKlRatio"],
+    ),
+    Case(
+        "KL grows 9x from 0-1K to 8K+ but stays inside maxMeanKl (benign: every change grows so "
+        "on the fixture)",
+        lambda: pair(_long_growth(0.9995, 0.9985)),
+        VerdictStatus.PASSED,
+    ),
+    Case(
+        "KL 20x maxMeanKl past 8K only, while the mean over all positions passes",
+        lambda: pair(_long_growth(0.999, 0.99)),
+        VerdictStatus.FAILED,
+        ["maxLongToShortKlRatio"],
     ),
     Case(
         "identical, strict",
@@ -238,6 +256,37 @@ def _rope_error(p: PromptRecord) -> PromptRecord:
         forced.token_ids, target, TopLogprobs(forced.top.token_ids, lps), forced.start
     )
     return replace(p, teacher_forced=rebuilt, hidden_states=states.astype(np.float32))
+
+
+def _all_nan(p: PromptRecord) -> PromptRecord:
+    forced = scores_along(p)
+    nan = np.full_like(forced.top.logprobs, np.nan)
+    assert p.hidden_states is not None
+    return replace(
+        p,
+        teacher_forced=type(forced)(
+            forced.token_ids, nan[:, 0].copy(), TopLogprobs(forced.top.token_ids, nan), 1
+        ),
+        hidden_states=np.full_like(p.hidden_states, np.nan),
+    )
+
+
+def _long_growth(near: float, far: float) -> Callable[[PromptRecord], PromptRecord]:
+    """Long prompts' top logprob scaled by `near` before position 8192 and `far` after."""
+
+    def build(p: PromptRecord) -> PromptRecord:
+        if not p.prompt_id.startswith("long"):
+            return candidate_of(p)
+        n = p.prompt_token_ids.shape[0] + p.output_token_ids.shape[0]
+        forced = scores_along(p)
+        lps = forced.top.logprobs.copy()
+        lps[:, 0] += np.where(np.arange(1, n) >= 8192, math.log(far), math.log(near))
+        rebuilt = type(forced)(
+            forced.token_ids, lps[:, 0].copy(), TopLogprobs(forced.top.token_ids, lps), forced.start
+        )
+        return replace(p, teacher_forced=rebuilt)
+
+    return build
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -544,3 +593,15 @@ def test_legacy_records_without_prompt_scores_cannot_judge_long_context() -> Non
     check = next(c for c in verdict.checks if c.key == "maxLongToShortKlRatio")
     assert check.outcome in ("unmeasured", "inconclusive")
     assert verdict.status != VerdictStatus.PASSED
+
+
+@pytest.mark.parametrize(
+    ("near", "far", "fails"),
+    [(0.0, 1e-4, False), (0.0, 1.01e-4, True), (1e-5, 1.3e-4, False), (1e-5, 1.31e-4, True)],
+)
+def test_the_long_ratio_fails_exactly_past_limit_times_near_plus_the_allowance(
+    near: float, far: float, fails: bool
+) -> None:
+    # bf16 profiles: maxMeanKl 1e-4, ratio limit 3 -> fails when far > 3 * near + 1e-4.
+    f = ratio_floor(1e-4, 3.0, 1e-9)
+    assert ((far + f) / (near + f) > 3.0) is fails

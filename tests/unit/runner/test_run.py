@@ -15,7 +15,14 @@ import pytest
 
 from infergate.engines.client import EngineClientError
 from infergate.runner.report_store import read_report
-from infergate.runner.run import EXIT_DONE, EXIT_RETRY, RunOptions, main_entry, run_check
+from infergate.runner.run import (
+    EXIT_DONE,
+    EXIT_RETRY,
+    SETTLED_PROMPTS,
+    RunOptions,
+    main_entry,
+    run_check,
+)
 
 from .fakes import FakeApi, ToyConnector, ToyEngine
 
@@ -117,6 +124,7 @@ def test_numerically_different_candidate_fails_with_reasons() -> None:
     assert s["phase"] == "Failed"
     metrics = {r["metric"] for r in s["verdict"]["reasons"]}
     assert {"maxIllegitimateDivergenceRate", "maxMeanKl", "minHiddenCosineP1"} <= metrics
+    assert s["progress"] == {"done": PROMPTS, "total": PROMPTS}, "numbers need every prompt"
 
 
 def test_unreachable_candidate_is_retried_and_never_passes() -> None:
@@ -328,6 +336,16 @@ def test_a_side_that_loaded_other_weights_fails_as_hygiene_naming_the_key() -> N
     assert "weights.digest" in hygiene["message"]
     assert "w-1" in hygiene["message"]
     assert "w-2" in hygiene["message"]
+    # No prompt could make it pass: the runner measured only a few, for the report, and
+    # says so; the sides were asked for no more than that.
+    assert s["progress"] == {"done": SETTLED_PROMPTS, "total": SETTLED_PROMPTS}
+    assert other.completions == SETTLED_PROMPTS
+    report = api.config_maps["check-report"]
+    result = json.loads(read_report(report["data"], report["binaryData"])["result.json"])
+    assert any(
+        f"{SETTLED_PROMPTS} of {PROMPTS} prompts measured" in note
+        for note in result["result"]["notes"]
+    )
 
 
 def test_a_tokenizer_that_starts_adding_bos_fails_even_when_files_look_alike() -> None:
