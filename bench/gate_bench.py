@@ -291,6 +291,7 @@ def worker(keys: Sequence[str], out: Path, suite_path: Path, threads: int | None
     vllm = [s for s in todo if s.engine == "vllm"]
     for side in (s for s in todo if s.engine == "transformers"):
         timings[side.key] = _record_transformers(side, models, suite, settings, out)
+
     # One engine per dtype; a dtype whose sides are forced on another dtype's record goes
     # after it (vLLM bf16 teacher-forced on vLLM fp32).
     def needs_other(dtype: str) -> bool:
