@@ -67,9 +67,5 @@ def test_identical_records_pass_and_changed_weights_are_blocked_from_32_prompts(
     assert "**1/1 harmful blocked, 1/1 benign passed.**" in table
     assert "| weights | harmful | new weights (<\\|endoftext\\|> first) |" in table
     # Every row of the table has its ten cells, even with a `|` inside one.
-    rows_md = [
-        line
-        for line in table.splitlines()
-        if line.startswith(("| aa", "| weights"))
-    ]
+    rows_md = [line for line in table.splitlines() if line.startswith(("| aa", "| weights"))]
     assert [line.replace("\\|", "").count("|") for line in rows_md] == [11, 11]
