@@ -291,7 +291,17 @@ def worker(keys: Sequence[str], out: Path, suite_path: Path, threads: int | None
     vllm = [s for s in todo if s.engine == "vllm"]
     for side in (s for s in todo if s.engine == "transformers"):
         timings[side.key] = _record_transformers(side, models, suite, settings, out)
-    for dtype in sorted({s.dtype for s in vllm}):
+
+    # One engine per dtype; a dtype whose sides are forced on another dtype's record goes
+    # after it (vLLM bf16 teacher-forced on vLLM fp32).
+    def needs_other(dtype: str) -> bool:
+        return any(
+            s.against and SIDE[s.against].engine == "vllm" and SIDE[s.against].dtype != dtype
+            for s in vllm
+            if s.dtype == dtype
+        )
+
+    for dtype in sorted({s.dtype for s in vllm}, key=lambda d: (needs_other(d), d)):
         timings.update(_record_vllm([s for s in vllm if s.dtype == dtype], suite, settings, out))
     path = out / "timings" / f"worker-{os.getpid()}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
