@@ -6,21 +6,30 @@ real engine (transformers, vLLM or MindFormers, in-process, the way `infergate r
 records) against the baseline a rollout would compare it with, teacher-forced on it.
 Each is judged by `infergate parity compare --profile P`, P being the profile a user
 would choose for that change, on growing prefixes of one suite (8, 16, 32, 64 short
-prompts, each with the suite's 2 long prompts of 8K+ tokens). A row is correct when a
+prompts, each with the suite's 4 long prompts of 8K+ tokens). A row is correct when a
 harmful candidate is Failed and a benign one Passed; "prompts needed" is the smallest
 prefix whose verdict is decided (Passed or Failed) and correct.
 
+Short prompts generate MAX_TOKENS (16) output tokens, or as many as the profile of a
+candidate needs to judge its fork rule (fp32-cross-framework: 64), for every side
+compared with or teacher-forced on such a side (`side_tokens`). The count is part of
+each record's, prefix's and verdict's path, so a record made with another count is
+never reused for it.
+
     make gate-bench                       # records in out/gate-bench, table in experiments/
     .venv/bin/python bench/gate_bench.py --only eps-1e-5 vllm-batched   # some rows
+    make gate-bench GATE_BENCH_ONLY=eps-1e-5,vllm-batched                # the same
 
 Records already complete are reused, so an interrupted run resumes. Writes
-experiments/GATE_BENCH.md and experiments/gate_bench.json (and the same under --out).
+experiments/GATE_BENCH.md and experiments/gate_bench.json (and the same under --out);
+a run of some rows keeps the table's other rows as the last run left them, and says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -37,12 +46,15 @@ from infergate.cli import main as infergate_main
 from infergate.engines.venvs import engine_environment, engine_python
 from infergate.fixture.corpus import CHINESE, ENGLISH, generated_sentences, held_out_sentences
 from infergate.fixture.generate import GENERATOR_VERSION, FixtureSpec, default_model_dir
+from infergate.parity.profiles import PROFILES
+from infergate.parity.thresholds import ProfileName
 from infergate.recordio import MANIFEST, RecordReader, RecordWriter
 from infergate.suite import PromptSpec, Suite, load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 LADDER = (8, 16, 32, 64)
 MAX_TOKENS = 16
+"""Output tokens per short prompt, unless a candidate's profile needs more (`side_tokens`)."""
 LONG_MAX_TOKENS = 8
 TOP_LOGPROBS = 20
 SERVED_NAME = "fixture"
@@ -160,6 +172,81 @@ CANDIDATES: tuple[Candidate, ...] = (
 )  # fmt: skip
 
 
+# ------------------------------------------------------------- generated tokens
+
+
+def profile_tokens(profile: str) -> int:
+    """Output tokens per short prompt that `profile`'s checks need to be judged at all.
+
+    A prompt is evidence for the fork rule (minFirstDivergenceP10 = L: at most 10% of
+    prompts fork unexplained before L output tokens) only once it is generated to L
+    tokens or forks before; with fewer, that check is Inconclusive whatever the numbers.
+    So L when it is above MAX_TOKENS, else MAX_TOKENS.
+    """
+    horizon = PROFILES[ProfileName(profile)].block.min_first_divergence_p10
+    return MAX_TOKENS if horizon is None else max(MAX_TOKENS, math.ceil(horizon))
+
+
+def side_tokens(
+    candidates: Sequence[Candidate] = CANDIDATES, sides: Sequence[Side] = SIDES
+) -> dict[str, int]:
+    """Output tokens per short prompt each side is recorded with.
+
+    Sides compared with each other (a candidate's two sides) or teacher-forced one on
+    another must be asked the same (`sampling.max_tokens` is a fingerprint both sides
+    share), so they form groups; a group takes the most any of its candidates' profiles
+    needs, every other side keeps MAX_TOKENS (fewer tokens, less time). Taken over every
+    candidate of the bench, so a side's count does not depend on which rows a run selects.
+    """
+    against = {s.key: s.against for s in sides}
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        parent.setdefault(key, key)
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    def join(a: str, b: str) -> None:
+        parent[root(a)] = root(b)
+
+    for key, base in against.items():
+        root(key)
+        if base is not None:
+            join(key, base)
+    for candidate in candidates:
+        join(candidate.baseline, candidate.candidate)
+    need: dict[str, int] = {}
+    for candidate in candidates:
+        group = root(candidate.baseline)
+        need[group] = max(need.get(group, MAX_TOKENS), profile_tokens(candidate.profile))
+    return {key: need.get(root(key), MAX_TOKENS) for key in parent}
+
+
+TOKENS = side_tokens()
+"""Output tokens per short prompt of every side of the bench."""
+
+
+def record_dir(out: Path, key: str, tokens: int | None = None) -> Path:
+    """Where a side's record lives: its token count is part of the name, so a record made
+    with another count (an older bench, another profile) is never taken for this one."""
+    count = TOKENS[key] if tokens is None else tokens
+    return out / "records" / f"{key}.{count}tok"
+
+
+class StaleRecordError(RuntimeError):
+    """A record on disk was made with other sampling than its side asks for now."""
+
+
+def recorded_tokens(path: Path) -> int | None:
+    """The `sampling.max_tokens` a finished record was made with (None: not finished)."""
+    if not (path / MANIFEST).exists():
+        return None
+    value = RecordReader(path).meta.fingerprints.get("sampling.max_tokens")
+    return None if value is None else int(value)
+
+
 def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)  # noqa: T201 - progress
 
@@ -273,7 +360,6 @@ def worker(keys: Sequence[str], out: Path, suite_path: Path, threads: int | None
 
     With no keys it only makes the model variants (once, before workers run in parallel).
     """
-    from infergate.engines.record import RecordSettings
     from infergate.suite import load_suite as load
 
     if threads:
@@ -282,15 +368,12 @@ def worker(keys: Sequence[str], out: Path, suite_path: Path, threads: int | None
         torch.set_num_threads(threads)
 
     suite = load(str(suite_path))
-    settings = RecordSettings(
-        max_tokens=MAX_TOKENS, long_max_tokens=LONG_MAX_TOKENS, top_logprobs=TOP_LOGPROBS
-    )
     models = make_variants(default_model_dir(), out / "variants")
     timings: dict[str, Any] = {}
-    todo = [SIDE[k] for k in keys if not (out / "records" / k / MANIFEST).exists()]
+    todo = [SIDE[k] for k in keys if not _done(out, k)]
     vllm = [s for s in todo if s.engine == "vllm"]
     for side in (s for s in todo if s.engine == "transformers"):
-        timings[side.key] = _record_transformers(side, models, suite, settings, out)
+        timings[side.key] = _record_transformers(side, models, suite, _settings(side), out)
 
     # One engine per dtype; a dtype whose sides are forced on another dtype's record goes
     # after it (vLLM bf16 teacher-forced on vLLM fp32).
@@ -302,14 +385,22 @@ def worker(keys: Sequence[str], out: Path, suite_path: Path, threads: int | None
         )
 
     for dtype in sorted({s.dtype for s in vllm}, key=lambda d: (needs_other(d), d)):
-        timings.update(_record_vllm([s for s in vllm if s.dtype == dtype], suite, settings, out))
+        timings.update(_record_vllm([s for s in vllm if s.dtype == dtype], suite, out))
     path = out / "timings" / f"worker-{os.getpid()}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(timings, indent=1) + "\n")
 
 
+def _settings(side: Side) -> Any:
+    from infergate.engines.record import RecordSettings
+
+    return RecordSettings(
+        max_tokens=TOKENS[side.key], long_max_tokens=LONG_MAX_TOKENS, top_logprobs=TOP_LOGPROBS
+    )
+
+
 def _baseline(side: Side, out: Path) -> RecordReader | None:
-    return RecordReader(out / "records" / side.against) if side.against else None
+    return RecordReader(record_dir(out, side.against)) if side.against else None
 
 
 def _record_transformers(
@@ -330,7 +421,7 @@ def _record_transformers(
     )  # fmt: skip
     _log(f"recording {side.key}")
     stats = record_suite(
-        suite, channel, channel, meta=meta, out=out / "records" / side.key, settings=settings,
+        suite, channel, channel, meta=meta, out=record_dir(out, side.key), settings=settings,
         baseline=_baseline(side, out),
     )  # fmt: skip
     return {
@@ -355,9 +446,7 @@ def _seconds(stats: Any) -> float:
     return float(stats.generate_seconds + stats.score_seconds + stats.hidden_seconds)
 
 
-def _record_vllm(
-    sides: list[Side], suite: Suite, settings: Any, out: Path
-) -> dict[str, dict[str, Any]]:
+def _record_vllm(sides: list[Side], suite: Suite, out: Path) -> dict[str, dict[str, Any]]:
     from infergate.commands.calibrate import batched_vllm_channel
     from infergate.engines.record import make_meta, record_suite
     from infergate.runtime.fingerprints import model_fingerprints
@@ -373,22 +462,23 @@ def _record_vllm(
         model, engine="vllm", engine_version=channel.version, dtype=sides[0].dtype,
         loaded_config=effective, encode=channel.tokenize,
     )  # fmt: skip
-    meta = make_meta(
-        engine="vllm", engine_version=channel.version, dtype=sides[0].dtype, model=SERVED_NAME,
-        suite=suite.name, effective_config=effective,
-        fingerprints={**fingerprints, **settings.fingerprints(suite)},
-    )  # fmt: skip
-    channel.complete([1, 2, 3], max_tokens=2, top_logprobs=0, seed=settings.seed)  # warm-up
+    channel.complete([1, 2, 3], max_tokens=2, top_logprobs=0, seed=42)  # warm-up
     timings: dict[str, dict[str, Any]] = {}
     # Plain records first: teacher-forced ones may be forced on them.
     for side in sorted(sides, key=lambda s: s.against is not None):
-        _log(f"recording {side.key}")
+        _log(f"recording {side.key} ({TOKENS[side.key]} tokens)")
+        settings = _settings(side)
+        meta = make_meta(
+            engine="vllm", engine_version=channel.version, dtype=sides[0].dtype,
+            model=SERVED_NAME, suite=suite.name, effective_config=effective,
+            fingerprints={**fingerprints, **settings.fingerprints(suite)},
+        )  # fmt: skip
         begun = time.perf_counter()
         baseline = _baseline(side, out)
         if side.batched and baseline is not None:
             channel.prefetch(suite, settings, baseline)
         stats = record_suite(
-            suite, channel, channel, meta=meta, out=out / "records" / side.key,
+            suite, channel, channel, meta=meta, out=record_dir(out, side.key),
             settings=settings, baseline=baseline,
         )  # fmt: skip
         timings[side.key] = {
@@ -407,17 +497,25 @@ def _record_cli(side: Side, out: Path, suite_path: Path, model: Path) -> list[st
     command = [
         str(engine_python(side.engine)), "-m", "infergate.cli", "record",
         "--engine", side.engine, "--model", str(model), "--dtype", side.dtype,
-        "--suite", str(suite_path), "--out", str(out / "records" / side.key),
-        "--served-model-name", SERVED_NAME, "--max-tokens", str(MAX_TOKENS),
+        "--suite", str(suite_path), "--out", str(record_dir(out, side.key)),
+        "--served-model-name", SERVED_NAME, "--max-tokens", str(TOKENS[side.key]),
         "--long-max-tokens", str(LONG_MAX_TOKENS), "--top-logprobs", str(TOP_LOGPROBS),
     ]  # fmt: skip
     if side.against:
-        command += ["--teacher-forced-from", str(out / "records" / side.against)]
+        command += ["--teacher-forced-from", str(record_dir(out, side.against))]
     return command
 
 
 def _done(out: Path, key: str) -> bool:
-    return (out / "records" / key / MANIFEST).exists()
+    """Whether the side's record is finished; one made with another token count fails."""
+    path = record_dir(out, key)
+    made = recorded_tokens(path)
+    if made is not None and made != TOKENS[key]:
+        raise StaleRecordError(
+            f"{path}: recorded with {made} output tokens, the bench asks {TOKENS[key]}; "
+            "remove it to record again"
+        )
+    return made is not None
 
 
 def _start_cli(side: Side, out: Path, suite_path: Path) -> subprocess.Popen[bytes] | None:
@@ -425,7 +523,7 @@ def _start_cli(side: Side, out: Path, suite_path: Path) -> subprocess.Popen[byte
         return None
     log = out / "logs" / f"{side.key}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    _log(f"recording {side.key} ({side.engine}, separate process)")
+    _log(f"recording {side.key} ({side.engine}, {TOKENS[side.key]} tokens, separate process)")
     env = engine_environment({**os.environ, **side.env})
     with log.open("wb") as handle:
         return subprocess.Popen(
@@ -529,6 +627,11 @@ def record_all(
     return time.perf_counter() - started
 
 
+def _prefix(out: Path, key: str, tokens: int, short: int) -> Path:
+    source = record_dir(out, key, tokens)
+    return prefix_record(source, out / "prefix" / f"{source.name}-{short}", short)
+
+
 def prefix_record(source: Path, target: Path, short: int) -> Path:
     """A copy of a record holding its first `short` short prompts and all long ones."""
     if (target / MANIFEST).exists():
@@ -550,18 +653,19 @@ def prefix_record(source: Path, target: Path, short: int) -> Path:
     return target
 
 
-def judge(candidate: Candidate, out: Path, rung: int, numbers_only: bool = False) -> dict[str, Any]:
+def judge(
+    candidate: Candidate, out: Path, rung: int, numbers_only: bool = False, tokens: int = MAX_TOKENS
+) -> dict[str, Any]:
     """`infergate parity compare` on one prefix; its JSON answer, trimmed.
 
     `numbers_only` allows every fingerprint and config difference: what the numeric
-    checks (and the prompt-id hygiene) decide without the fingerprints' help.
+    checks (and the prompt-id hygiene) decide without the fingerprints' help. `tokens`:
+    the output tokens both records were made with (part of every cached path).
     """
-    records, prefixes = out / "records", out / "prefix"
-    base_key, cand_key = candidate.baseline, candidate.candidate
-    base = prefix_record(records / base_key, prefixes / f"{base_key}-{rung}", rung)
-    cand = prefix_record(records / cand_key, prefixes / f"{cand_key}-{rung}", rung)
+    base = _prefix(out, candidate.baseline, tokens, rung)
+    cand = _prefix(out, candidate.candidate, tokens, rung)
     suffix = "-numbers" if numbers_only else ""
-    result = out / "verdicts" / f"{candidate.name}-{rung}{suffix}.json"
+    result = out / "verdicts" / f"{candidate.name}-{tokens}tok-{rung}{suffix}.json"
     argv = ["parity", "compare", str(base), str(cand), "--profile", candidate.profile]
     if numbers_only:
         argv += ["--allow-config-diff", "*"]
@@ -634,22 +738,23 @@ def correct(candidate: Candidate, status: str | None) -> bool:
     return status == ("Failed" if candidate.kind == H else "Passed")
 
 
-def _prefix_job(job: tuple[Path, Path, int]) -> None:
-    prefix_record(*job)
+def _prefix_job(job: tuple[Path, str, int, int]) -> None:
+    _prefix(*job)
 
 
-def _judge_job(job: tuple[Candidate, Path, int, bool]) -> dict[str, Any]:
+def _judge_job(job: tuple[Candidate, Path, int, bool, int]) -> dict[str, Any]:
     return judge(*job)
 
 
 def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[dict[str, Any]]:
     from concurrent.futures import ProcessPoolExecutor
 
-    records, prefixes = out / "records", out / "prefix"
+    # Over the whole bench as well (candidates of other runs share its sides' counts).
+    tokens = side_tokens([*CANDIDATES, *(c for c in candidates if c not in CANDIDATES)])
     sides = sorted({k for c in candidates for k in (c.baseline, c.candidate)})
-    prefix_jobs = [(records / k, prefixes / f"{k}-{n}", n) for k in sides for n in LADDER]
-    judge_jobs = [(c, out, n, False) for c in candidates for n in LADDER]
-    judge_jobs += [(c, out, LADDER[-1], True) for c in candidates]
+    prefix_jobs = [(out, k, tokens[k], n) for k in sides for n in LADDER]
+    judge_jobs = [(c, out, n, False, tokens[c.baseline]) for c in candidates for n in LADDER]
+    judge_jobs += [(c, out, LADDER[-1], True, tokens[c.baseline]) for c in candidates]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             list(pool.map(_prefix_job, prefix_jobs))
@@ -674,6 +779,7 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
                 "baseline": candidate.baseline,
                 "candidate": candidate.candidate,
                 "profile": candidate.profile,
+                "maxTokens": tokens[candidate.baseline],
                 "verdict": final["status"],
                 "correct": correct(candidate, final["status"]),
                 "reasons": final["reasons"],
@@ -693,6 +799,29 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
         )
         _log(f"{candidate.name}: {final['status']} ({'ok' if rows[-1]['correct'] else 'WRONG'})")
     return rows
+
+
+def merge_rows(
+    rows: Sequence[dict[str, Any]], previous: dict[str, Any] | None, date: str
+) -> list[dict[str, Any]]:
+    """This run's rows, and every other candidate's row as the last table had it.
+
+    A run of some candidates (--only, GATE_BENCH_ONLY) leaves the rest of the table as it
+    was: those rows keep the date of the run that made them (`run`), and the table names
+    them. In the bench's order; a row of a candidate no longer in the bench is dropped.
+    """
+    fresh = {r["name"]: {**r, "run": date} for r in rows}
+    old_date = (previous or {}).get("meta", {}).get("date")
+    older = {
+        r["name"]: {**r, "run": r.get("run", old_date)} for r in (previous or {}).get("rows", [])
+    }
+    merged = []
+    for candidate in CANDIDATES:
+        row = fresh.get(candidate.name) or older.get(candidate.name)
+        if row is not None:
+            merged.append(row)
+    merged += [r for name, r in fresh.items() if name not in {c.name for c in CANDIDATES}]
+    return merged
 
 
 def _numbers(row: dict[str, Any]) -> str:
@@ -736,8 +865,10 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         (
             f"`make gate-bench` on {meta['date']}: fixture `{GENERATOR_VERSION}`, suite "
-            f"`{SUITE_NAME}` ({meta['short']} short prompts x {MAX_TOKENS} tokens, {meta['long']} "
-            f"prompts of 8K+ tokens x {LONG_MAX_TOKENS}), greedy, top-{TOP_LOGPROBS} logprobs, "
+            f"`{SUITE_NAME}` ({meta['short']} short prompts x {MAX_TOKENS} output tokens, or "
+            "as many as the candidate's profile needs to judge its fork rule (column tokens), "
+            f"{meta['long']} prompts of 8K+ tokens x {LONG_MAX_TOKENS}), greedy, "
+            f"top-{TOP_LOGPROBS} logprobs, "
             "candidates teacher-forced on their baseline. Ladder "
             f"{'/'.join(str(n) for n in LADDER)} short prompts (each with the long ones). "
             f"Recording took {meta['recordSeconds'] / 60:.1f} min, judging "
@@ -750,17 +881,19 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         ),
         "",
         (
-            "| candidate | kind | change | profile | verdict (64) | correct | prompts needed | "
+            "| candidate | kind | change | profile | tokens | verdict (64) | correct | "
+            "prompts needed | "
             "ladder 8/16/32/64 | deciding metric (failed checks; or the passing check "
             "nearest its limit) | numbers only (64): verdict, failed checks |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ladder = "/".join((x["status"] or "?")[0] for x in r["ladder"])
         needed = "-" if r["promptsNeeded"] is None else f"{r['promptsNeeded']}+{meta['long']}"
         cells = [
-            r["name"], r["kind"], r["change"], r["profile"], r["verdict"],
+            r["name"], r["kind"], r["change"], r["profile"], r.get("maxTokens", MAX_TOKENS),
+            r["verdict"],
             "yes" if r["correct"] else "**no**", needed, ladder, _deciding(r), _numbers(r),
         ]  # fmt: skip
         # A `|` inside a cell (a token like <|endoftext|>) would split the row.
@@ -773,6 +906,18 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             "hygiene decide if the fingerprints had not seen the change."
         ),
     ]
+    carried = [r for r in rows if r.get("run", meta["date"]) != meta["date"]]
+    if carried:
+        lines += [
+            "",
+            (
+                "Not run again on "
+                + meta["date"]
+                + " (rows as an earlier run left them): "
+                + ", ".join(f"{r['name']} ({r['run']})" for r in carried)
+                + "."
+            ),
+        ]
     lines += ["", f"Wrong rows: {', '.join(r['name'] for r in wrong) or 'none'}.", ""]
     lines += ["## Reasons at 64 prompts", ""]
     lines += [f"- **{r['name']}** ({r['verdict']}): {_short_reason(r['reasons'])}" for r in rows]
@@ -805,9 +950,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "worker":
         worker(args.keys, args.out, suite_path, args.threads)
         return 0
+    only = args.only
+    if only is None and os.environ.get("GATE_BENCH_ONLY"):
+        only = [n for n in os.environ["GATE_BENCH_ONLY"].replace(",", " ").split() if n]
+    unknown = sorted(set(only or ()) - {c.name for c in CANDIDATES})
+    if unknown:
+        parser.error(f"no such candidate: {', '.join(unknown)}")
     candidates = [
         c for c in CANDIDATES
-        if (args.only is None or c.name in args.only)
+        if (only is None or c.name in only)
         and all(SIDE[k].engine in args.engines for k in needed_sides([c]))
     ]  # fmt: skip
     suite = write_suite(suite_path)
@@ -823,8 +974,13 @@ def main(argv: list[str] | None = None) -> int:
     record_seconds = sum(spent.values())
     started = time.perf_counter()
     rows = evaluate(candidates, args.out, args.jobs)
+    date = time.strftime("%Y-%m-%d")
+    previous_path = args.results / "gate_bench.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.exists() else None
+    rows = merge_rows(rows, previous, date)
     meta = {
-        "date": time.strftime("%Y-%m-%d"),
+        "date": date,
+        "rerun": [c.name for c in candidates],
         "short": len(suite.select(long=False).prompts),
         "long": len(suite.select(long=True).prompts),
         "recordSeconds": round(record_seconds, 1),

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from infergate.parity.profiles import PROFILES
+from infergate.parity.thresholds import ProfileName
 from infergate.recordio import RecordReader, RecordWriter
 from tests.unit.parity.builders import RUN, meta, replace, scored_suite
 
@@ -26,13 +29,13 @@ def bench() -> ModuleType:
     return module
 
 
-def _write(path: Path, weights: str) -> None:
+def _write(path: Path, weights: str, tokens: int = 16) -> None:
     # One "long" prompt (by tag, short in tokens): every prefix keeps it.
     prompts = [
         replace(p, tags={"long": "true"}) if p.prompt_id == "p64" else p
-        for p in scored_suite(65, long=0, prompt_tokens=40, output_tokens=16)
+        for p in scored_suite(65, long=0, prompt_tokens=40, output_tokens=tokens)
     ]
-    fingerprints = {**RUN, "weights.digest": weights}
+    fingerprints = {**RUN, "weights.digest": weights, "sampling.max_tokens": tokens}
     with RecordWriter(path, meta(fingerprints=fingerprints)) as writer:
         for p in prompts:
             writer.add(p)
@@ -41,10 +44,8 @@ def _write(path: Path, weights: str) -> None:
 def test_identical_records_pass_and_changed_weights_are_blocked_from_32_prompts(
     bench: ModuleType, tmp_path: Path
 ) -> None:
-    records = tmp_path / "records"
-    _write(records / "base", "w0")
-    _write(records / "same", "w0")
-    _write(records / "changed", "w1")
+    for key, weights in (("base", "w0"), ("same", "w0"), ("changed", "w1")):
+        _write(bench.record_dir(tmp_path, key, 16), weights)
     candidates = [
         bench.Candidate("aa", bench.B, "A/A", "base", "same", "strict"),
         bench.Candidate("weights", bench.H, "new weights (<|endoftext|> first)", "base",
@@ -59,7 +60,7 @@ def test_identical_records_pass_and_changed_weights_are_blocked_from_32_prompts(
     assert weights["correct"]
     assert weights["promptsNeeded"] == 8, "hygiene needs no minimum evidence to fail"
     assert weights["numbersOnly"]["status"] == "Passed", "identical numbers: only hygiene sees it"
-    kept = RecordReader(tmp_path / "prefix" / "base-8").prompt_ids
+    kept = RecordReader(tmp_path / "prefix" / "base.16tok-8").prompt_ids
     assert len(kept) == 9
     assert "p64" in kept
     table = bench.to_markdown(rows, {"date": "today", "short": 64, "long": 4, "recordSeconds": 0,
@@ -68,4 +69,117 @@ def test_identical_records_pass_and_changed_weights_are_blocked_from_32_prompts(
     assert "| weights | harmful | new weights (<\\|endoftext\\|> first) |" in table
     # Every row of the table has its ten cells, even with a `|` inside one.
     rows_md = [line for line in table.splitlines() if line.startswith(("| aa", "| weights"))]
-    assert [line.replace("\\|", "").count("|") for line in rows_md] == [11, 11]
+    assert [line.replace("\\|", "").count("|") for line in rows_md] == [12, 12]
+
+
+# ------------------------------------------------------------- generated tokens
+
+
+def test_a_profile_needs_as_many_output_tokens_as_its_fork_horizon(bench: ModuleType) -> None:
+    fp32 = PROFILES[ProfileName.FP32_CROSS_FRAMEWORK].block.min_first_divergence_p10
+    assert fp32 == 64
+    assert bench.profile_tokens("fp32-cross-framework") == 64
+    assert bench.profile_tokens("bf16-kernel") == bench.MAX_TOKENS == 16, "horizon 16: enough"
+    assert bench.profile_tokens("strict") == 16, "no fork rule: the bench's default"
+
+
+def test_sides_compared_or_forced_on_a_64_token_side_generate_64_and_no_others(
+    bench: ModuleType,
+) -> None:
+    tokens = bench.side_tokens()
+    cross = [c for c in bench.CANDIDATES if c.profile == "fp32-cross-framework"]
+    assert {c.name for c in cross} == {"vllm-vs-transformers", "mindformers-vs-transformers"}
+    for candidate in cross:
+        assert tokens[candidate.baseline] == tokens[candidate.candidate] == 64
+    # Forced on tf32, so asked what tf32 was asked (sampling.max_tokens must agree).
+    assert tokens["tf32-again@tf32"] == tokens["tf-bf16@tf32"] == tokens["tf16@tf32"] == 64
+    assert {k for k, n in tokens.items() if n == 64} == {
+        "tf32", "vllm32@tf32", "tf32-again@tf32", "tf-bf16@tf32", "tf16@tf32", "mf32", "tf32@mf32",
+    }  # fmt: skip
+    assert set(tokens) == {s.key for s in bench.SIDES}
+    assert tokens["vllm32"] == tokens["vllm-bf16@vllm32"] == 16, "vLLM fp32 vs bf16: its own 16"
+    assert tokens["tf-bf16"] == tokens["tf-bf16-eps@tf-bf16"] == 16
+
+
+def test_the_count_follows_teacher_forcing_chains_and_takes_the_largest_need(
+    bench: ModuleType,
+) -> None:
+    sides = [
+        bench.Side("a", "transformers", "float32"),
+        bench.Side("b@a", "transformers", "float32", against="a"),
+        bench.Side("c@b", "transformers", "bfloat16", against="b@a"),
+        bench.Side("d", "transformers", "bfloat16"),
+        bench.Side("e@d", "transformers", "bfloat16", against="d"),
+    ]
+    candidates = [
+        bench.Candidate("cross", bench.B, "", "a", "b@a", "fp32-cross-framework"),
+        bench.Candidate("kernel", bench.B, "", "d", "e@d", "bf16-kernel"),
+    ]
+    assert bench.side_tokens(candidates, sides) == {"a": 64, "b@a": 64, "c@b": 64, "d": 16,
+                                                    "e@d": 16}  # fmt: skip
+    # A candidate joining the two groups brings d and e@d to 64 as well.
+    joined = [*candidates, bench.Candidate("x", bench.B, "", "d", "c@b", "dtype-change")]
+    assert set(bench.side_tokens(joined, sides).values()) == {64}
+
+
+def test_a_record_made_with_another_token_count_is_not_reused(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    # The earlier bench's tf32 record (16 tokens) is not where a 64-token tf32 lives.
+    _write(bench.record_dir(tmp_path, "tf32", 16), "w0", tokens=16)
+    assert bench.record_dir(tmp_path, "tf32").name == "tf32.64tok"
+    assert not bench._done(tmp_path, "tf32"), "recorded again, at 64 tokens"
+    # A record under the right name but made with another count is refused, not used.
+    _write(bench.record_dir(tmp_path, "tf32"), "w0", tokens=16)
+    with pytest.raises(bench.StaleRecordError, match="16 output tokens, the bench asks 64"):
+        bench._done(tmp_path, "tf32")
+    _write(bench.record_dir(tmp_path, "tf-bf16"), "w0", tokens=16)
+    assert bench._done(tmp_path, "tf-bf16")
+
+
+def test_the_fork_rule_is_judged_at_64_tokens_and_inconclusive_at_16(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    rows = {}
+    for tokens in (16, 64):
+        for key in ("base", "again"):
+            _write(bench.record_dir(tmp_path, key, tokens), "w0", tokens=tokens)
+        candidate = bench.Candidate("aa", bench.B, "A/A", "base", "again", "fp32-cross-framework")
+        rung = bench.judge(candidate, tmp_path, 64, tokens=tokens)
+        rows[tokens] = rung
+    assert "minFirstDivergenceP10" in rows[16]["inconclusive"]
+    assert rows[16]["status"] == "Inconclusive"
+    # At 64 the rule is decided (the rest waits for long prompts this synthetic suite lacks).
+    assert "minFirstDivergenceP10" not in rows[64]["inconclusive"] + rows[64]["failing"]
+    verdict = json.loads((tmp_path / "verdicts" / "aa-64tok-64.json").read_text())["verdict"]
+    p10 = next(c for c in verdict["checks"] if c["key"] == "minFirstDivergenceP10")
+    assert p10["outcome"] == "pass"
+
+
+def test_a_run_of_some_rows_keeps_the_others_and_names_them(bench: ModuleType) -> None:
+    def row(name: str, verdict: str, **extra: object) -> dict[str, object]:
+        kind = next(c.kind for c in bench.CANDIDATES if c.name == name)
+        return {
+            "name": name, "kind": kind, "change": "-", "profile": "strict", "verdict": verdict,
+            "correct": verdict == ("Passed" if kind == bench.B else "Failed"), "reasons": [],
+            "failing": [], "inconclusive": [], "hygiene": [], "closest": None,
+            "numbersOnly": {"status": "Passed", "failing": [], "inconclusive": [],
+                            "closest": None},
+            "promptsNeeded": 32, "ladder": [{"prompts": 64, "status": verdict}], **extra,
+        }  # fmt: skip
+
+    previous = {
+        "meta": {"date": "2026-12-03"},
+        "rows": [row("eps-1e-5", "Failed"), row("vllm-vs-transformers", "Inconclusive")],
+    }
+    rows = bench.merge_rows([row("vllm-vs-transformers", "Passed", maxTokens=64)], previous,
+                            "2026-12-04")  # fmt: skip
+    assert [(r["name"], r["verdict"], r["run"]) for r in rows] == [
+        ("eps-1e-5", "Failed", "2026-12-03"),
+        ("vllm-vs-transformers", "Passed", "2026-12-04"),
+    ]
+    table = bench.to_markdown(rows, {"date": "2026-12-04", "short": 64, "long": 4,
+                                     "recordSeconds": 0, "judgeSeconds": 0})  # fmt: skip
+    assert "**1/1 harmful blocked, 1/1 benign passed.**" in table
+    assert "Not run again on 2026-12-04 (rows as an earlier run left them): eps-1e-5 " in table
+    assert "| vllm-vs-transformers | benign | - | strict | 64 | Passed |" in table
