@@ -27,10 +27,28 @@ MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-# What the CRD accepts before the operator's parser reads it (a cheap shape check).
+
+
+def _field_pattern(value: str) -> str:
+    """A field of values in range: `*` or `v` or `v-v`, each with an optional `/step`, listed."""
+    item = rf"(\*|{value}(-{value})?)(/[0-9]+)?"
+    return rf"{item}(,{item})*"
+
+
+_FIELD_VALUES = (
+    r"[0-5]?[0-9]",  # minute
+    r"(1?[0-9]|2[0-3])",  # hour
+    r"(0?[1-9]|[12][0-9]|3[01])",  # day of month
+    r"(0?[1-9]|1[0-2]|[A-Za-z]{3})",  # month
+    r"([0-7]|[A-Za-z]{3})",  # day of week
+)
+# What the CRD accepts (the API server refuses the rest at admission): five fields whose
+# values are in range, or a macro. Names and combinations no day matches are left to
+# `parse_cron`, which the operator runs on every spec.
 SCHEDULE_PATTERN = (
     r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
-    r"[0-9A-Za-z*,/-]+( +[0-9A-Za-z*,/-]+){4})$"
+    + " +".join(_field_pattern(v) for v in _FIELD_VALUES)
+    + ")$"
 )
 _MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 _DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")

@@ -32,6 +32,11 @@ _WATCH_SOURCE = (
     "watch needs source suite: a drift run replays the suite on the stable revision (a shadow "
     "check has no suite to replay)"
 )
+_SCHEDULE = (
+    "schedule must be a cron expression of 5 fields in range (minute 0-59, hour 0-23, "
+    "day-of-month 1-31, month 1-12 or JAN-DEC, day-of-week 0-7 or SUN-SAT), e.g. '0 3 * * *', "
+    "or @hourly, @daily, @weekly, @monthly, @yearly"
+)
 _ONE_OF = "watch: set exactly one of schedule (a 5-field cron expression, UTC) or intervalSeconds"
 
 
@@ -45,7 +50,10 @@ class DriftWatch(KubeModel):
     )
 
     schedule: str | None = Field(
-        default=None, min_length=1, max_length=SHORT_TEXT_MAX, pattern=SCHEDULE_PATTERN
+        default=None,
+        min_length=1,
+        max_length=SHORT_TEXT_MAX,
+        json_schema_extra=cel_rules(cel(f"self.matches(r'{SCHEDULE_PATTERN}')", _SCHEDULE)),
     )
     """A five-field cron expression in UTC (minute hour day-of-month month day-of-week), e.g.
     "0 3 * * *" for 03:00 every day, or @hourly, @daily, @weekly, @monthly, @yearly."""

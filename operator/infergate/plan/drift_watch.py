@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from infergate.api.common import Condition
@@ -304,100 +304,42 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
         )
     seen = _seen(inp, stable, mine)
     latest = seen.latest
+    previous = seen.previous
     status = DriftStatus(
         revision=stable,
         run=seen.run or None,
-        check=latest.name if latest else (seen.previous.check if seen.previous else None),
+        check=latest.name if latest else (previous.check if previous else None),
         last_run=seen.last_run,
-        last_verdict=seen.previous.last_verdict if seen.previous else None,
-        last_verdict_time=seen.previous.last_verdict_time if seen.previous else None,
+        last_verdict=previous.last_verdict if previous else None,
+        last_verdict_time=previous.last_verdict_time if previous else None,
     )
-    condition: ConditionUpdate | None = None
-    if seen.prior is not None:
-        condition = ConditionUpdate(
-            seen.prior.type, seen.prior.status, seen.prior.reason, seen.prior.message
-        )
-    notices: list[Notice] = []
-    outcomes: list[Outcome] = []
+    prior = seen.prior
+    condition = (
+        ConditionUpdate(prior.type, prior.status, prior.reason, prior.message) if prior else None
+    )
     delete = _garbage(inp, mine, latest.name if latest else None)
-    rollback_to: str | None = None
-    action = inp.on_drift.action
+    judged = _Judged(status, condition)
     if latest is not None:
-        outcome, unbound = bound_drift_verdict(latest, stable)
-        deadline = (latest.created or inp.now) + timedelta(seconds=inp.check_deadline_seconds)
-        if outcome is VerdictOutcome.PENDING and inp.now >= deadline + GRACE:
-            outcome = VerdictOutcome.ERROR
-            unbound = None
+        found = _judge(inp, stable, seen=seen, latest=latest, status=status, condition=condition)
+        if isinstance(found, DriftPlan):
+            return replace(found, delete=(*delete, *found.delete))
+        judged = found
+        if judged.stopped:
             delete.append(latest.name)
-            latest_summary = (
-                f"no verdict within its deadlineSeconds ({inp.check_deadline_seconds}s); "
-                "the run was stopped"
-            )
-        else:
-            latest_summary = (
-                latest.summary or f"phase {latest.phase.value if latest.phase else 'Pending'}"
-            )
-        if outcome is VerdictOutcome.PENDING:
-            status = status.model_copy(
-                update={
-                    "last_verdict": VerdictOutcome.PENDING,
-                    "message": f"run {latest.name} is {_phase(latest)}",
-                }
-            )
-            if condition is None:
-                condition = ConditionUpdate(
-                    reasons.DRIFTED,
-                    ConditionStatus.UNKNOWN,
-                    reasons.DRIFT_CHECK_PENDING,
-                    f"drift run {latest.name} of stable revision {stable} is under way",
-                )
+        if judged.rollback_to is not None:
             return DriftPlan(
-                status=status,
-                condition=condition,
+                status=judged.status.model_copy(
+                    update={"message": f"drifted: rolled back to revision {judged.rollback_to}"}
+                ),
+                condition=judged.condition,
                 delete=tuple(delete),
-                wake_in=_seconds(deadline + GRACE, inp.now),
+                rollback_to=judged.rollback_to,
+                notices=judged.notices,
+                outcomes=judged.outcomes,
             )
-        first_seen = seen.previous is None or (
-            seen.previous.check != latest.name or seen.previous.last_verdict is not outcome
-        )
-        condition = verdict_condition(
-            outcome,
-            check=latest.name,
-            stable=stable,
-            summary=latest_summary,
-            unbound=unbound,
-            prior=seen.prior,
-        )
-        status = status.model_copy(
-            update={
-                "last_verdict": outcome,
-                "last_verdict_time": latest.completion_time
-                or (status.last_verdict_time if not first_seen else inp.now),
-            }
-        )
-        if first_seen:
-            outcomes.append(Outcome("drift", outcome.value))
-            notices += _verdict_notices(action, outcome, condition, seen.prior)
-        if outcome is VerdictOutcome.FAILED and action is DriftAction.ROLLBACK:
-            rollback_to, why = _rollback(inp, stable)
-            if why is not None:
-                status = status.model_copy(update={"message": why})
-                if first_seen:
-                    notices.append(Notice(True, reasons.DRIFT_ROLLBACK_REFUSED, why))
-            if rollback_to is not None:
-                return DriftPlan(
-                    status=status.model_copy(
-                        update={"message": f"drifted: rolled back to revision {rollback_to}"}
-                    ),
-                    condition=condition,
-                    delete=tuple(delete),
-                    rollback_to=rollback_to,
-                    notices=tuple(notices),
-                    outcomes=tuple(outcomes),
-                )
-    elif seen.previous is not None and seen.previous.last_verdict is VerdictOutcome.PENDING:
+    elif previous is not None and previous.last_verdict is VerdictOutcome.PENDING:
         # The status names a run the watch does not see (yet): just made, or never made.
-        started = seen.previous.last_run or inp.now
+        started = previous.last_run or inp.now
         if inp.now < started + GRACE:
             return DriftPlan(
                 status=status,
@@ -405,18 +347,98 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
                 delete=tuple(delete),
                 wake_in=_seconds(started + GRACE, inp.now),
             )
-        status = status.model_copy(update={"last_verdict": None})
-        seen = _Seen(None, seen.run, None, seen.previous, seen.prior)
-    plan = _schedule(inp, watch=watch, stable=stable, seen=seen, status=status, condition=condition)
-    return DriftPlan(
-        status=plan.status,
-        condition=plan.condition,
-        create_run=plan.create_run,
-        delete=tuple(delete),
-        wake_in=plan.wake_in,
-        notices=tuple(notices),
-        outcomes=tuple(outcomes),
+        judged = _Judged(status.model_copy(update={"last_verdict": None}), condition)
+        seen = _Seen(None, seen.run, None, previous, prior)
+    plan = _schedule(
+        inp, watch=watch, stable=stable, seen=seen, status=judged.status,
+        condition=judged.condition,
+    )  # fmt: skip
+    if judged.refused is not None and plan.status is not None:
+        # Why a drift was not rolled back stays in sight until the next run.
+        plan = replace(plan, status=plan.status.model_copy(update={"message": judged.refused}))
+    return replace(plan, delete=tuple(delete), notices=judged.notices, outcomes=judged.outcomes)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """What the latest finished run says, as the watch reads it."""
+
+    status: DriftStatus
+    condition: ConditionUpdate | None
+    notices: tuple[Notice, ...] = ()
+    outcomes: tuple[Outcome, ...] = ()
+    rollback_to: str | None = None
+    refused: str | None = None
+    """Why a drift was not rolled back (onDrift.action rollback)."""
+    stopped: bool = False
+    """The run outlived its deadline: it is deleted and counts as an Error."""
+
+
+def _judge(
+    inp: DriftInput,
+    stable: str,
+    *,
+    seen: _Seen,
+    latest: ObservedCheck,
+    status: DriftStatus,
+    condition: ConditionUpdate | None,
+) -> _Judged | DriftPlan:
+    """The latest run's verdict; a plan to wait when it still runs."""
+    outcome, unbound = bound_drift_verdict(latest, stable)
+    deadline = (latest.created or inp.now) + timedelta(seconds=inp.check_deadline_seconds)
+    stopped = outcome is VerdictOutcome.PENDING and inp.now >= deadline + GRACE
+    summary = latest.summary or f"phase {_phase(latest)}"
+    if stopped:
+        outcome, unbound = VerdictOutcome.ERROR, None
+        summary = (
+            f"no verdict within its deadlineSeconds ({inp.check_deadline_seconds}s); the run "
+            "was stopped"
+        )
+    if outcome is VerdictOutcome.PENDING:
+        return DriftPlan(
+            status=status.model_copy(
+                update={
+                    "last_verdict": VerdictOutcome.PENDING,
+                    "message": f"run {latest.name} is {_phase(latest)}",
+                }
+            ),
+            condition=condition
+            or ConditionUpdate(
+                reasons.DRIFTED,
+                ConditionStatus.UNKNOWN,
+                reasons.DRIFT_CHECK_PENDING,
+                f"drift run {latest.name} of stable revision {stable} is under way",
+            ),
+            wake_in=_seconds(deadline + GRACE, inp.now),
+        )
+    previous = seen.previous
+    first_seen = previous is None or (
+        previous.check != latest.name or previous.last_verdict is not outcome
     )
+    update = verdict_condition(
+        outcome, check=latest.name, stable=stable, summary=summary, unbound=unbound,
+        prior=seen.prior,
+    )  # fmt: skip
+    ended = latest.completion_time or (inp.now if first_seen else status.last_verdict_time)
+    judged = _Judged(
+        status.model_copy(update={"last_verdict": outcome, "last_verdict_time": ended}),
+        update,
+        stopped=stopped,
+    )
+    action = inp.on_drift.action
+    if first_seen:
+        judged = replace(
+            judged,
+            notices=tuple(_verdict_notices(action, outcome, update, seen.prior)),
+            outcomes=(Outcome("drift", outcome.value),),
+        )
+    if outcome is VerdictOutcome.FAILED and action is DriftAction.ROLLBACK:
+        target, why = _rollback(inp, stable)
+        judged = replace(judged, rollback_to=target, refused=why)
+        if why is not None and first_seen:
+            refusal = Notice(True, reasons.DRIFT_ROLLBACK_REFUSED, why)
+            judged = replace(judged, notices=(*judged.notices, refusal))
+    return judged
 
 
 def _schedule(
