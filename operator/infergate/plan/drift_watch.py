@@ -49,6 +49,16 @@ SELF_SCORED_MATCH = 1.0
 its baseline's on every prompt (tokenMatchRate 1): else it was scored along the other side's
 sequence."""
 _RUN = re.compile(r"-drift(\d+)$")
+# Drifted reasons that a run's verdict gave: they stand until the next verdict.
+_VERDICT_REASONS = frozenset(
+    {
+        reasons.DRIFT_DETECTED,
+        reasons.NO_DRIFT_DETECTED,
+        reasons.DRIFT_CHECK_INCONCLUSIVE,
+        reasons.DRIFT_CHECK_ERROR,
+        reasons.DRIFT_CHECK_NOT_BOUND,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -238,6 +248,8 @@ class _Seen:
 def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> _Seen:
     previous = inp.previous if inp.previous and inp.previous.revision == stable else None
     prior = inp.previous_condition if previous is not None else None
+    if prior is not None and prior.reason not in _VERDICT_REASONS:
+        prior = None  # what the watch was waiting for is decided afresh
     runs = [c for c in mine if c.spec_candidate == stable and run_number(c.name) is not None]
     latest = max(runs, key=lambda c: run_number(c.name) or 0, default=None)
     # Every run name of this revision counts, whoever made it: the next name is free.
