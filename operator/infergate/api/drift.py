@@ -136,10 +136,14 @@ class DriftStatus(KubeModel):
     last_run: datetime | None = None
     """When the latest run started (its check was created)."""
     last_verdict: VerdictOutcome | None = None
-    """Its outcome: Passed (no drift), Failed (drift), Inconclusive, Error, or Pending while it
-    runs."""
+    """Outcome of the latest run that ended: Passed (no drift), Failed (drift), Inconclusive or
+    Error (neither is a pass)."""
+    last_verdict_check: ObjectName | None = None
+    """The run that outcome is of."""
     last_verdict_time: datetime | None = None
     """When it ended."""
+    running: bool | None = None
+    """The latest run is under way."""
     next_run: datetime | None = None
     """When the next run starts; unset while one runs or none can (see message)."""
     message: str | None = Field(default=None, max_length=4096)

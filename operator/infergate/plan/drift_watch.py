@@ -239,10 +239,14 @@ class _Seen:
     """The watch's view of the stable revision's runs."""
 
     latest: ObservedCheck | None
+    """The newest run the watch sees."""
     run: int
+    """The highest run number used (seen, or asked for in status)."""
     last_run: datetime | None
     previous: DriftStatus | None
     prior: Condition | None
+    unseen: bool = False
+    """Status names a newer run than any seen: just asked for (the watch lags), or never made."""
 
 
 def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> _Seen:
@@ -258,7 +262,8 @@ def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> _Seen:
         for c in inp.checks
         if c.name.startswith(f"{inp.deployment}-{stable}-drift")
     ]
-    run = max([(previous.run or 0) if previous is not None else 0, *named])
+    asked = (previous.run or 0) if previous is not None else 0
+    newest = run_number(latest.name) or 0 if latest is not None else 0
     starts = [
         t
         for t in (
@@ -267,7 +272,14 @@ def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> _Seen:
         )
         if t is not None
     ]
-    return _Seen(latest, run, max(starts, default=None), previous, prior)
+    return _Seen(
+        latest,
+        max([asked, *named]),
+        max(starts, default=None),
+        previous,
+        prior,
+        unseen=previous is not None and previous.running is True and asked > newest,
+    )
 
 
 def _garbage(inp: DriftInput, mine: Sequence[ObservedCheck], keep: str | None) -> list[str]:
@@ -323,6 +335,7 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
         check=latest.name if latest else (previous.check if previous else None),
         last_run=seen.last_run,
         last_verdict=previous.last_verdict if previous else None,
+        last_verdict_check=previous.last_verdict_check if previous else None,
         last_verdict_time=previous.last_verdict_time if previous else None,
     )
     prior = seen.prior
@@ -331,6 +344,20 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
     )
     delete = _garbage(inp, mine, latest.name if latest else None)
     judged = _Judged(status, condition)
+    if seen.unseen and previous is not None:
+        # The run asked for last is not in sight yet: wait for it, or once the grace is
+        # over take it as never made (and make it again).
+        started = previous.last_run or inp.now
+        if inp.now < started + GRACE:
+            return DriftPlan(
+                status=previous,
+                condition=condition,
+                delete=tuple(delete),
+                wake_in=_seconds(started + GRACE, inp.now),
+            )
+        latest = None
+        seen = _Seen(None, seen.run, None, previous, prior)
+        judged = _Judged(status.model_copy(update={"running": None}), condition)
     if latest is not None:
         found = _judge(inp, stable, seen=seen, latest=latest, status=status, condition=condition)
         if isinstance(found, DriftPlan):
@@ -349,18 +376,6 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
                 notices=judged.notices,
                 outcomes=judged.outcomes,
             )
-    elif previous is not None and previous.last_verdict is VerdictOutcome.PENDING:
-        # The status names a run the watch does not see (yet): just made, or never made.
-        started = previous.last_run or inp.now
-        if inp.now < started + GRACE:
-            return DriftPlan(
-                status=status,
-                condition=condition,
-                delete=tuple(delete),
-                wake_in=_seconds(started + GRACE, inp.now),
-            )
-        judged = _Judged(status.model_copy(update={"last_verdict": None}), condition)
-        seen = _Seen(None, seen.run, None, previous, prior)
     plan = _schedule(
         inp, watch=watch, stable=stable, seen=seen, status=judged.status,
         condition=judged.condition,
@@ -409,10 +424,7 @@ def _judge(
     if outcome is VerdictOutcome.PENDING:
         return DriftPlan(
             status=status.model_copy(
-                update={
-                    "last_verdict": VerdictOutcome.PENDING,
-                    "message": f"run {latest.name} is {_phase(latest)}",
-                }
+                update={"running": True, "message": f"run {latest.name} is {_phase(latest)}"}
             ),
             condition=condition
             or ConditionUpdate(
@@ -425,15 +437,24 @@ def _judge(
         )
     previous = seen.previous
     first_seen = previous is None or (
-        previous.check != latest.name or previous.last_verdict is not outcome
+        previous.last_verdict_check != latest.name or previous.last_verdict is not outcome
     )
     update = verdict_condition(
         outcome, check=latest.name, stable=stable, summary=summary, unbound=unbound,
         prior=seen.prior,
     )  # fmt: skip
-    ended = latest.completion_time or (inp.now if first_seen else status.last_verdict_time)
+    ended = latest.completion_time or (
+        inp.now if first_seen or status.last_verdict_time is None else status.last_verdict_time
+    )
     judged = _Judged(
-        status.model_copy(update={"last_verdict": outcome, "last_verdict_time": ended}),
+        status.model_copy(
+            update={
+                "last_verdict": outcome,
+                "last_verdict_check": latest.name,
+                "last_verdict_time": ended,
+                "running": None,
+            }
+        ),
         update,
         stopped=stopped,
     )
@@ -521,8 +542,7 @@ def _schedule(
                 "run": run,
                 "check": name,
                 "last_run": inp.now,
-                "last_verdict": VerdictOutcome.PENDING,
-                "last_verdict_time": None,
+                "running": True,
                 "next_run": None,
                 "message": f"run {name} started",
             }

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from infergate.api.enums import DeploymentPhase, VerdictOutcome
+from infergate.api.enums import DeploymentPhase
 from infergate.api.golden import GoldenSpec
 from infergate.plan.reconcile import ReconcilePlan
 from tests.unit.plan.world import NAME, World
@@ -86,7 +86,7 @@ def test_a_stable_revision_is_checked_against_its_own_record_when_due() -> None:
     assert check["spec"]["hiddenStates"]["enabled"] is False
     assert "infergate.io/spec-digest" in check["metadata"]["annotations"]
     assert world.status.drift is not None
-    assert world.status.drift.last_verdict is VerdictOutcome.PENDING
+    assert world.status.drift.running is True
     assert world.condition("Drifted") == ("Unknown", "DriftCheckPending")
 
     # One at a time: however long it runs, no second run starts.

@@ -120,7 +120,13 @@ def condition(status: str, reason: str, message: str = "") -> Condition:
 
 def seen(check: ObservedCheck, verdict: VerdictOutcome) -> DriftStatus:
     """status.drift as it was written once `check`'s verdict had been seen."""
-    return DriftStatus(revision=STABLE, run=1, check=check.name, last_verdict=verdict)
+    return DriftStatus(
+        revision=STABLE,
+        run=1,
+        check=check.name,
+        last_verdict=verdict,
+        last_verdict_check=check.name,
+    )
 
 
 # -- when a run starts --------------------------------------------------------------------
@@ -132,7 +138,7 @@ def test_the_first_run_is_due_one_interval_after_the_revision_became_stable() ->
     assert plan.status is not None
     assert plan.status.check == f"{NAME}-{STABLE}-drift1"
     assert plan.status.last_run == NOW
-    assert plan.status.last_verdict is VerdictOutcome.PENDING
+    assert plan.status.running is True
     assert plan.condition is not None
     assert (plan.condition.status, plan.condition.reason) == (
         ConditionStatus.UNKNOWN,
@@ -215,7 +221,7 @@ def test_a_run_past_its_deadline_is_stopped_and_counted_as_an_error() -> None:
 def test_a_run_just_asked_for_and_not_yet_seen_is_waited_for_not_made_twice() -> None:
     asked = DriftStatus(
         revision=STABLE, run=1, check=f"{NAME}-{STABLE}-drift1", last_run=NOW,
-        last_verdict=VerdictOutcome.PENDING,
+        running=True,
     )  # fmt: skip
     plan = decide_drift(given(previous=asked, now=NOW + timedelta(seconds=2)))
     assert plan.create_run is None
@@ -453,3 +459,22 @@ def test_without_a_watch_runs_in_flight_stop_and_drifted_goes() -> None:
     assert plan.status is None
     assert plan.condition is None
     assert plan.delete == (running.name,)
+
+
+def test_a_run_just_asked_for_does_not_make_the_last_verdict_count_again() -> None:
+    # Run 1 ended and was counted; run 2 was asked for but the watch does not see it yet.
+    ended = drift_check(1, CheckPhase.FAILED, created=NOW - timedelta(hours=2))
+    asked = DriftStatus(
+        revision=STABLE, run=2, check=f"{NAME}-{STABLE}-drift2", last_run=NOW,
+        running=True, last_verdict=VerdictOutcome.FAILED, last_verdict_check=ended.name,
+    )  # fmt: skip
+    plan = decide_drift(
+        given(
+            checks=[canary_check(), ended],
+            previous=asked,
+            previous_condition=condition("True", "DriftDetected"),
+            now=NOW + timedelta(seconds=1),
+        )
+    )
+    assert (plan.outcomes, plan.notices, plan.create_run) == ((), (), None)
+    assert plan.status == asked
