@@ -20,7 +20,7 @@ from infergate.plan.drift_watch import (
     golden_record_known,
     verdict_condition,
 )
-from infergate.plan.observed import ObservedCheck
+from infergate.plan.observed import ObservedCheck, check_family
 
 NAME = "qwen"
 UID = "uid-qwen"
@@ -478,3 +478,18 @@ def test_a_run_just_asked_for_does_not_make_the_last_verdict_count_again() -> No
     )
     assert (plan.outcomes, plan.notices, plan.create_run) == ((), (), None)
     assert plan.status == asked
+
+
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [
+        (f"{NAME}-{STABLE}", NAME),
+        (f"{NAME}-{STABLE}-step2", NAME),
+        (f"{NAME}-{STABLE}-drift12", NAME),
+        (f"my-{NAME}-{STABLE}-drift1", f"my-{NAME}"),
+    ],
+)
+def test_a_drift_run_wakes_and_is_indexed_under_its_deployment(name: str, family: str) -> None:
+    # The index and the wake-up of a deployment find its checks by name: a drift run that
+    # fell under `<name>-<revision>` would never wake the deployment with its verdict.
+    assert check_family(name) == family
