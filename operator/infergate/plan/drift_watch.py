@@ -349,15 +349,32 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
         # over take it as never made (and make it again).
         started = previous.last_run or inp.now
         if inp.now < started + GRACE:
+            kept = inp.previous_condition
             return DriftPlan(
                 status=previous,
-                condition=condition,
+                condition=ConditionUpdate(kept.type, kept.status, kept.reason, kept.message)
+                if kept is not None
+                else ConditionUpdate(
+                    reasons.DRIFTED,
+                    ConditionStatus.UNKNOWN,
+                    reasons.DRIFT_CHECK_PENDING,
+                    f"drift run {previous.check} of stable revision {stable} is under way",
+                ),
                 delete=tuple(delete),
                 wake_in=_seconds(started + GRACE, inp.now),
             )
         latest = None
         seen = _Seen(None, seen.run, None, previous, prior)
         judged = _Judged(status.model_copy(update={"running": None}), condition)
+    judged_run = run_number(previous.last_verdict_check or "") if previous else None
+    if (
+        latest is not None
+        and judged_run is not None
+        and (run_number(latest.name) or 0) < judged_run
+    ):
+        # A newer run was judged and is gone (stopped at its deadline): this one was judged
+        # before it, and says nothing new.
+        latest = None
     if latest is not None:
         found = _judge(inp, stable, seen=seen, latest=latest, status=status, condition=condition)
         if isinstance(found, DriftPlan):
@@ -438,7 +455,7 @@ def _judge(
     previous = seen.previous
     first_seen = previous is None or (
         previous.last_verdict_check != latest.name or previous.last_verdict is not outcome
-    )
+    )  # a run's verdict, once counted, is never counted again (nor an older run's: above)
     update = verdict_condition(
         outcome, check=latest.name, stable=stable, summary=summary, unbound=unbound,
         prior=seen.prior,

@@ -223,8 +223,13 @@ def test_a_run_just_asked_for_and_not_yet_seen_is_waited_for_not_made_twice() ->
         revision=STABLE, run=1, check=f"{NAME}-{STABLE}-drift1", last_run=NOW,
         running=True,
     )  # fmt: skip
-    plan = decide_drift(given(previous=asked, now=NOW + timedelta(seconds=2)))
+    pending = condition("Unknown", "DriftCheckPending", "under way")
+    plan = decide_drift(
+        given(previous=asked, previous_condition=pending, now=NOW + timedelta(seconds=2))
+    )
     assert plan.create_run is None
+    assert plan.condition is not None  # Drifted stays as it was, never dropped meanwhile
+    assert plan.condition.reason == "DriftCheckPending"
     # A run the status names that never appeared is made again once the grace is over.
     plan = decide_drift(given(previous=asked, now=NOW + GRACE + timedelta(seconds=1)))
     assert plan.create_run == 2
@@ -493,3 +498,32 @@ def test_a_drift_run_wakes_and_is_indexed_under_its_deployment(name: str, family
     # The index and the wake-up of a deployment find its checks by name: a drift run that
     # fell under `<name>-<revision>` would never wake the deployment with its verdict.
     assert check_family(name) == family
+
+
+def test_after_a_stopped_run_is_gone_the_run_before_it_is_not_counted_again() -> None:
+    before = drift_check(1, CheckPhase.PASSED, created=NOW - timedelta(hours=5))
+    stuck = drift_check(2, CheckPhase.RUNNING, created=NOW - timedelta(seconds=DEADLINE) - GRACE)
+    daily = DriftWatch(schedule="0 3 * * *")  # no new run today: the next is tomorrow
+    plan = decide_drift(
+        given(
+            watch=daily,
+            checks=[canary_check(), before, stuck],
+            previous=seen(before, VerdictOutcome.PASSED),
+        )
+    )
+    assert [(o.kind, o.reason) for o in plan.outcomes] == [("drift", "Error")]
+    assert plan.create_run is None
+    # Next reconcile: the stopped run is deleted, the one before it is the newest in sight.
+    later = decide_drift(
+        given(
+            watch=daily,
+            checks=[canary_check(), before],
+            previous=plan.status,
+            previous_condition=condition("Unknown", "DriftCheckError"),
+            now=NOW + timedelta(seconds=5),
+        )
+    )
+    assert later.outcomes == ()
+    assert later.notices == ()
+    assert later.status is not None
+    assert later.status.last_verdict is VerdictOutcome.ERROR
