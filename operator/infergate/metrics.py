@@ -53,6 +53,18 @@ PARITY_METRIC = Gauge(
     "(the ParityCheck's status.metrics: tokenMatchRate, meanKl, hiddenCosineP1, ...), by metric.",
     ["namespace", "name", "metric"],
 )
+DRIFT_DETECTED = Gauge(
+    "infergate_drift_detected",
+    "1 while an InferenceDeployment's drift watch finds its stable revision drifted from its "
+    "golden record (Drifted=True), 0 otherwise; absent without rollout.parity.watch.",
+    ["namespace", "name"],
+)
+DRIFT_RUNS = Counter(
+    "infergate_drift_runs_total",
+    "Drift runs of stable revisions that ended, by outcome (Passed: no drift, Failed: drift, "
+    "Inconclusive, Error).",
+    ["namespace", "name", "outcome"],
+)
 RECONCILE_DURATION = Histogram(
     "infergate_reconcile_duration_seconds",
     "Time of one reconcile of an InferenceDeployment (gather, decide, write), by result.",
@@ -96,6 +108,7 @@ _ROLLBACK_REASONS = (
     reasons.ROLLBACK_DEADLINE,
     reasons.ROLLBACK_ABORTED,
     reasons.ROLLBACK_BY_HAND,
+    reasons.ROLLBACK_DRIFT,
 )
 _VERDICT_OUTCOMES = tuple(o.value for o in VerdictOutcome if o is not VerdictOutcome.PENDING)
 _COUNTED: set[tuple[str, str]] = set()
@@ -110,6 +123,7 @@ def _initialise_counters(namespace: str, name: str) -> None:
         ROLLBACKS.labels(namespace, name, reason)
     for outcome in _VERDICT_OUTCOMES:
         PARITY_VERDICTS.labels(namespace, name, outcome)
+        DRIFT_RUNS.labels(namespace, name, outcome)
     _COUNTED.add((namespace, name))
 
 
@@ -151,9 +165,23 @@ def _forget_condition(namespace: str, name: str, kind: str) -> None:
 def record_outcomes(namespace: str, name: str, outcomes: Iterable[tuple[str, str]]) -> None:
     """Count promotions, rollbacks and verdicts given as (kind, reason) pairs."""
     _initialise_counters(namespace, name)
-    counters = {"promotion": PROMOTIONS, "rollback": ROLLBACKS, "verdict": PARITY_VERDICTS}
+    counters = {
+        "promotion": PROMOTIONS,
+        "rollback": ROLLBACKS,
+        "verdict": PARITY_VERDICTS,
+        "drift": DRIFT_RUNS,
+    }
     for kind, reason in outcomes:
         counters[kind].labels(namespace, name, reason).inc()
+
+
+def record_drift(namespace: str, name: str, drifted: bool | None) -> None:
+    """Set the drift gauge (1 drifted, 0 not or not known), or drop it (None: no watch)."""
+    if drifted is None:
+        with contextlib.suppress(KeyError):
+            DRIFT_DETECTED.remove(namespace, name)
+        return
+    DRIFT_DETECTED.labels(namespace, name).set(1.0 if drifted else 0.0)
 
 
 def record_parity(namespace: str, name: str, figures: Mapping[str, float]) -> None:
@@ -189,6 +217,7 @@ def forget(namespace: str, name: str) -> None:
             ROLLOUT_PHASE.remove(namespace, name, phase.value)
     with contextlib.suppress(KeyError):
         REVISIONS.remove(namespace, name)
+    record_drift(namespace, name, None)
 
 
 def serve(address: str, port: int) -> None:

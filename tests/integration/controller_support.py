@@ -137,12 +137,12 @@ def _documents(cluster: Cluster) -> list[dict[str, Any]]:
 
 
 def session_manifests(
-    documents: list[dict[str, Any]], session: str, pattern: str
+    documents: list[dict[str, Any]], session: str, pattern: str, extra_args: tuple[str, ...] = ()
 ) -> list[dict[str, Any]]:
     """The operator's manifests for one test session, watching the namespaces of `pattern`.
 
-    Besides the names, the operator's arguments gain a short resync: the rules of the
-    ClusterRole are applied exactly as written, and both controllers run.
+    Besides the names, the operator's arguments gain a short resync (and `extra_args`): the
+    rules of the ClusterRole are applied exactly as written, and both controllers run.
     """
     return install_for_session(
         documents,
@@ -151,21 +151,28 @@ def session_manifests(
         operator_args=[
             f"--namespace={pattern}",
             f"--resync-seconds={RESYNC_SECONDS}",
+            *extra_args,
         ],
     )
 
 
-_INSTALL: OperatorInstall | None = None
+# One install per set of extra operator arguments, shared by the session's modules.
+_INSTALLS: dict[tuple[str, ...], OperatorInstall] = {}
+# The operator keeps golden records in a claim of each namespace (never created here: the
+# runner Jobs it starts stay unscheduled, and the tests write the verdicts).
+GOLDEN_ARGS = ('--golden-config={"store": {"pvc": {"claimName": "golden-records"}}}',)
 
 
-def install_operator(request: pytest.FixtureRequest, cluster: Cluster) -> OperatorInstall:
-    """This session's operator (installed on first use, removed when the session ends)."""
-    global _INSTALL  # noqa: PLW0603 - one install per test session, shared by modules
-    if _INSTALL is not None:
-        return _INSTALL
+def install_operator(
+    request: pytest.FixtureRequest, cluster: Cluster, extra_args: tuple[str, ...] = ()
+) -> OperatorInstall:
+    """This session's operator started with `extra_args` (installed on first use, removed
+    when the session ends); each set of arguments watches namespaces of its own."""
+    if extra_args in _INSTALLS:
+        return _INSTALLS[extra_args]
     apply_crds(cluster)
     session = uuid.uuid4().hex[:6]
-    documents = session_manifests(_documents(cluster), session, f"idep-{session}-*")
+    documents = session_manifests(_documents(cluster), session, f"idep-{session}-*", extra_args)
     install = OperatorInstall(
         cluster=cluster,
         session=session,
@@ -182,7 +189,7 @@ def install_operator(request: pytest.FixtureRequest, cluster: Cluster) -> Operat
     request.config.add_cleanup(uninstall)
     cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents))
     install.wait_ready(timeout=180)
-    _INSTALL = install
+    _INSTALLS[extra_args] = install
     return install
 
 
@@ -328,6 +335,7 @@ class Idep:
         passed: bool | None = None,
         bound: bool = True,
         metrics: dict[str, float] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         """Write a ParityCheck's status as its runner would (admin, status subresource): a
         verdict bound to the spec, generation and revisions it judged, unless `bound` is
@@ -345,7 +353,9 @@ class Idep:
             }
             status["metrics"] = metrics or {"tokenMatchRate": 1.0 if passed else 0.5}
         if bound:
-            status["baselineRevision"] = spec["baseline"].get("revision")
+            # A golden baseline resolves to the record's revision, as the runner writes it.
+            golden = spec["baseline"].get("golden") or {}
+            status["baselineRevision"] = spec["baseline"].get("revision") or golden.get("revision")
             status["candidateRevision"] = spec["candidate"].get("revision")
             if passed is not None:
                 status["verdict"] |= {
@@ -354,7 +364,7 @@ class Idep:
                 }
         self.cluster.kubectl(
             "patch", "pcheck", check, "-n", self.namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": status}),
+            "--type=merge", "-p", json.dumps({"status": status | (extra or {})}),
         )  # fmt: skip
 
     def revisions(self) -> dict[str, int]:

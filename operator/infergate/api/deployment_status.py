@@ -8,6 +8,7 @@ from pydantic import Field
 
 from infergate.api.base import SHORT_TEXT_MAX, KubeModel
 from infergate.api.common import Condition, ObjectName
+from infergate.api.drift import DriftStatus
 from infergate.api.enums import (
     AcceleratorKind,
     CheckPhase,
@@ -130,9 +131,12 @@ class InferenceDeploymentStatus(KubeModel):
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Available, Progressing, ParityPassed, ConfigDrifted, Degraded."""
+    """Available, Progressing, ParityPassed, ConfigDrifted, Degraded, and Drifted while a drift
+    watch is set."""
     last_parity_check: LastParityCheck | None = None
-    """The most recent parity check."""
+    """The most recent parity check of a canary."""
+    drift: DriftStatus | None = None
+    """The drift watch of the stable revision (rollout.parity.watch): its latest run, the next."""
     traffic_mechanism: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
     """How traffic is split between stable and canary: Dark (the stable Service selects the stable
     revision only), ReplicaRatio (it selects every revision's pods) or GatewayWeights (an

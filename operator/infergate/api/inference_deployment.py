@@ -16,13 +16,13 @@ from infergate.api.base import (
 )
 from infergate.api.common import ObjectName, ResourceRequirements, Toleration
 from infergate.api.deployment_status import InferenceDeploymentStatus
+from infergate.api.drift import RolloutParity
 from infergate.api.engine import SIZE_PER_POD_MAX, Accelerator, Engine, ModelSource
 from infergate.api.enums import (
     ENGINE_ACCELERATOR,
     EngineKind,
 )
 from infergate.api.model_uri import UriScheme, parse_model_uri
-from infergate.api.parity_check import ParityCheckTemplate
 from infergate.api.shadow import CheckSource, Mirror
 from infergate.api.traffic import Traffic
 
@@ -107,9 +107,10 @@ class Rollout(KubeModel):
     """Replicas of a new revision while it is checked; at most spec.replicas. With traffic mode
     replicas its share of live requests is canaryReplicas / (replicas + canaryReplicas).
     """
-    parity: ParityCheckTemplate | None = None
-    """The parity check run against each canary (baseline: stable, candidate: canary). Unset: no
-    check, so no automatic promotion.
+    parity: RolloutParity | None = None
+    """The parity check run against each canary (baseline: stable, candidate: canary), and the
+    drift watch of the stable revision (watch, onDrift). Unset: no check, so no automatic
+    promotion, and no drift watch.
     """
     auto_promote: bool = True
     """Promote the canary when its parity check passes."""

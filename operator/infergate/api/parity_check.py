@@ -167,14 +167,14 @@ class Runner(KubeModel):
         return self
 
 
-_DEADLINE_RULE = cel(
+DEADLINE_RULE = cel(
     "self.runner.activeDeadlineSeconds <= self.deadlineSeconds",
     "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
     field_path=".runner.activeDeadlineSeconds",
 )
 
 # A shadow check judges mirrored live requests: no suite, and nothing that drives one.
-_SOURCE_RULES = (
+SOURCE_RULES = (
     cel(
         "has(self.source) && self.source == 'shadow' ? !has(self.suite) : has(self.suite)",
         "suite is required with source suite (the default) and not allowed with source "
@@ -195,8 +195,8 @@ class ParityCheckTemplate(KubeModel):
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
-            _DEADLINE_RULE,
-            *_SOURCE_RULES,
+            DEADLINE_RULE,
+            *SOURCE_RULES,
         )
     )
 
@@ -384,8 +384,8 @@ class ParityCheckSpec(ParityCheckTemplate):
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
-            _DEADLINE_RULE,
-            *_SOURCE_RULES,
+            DEADLINE_RULE,
+            *SOURCE_RULES,
             cel(
                 "!has(self.candidate.golden)",
                 "candidate.golden is not allowed: the candidate is the side being judged and "

@@ -29,6 +29,7 @@ from infergate import metrics
 from infergate.api.access import check_host_path
 from infergate.api.base import GROUP, INFERENCE_DEPLOYMENTS_PLURAL, VERSION
 from infergate.api.deployment_status import InferenceDeploymentStatus
+from infergate.api.enums import ConditionStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
 from infergate.controllers._context import KOPF_PREFIX, LOCKS, OPTIONS, SCHEDULE, client
 from infergate.controllers._context import events as post_events
@@ -48,6 +49,7 @@ from infergate.plan.observed import Observed, OwnerKey, collect
 from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.rollout import DeploymentState, Notice
 from infergate.plan.status import latest_parity_figures
+from infergate.render.labels import LABEL_CHECK_PURPOSE, PURPOSE_DRIFT
 
 PLURAL = INFERENCE_DEPLOYMENTS_PLURAL
 
@@ -119,19 +121,22 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
         observed=observed,
         now=now,
         mirror_image=OPTIONS.runner_image,
+        golden=OPTIONS.golden,
     )
 
 
-def _quiet(body: JSON, observed: Observed) -> bool:
-    """Whether a reconcile from this (cached, maybe stale) body would write nothing.
+def _quiet(body: JSON, observed: Observed) -> tuple[bool, float | None]:
+    """Whether a reconcile from this (cached, maybe stale) body would write nothing, and how
+    soon it wants to run again.
 
     A resync that would write nothing costs no API call; one that would write reads the
     object fresh first, so no write is ever decided from a stale copy.
     """
     try:
-        return plan_reconcile(_state(body, observed, datetime.now(UTC))).quiet
+        plan = plan_reconcile(_state(body, observed, datetime.now(UTC)))
     except (InfergateError, ValueError):
-        return False
+        return False, None
+    return plan.quiet, plan.wake_in
 
 
 def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
@@ -149,18 +154,24 @@ def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
         raise
     plan = plan_reconcile(state)
     written = writer.write(plan, body)
-    events = [
-        *plan.events,
-        *(
-            Notice(
-                False, reasons.PARITY_CHECK_CREATED, f"ParityCheck {check} created for the canary"
-            )
-            for check in written.created_checks
-        ),
-    ]
+    events = [*plan.events, *(_created_notice(m) for m in plan.create_checks
+                              if m["metadata"]["name"] in written.created_checks)]  # fmt: skip
     for event in events:
         post_events().post(body, warning=event.warning, reason=event.reason, message=event.message)
     return ReconcileResult(plan, written)
+
+
+def _created_notice(manifest: JSON) -> Notice:
+    name = manifest["metadata"]["name"]
+    if manifest["metadata"].get("labels", {}).get(LABEL_CHECK_PURPOSE) == PURPOSE_DRIFT:
+        revision = manifest["spec"]["candidate"].get("revision")
+        return Notice(
+            False,
+            reasons.DRIFT_CHECK_CREATED,
+            f"ParityCheck {name} created: drift run of stable revision {revision} against its "
+            "golden record",
+        )
+    return Notice(False, reasons.PARITY_CHECK_CREATED, f"ParityCheck {name} created for the canary")
 
 
 def _cached(indexes: Mapping[str, Any], key: OwnerKey) -> JSON | None:
@@ -172,10 +183,11 @@ def _cached(indexes: Mapping[str, Any], key: OwnerKey) -> JSON | None:
 
 async def reconcile(
     namespace: str, name: str, indexes: Mapping[str, Any], *, trigger: str = "resync"
-) -> None:
-    """One reconcile of one deployment; errors are `infergate.errors`."""
+) -> float | None:
+    """One reconcile of one deployment: how soon it wants to run again (None: the usual
+    resync); errors are `infergate.errors`."""
     if not LEADER.leading:
-        return  # a follower keeps its indexes warm and acts once it leads
+        return None  # a follower keeps its indexes warm and acts once it leads
     key = OwnerKey(namespace, name)
     queued = time.monotonic()
     async with LOCKS[key]:
@@ -186,14 +198,15 @@ async def reconcile(
             cached = _cached(indexes, key) if trigger == "resync" else None
             if cached is not None:
                 seen = _snapshot(key, str(cached["metadata"]["uid"]), indexes)
-                if await asyncio.to_thread(_quiet, cached, seen):
+                quiet, wake_in = await asyncio.to_thread(_quiet, cached, seen)
+                if quiet:
                     result = "quiet"
-                    return
+                    return wake_in
             try:
                 body = await asyncio.to_thread(client().get, INFERENCE_DEPLOYMENTS, namespace, name)
             except NotFoundError:
                 result = "gone"
-                return
+                return None
             read = time.monotonic()
             observed = _snapshot(key, str(body["metadata"]["uid"]), indexes)
             outcome = await asyncio.to_thread(_reconcile_blocking, body, observed)
@@ -206,6 +219,8 @@ async def reconcile(
             metrics.record_conditions(
                 namespace, name, [(c.type, c.status.value) for c in plan.status.conditions]
             )
+            metrics.record_drift(namespace, name, _drifted(plan))
+            return plan.wake_in
         finally:
             done = time.monotonic()
             metrics.RECONCILE_DURATION.labels(result).observe(done - started)
@@ -257,9 +272,19 @@ def slim_body(body: Mapping[str, Any]) -> JSON:
 
 
 async def _resync_one(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
-    """One scheduled reconcile (errors go to the resync loop's retry policy)."""
-    await reconcile(key.namespace, key.name, indexes)
-    return None
+    """One scheduled reconcile (errors go to the resync loop's retry policy); how soon it
+    wants to run again (the drift watch's next run, say)."""
+    return await reconcile(key.namespace, key.name, indexes)
+
+
+def _drifted(plan: ReconcilePlan) -> bool | None:
+    """Drifted as the metric shows it: True, False (not drifted or not known), None (no watch)."""
+    if plan.status.drift is None:
+        return None
+    return any(
+        c.type == reasons.DRIFTED and c.status is ConditionStatus.TRUE
+        for c in plan.status.conditions
+    )
 
 
 @kopf.on.startup()

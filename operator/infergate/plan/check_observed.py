@@ -24,6 +24,7 @@ from infergate.plan.observed import OwnerKey, controller_uid, parse_time
 from infergate.plan.phases import check_phase
 from infergate.render.check_children import RunnerSettings
 from infergate.render.check_names import LABEL_CHECK, LABEL_ROLE, LABEL_SIDE, check_label_value
+from infergate.render.labels import LABEL_CHECK_PURPOSE
 from infergate.render.mirror import mirror_name
 
 # The parts of a check's status the controller decides from (a verdict's reasons and
@@ -286,13 +287,19 @@ def observe_child(body: JSONMap) -> CheckChild:
 def previous_report(
     check: ObservedParityCheck, others: Sequence[ObservedParityCheck]
 ) -> str | None:
-    """The report of the last passing check judging a revision of the same InferenceDeployment."""
+    """The report of the last passing check judging a revision of the same InferenceDeployment,
+    of the same purpose: a drift run's regression is judged against the last passing drift
+    run, and a canary's never against a drift run (whose figures, a revision against its own
+    record, would leave a canary no room for what it changes)."""
     if check.spec is None or check.spec.candidate.deployment is None:
         return None
     deployment = check.spec.candidate.deployment
+    purpose = check.labels.get(LABEL_CHECK_PURPOSE)
     passed = []
     for other in others:
         if other.namespace != check.namespace or other.name == check.name or other.spec is None:
+            continue
+        if other.labels.get(LABEL_CHECK_PURPOSE) != purpose:
             continue
         report = (other.status.get("reportRef") or {}).get("name")
         if (

@@ -22,17 +22,20 @@ from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.traffic import TrafficMode
 from infergate.errors import SpecError
+from infergate.parity.thresholds import ProfileName
 from infergate.plan.observed import (
     ANNOTATION_DESIRED_HASH,
     ANNOTATION_REVISION_SPEC,
     ANNOTATION_ROLE,
 )
 from infergate.render.labels import (
+    LABEL_CHECK_PURPOSE,
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
     LABEL_MANAGED_BY,
     LABEL_REVISION,
     MANAGED_BY,
+    PURPOSE_DRIFT,
 )
 from infergate.render.mirror import render_mirror
 from infergate.render.objects import RevisionObjects, render_revision
@@ -209,7 +212,7 @@ def desired_parity_check(
     reference = {"inferenceDeploymentRef": {"name": owner.name}}
     check_spec = ParityCheckSpec.model_validate(
         {
-            **template.to_kube(),
+            **template.template_json(),
             "baseline": {**reference, "revision": stable},
             "candidate": {**reference, "revision": canary},
         }
@@ -226,6 +229,73 @@ def desired_parity_check(
                 LABEL_COMPONENT: COMPONENT_PARITY,
                 LABEL_REVISION: canary,
                 LABEL_BASELINE_REVISION: stable,
+            },
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": check_spec.to_kube(),
+    }
+
+
+def drift_check_name(name: str, revision: str, run: int) -> str:
+    """`<deployment>-<stable revision>-drift<N>`: the drift watch's run N of that revision."""
+    return f"{parity_check_name(name, revision)}-drift{run}"
+
+
+def drift_profile(spec: InferenceDeploymentSpec) -> ProfileName | None:
+    """The profile a drift run is judged by: strict where the engine runs batch invariant
+    (deterministic), so any change of its numerics shows; otherwise none, and the runner
+    picks the profile that matches the two sides (same engine and dtype)."""
+    return ProfileName.STRICT if spec.engine.deterministic else None
+
+
+def desired_drift_check(
+    owner: Owner,
+    spec: InferenceDeploymentSpec,
+    *,
+    stable: str,
+    run: int,
+    hidden_states: bool,
+) -> dict[str, Any]:
+    """A drift run: the stable revision's pods (candidate) against the stable's own golden record
+    (baseline), under the rollout's suite and sampling; `spec` is the stable revision's.
+
+    Hidden states are compared only when `hidden_states` (the store keeps them in full: a
+    summary cannot be teacher-forced against). The profile is `drift_profile`'s, whatever
+    the canary template says: a canary's profile allows for what a canary changes, and a
+    drift run changes nothing.
+    """
+    template = spec.rollout.parity
+    if template is None:
+        raise SpecError(
+            f"InferenceDeployment {owner.namespace}/{owner.name}: spec.rollout.parity is unset; "
+            "no drift run can be made"
+        )
+    body = template.template_json()
+    body.pop("profile", None)
+    profile = drift_profile(spec)
+    if profile is not None:
+        body["profile"] = profile.value
+    body["hiddenStates"] = {**body.get("hiddenStates", {}), "enabled": hidden_states}
+    check_spec = ParityCheckSpec.model_validate(
+        {
+            **body,
+            "baseline": {"golden": {"revision": stable}},
+            "candidate": {"inferenceDeploymentRef": {"name": owner.name}, "revision": stable},
+        }
+    )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ParityCheck",
+        "metadata": {
+            "name": drift_check_name(owner.name, stable, run),
+            "namespace": owner.namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_DEPLOYMENT: owner.name,
+                LABEL_COMPONENT: COMPONENT_PARITY,
+                LABEL_REVISION: stable,
+                LABEL_BASELINE_REVISION: stable,
+                LABEL_CHECK_PURPOSE: PURPOSE_DRIFT,
             },
             "ownerReferences": [owner.reference()],
         },

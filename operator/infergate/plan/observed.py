@@ -18,7 +18,14 @@ from infergate.api.enums import CheckPhase, VerdictOutcome
 from infergate.jsontypes import JSONMap
 from infergate.plan.check_status import spec_digest
 from infergate.plan.phases import CHECK_TERMINAL_PHASES, check_phase
-from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, LABEL_REVISION, MANAGED_BY
+from infergate.render.labels import (
+    LABEL_CHECK_PURPOSE,
+    LABEL_DEPLOYMENT,
+    LABEL_MANAGED_BY,
+    LABEL_REVISION,
+    MANAGED_BY,
+    PURPOSE_DRIFT,
+)
 
 # Annotations the controller writes on its children.
 ANNOTATION_DESIRED_HASH = "infergate.io/desired-hash"
@@ -117,6 +124,17 @@ class ObservedCheck:
     verdict_generation: int | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     completion_time: datetime | None = None
+    purpose: str | None = None
+    """The infergate.io/check-purpose label: `drift` for a drift watch's run, else unset."""
+    spec_golden: str | None = None
+    """spec.baseline.golden.revision: the golden record it compares with."""
+    golden_entries: tuple[str, ...] = ()
+    """status.golden.entries when its records were stored (a Passed check of two revisions)."""
+
+    @property
+    def drift(self) -> bool:
+        """A drift watch's run (never a canary's check)."""
+        return self.purpose == PURPOSE_DRIFT
 
     @property
     def terminal(self) -> bool:
@@ -253,8 +271,9 @@ def check_family(name: str) -> str:
     """The InferenceDeployment a check of this name would belong to: `<deployment>-<revision>`
     is indexed under `<deployment>`, whoever made it, so a check made under a canary
     check's name by someone else is seen (and never adopted). A gateway step's re-check,
-    `<deployment>-<revision>-step<N>`, belongs to the same deployment."""
-    return re.sub(r"-step\d+$", "", name).rsplit("-", 1)[0]
+    `<deployment>-<revision>-step<N>`, and a drift run, `<deployment>-<revision>-drift<N>`,
+    belong to the same deployment."""
+    return re.sub(r"-(step|drift)\d+$", "", name).rsplit("-", 1)[0]
 
 
 def observe_check(body: JSONMap) -> ObservedCheck:
@@ -264,6 +283,7 @@ def observe_check(body: JSONMap) -> ObservedCheck:
     status = body.get("status") or {}
     verdict = status.get("verdict") or {}
     metrics = status.get("metrics") or {}
+    golden = status.get("golden") or {}
     generation = metadata.get("generation")
     verdict_generation = verdict.get("generation")
     return ObservedCheck(
@@ -286,6 +306,11 @@ def observe_check(body: JSONMap) -> ObservedCheck:
         verdict_generation=verdict_generation if isinstance(verdict_generation, int) else None,
         metrics={str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float)},
         completion_time=parse_time(status.get("completionTime")),
+        purpose=(metadata.get("labels") or {}).get(LABEL_CHECK_PURPOSE),
+        spec_golden=((spec.get("baseline") or {}).get("golden") or {}).get("revision"),
+        golden_entries=tuple(str(e) for e in golden.get("entries") or [])
+        if golden.get("stored") is True
+        else (),
     )
 
 

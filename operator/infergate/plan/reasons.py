@@ -16,7 +16,8 @@ PROGRESSING: Final = "Progressing"
 PARITY_PASSED: Final = "ParityPassed"
 CONFIG_DRIFTED: Final = "ConfigDrifted"
 DEGRADED: Final = "Degraded"
-CONDITION_TYPES: Final = (AVAILABLE, PROGRESSING, PARITY_PASSED, CONFIG_DRIFTED, DEGRADED)
+DRIFTED: Final = "Drifted"
+CONDITION_TYPES: Final = (AVAILABLE, PROGRESSING, PARITY_PASSED, CONFIG_DRIFTED, DEGRADED, DRIFTED)
 
 # Available.
 MINIMUM_REPLICAS_AVAILABLE: Final = "MinimumReplicasAvailable"
@@ -55,10 +56,25 @@ NO_DRIFT: Final = "NoDrift"
 # Degraded.
 HEALTHY: Final = "Healthy"
 
+# Drifted (only while rollout.parity.watch is set): what the latest drift run of the
+# stable revision found against its own golden record, or why none can run.
+DRIFT_DETECTED: Final = "DriftDetected"
+NO_DRIFT_DETECTED: Final = "NoDriftDetected"
+DRIFT_CHECK_PENDING: Final = "DriftCheckPending"
+DRIFT_CHECK_INCONCLUSIVE: Final = "DriftCheckInconclusive"
+DRIFT_CHECK_ERROR: Final = "DriftCheckError"
+DRIFT_CHECK_NOT_BOUND: Final = "DriftCheckNotBound"
+DRIFT_WATCH_WAITING: Final = "DriftWatchWaiting"
+DRIFT_WATCH_PAUSED: Final = "DriftWatchPaused"
+NO_GOLDEN_RECORD: Final = "NoGoldenRecord"
+GOLDEN_STORE_NOT_CONFIGURED: Final = "GoldenStoreNotConfigured"
+
 # Event-only reasons (actions rather than states).
 PARITY_CHECK_CREATED: Final = "ParityCheckCreated"
 MANUAL_ACTION_REFUSED: Final = "ManualActionRefused"
 MANUAL_ACTION: Final = "ManualAction"
+DRIFT_CHECK_CREATED: Final = "DriftCheckCreated"
+DRIFT_ROLLBACK_REFUSED: Final = "DriftRollbackRefused"
 
 # Why a revision was rolled back (promotion/rollback metric labels, record messages).
 ROLLBACK_PARITY_FAILED: Final = "ParityFailed"
@@ -70,6 +86,8 @@ ROLLBACK_BY_HAND: Final = "RollbackByHand"
 PROMOTION_AUTOMATIC: Final = "ParityPassed"
 PROMOTION_BY_HAND: Final = "ByHand"
 ROLLBACK_STEP_FAILED: Final = "TrafficStepFailed"
+# A drift run of the stable revision failed and onDrift.action is rollback.
+ROLLBACK_DRIFT: Final = "DriftRollback"
 
 
 # --- ParityCheck ------------------------------------------------------------------------

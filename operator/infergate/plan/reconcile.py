@@ -50,6 +50,9 @@ class ReconcilePlan:
     remove_annotations: tuple[str, ...]
     events: list[Notice] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
+    wake_in: float | None = None
+    """Seconds until a reconcile must run even if nothing changes (the drift watch's next
+    run or a run's deadline); None: the usual resync."""
 
     @property
     def quiet(self) -> bool:
@@ -68,6 +71,8 @@ def condition_events(before: Sequence[Condition], after: Sequence[Condition]) ->
     events: list[Notice] = []
     known = {c.type for c in before}
     for condition in changed_conditions(before, after):
+        if condition.type == reasons.DRIFTED:
+            continue  # the drift watch posts its own, as onDrift.action asks
         true = condition.status is ConditionStatus.TRUE
         warning = (
             (condition.type in _BAD_WHEN_TRUE and true)
@@ -136,6 +141,7 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         remove_annotations=state.manual.present,
         events=events,
         outcomes=decision.outcomes,
+        wake_in=decision.drift.wake_in if decision.drift is not None else None,
     )
 
 

@@ -13,9 +13,11 @@ shared but what one hands the next (`plan.rollout_state.Rollout`, immutable):
     manual_rollback     infergate.io/rollback-to        (plan.rollout_manual)
     manual_abort        infergate.io/abort
     manual_promote      infergate.io/promote
+    drift_rollback      onDrift rollback after a drift  (plan.rollout_drift)
     advance_canary      wait for it, then judge it      (plan.rollout_canary, rollout_judge)
     advance_initial     the first revision becomes stable once rolled out
     history, sizes      what stays, at which size       (plan.rollout_history)
+    watch_drift         the drift watch's runs on the stable revision
     prune_checks        checks of revisions out of history
     settle              the Progressing condition
 """
@@ -29,8 +31,10 @@ from infergate.api.deployment_status import RevisionRecord
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.jsontypes import JSON
 from infergate.plan.conditions import ConditionUpdate
+from infergate.plan.drift_watch import DriftPlan
 from infergate.plan.observed import ObservedCheck
 from infergate.plan.rollout_canary import advance_canary, advance_initial, choose_canary
+from infergate.plan.rollout_drift import drift_rollback, watch_drift
 from infergate.plan.rollout_history import history, prune_checks, settle, sizes
 from infergate.plan.rollout_manual import manual_abort, manual_promote, manual_rollback
 from infergate.plan.rollout_state import (
@@ -74,6 +78,8 @@ class RolloutDecision:
     unschedulable: str | None = None
     step: StepState | None = None
     """The canary's gateway step (gateway mode, once its check passed)."""
+    drift: DriftPlan | None = None
+    """The drift watch's status, condition and next look."""
 
 
 def decide(state: DeploymentState) -> RolloutDecision:
@@ -85,12 +91,14 @@ def decide(state: DeploymentState) -> RolloutDecision:
         manual_rollback,
         manual_abort,
         manual_promote,
+        drift_rollback,
         advance_canary,
         advance_initial,
     ):
         rollout = step(ctx, rollout)
     records = history(ctx, rollout)
     rollout, kept = sizes(ctx, rollout, records)
+    rollout = watch_drift(ctx, rollout)
     rollout = prune_checks(ctx, rollout, records)
     return RolloutDecision(
         stable=rollout.stable,
@@ -107,6 +115,7 @@ def decide(state: DeploymentState) -> RolloutDecision:
         notices=list(rollout.notices),
         unschedulable=rollout.unschedulable,
         step=rollout.step,
+        drift=rollout.drift,
     )
 
 

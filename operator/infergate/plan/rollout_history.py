@@ -99,7 +99,9 @@ def sizes(
 
 def prune_checks(ctx: Context, rollout: Rollout, records: list[RevisionRecord]) -> Rollout:
     """Delete the deployment's own checks of revisions out of history, or superseded
-    before they ended (a check someone else made is never deleted)."""
+    before they ended (a check someone else made is never deleted). Drift runs of a revision
+    in history are the drift watch's to delete (`plan.drift_watch`), never superseded by a
+    canary."""
     known = {r.hash for r in records}
     owner = ctx.state.owner.uid
     gone = list(rollout.delete_checks)
@@ -107,7 +109,9 @@ def prune_checks(ctx: Context, rollout: Rollout, records: list[RevisionRecord]) 
         if check.owner_uid != owner or check.name in gone:
             continue
         stale = check.candidate_revision not in known
-        superseded = check.candidate_revision != rollout.canary and not check.terminal
+        superseded = (
+            not check.drift and check.candidate_revision != rollout.canary and not check.terminal
+        )
         if stale or superseded:
             gone.append(check.name)
     return replace(rollout, delete_checks=tuple(gone))

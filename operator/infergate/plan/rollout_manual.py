@@ -46,6 +46,16 @@ def _not_this_canary(
     return None
 
 
+def retained_revisions(ctx: Context, rollout: Rollout) -> list[str]:
+    """Revisions a rollback may go to: once promoted, not stable, their spec still known."""
+    return sorted(
+        r.hash
+        for r in rollout.records.values()
+        if r.promoted_at is not None and r.hash != rollout.stable
+        if ctx.revision_spec(r.hash) is not None
+    )
+
+
 def manual_rollback(ctx: Context, rollout: Rollout) -> Rollout:
     """`infergate.io/rollback-to: <hash>`: a retained, once-promoted revision becomes stable."""
     target = ctx.state.manual.rollback_to
@@ -57,12 +67,7 @@ def manual_rollback(ctx: Context, rollout: Rollout) -> Rollout:
             f"rollback-to {target}: it is already the stable revision",
             warning=True,
         )
-    retained = sorted(
-        r.hash
-        for r in rollout.records.values()
-        if r.promoted_at is not None and r.hash != rollout.stable
-        if ctx.revision_spec(r.hash) is not None
-    )
+    retained = retained_revisions(ctx, rollout)
     if target not in retained:
         return rollout.noting(
             reasons.MANUAL_ACTION_REFUSED,
@@ -71,29 +76,30 @@ def manual_rollback(ctx: Context, rollout: Rollout) -> Rollout:
             warning=True,
         )
     previous = rollout.stable
-    if rollout.canary is not None:
-        rollout = rollout.reject(
-            ctx,
-            rollout.canary,
-            reasons.ROLLBACK_BY_HAND,
-            f"rolled back {_by(ctx)} to {target}",
-            count=False,
-        )
-    rollout = rollout.promote(
-        ctx,
-        target,
-        reasons.ROLLBACK_BY_HAND,
-        f"rolled back {_by(ctx)} from {previous}",
-        count=False,
-    )
-    rollout = rollout.counting("rollback", reasons.ROLLBACK_BY_HAND)
-    if ctx.desired != target:
-        rollout = rollout.with_record(
-            ctx, ctx.desired, rejected=True, message=f"rolled back {_by(ctx)} to revision {target}"
-        )
+    rollout = roll_back(ctx, rollout, target, reason=reasons.ROLLBACK_BY_HAND, why=_by(ctx))
     return rollout.noting(
         reasons.MANUAL_ACTION, f"rolled back {_by(ctx)} from {previous} to {target}"
     )
+
+
+def roll_back(ctx: Context, rollout: Rollout, target: str, *, reason: str, why: str) -> Rollout:
+    """`target` (a retained, once-promoted revision) becomes stable: a canary is rejected, and
+    the desired revision too unless it is the target (not retried until the spec changes).
+    `why` completes "rolled back ...", e.g. "by alice"."""
+    previous = rollout.stable
+    if rollout.canary is not None:
+        rollout = rollout.reject(
+            ctx, rollout.canary, reason, f"rolled back {why} to {target}", count=False
+        )
+    rollout = rollout.promote(
+        ctx, target, reason, f"rolled back {why} from {previous}", count=False
+    )
+    rollout = rollout.counting("rollback", reason)
+    if ctx.desired != target:
+        rollout = rollout.with_record(
+            ctx, ctx.desired, rejected=True, message=f"rolled back {why} to revision {target}"
+        )
+    return rollout
 
 
 def manual_abort(ctx: Context, rollout: Rollout) -> Rollout:

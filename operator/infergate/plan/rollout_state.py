@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infergate.api.deployment_status import InferenceDeploymentStatus, RevisionRecord
 from infergate.api.enums import ConditionStatus
+from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.errors import SpecError
 from infergate.jsontypes import JSON
@@ -30,6 +31,9 @@ from infergate.plan.observed import (
     ObservedCheck,
 )
 from infergate.render.images import DEFAULT_RUNNER_IMAGE, resolved_image
+
+if TYPE_CHECKING:
+    from infergate.plan.drift_watch import DriftPlan
 
 ROLE_STABLE = "stable"
 ROLE_CANARY = "canary"
@@ -50,6 +54,8 @@ class DeploymentState:
     now: datetime
     mirror_image: str = DEFAULT_RUNNER_IMAGE
     """Image of the mirror (rollout.mirror): the operator's own, like the runner's."""
+    golden: GoldenSpec | None = None
+    """The operator's golden record store (--golden-config), for the drift watch."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,8 @@ class Rollout:
     unschedulable: str | None = None
     step: StepState | None = None
     """The canary's gateway step, once its check passed (gateway mode only)."""
+    drift: DriftPlan | None = None
+    """What the drift watch decided (plan.rollout_drift), once it ran."""
 
     @classmethod
     def start(cls, ctx: Context) -> Rollout:

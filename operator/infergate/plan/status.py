@@ -34,7 +34,11 @@ from infergate.plan.observed import Observed
 from infergate.plan.phases import deployment_phase
 from infergate.plan.rollout import RolloutDecision
 from infergate.plan.sync import ObjectRef
-from infergate.render.labels import engine_pod_selector, revision_object_name
+from infergate.render.labels import (
+    LABEL_CHECK_PURPOSE,
+    engine_pod_selector,
+    revision_object_name,
+)
 from infergate.render.launch import HTTP_PORT
 from infergate.render.mirror import mirror_name
 from infergate.render.traffic import MECHANISM
@@ -146,8 +150,13 @@ def degraded_condition(
 
 def _last_check(inputs: StatusInput) -> LastParityCheck | None:
     check = inputs.decision.check
-    if check is None and inputs.decision.create_checks:
-        created = inputs.decision.create_checks[0]
+    canary_checks = [
+        c
+        for c in inputs.decision.create_checks
+        if c["metadata"].get("labels", {}).get(LABEL_CHECK_PURPOSE) is None
+    ]
+    if check is None and canary_checks:
+        created = canary_checks[0]
         return LastParityCheck(
             name=created["metadata"]["name"],
             revision=created["spec"]["candidate"]["revision"],
@@ -182,6 +191,11 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
         drift_condition(previous.conditions, inputs.drift, inputs.now),
         degraded_condition(decision.progressing, available, inputs.spec),
     ]
+    drift = decision.drift
+    if drift is not None and drift.condition is not None:
+        updates.append(drift.condition)
+    else:
+        conditions = [c for c in conditions if c.type != reasons.DRIFTED]
     for update in updates:
         conditions = set_condition(conditions, update, generation=inputs.generation, now=inputs.now)
     deployments = inputs.observed.deployments.values()
@@ -206,6 +220,7 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
         revisions=decision.records,
         conditions=conditions,
         last_parity_check=_last_check(inputs),
+        drift=drift.status if drift is not None else None,
         traffic_mechanism=MECHANISM[rollout.traffic.mode],
         traffic=traffic_status(inputs.spec, decision),
         endpoints=endpoints,

@@ -18,6 +18,10 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_DEPLOYMENT = "infergate.io/deployment"
 LABEL_REVISION = "infergate.io/revision"
 LABEL_ENGINE = "infergate.io/engine"
+# Why the operator made a ParityCheck: unset for a canary's check (and a gateway step's
+# re-check), `drift` for a drift watch's run on the stable revision.
+LABEL_CHECK_PURPOSE = "infergate.io/check-purpose"
+PURPOSE_DRIFT = "drift"
 ANNOTATION_REVISION_HASH = "infergate.io/revision-hash"
 COMPONENT_ENGINE = "engine"
 

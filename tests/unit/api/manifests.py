@@ -103,6 +103,18 @@ def full_deployment_status() -> dict[str, Any]:
             "verdict": "Passed",
             "completionTime": _NOW,
         },
+        "drift": {
+            "revision": "ab12cd34ef",
+            "run": 3,
+            "check": "qwen-ab12cd34ef-drift3",
+            "lastRun": _NOW,
+            "lastVerdict": "Failed",
+            "lastVerdictCheck": "qwen-ab12cd34ef-drift2",
+            "lastVerdictTime": _NOW,
+            "running": True,
+            "nextRun": _NOW,
+            "message": "run qwen-ab12cd34ef-drift3 started",
+        },
         "trafficMechanism": "Dark",
         "endpoints": {
             "stable": {"service": "qwen", "port": 8000},

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from infergate.api.deployment_status import InferenceDeploymentStatus
+from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.plan.check_status import spec_digest
 from infergate.plan.control import manual_requests
@@ -67,6 +68,8 @@ class World:
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     plans: list[ReconcilePlan] = field(default_factory=list)
+    golden: GoldenSpec | None = None
+    """The operator's golden record store (--golden-config)."""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # -- the user's side -------------------------------------------------------------------
@@ -125,6 +128,7 @@ class World:
             manual=manual_requests(self.annotations),
             observed=collect(UID, deployments, others, checks, pods, extras=extras),
             now=self.now,
+            golden=self.golden,
         )
         plan = plan_reconcile(state)
         self._apply(plan)
@@ -263,7 +267,9 @@ class World:
         spec = body["spec"]
         status: dict[str, Any] = {"phase": phase}
         if bound:
-            status["baselineRevision"] = spec["baseline"].get("revision")
+            # A golden baseline resolves to the record's revision, as the runner writes it.
+            golden = spec["baseline"].get("golden") or {}
+            status["baselineRevision"] = spec["baseline"].get("revision") or golden.get("revision")
             status["candidateRevision"] = spec["candidate"].get("revision")
         if passed is not None:
             status["verdict"] = {"passed": passed, "outcome": phase, "summary": f"{phase} check"}
