@@ -18,7 +18,6 @@ import kopf
 
 from infergate.controllers._context import (
     CHECK_SCHEDULE,
-    KOPF_PREFIX,
     OPTIONS,
     SCHEDULE,
     client,
@@ -27,6 +26,7 @@ from infergate.controllers._context import (
 from infergate.controllers._leader import LEADER
 from infergate.kube.client import kubeconfig_credentials
 from infergate.kube.lease import LeaseClient
+from infergate.plan.wake import KOPF_PREFIX
 
 
 @kopf.on.startup()

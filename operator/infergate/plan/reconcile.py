@@ -50,6 +50,8 @@ class ReconcilePlan:
     remove_annotations: tuple[str, ...]
     events: list[Notice] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
+    due: datetime | None = None
+    """When to reconcile again though nothing changes (a deadline, the end of a pause)."""
 
     @property
     def quiet(self) -> bool:
@@ -136,6 +138,7 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         remove_annotations=state.manual.present,
         events=events,
         outcomes=decision.outcomes,
+        due=decision.due,
     )
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from infergate.api.deployment_status import RevisionRecord
 from infergate.api.inference_deployment import InferenceDeploymentSpec
@@ -74,6 +75,9 @@ class RolloutDecision:
     unschedulable: str | None = None
     step: StepState | None = None
     """The canary's gateway step (gateway mode, once its check passed)."""
+    due: datetime | None = None
+    """When this decision changes by time alone (a deadline, the end of a pause): the
+    deployment is reconciled again then; None: only a change, or the safety resync."""
 
 
 def decide(state: DeploymentState) -> RolloutDecision:
@@ -107,6 +111,7 @@ def decide(state: DeploymentState) -> RolloutDecision:
         notices=list(rollout.notices),
         unschedulable=rollout.unschedulable,
         step=rollout.step,
+        due=rollout.due,
     )
 
 
