@@ -16,7 +16,6 @@ from infergate.controllers._resync import Schedule
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
-from infergate.plan.wake import KOPF_PREFIX
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
 from infergate.render.network import Peer
 

@@ -1,15 +1,15 @@
 """kopf handlers of InferenceDeployments: one reconcile, run by one resync loop.
 
 Gather (the object from the API, its children from the indexes), decide
-(`plan.plan_reconcile`, pure), write (`kube.writer`), then post the Events and
-count the outcomes. One resync loop for the process reconciles a deployment at once when
-its spec or a control annotation changes, after a short debounce when a child changes
-(a canary becoming available, a verdict, a drifting edit; `plan.wake` decides), at the
-time the decision asked for (a deadline, the end of a pause: `ReconcilePlan.due`), and
-otherwise every `resync_seconds` as a safety net. kopf only watches (indexes and event handlers): it keeps no
-state on the objects, so a replica that does not lead writes nothing. No finalizer (hence
-no kopf daemon or timer, which would add one): children go with their owner through
-garbage collection, and deletion never waits for the operator.
+(`plan.plan_reconcile`, pure), write (`kube.writer`), then post the Events and count the
+outcomes. One resync loop for the process reconciles a deployment at once when its spec
+or a control annotation changes, after a short debounce when a child changes (a canary
+becoming available, a verdict, a drifting edit; `plan.wake` decides), at the time the
+decision asked for (a deadline, the end of a pause: `ReconcilePlan.due`), and otherwise
+every `resync_seconds` as a safety net. kopf only watches (indexes and event handlers):
+it keeps no state on the objects, so a replica that does not lead writes nothing. No
+finalizer (hence no kopf daemon or timer, which would add one): children go with their
+owner through garbage collection, and deletion never waits for the operator.
 """
 
 from __future__ import annotations
