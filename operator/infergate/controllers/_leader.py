@@ -5,8 +5,8 @@ controllers ask `LEADER.leading` first). The election runs in a thread of its ow
 blocking calls and its own clock, so a busy event loop (a burst of hundreds of
 reconciles) never makes the holder miss a renewal. The holder renews every
 `renew_seconds` with one PUT of the Lease it last wrote (no GET before it: its
-resourceVersion guards the write; a conflict means someone else wrote, and the next round
-reads). A candidate reads the Lease every `retry_seconds`. A leader that cannot renew
+resourceVersion guards the write; a conflict means someone else wrote: then it reads and
+decides as a candidate does). A candidate reads the Lease every `retry_seconds`. A leader that cannot renew
 within `renew_deadline_seconds` stops leading at once and stops the process (it restarts
 as a follower): two replicas never act together. A new leader reconciles every object at
 once. Failover takes at most `lease_seconds` plus one retry after the last renewal.
@@ -62,7 +62,10 @@ class LeaderElection:
         """One round: renew what we hold (one PUT), or read, decide, write; whether this
         replica leads now (blocking)."""
         if self._held is not None:
-            return self._renew(leases, self._held, now)
+            try:
+                return self._renew(leases, self._held, now)
+            except ConflictError:
+                self._held = None  # someone else wrote it: read it, and decide from that
         current = leases.read()
         record = lease_record(current)
         if record is not None and record.generation_mark != self._last_mark:
@@ -91,14 +94,9 @@ class LeaderElection:
             now=now,
             previous=lease_record(held),
         )
-        try:
-            self._held = leases.write(held, spec)
-        except ConflictError:
-            self._held = None  # someone else wrote it: read it next round
-            return False
-        except KubeError:
-            # Maybe written, maybe not: a stale base conflicts next time, and then we read.
-            raise
+        # A failure other than a conflict leaves `_held` as it was: maybe written, maybe
+        # not; a stale base conflicts next time, and then the round reads.
+        self._held = leases.write(held, spec)
         self._last_renewed = time.monotonic()
         return True
 
