@@ -6,10 +6,11 @@ blocking calls and its own clock, so a busy event loop (a burst of hundreds of
 reconciles) never makes the holder miss a renewal. The holder renews every
 `renew_seconds` with one PUT of the Lease it last wrote (no GET before it: its
 resourceVersion guards the write; a conflict means someone else wrote: then it reads and
-decides as a candidate does). A candidate reads the Lease every `retry_seconds`. A leader that cannot renew
-within `renew_deadline_seconds` stops leading at once and stops the process (it restarts
-as a follower): two replicas never act together. A new leader reconciles every object at
-once. Failover takes at most `lease_seconds` plus one retry after the last renewal.
+decides as a candidate does). A candidate reads the Lease every `retry_seconds`. A
+leader that cannot renew within `renew_deadline_seconds` stops leading at once and stops
+the process (it restarts as a follower): two replicas never act together. A new leader
+reconciles every object at once. Failover takes at most `lease_seconds` plus one retry
+after the last renewal.
 """
 
 from __future__ import annotations
