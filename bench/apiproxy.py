@@ -15,13 +15,17 @@ come. One upstream connection per client connection keeps keep-alive as it was.
 
 prints one JSON line {"listen": "127.0.0.1:P", "stats": "http://127.0.0.1:S/"} and
 serves until terminated; GET on the stats address answers the counts so far as JSON:
-{"total", "by_verb", "by_request" ("VERB resource"), "by_agent", "watches_open"}.
+{"total", "by_verb", "by_request" ("VERB resource"), "by_agent", "watches_open",
+"by_pod"}. `by_pod` splits the requests by the pod whose ServiceAccount token sent them
+(the pod name a bound token carries in its claims, read without verifying: the API server
+verifies it), so the requests of one replica, the Lease holder's, can be told apart.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import ssl
@@ -70,6 +74,7 @@ class Counts:
         self.started = time.time()
         self.by_request: Counter[str] = Counter()
         self.by_agent: Counter[str] = Counter()
+        self.by_pod: dict[str, Counter[str]] = {}
         self.watches_open = 0
 
     def snapshot(self) -> dict[str, object]:
@@ -84,7 +89,22 @@ class Counts:
             "by_request": dict(self.by_request),
             "by_agent": dict(self.by_agent),
             "watches_open": self.watches_open,
+            "by_pod": {pod: dict(counted) for pod, counted in self.by_pod.items()},
         }
+
+
+def token_pod(authorization: bytes | None) -> str:
+    """The pod a bound ServiceAccount token was issued for ("-" when none is named)."""
+    if authorization is None or not authorization.lower().startswith(b"bearer "):
+        return "-"
+    parts = authorization[7:].strip().split(b".")
+    if len(parts) != 3:  # header.payload.signature
+        return "-"
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + b"=" * (-len(parts[1]) % 4)))
+        return str(payload["kubernetes.io"]["pod"]["name"])
+    except (ValueError, KeyError, TypeError):
+        return "-"
 
 
 def _header(head: bytes, name: bytes) -> bytes | None:
@@ -153,6 +173,8 @@ class Proxy:
                 agent = (_header(head, b"user-agent") or b"-").decode("latin-1").split(" ")[0]
                 self.counts.by_request[f"{verb} {resource}"] += 1
                 self.counts.by_agent[agent] += 1
+                pod = token_pod(_header(head, b"authorization"))
+                self.counts.by_pod.setdefault(pod, Counter())[f"{verb} {resource}"] += 1
                 if verb == "watch" and not watching:
                     watching = True
                     self.counts.watches_open += 1

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -540,8 +541,27 @@ class ApiProxy:
                 self.process.kill()
 
 
-def request_rate(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Requests between two proxy counts: total, per second, by verb and by request."""
+def pod_counts(counts: dict[str, Any], pod: str) -> dict[str, Any]:
+    """The proxy's counts of one pod's requests alone, in the shape of the whole."""
+    by_request: dict[str, int] = dict((counts.get("by_pod") or {}).get(pod) or {})
+    by_verb: Counter[str] = Counter()
+    for key, value in by_request.items():
+        by_verb[key.split(" ", 1)[0]] += value
+    return {
+        "time": counts["time"],
+        "total": sum(by_request.values()),
+        "by_verb": dict(by_verb),
+        "by_request": by_request,
+    }
+
+
+def request_rate(
+    before: dict[str, Any], after: dict[str, Any], *, pod: str | None = None
+) -> dict[str, Any]:
+    """Requests between two proxy counts: total, per second, by verb and by request; of
+    one pod's requests alone when `pod` is given."""
+    if pod is not None:
+        before, after = pod_counts(before, pod), pod_counts(after, pod)
     seconds = after["time"] - before["time"]
     total = after["total"] - before["total"]
 
@@ -602,13 +622,33 @@ class OperatorInstall:
         )["items"]
         return listed
 
+    def leader(self) -> str | None:
+        """The pod holding the Lease infergate-operator (the replica that acts), if any."""
+        try:
+            lease = json.loads(
+                self.kubectl.run(
+                    "get", "lease", "infergate-operator", "-n", OPERATOR_NAMESPACE, "-o", "json"
+                )
+            )
+        except (RuntimeError, subprocess.TimeoutExpired, ValueError):
+            return None
+        holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+        # The identity is `<pod name>_<random part>` (commands/operator.py).
+        return holder.rsplit("_", 1)[0] or None
+
     def pod(self) -> JSON | None:
+        """The ready replica holding the Lease (the first ready one before any holds it)."""
+        ready = []
         for pod in self.pods():
             conditions = (pod.get("status") or {}).get("conditions") or []
-            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-            if ready and not pod["metadata"].get("deletionTimestamp"):
+            is_ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            if is_ready and not pod["metadata"].get("deletionTimestamp"):
+                ready.append(pod)
+        leader = self.leader() if ready else None
+        for pod in ready:
+            if pod["metadata"]["name"] == leader:
                 return pod
-        return None
+        return ready[0] if ready else None
 
     def wait_ready(self, timeout: float) -> JSON:
         deadline = time.monotonic() + timeout
@@ -618,6 +658,16 @@ class OperatorInstall:
                 return pod
             time.sleep(1)
         raise TimeoutError(f"the operator pod was not Ready within {timeout:.0f}s")
+
+    def wait_leader(self, timeout: float) -> str:
+        """The ready pod holding the Lease, once one does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leader, pod = self.leader(), self.pod()
+            if leader is not None and pod is not None and pod["metadata"]["name"] == leader:
+                return leader
+            time.sleep(1)
+        raise TimeoutError(f"no operator replica held the Lease within {timeout:.0f}s")
 
     def pids(self) -> list[int]:
         pod = self.pod()

@@ -2,12 +2,14 @@
 
 One run on the local cluster, every figure from it:
 
-- the operator installed as `kubectl apply -k manifests/` installs it (its pod on the
-  local executor, its ServiceAccount and ClusterRoles, its 512Mi memory limit, the
-  default 10 s resync, both controllers on), watching only this run's namespace; the
-  one change to the install is that its pod's in-cluster client dials a counting proxy
-  on loopback (bench/apiproxy.py) that forwards every request to the API server, so the
-  operator's own requests are counted by verb and resource;
+- the operator installed as `kubectl apply -k manifests/` installs it (its two replicas
+  on the local executor, one acting while it holds the Lease, its ServiceAccount and
+  ClusterRoles, its 512Mi memory limit, the default 300 s safety resync, both
+  controllers on), watching only this run's namespace; the one change to the install is
+  that its pods' in-cluster client dials a counting proxy on loopback
+  (bench/apiproxy.py) that forwards every request to the API server, so the operator's
+  own requests are counted by verb and resource, and by the pod that sent them: every
+  request figure is the Lease holder's (the replica that acts), RSS and CPU too;
 - `--deployments` InferenceDeployments (stable at 0 replicas, like the rollout benchmark:
   any number fits; canaries at 1 replica of 1 simulated GPU on KWOK's nodes), and as many
   plain Deployments at 0 replicas in a second namespace as kube-controller-manager's
@@ -194,7 +196,11 @@ class Run:
         nodes = simulated_gpu_nodes(self.extra_nodes, NODE_PREFIX)
         self.kubectl.run("apply", "-f", "-", stdin="\n---\n".join(json.dumps(n) for n in nodes))
         self.proxy.start()
-        pod = self.operator.install()
+        self.operator.install()
+        leader = self.operator.wait_leader(240)
+        pod = self.operator.pod()
+        if pod is None or pod["metadata"]["name"] != leader:
+            raise RuntimeError(f"the Lease holder {leader} is not a ready operator pod")
         self.operator_ready_at = time.monotonic()
         self.sampler = Sampler(self.operator.pids, self.args.sample_seconds)
         if not self.sampler.pids:
@@ -235,6 +241,7 @@ class Run:
         sample = self.sampler.once()
         return {
             "at": time.monotonic(),
+            "leader": self.operator.leader(),
             "proxy": self.proxy.counts(),
             "reconciles": {
                 r: metric_sum(text, "infergate_reconcile_duration_seconds_count", result=r)
@@ -248,7 +255,11 @@ class Run:
         }
 
     def between(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-        rate = request_rate(before["proxy"], after["proxy"])
+        # The requests of the replica that holds the Lease (the one that acts); the other
+        # replica only watches and reads the Lease.
+        leader = after["leader"] or before["leader"]
+        rate = request_rate(before["proxy"], after["proxy"], pod=leader)
+        every = request_rate(before["proxy"], after["proxy"])
         reconciles = (
             {r: int(after["reconciles"][r] - before["reconciles"][r]) for r in before["reconciles"]}
             if before["reconciles"] is not None and after["reconciles"] is not None
@@ -261,6 +272,11 @@ class Run:
         assert self.sampler is not None  # noqa: S101 - started in setup
         return {
             "api_requests": rate,
+            "leader": leader,
+            "leader_changed": before["leader"] != after["leader"],
+            "api_requests_all_replicas": {
+                k: every[k] for k in ("requests", "per_second", "by_verb")
+            },
             "inferencedeployment_reconciles": reconciles,
             "requests_per_reconcile": round(rate["requests"] / total, 3) if total else None,
             "requests_per_non_quiet_reconcile": (
@@ -590,9 +606,9 @@ def main() -> int:
         "stable_replicas": 0,
         "canary_replicas": 1,
         "simulated_gpus": CLUSTER_GPUS + GPUS_PER_NODE * run.extra_nodes,
-        "resync_seconds": 10,
+        "resync_seconds": 300,
         "api_requests_counted_by": "bench/apiproxy.py in front of the API server, for the "
-        "operator pod's in-cluster client only",
+        "operator's in-cluster clients, split by pod: the figures are the Lease holder's",
     }
     try:
         _measure(run, result)

@@ -218,6 +218,7 @@ class Soak:
         self.kubectl.run("apply", "-f", "-", stdin="\n---\n".join(json.dumps(n) for n in nodes))
         self.proxy.start()
         self.operator.install()
+        self.operator.wait_leader(240)
         self.sampler = Sampler(self.operator.pids, self.args.sample_seconds)
         if not self.sampler.pids:
             raise RuntimeError("no process of the operator pod found in /proc")
@@ -340,7 +341,10 @@ class Soak:
             if len(cpu) >= 2
             else None,
             "operator_restarts": self.operator.restarts(),
-            "operator_api_requests": request_rate(proxy_start, self.proxy.counts()),
+            # The Lease holder's requests (the replica that acts).
+            "operator_api_requests": request_rate(
+                proxy_start, self.proxy.counts(), pod=self.operator.leader()
+            ),
             "phases_at_end": dict(phases),
             "rss_samples_mib": [round(v / 2**20, 1) for _, v in rss],
         }

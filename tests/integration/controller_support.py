@@ -38,6 +38,8 @@ from tests.harness import (
 
 # The operator and the ParityCheck controller's role, exactly as installed.
 INSTALL_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
+# A short resync for the fault-injection operator (tests/integration/fault_support.py),
+# and the pause of `settle`.
 RESYNC_SECONDS = 2
 # Tolerations and selector that put engine pods on KWOK's simulated accelerator nodes,
 # where they become Ready at once and no engine process runs.
@@ -141,8 +143,10 @@ def session_manifests(
 ) -> list[dict[str, Any]]:
     """The operator's manifests for one test session, watching the namespaces of `pattern`.
 
-    Besides the names, the operator's arguments gain a short resync (and `extra_args`): the
-    rules of the ClusterRole are applied exactly as written, and both controllers run.
+    Besides the names and `extra_args`, nothing changes: the rules of the ClusterRole are applied exactly as
+    written, both controllers run, and the resync is the default safety net (300 s), so
+    every test shows the operator acting on changes and on scheduled deadlines, not on a
+    poll.
     """
     return install_for_session(
         documents,
@@ -150,7 +154,6 @@ def session_manifests(
         cluster_role=lambda name: f"{name}-it-{session}",
         operator_args=[
             f"--namespace={pattern}",
-            f"--resync-seconds={RESYNC_SECONDS}",
             *extra_args,
         ],
     )

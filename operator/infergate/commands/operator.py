@@ -54,8 +54,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--resync-seconds",
         type=float,
-        default=10.0,
-        help="longest time between two reconciles of a deployment (default: 10)",
+        default=300.0,
+        help="longest time between two reconciles of a deployment when nothing changes: a "
+        "safety net, since changes wake a reconcile and deadlines are scheduled (default: 300)",
     )
     parser.add_argument(
         "--bind-address",

@@ -24,13 +24,17 @@ from infergate.render.network import Peer
 class OperatorOptions:
     """How the operator process runs; set by `infergate operator` before kopf starts."""
 
-    resync_seconds: float = 10.0
-    """Longest time between two reconciles of one deployment when nothing wakes it."""
+    resync_seconds: float = 300.0
+    """Longest time between two reconciles of one deployment when nothing wakes it: a safety
+    net (changes wake a reconcile, deadlines and pauses are scheduled at their time)."""
     kubeconfig: str | None = None
     """Kubeconfig for the API client; None: in-cluster credentials, else the default file."""
     workers: int = 16
     """Threads for blocking API calls: reconciles of different deployments overlap their waits."""
-    check_resync_seconds: float = 60.0
+    concurrent_reconciles: int = 16
+    """Most deployment reconciles in flight at once: a burst of changes queues in the resync
+    loop (earliest due first) instead of crowding the event loop and the threads."""
+    check_resync_seconds: float = 300.0
     """Longest time between two reconciles of a ParityCheck when nothing wakes it (its own
     changes, its children's and its sides' wake it at once; its deadline is scheduled)."""
     leader_election: bool = False
@@ -55,8 +59,7 @@ class OperatorOptions:
 
 
 OPTIONS = OperatorOptions()
-# kopf's progress and diff-base annotations live under this prefix (controllers/startup.py).
-KOPF_PREFIX = "kopf.infergate.io"
+# kopf's progress and diff-base annotations live under KOPF_PREFIX (controllers/startup.py).
 _client: KubeClient | None = None
 _events: EventPoster | None = None
 
@@ -98,9 +101,10 @@ CHECK_SCHEDULE = Schedule()
 CHECKS_OF_DEPLOYMENT: defaultdict[OwnerKey, set[OwnerKey]] = defaultdict(set)
 
 
-def wake(key: OwnerKey) -> None:
-    """Reconcile this deployment soon (a child of it changed), and the checks of its sides."""
-    SCHEDULE.wake(key)
+def wake(key: OwnerKey, *, delay: float | None = None) -> None:
+    """Reconcile this deployment after `delay` seconds (default: the debounce; a child of it
+    changed), and the checks of its sides."""
+    SCHEDULE.wake(key, delay=delay)
     for check in tuple(CHECKS_OF_DEPLOYMENT.get(key, ())):
         CHECK_SCHEDULE.wake(check)
 

@@ -1,17 +1,20 @@
-"""Re-observation of every object of a kind: on a timer, at once when woken, and after
-a failure under the one retry policy.
+"""Re-observation of every object of a kind: on a timer, at once when woken, and after a
+failure under the one retry policy.
 
 One loop per kind for the whole process (not a kopf daemon or timer per object: kopf
-guards those with a finalizer, and a finalizer would hang deletion while the
-operator is down). Each known object is reconciled every `interval` seconds, sooner
-when something it depends on changed or when the reconcile asked for it (a deadline),
-never twice at the same time. A failed reconcile runs again after the backoff of
-`infergate.retry.RECONCILES` (jittered, doubling per consecutive failure, a server's
-Retry-After as a floor), and no wake-up cuts that wait short: a change seen meanwhile is
-reconciled when the backoff ends. A permanent error (a spec problem, a refused request)
-waits for the next change or the usual interval: repeating it now would repeat the refusal.
-Nothing here is rollout truth: a restarted process starts with an empty schedule and
-reconciles everything once.
+guards those with a finalizer, and a finalizer would hang deletion while the operator is
+down). Each known object is reconciled every `interval` seconds (a safety net), sooner
+when something it depends on changed (`wake`, at once or after a short debounce, as
+`plan.wake` decides) or at the time the reconcile asked for (a deadline, the end of a
+pause: scheduled, not polled), never twice at the same time, and at most `concurrency`
+at once: a burst of hundreds of changes queues here, earliest due first, instead of
+crowding the event loop and the API client's threads. A failed reconcile runs again
+after the backoff of `infergate.retry.RECONCILES` (jittered, doubling per consecutive
+failure, a server's Retry-After as a floor), and no wake-up cuts that wait short: a
+change seen meanwhile is reconciled when the backoff ends. A permanent error (a spec
+problem, a refused request) waits for the next change or the usual interval: repeating
+it now would repeat the refusal. Nothing here is rollout truth: a restarted process
+starts with an empty schedule and reconciles everything once.
 """
 
 from __future__ import annotations
@@ -44,10 +47,12 @@ class Resyncer:
         interval: float,
         *,
         wake_delay: float = 0.5,
+        concurrency: int = 16,
         draw: Callable[[], float] = random.random,
     ) -> None:
         self._reconcile = reconcile
         self.interval = interval
+        self.concurrency = max(1, concurrency)
         # A change of one child comes with changes of others (a Deployment, its pods, the
         # Service's endpoints): wait a moment so one reconcile sees them together.
         self.wake_delay = wake_delay
@@ -60,9 +65,11 @@ class Resyncer:
         self._running: dict[OwnerKey, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
 
-    def wake(self, key: OwnerKey) -> None:
-        """Reconcile this object soon (after the one in flight, if any)."""
-        soon = asyncio.get_running_loop().time() + self.wake_delay
+    def wake(self, key: OwnerKey, *, delay: float | None = None) -> None:
+        """Reconcile this object after `delay` seconds (default: the debounce `wake_delay`;
+        0: at once), after the one in flight, if any."""
+        wait = self.wake_delay if delay is None else max(0.0, delay)
+        soon = asyncio.get_running_loop().time() + wait
         self._due[key] = max(min(self._due.get(key, soon), soon), self._hold.get(key, soon))
         self._changed.set()
 
@@ -83,13 +90,19 @@ class Resyncer:
                 self._failures.pop(key, None)
                 self._hold.pop(key, None)
             for key in keys:
-                due = self._due.setdefault(key, now)
-                if key in self._running or due > now:
-                    continue
+                self._due.setdefault(key, now)
+            ready = sorted(
+                (key for key, due in self._due.items() if due <= now and key not in self._running),
+                key=self._due.__getitem__,
+            )
+            for key in ready[: max(0, self.concurrency - len(self._running))]:
                 self._due[key] = now + self.interval
                 self._running[key] = asyncio.create_task(self._one(key))
-            idle = [due - now for key, due in self._due.items() if key not in self._running]
-            timeout = max(_MIN_WAIT, min(idle, default=self.interval))
+            if len(self._running) >= self.concurrency:
+                timeout = self.interval  # a reconcile that ends sets `_changed`
+            else:
+                idle = [due - now for key, due in self._due.items() if key not in self._running]
+                timeout = max(_MIN_WAIT, min(idle, default=self.interval))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
@@ -147,21 +160,28 @@ class Schedule:
         self.task: asyncio.Task[None] | None = None
 
     def start(
-        self, reconcile: Reconcile, interval: float, index: str, indexes: Mapping[str, Any]
+        self,
+        reconcile: Reconcile,
+        interval: float,
+        index: str,
+        indexes: Mapping[str, Any],
+        *,
+        concurrency: int = 16,
     ) -> None:
-        """Reconcile every key of the kopf index `index` every `interval` seconds."""
+        """Reconcile every key of the kopf index `index` every `interval` seconds, at most
+        `concurrency` at once."""
 
         def known() -> list[OwnerKey]:
             found = indexes.get(index)
             return list(found) if found is not None else []
 
-        self.resyncer = Resyncer(reconcile, interval)
+        self.resyncer = Resyncer(reconcile, interval, concurrency=concurrency)
         self.task = asyncio.create_task(self.resyncer.run(known), name=f"resync-{index}")
 
-    def wake(self, key: OwnerKey) -> None:
-        """Reconcile `key` soon, when the loop runs."""
+    def wake(self, key: OwnerKey, *, delay: float | None = None) -> None:
+        """Reconcile `key` after `delay` seconds (default: the debounce), when the loop runs."""
         if self.resyncer is not None:
-            self.resyncer.wake(key)
+            self.resyncer.wake(key, delay=delay)
 
     def wake_all(self) -> None:
         """Reconcile every known key soon (this replica just became the leader)."""

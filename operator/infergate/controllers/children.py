@@ -3,8 +3,9 @@
 Each index maps `OwnerKey(namespace, deployment name)` to small records of the
 children (see `plan.observed`), kept current by kopf from the watch streams, so
 a reconcile reads its children from memory instead of listing them. A change
-of a child wakes its deployment's resync loop: a canary becoming available, a
-verdict, or a drifting edit is acted on at once rather than at the next resync.
+of a child wakes its deployment's resync loop (`plan.wake.child_wake` decides): a canary
+becoming available, a verdict, or a drifting edit is acted on within the debounce rather
+than at the next resync.
 
 Indexes and event handlers add no finalizer: deleting anything never waits for
 the operator.
@@ -13,7 +14,6 @@ the operator.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import is_dataclass, replace
 from typing import Any
 
 import kopf
@@ -33,6 +33,7 @@ from infergate.plan.observed import (
     observe_pod,
     owner_key,
 )
+from infergate.plan.wake import child_wake, delay_seconds, essence
 from infergate.render.labels import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
 from infergate.render.mirror import COMPONENT_MIRROR
 
@@ -134,17 +135,6 @@ _OBSERVERS: dict[str, Callable[[kopf.Body], object | None]] = {
 _LAST_SEEN: dict[tuple[str, str, str], object] = {}
 
 
-def _essence(record: object) -> object:
-    """The record without its resourceVersion (which every write moves)."""
-    if (
-        is_dataclass(record)
-        and not isinstance(record, type)
-        and hasattr(record, "resource_version")
-    ):
-        return replace(record, resource_version="")
-    return record
-
-
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED)
 @kopf.on.event("", "v1", "services", labels=MANAGED)
@@ -163,14 +153,14 @@ async def wake_owner(body: kopf.Body, type: str | None, **_: Any) -> None:  # no
         return
     kind = str(body.get("kind") or "")
     ref = (kind, key.namespace, str(body.get("metadata", {}).get("name")))
-    if type == "DELETED":
-        _LAST_SEEN.pop(ref, None)
-        wake(key)
-        return
+    deleted = type == "DELETED"
     observer = _OBSERVERS.get(kind)
-    record = _essence(observer(body)) if observer is not None else None
-    if record is not None and _LAST_SEEN.get(ref) == record:
-        return
-    if record is not None:
+    record = essence(observer(body)) if observer is not None and not deleted else None
+    decision = child_wake(_LAST_SEEN.get(ref), record, deleted=deleted)
+    if deleted or record is None:
+        _LAST_SEEN.pop(ref, None)
+    else:
         _LAST_SEEN[ref] = record
-    wake(key)
+    delay = delay_seconds(decision)
+    if delay is not None:
+        wake(key, delay=delay)

@@ -1,14 +1,15 @@
 """kopf handlers of InferenceDeployments: one reconcile, run by one resync loop.
 
 Gather (the object from the API, its children from the indexes), decide
-(`plan.plan_reconcile`, pure), write (`kube.writer`), then post the Events and
-count the outcomes. One resync loop for the process re-observes every
-deployment every `resync_seconds`, and sooner when it or a child changes, so progress
-that no spec change announces (a canary becoming available, a verdict, a
-drifting edit) is acted on. kopf only watches (indexes and event handlers): it keeps no
-state on the objects, so a replica that does not lead writes nothing. No finalizer (hence
-no kopf daemon or timer, which would add one): children go with their owner through
-garbage collection, and deletion never waits for the operator.
+(`plan.plan_reconcile`, pure), write (`kube.writer`), then post the Events and count the
+outcomes. One resync loop for the process reconciles a deployment at once when its spec
+or a control annotation changes, after a short debounce when a child changes (a canary
+becoming available, a verdict, a drifting edit; `plan.wake` decides), at the time the
+decision asked for (a deadline, the end of a pause: `ReconcilePlan.due`), and otherwise
+every `resync_seconds` as a safety net. kopf only watches (indexes and event handlers):
+it keeps no state on the objects, so a replica that does not lead writes nothing. No
+finalizer (hence no kopf daemon or timer, which would add one): children go with their
+owner through garbage collection, and deletion never waits for the operator.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from infergate.api.base import GROUP, INFERENCE_DEPLOYMENTS_PLURAL, VERSION
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.enums import ConditionStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
-from infergate.controllers._context import KOPF_PREFIX, LOCKS, OPTIONS, SCHEDULE, client
+from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
 from infergate.controllers._context import events as post_events
 from infergate.controllers._leader import LEADER
 from infergate.errors import (
@@ -49,6 +50,14 @@ from infergate.plan.observed import Observed, OwnerKey, collect
 from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.rollout import DeploymentState, Notice
 from infergate.plan.status import latest_parity_figures
+from infergate.plan.wake import (
+    KOPF_PREFIX,
+    DeploymentMark,
+    again_in,
+    delay_seconds,
+    deployment_mark,
+    deployment_wake,
+)
 from infergate.render.labels import LABEL_CHECK_PURPOSE, PURPOSE_DRIFT
 
 PLURAL = INFERENCE_DEPLOYMENTS_PLURAL
@@ -62,6 +71,8 @@ class ReconcileResult:
 
     plan: ReconcilePlan
     written: WriteResult
+    again: float | None = None
+    """Seconds until the plan wants the next reconcile (a deadline); None: none waits."""
 
 
 def _snapshot(key: OwnerKey, uid: str, indexes: Mapping[str, Any]) -> Observed:
@@ -126,17 +137,18 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
 
 
 def _quiet(body: JSON, observed: Observed) -> tuple[bool, float | None]:
-    """Whether a reconcile from this (cached, maybe stale) body would write nothing, and how
-    soon it wants to run again.
+    """Whether a reconcile from this (cached, maybe stale) body would write nothing, and
+    then the seconds until it wants to run again (None: no time-based step waits).
 
     A resync that would write nothing costs no API call; one that would write reads the
     object fresh first, so no write is ever decided from a stale copy.
     """
+    now = datetime.now(UTC)
     try:
-        plan = plan_reconcile(_state(body, observed, datetime.now(UTC)))
+        plan = plan_reconcile(_state(body, observed, now))
     except (InfergateError, ValueError):
         return False, None
-    return plan.quiet, plan.wake_in
+    return plan.quiet, again_in(plan.due, now)
 
 
 def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
@@ -158,7 +170,7 @@ def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
                               if m["metadata"]["name"] in written.created_checks)]  # fmt: skip
     for event in events:
         post_events().post(body, warning=event.warning, reason=event.reason, message=event.message)
-    return ReconcileResult(plan, written)
+    return ReconcileResult(plan, written, again_in(plan.due, now))
 
 
 def _created_notice(manifest: JSON) -> Notice:
@@ -184,8 +196,8 @@ def _cached(indexes: Mapping[str, Any], key: OwnerKey) -> JSON | None:
 async def reconcile(
     namespace: str, name: str, indexes: Mapping[str, Any], *, trigger: str = "resync"
 ) -> float | None:
-    """One reconcile of one deployment: how soon it wants to run again (None: the usual
-    resync); errors are `infergate.errors`."""
+    """One reconcile of one deployment: the seconds until it wants to run again (None: no
+    deadline waits); errors are `infergate.errors`."""
     if not LEADER.leading:
         return None  # a follower keeps its indexes warm and acts once it leads
     key = OwnerKey(namespace, name)
@@ -198,10 +210,10 @@ async def reconcile(
             cached = _cached(indexes, key) if trigger == "resync" else None
             if cached is not None:
                 seen = _snapshot(key, str(cached["metadata"]["uid"]), indexes)
-                quiet, wake_in = await asyncio.to_thread(_quiet, cached, seen)
+                quiet, again = await asyncio.to_thread(_quiet, cached, seen)
                 if quiet:
                     result = "quiet"
-                    return wake_in
+                    return again
             try:
                 body = await asyncio.to_thread(client().get, INFERENCE_DEPLOYMENTS, namespace, name)
             except NotFoundError:
@@ -220,7 +232,7 @@ async def reconcile(
                 namespace, name, [(c.type, c.status.value) for c in plan.status.conditions]
             )
             metrics.record_drift(namespace, name, _drifted(plan))
-            return plan.wake_in
+            return outcome.again
         finally:
             done = time.monotonic()
             metrics.RECONCILE_DURATION.labels(result).observe(done - started)
@@ -230,10 +242,21 @@ async def reconcile(
             )  # fmt: skip
 
 
+# What each deployment last looked like to `plan.wake.deployment_wake`.
+_MARKS: dict[OwnerKey, DeploymentMark] = {}
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def changed(name: str, namespace: str | None, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
-    """A deployment was created, changed or deleted: reconcile it soon (through the resync
-    loop, with its retry policy), or forget it.
+async def changed(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    type: str | None,  # noqa: A002 - kopf's name
+    **_: Any,
+) -> None:
+    """A deployment was created, changed or deleted: reconcile it (through the resync loop,
+    with its retry policy) at once when its spec or a control annotation changed, after the
+    debounce when something else a decision reads did (`plan.wake`), or forget it.
 
     An event handler, not kopf's create/update/resume handlers: those keep kopf's state
     (diff-base, progress) in annotations on the object, which every replica would write,
@@ -243,9 +266,14 @@ async def changed(name: str, namespace: str | None, type: str | None, **_: Any) 
     key = OwnerKey(namespace or "", name)
     if type == "DELETED":
         LOCKS.pop(key, None)
+        _MARKS.pop(key, None)
         metrics.forget(key.namespace, name)
         return
-    SCHEDULE.wake(key)
+    mark = deployment_mark(body)
+    delay = delay_seconds(deployment_wake(_MARKS.get(key), mark))
+    _MARKS[key] = mark
+    if delay is not None:
+        SCHEDULE.wake(key, delay=delay)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -299,7 +327,13 @@ async def start_resync(**kwargs: Any) -> None:
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=OPTIONS.workers, thread_name_prefix="infergate")
     )
-    SCHEDULE.start(one, OPTIONS.resync_seconds, "known_deployments", indexes)
+    SCHEDULE.start(
+        one,
+        OPTIONS.resync_seconds,
+        "known_deployments",
+        indexes,
+        concurrency=OPTIONS.concurrent_reconciles,
+    )
 
 
 @kopf.on.cleanup()

@@ -18,7 +18,6 @@ import kopf
 
 from infergate.controllers._context import (
     CHECK_SCHEDULE,
-    KOPF_PREFIX,
     OPTIONS,
     SCHEDULE,
     client,
@@ -27,6 +26,7 @@ from infergate.controllers._context import (
 from infergate.controllers._leader import LEADER
 from infergate.kube.client import kubeconfig_credentials
 from infergate.kube.lease import LeaseClient
+from infergate.plan.wake import KOPF_PREFIX
 
 
 @kopf.on.startup()
@@ -69,7 +69,6 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 LEASE_NAME = "infergate-operator"
-_ELECTION: list[asyncio.Task[None]] = []
 
 
 @kopf.on.startup()
@@ -82,16 +81,15 @@ async def elect(**_: Any) -> None:
         SCHEDULE.wake_all()
         CHECK_SCHEDULE.wake_all()
 
-    leases = LeaseClient(client(), OPTIONS.namespace, LEASE_NAME)
-    _ELECTION.append(asyncio.create_task(LEADER.run(leases, lead), name="leader-election"))
+    # Its own thread: a busy event loop cannot make the holder miss a renewal.
+    LEADER.start(LeaseClient(client(), OPTIONS.namespace, LEASE_NAME), lead)
 
 
 @kopf.on.cleanup()
 async def close(**_: Any) -> None:
     """Give up the Lease (a follower takes over at once), close the API client."""
-    for task in _ELECTION:
-        task.cancel()
     if OPTIONS.leader_election:
+        await asyncio.to_thread(LEADER.close)
         leases = LeaseClient(client(), OPTIONS.namespace, LEASE_NAME)
         await asyncio.to_thread(LEADER.release, leases)
     close_client()

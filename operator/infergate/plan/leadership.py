@@ -93,3 +93,13 @@ def lease_spec(
     if not renewing:
         spec["acquireTime"] = _micro(now)
     return spec
+
+
+def election_pause(
+    *, leading: bool, renewed: bool, renew_seconds: float, retry_seconds: float
+) -> float:
+    """Seconds until the next round of the election: a holder that just renewed waits the
+    renewal period; a holder whose renewal failed, and a candidate, retry sooner."""
+    if leading and renewed:
+        return renew_seconds
+    return retry_seconds

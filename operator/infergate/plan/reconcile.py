@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from infergate.api.common import Condition
@@ -21,6 +21,7 @@ from infergate.plan.conditions import (
     set_condition,
 )
 from infergate.plan.desired import desired_extras, desired_revision, desired_stable_service
+from infergate.plan.drift_watch import DriftPlan
 from infergate.plan.phases import deployment_phase
 from infergate.plan.rollout import DeploymentState, Notice, Outcome, decide
 from infergate.plan.rollout_state import Context
@@ -50,9 +51,8 @@ class ReconcilePlan:
     remove_annotations: tuple[str, ...]
     events: list[Notice] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
-    wake_in: float | None = None
-    """Seconds until a reconcile must run even if nothing changes (the drift watch's next
-    run or a run's deadline); None: the usual resync."""
+    due: datetime | None = None
+    """When to reconcile again though nothing changes (a deadline, the end of a pause)."""
 
     @property
     def quiet(self) -> bool:
@@ -141,8 +141,16 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         remove_annotations=state.manual.present,
         events=events,
         outcomes=decision.outcomes,
-        wake_in=decision.drift.wake_in if decision.drift is not None else None,
+        due=_earliest(decision.due, decision.drift, state.now),
     )
+
+
+def _earliest(due: datetime | None, drift: DriftPlan | None, now: datetime) -> datetime | None:
+    """The sooner of the rollout's own due time and the drift watch's next look."""
+    times = [t for t in (due,) if t is not None]
+    if drift is not None and drift.wake_in is not None:
+        times.append(now + timedelta(seconds=drift.wake_in))
+    return min(times, default=None)
 
 
 def with_check_uids(

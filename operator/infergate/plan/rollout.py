@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from infergate.api.deployment_status import RevisionRecord
 from infergate.api.inference_deployment import InferenceDeploymentSpec
@@ -80,6 +81,9 @@ class RolloutDecision:
     """The canary's gateway step (gateway mode, once its check passed)."""
     drift: DriftPlan | None = None
     """The drift watch's status, condition and next look."""
+    due: datetime | None = None
+    """When this decision changes by time alone (a deadline, the end of a pause): the
+    deployment is reconciled again then; None: only a change, or the safety resync."""
 
 
 def decide(state: DeploymentState) -> RolloutDecision:
@@ -116,6 +120,7 @@ def decide(state: DeploymentState) -> RolloutDecision:
         unschedulable=rollout.unschedulable,
         step=rollout.step,
         drift=rollout.drift,
+        due=rollout.due,
     )
 
 

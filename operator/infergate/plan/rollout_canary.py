@@ -10,7 +10,7 @@ scheduler's message quoted); past it, it has failed.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from infergate.api.enums import ConditionStatus
 from infergate.plan import reasons
@@ -18,7 +18,7 @@ from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.desired import revision_json
 from infergate.plan.revision_diff import revision_changes, summary
 from infergate.plan.rollout_judge import fail_or_wait, judge
-from infergate.plan.rollout_state import Context, Rollout
+from infergate.plan.rollout_state import Context, Rollout, clock
 from infergate.plan.rollout_traffic import advance_steps, step_failed, stepping
 
 
@@ -58,6 +58,8 @@ class Waiting:
     progress: ConditionUpdate
     deadline_passed: bool
     unschedulable: str | None
+    due: datetime | None = None
+    """When the deadline passes (None once it has)."""
 
 
 def waiting(
@@ -88,18 +90,20 @@ def waiting(
             True,
             unschedulable,
         )
+    # The deadline is passed once more than progressDeadlineSeconds went by (to the second).
+    due = started + ctx.progress_deadline + timedelta(seconds=1)
     if unschedulable is not None:
-        left = int((started + ctx.progress_deadline - ctx.now).total_seconds())
         return Waiting(
             ConditionUpdate(
                 reasons.PROGRESSING,
                 ConditionStatus.TRUE,
                 reasons.UNSCHEDULABLE,
                 f"{what} waits for capacity: {unschedulable}; it fails if still unscheduled "
-                f"in {left}s (progressDeadlineSeconds {seconds})",
+                f"at {clock(due)} (progressDeadlineSeconds {seconds})",
             ),
             False,
             unschedulable,
+            due,
         )
     started_reason = (
         reasons.CANARY_STARTED if what.startswith("canary") else reasons.REVISION_CREATED
@@ -113,6 +117,7 @@ def waiting(
         ),
         False,
         None,
+        due,
     )
 
 
@@ -141,7 +146,9 @@ def advance_initial(ctx: Context, rollout: Rollout) -> Rollout:
         what=f"first revision {revision}",
         deadline_message="; fix the spec or the cluster's capacity",
     )
-    return replace(rollout, progress=wait.progress, unschedulable=wait.unschedulable)
+    return replace(rollout, progress=wait.progress, unschedulable=wait.unschedulable).due_at(
+        wait.due
+    )
 
 
 def _changes(ctx: Context, stable: str | None) -> str:
@@ -189,7 +196,7 @@ def advance_canary(ctx: Context, rollout: Rollout) -> Rollout:
             return fail_or_wait(
                 ctx, rollout, canary, reasons.ROLLBACK_DEADLINE, wait.progress.message
             )
-        return replace(rollout, progress=wait.progress)
+        return replace(rollout, progress=wait.progress).due_at(wait.due)
     if ctx.spec.rollout.parity is None:
         return replace(
             rollout,

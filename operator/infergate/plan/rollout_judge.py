@@ -19,6 +19,7 @@ Pure. Three separate questions, each its own function:
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
 from infergate.api.traffic import TrafficMode
@@ -189,12 +190,14 @@ def judge(ctx: Context, rollout: Rollout, canary: str) -> Rollout:
     started = rollout.record(ctx, canary).created_at or ctx.now
     rollout, check = request_check(ctx, rollout, canary)
     overdue = ctx.now - started > ctx.verdict_deadline
+    # Without a verdict by then, the canary is overdue (more than the deadline, to the second).
+    due = started + ctx.verdict_deadline + timedelta(seconds=1)
     if check is None:
         if overdue:
             return fail_or_wait(
                 ctx, rollout, canary, reasons.ROLLBACK_DEADLINE, _overdue(ctx, canary)
             )
-        return rollout
+        return rollout.due_at(due)
     rollout = replace(rollout, check=check)
     outcome, unbound = bound_verdict(check, stable=rollout.stable, canary=canary)
     record = rollout.record(ctx, canary)
@@ -239,7 +242,7 @@ def judge(ctx: Context, rollout: Rollout, canary: str) -> Rollout:
         canary,
         f"ParityCheck {check.name} is {phase}",
         f"ParityCheck {check.name} is {phase}",
-    )
+    ).due_at(due)
 
 
 def _passed(ctx: Context, rollout: Rollout, canary: str, name: str, summary: str) -> Rollout:
@@ -261,7 +264,7 @@ def _passed(ctx: Context, rollout: Rollout, canary: str, name: str, summary: str
             progress=ctx.stepping_progress(
                 state, f"ParityCheck {name} passed; the first step begins"
             ),
-        )
+        ).due_at(ctx.step_ends(state))
     if ctx.spec.rollout.auto_promote:
         return rollout.promote(
             ctx, canary, reasons.PROMOTION_AUTOMATIC, f"ParityCheck {name} passed"

@@ -41,6 +41,12 @@ ROLE_PENDING = "pending"
 ROLE_RETIRED = "retired"
 
 
+def clock(at: datetime) -> str:
+    """A time as status messages give it (UTC, to the second): a message that says until
+    when something waits stays the same from one reconcile to the next."""
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass(frozen=True)
 class DeploymentState:
     """Everything a reconcile decides from."""
@@ -182,6 +188,15 @@ class Context:
             return 0
         return gateway.steps[min(state.step, len(gateway.steps) - 1)].weight
 
+    def step_ends(self, state: StepState) -> datetime | None:
+        """When the pause of the canary's step ends; None when it has ended already."""
+        gateway = self.spec.rollout.traffic.gateway
+        if gateway is None or not gateway.steps:
+            return None
+        step = gateway.steps[min(state.step, len(gateway.steps) - 1)]
+        ends = state.started_at + timedelta(seconds=step.pause_seconds)
+        return ends if ends > self.now else None
+
     def stepping_progress(self, state: StepState, message: str) -> ConditionUpdate:
         """Progressing while a canary holds a gateway step."""
         gateway = self.spec.rollout.traffic.gateway
@@ -225,6 +240,9 @@ class Rollout:
     """The canary's gateway step, once its check passed (gateway mode only)."""
     drift: DriftPlan | None = None
     """What the drift watch decided (plan.rollout_drift), once it ran."""
+    due: datetime | None = None
+    """The earliest time at which this decision changes by time alone (a deadline, the end
+    of a pause): the reconcile is scheduled then, not polled."""
 
     @classmethod
     def start(cls, ctx: Context) -> Rollout:
@@ -243,6 +261,12 @@ class Rollout:
         """This rollout with the revision's record changed (or created)."""
         record = self.record(ctx, revision).model_copy(update=changes)
         return replace(self, records={**self.records, revision: record})
+
+    def due_at(self, at: datetime | None) -> Rollout:
+        """This rollout, to be decided again at `at` at the latest."""
+        if at is None or (self.due is not None and self.due <= at):
+            return self
+        return replace(self, due=at)
 
     def noting(self, reason: str, message: str, *, warning: bool = False) -> Rollout:
         return replace(self, notices=(*self.notices, Notice(warning, reason, message)))

@@ -23,7 +23,7 @@ from infergate.plan import reasons
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.desired import recheck_name
 from infergate.plan.rollout_judge import bound_verdict, fail_or_wait, request_check
-from infergate.plan.rollout_state import Context, Rollout, StepState
+from infergate.plan.rollout_state import Context, Rollout, StepState, clock
 
 _NOT_PASSED = {
     VerdictOutcome.FAILED: reasons.PARITY_CHECK_FAILED,
@@ -57,7 +57,10 @@ def stepping(ctx: Context, canary: str) -> StepState | None:
 
 
 def _holding(ctx: Context, rollout: Rollout, state: StepState, message: str) -> Rollout:
-    return replace(rollout, step=state, progress=ctx.stepping_progress(state, message))
+    """The canary holds `state`'s weight; decided again when its pause ends."""
+    return replace(rollout, step=state, progress=ctx.stepping_progress(state, message)).due_at(
+        ctx.step_ends(state)
+    )
 
 
 def step_failed(ctx: Context, rollout: Rollout, canary: str, state: StepState, why: str) -> Rollout:
@@ -98,8 +101,7 @@ def advance_steps(ctx: Context, rollout: Rollout, canary: str, state: StepState)
     held = ctx.now - state.started_at
     pause = timedelta(seconds=step.pause_seconds)
     if held < pause:
-        left = int((pause - held).total_seconds())
-        return _holding(ctx, rollout, state, f"holding for {left}s more")
+        return _holding(ctx, rollout, state, f"holding until {clock(state.started_at + pause)}")
     if step.recheck:
         rollout, outcome, said = _recheck(ctx, rollout, canary, state)
         state = replace(state, recheck=recheck_name(ctx.state.owner.name, canary, state.step))

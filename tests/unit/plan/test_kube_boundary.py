@@ -379,3 +379,59 @@ def test_the_deployment_index_keeps_no_managed_fields_nor_kopfs_copy_of_the_spec
     assert slim["metadata"]["annotations"] == {"infergate.io/promote": "true"}
     assert slim["spec"] == {"replicas": 2}
     assert "managedFields" in body["metadata"]  # the watched object is left as it is
+
+
+def test_a_burst_runs_at_most_the_concurrency_limit_of_reconciles_at_once() -> None:
+    async def scenario() -> tuple[int, list[OwnerKey]]:
+        keys = [OwnerKey("ns", f"d{i:02d}") for i in range(40)]
+        in_flight: set[OwnerKey] = set()
+        most = 0
+        calls: list[OwnerKey] = []
+
+        async def reconcile(key: OwnerKey) -> float | None:
+            nonlocal most
+            in_flight.add(key)
+            most = max(most, len(in_flight))
+            calls.append(key)
+            await asyncio.sleep(0.01)
+            in_flight.discard(key)
+            return None
+
+        resyncer = Resyncer(reconcile, interval=60, concurrency=4)
+        task = asyncio.create_task(resyncer.run(lambda: keys))
+        while len(calls) < len(keys):
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await resyncer.stop()
+        return most, calls
+
+    most, calls = asyncio.run(scenario())
+    assert most == 4
+    # Each once (the next resync is 60 s away), none left out.
+    assert len(calls) == len(set(calls)) == 40
+
+
+def test_a_reconcile_runs_again_when_it_asked_to_without_any_wake_up() -> None:
+    """A deadline is scheduled: the reconcile says when, the loop sleeps until then."""
+
+    async def scenario() -> list[float | None]:
+        key = OwnerKey("ns", "waiting")
+        asked: list[float | None] = [0.05, 0.05, None]
+        answered: list[float | None] = []
+
+        async def reconcile(_: OwnerKey) -> float | None:
+            answer = asked[len(answered)] if len(answered) < len(asked) else None
+            answered.append(answer)
+            return answer
+
+        resyncer = Resyncer(reconcile, interval=60)
+        task = asyncio.create_task(resyncer.run(lambda: [key]))
+        while len(answered) < len(asked):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await resyncer.stop()
+        return answered
+
+    # Twice asked to run again: three reconciles, then none until the 60 s resync.
+    assert asyncio.run(scenario()) == [0.05, 0.05, None]

@@ -57,16 +57,20 @@ class SharedLease:
     def __init__(self) -> None:
         self.body: dict[str, Any] | None = None
         self.version = 0
+        self.calls: list[str] = []
 
     def read(self) -> dict[str, Any] | None:
+        self.calls.append("read")
         return None if self.body is None else {**self.body, "spec": dict(self.body["spec"])}
 
     def create(self, spec: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("create")
         if self.body is not None:
             raise ConflictError("exists", status=409)
         return self._store(spec)
 
     def write(self, current: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("write")
         assert self.body is not None
         if current["metadata"]["resourceVersion"] != self.body["metadata"]["resourceVersion"]:
             raise ConflictError("stale", status=409)
@@ -94,3 +98,29 @@ def test_two_replicas_never_lead_together_and_the_follower_takes_over_after_a_te
     taken = leaders.index("b")
     assert 20 + 15 - 1 <= taken <= 20 + 15 + 1
     assert set(leaders[taken:]) == {"b"}
+
+
+def test_the_holder_renews_with_one_write_and_no_read() -> None:
+    lease = SharedLease()
+    a = LeaderElection(identity="a")
+    assert a.step(lease, T0)  # type: ignore[arg-type]
+    assert lease.calls == ["read", "create"]
+    lease.calls.clear()
+    for second in (5, 10, 15):
+        assert a.step(lease, T0 + timedelta(seconds=second))  # type: ignore[arg-type]
+    assert lease.calls == ["write", "write", "write"]
+    assert lease.body is not None
+    assert lease.body["spec"]["renewTime"] == "2026-12-03T12:00:15.000000Z"
+
+
+def test_a_holder_whose_lease_someone_else_wrote_reads_it_and_follows() -> None:
+    lease = SharedLease()
+    a, b = LeaderElection(identity="a"), LeaderElection(identity="b")
+    assert a.step(lease, T0)  # type: ignore[arg-type]
+    # The Lease is handed to b behind a's back (an admin, or a's term long expired).
+    assert lease.body is not None
+    lease.write(lease.body, {"holderIdentity": "b"})
+    lease.calls.clear()
+    assert not a.step(lease, T0 + timedelta(seconds=5))  # type: ignore[arg-type]
+    assert lease.calls == ["write", "read"]  # its renewal conflicted; it read and waits
+    assert b.step(lease, T0 + timedelta(seconds=6))  # type: ignore[arg-type]
