@@ -64,7 +64,11 @@ def test_every_dashboard_query_returns_data_after_rollouts(
         120, "Prometheus to scrape the operator pod",
     )  # fmt: skip
 
-    idep = Idep(cluster, idep_namespace, deployment_manifest(replicas=1))
+    # A drift watch whose first run is an hour away: the drift gauge shows 0 (not drifted)
+    # for a watched stable revision; without a watch it is absent by design.
+    manifest = deployment_manifest(replicas=1)
+    manifest["spec"]["rollout"]["parity"]["watch"] = {"intervalSeconds": 3600}
+    idep = Idep(cluster, idep_namespace, manifest)
     idep.apply()
     idep.wait_stable()
     # A canary whose check passes is promoted.
