@@ -118,6 +118,16 @@ def test_get_shows_printer_columns_from_status(crds: Cluster, namespace: str) ->
             "stableRevision": "ab12cd34ef",
             "canaryRevision": "0011223344",
             "lastParityCheck": {"name": "qwen-0011223344", "verdict": "Pending"},
+            "conditions": [
+                {
+                    "type": "Drifted",
+                    "status": "True",
+                    "lastTransitionTime": "2026-12-02T12:00:00Z",
+                    "reason": "DriftDetected",
+                    "message": "drift run qwen-ab12cd34ef-drift2: stable revision ab12cd34ef "
+                    "no longer answers like its golden record",
+                }
+            ],
         }
     }
     crds.kubectl(
@@ -125,11 +135,13 @@ def test_get_shows_printer_columns_from_status(crds: Cluster, namespace: str) ->
         "-p", json.dumps(patch),
     )  # fmt: skip
     table = crds.kubectl("get", "idep", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "STABLE", "CANARY", "PARITY", "AGE"]
-    assert table[1].split()[:5] == ["qwen", "Verifying", "ab12cd34ef", "0011223344", "Pending"]
+    assert table[0].split() == ["NAME", "PHASE", "STABLE", "CANARY", "PARITY", "DRIFTED", "AGE"]
+    assert table[1].split()[:6] == [
+        "qwen", "Verifying", "ab12cd34ef", "0011223344", "Pending", "True",
+    ]  # fmt: skip
     wide = crds.kubectl("get", "infdep", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert wide[0].split()[6:] == ["ENGINE", "DTYPE", "ACCELERATOR", "REPLICAS"]
-    assert wide[1].split()[6:] == ["vllm", "bfloat16", "nvidia-gpu", "2"]
+    assert wide[0].split()[7:] == ["ENGINE", "DTYPE", "ACCELERATOR", "REPLICAS"]
+    assert wide[1].split()[7:] == ["vllm", "bfloat16", "nvidia-gpu", "2"]
 
 
 def test_every_status_field_is_kept(crds: Cluster, namespace: str) -> None:

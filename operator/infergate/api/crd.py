@@ -99,6 +99,13 @@ INFERENCE_DEPLOYMENT = ResourceKind(
         _column("Stable", ".status.stableRevision", "Stable revision."),
         _column("Canary", ".status.canaryRevision", "Revision being rolled out."),
         _column("Parity", ".status.lastParityCheck.verdict", "Verdict of the last parity check."),
+        # Shown by default: Phase and Parity say Stable and Passed for a drifted revision.
+        _column(
+            "Drifted",
+            '.status.conditions[?(@.type=="Drifted")].status',
+            "Whether the drift watch found the stable revision answering unlike its golden "
+            "record (True, False, Unknown); empty without spec.rollout.parity.watch.",
+        ),
         _AGE,
         _column("Engine", ".spec.engine.kind", "Engine kind.", priority=1),
         _column("Dtype", ".spec.engine.dtype", "Compute dtype.", priority=1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -26,6 +27,18 @@ from tests.unit.api.structural import (
     structural_problems,
     unbounded_nodes,
 )
+
+# A JSONPath filter on a list, as in `.status.conditions[?(@.type=="Drifted")].status`.
+_FILTER = re.compile(r'\[\?\(@\.(\w+)=="[^"]*"\)\]')
+
+
+def _read_paths(json_path: str) -> set[str]:
+    """The schema nodes a column's JSONPath reads, in `nodes` notation: a filter reads the
+    items and the field it tests."""
+    paths = {_FILTER.sub("[]", json_path)}
+    for found in _FILTER.finditer(json_path):
+        paths.add(f"{_FILTER.sub('[]', json_path[: found.start()])}[].{found.group(1)}")
+    return paths
 
 
 def _schema(resource: Any) -> dict[str, Any]:
@@ -177,11 +190,11 @@ def test_names_subresources_and_printer_columns() -> None:
     assert version["subresources"]["status"] == {}
     assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
     columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
-    assert columns == ["Phase", "Stable", "Canary", "Parity", "Age"]
+    assert columns == ["Phase", "Stable", "Canary", "Parity", "Drifted", "Age"]
     status_paths = {path for path, _ in nodes(_schema(INFERENCE_DEPLOYMENT))}
     for column in version["additionalPrinterColumns"]:
         if column["jsonPath"].startswith((".status", ".spec")):
-            assert column["jsonPath"] in status_paths, column
+            assert _read_paths(column["jsonPath"]) <= status_paths, column
 
     pc = crd_document(PARITY_CHECK)
     assert pc["spec"]["names"]["shortNames"] == ["pcheck"]

@@ -31,7 +31,7 @@ def _load(path: Path) -> dict[str, Any]:
 def test_promtool_accepts_the_rules_file() -> None:
     result = _promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_the_prometheus_rule_holds_the_same_groups_and_promtool_accepts_them(
@@ -59,6 +59,8 @@ def test_every_alert_has_a_unit_test_a_severity_and_a_description() -> None:
         "InfergateParityCheckFailed",
         "InfergateParityCheckInconclusive",
         "InfergateStableRevisionDrifted",
+        "InfergateStableRevisionNumericsDrifted",
+        "InfergateDriftWatchBlind",
         "InfergateRolloutPastDeadline",
         "InfergateRolloutStuck",
         "InfergateOperatorDown",

@@ -69,7 +69,7 @@ def test_the_config_is_valid_for_promtool(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
     assert {job["job_name"] for job in config["scrape_configs"]} == {
         "infergate-operator",
         "infergate-engines",
