@@ -7,9 +7,10 @@ InferenceDeployments (stable at 0 replicas, canaries at 1 simulated GPU on KWOK,
 revision history of `--history-limit`, so each goes past it many times) are changed one
 at a time, round robin, every `--interval` seconds: a new engine seed, so
 every change is a new revision. Each change makes a canary; once its ParityCheck
-exists, this script writes the check's verdict in its runner's place (KWOK pods serve
-nothing, so no runner could): two of three pass and are promoted, one of three fails
-and is rolled back. A deployment still rolling out when its turn comes is skipped.
+exists, this script writes the check's verdict in its runner's place, as its runner
+ServiceAccount (KWOK pods serve nothing, so no runner could): two of three pass and are
+promoted, one of three fails and is rolled back. A deployment still rolling out when its
+turn comes is skipped.
 
 Every `--sample-seconds`: the operator's RSS and CPU seconds (its process, found through
 its pod), the objects per kind in the namespace, and the operator's API requests. At the
@@ -29,6 +30,7 @@ import argparse
 import copy
 import json
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -67,6 +69,7 @@ from infergate.kube.client import (
     Resource,
 )
 from infergate.localcluster.layout import ClusterLayout
+from infergate.plan.check_status import spec_digest
 
 NODE_PREFIX = "soak-gpu"
 TERMINAL = ("Passed", "Failed", "Inconclusive", "Error")
@@ -268,25 +271,44 @@ class Soak:
             if now - self.checks.seen.get(name, now) < self.args.verdict_delay:
                 continue
             passed = len(self.judged) % 3 != 2
-            phase = "Passed" if passed else "Failed"
-            status = {
-                "phase": phase,
-                "verdict": {
-                    "passed": passed,
-                    "outcome": phase,
-                    "summary": f"{phase} (written by bench/soak.py in the runner's place)",
-                },
-                "metrics": {"tokenMatchRate": 1.0 if passed else 0.5},
-            }
             try:
-                self.client.merge_patch(
-                    PARITY_CHECKS, self.namespace, name, {"status": status}, subresource="status"
-                )
-            except KubeError as error:
+                self._write_verdict(name, passed)
+            except (KubeError, RuntimeError, subprocess.TimeoutExpired) as error:
                 sys.stderr.write(f"[soak] verdict of {name}: {error}\n")
                 continue
             self.judged.add(name)
-            self.verdicts[phase] += 1
+            self.verdicts["Passed" if passed else "Failed"] += 1
+
+    def _write_verdict(self, name: str, passed: bool) -> None:
+        """Write a verdict as the check's runner would: bound to the spec, generation and
+        revisions it judged, sent as the runner ServiceAccount the operator recorded in the
+        check's status (name and uid; the paritycheck-status admission policy refuses
+        anyone else). Not recorded yet: KubeError, tried again on the next turn."""
+        body = self.client.get(PARITY_CHECKS, self.namespace, name)
+        account = (body.get("status") or {}).get("runnerServiceAccount") or {}
+        if not account.get("name") or not account.get("uid"):
+            raise KubeError(f"{name}: no runner ServiceAccount recorded yet")
+        spec = body["spec"]
+        phase = "Passed" if passed else "Failed"
+        status = {
+            "phase": phase,
+            "baselineRevision": (spec.get("baseline") or {}).get("revision"),
+            "candidateRevision": (spec.get("candidate") or {}).get("revision"),
+            "verdict": {
+                "passed": passed,
+                "outcome": phase,
+                "summary": f"{phase} (written by bench/soak.py in the runner's place)",
+                "specDigest": spec_digest(spec),
+                "generation": body["metadata"]["generation"],
+            },
+            "metrics": {"tokenMatchRate": 1.0 if passed else 0.5},
+        }
+        self.kubectl.run(
+            "patch", "paritycheck", name, "-n", self.namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": status}),
+            f"--as=system:serviceaccount:{self.namespace}:{account['name']}",
+            f"--as-uid={account['uid']}",
+        )  # fmt: skip
 
     def change(self, turn: int) -> bool:
         """Change the deployment whose turn it is, unless it is still rolling out."""
