@@ -303,10 +303,13 @@ class Soak:
             },
             "metrics": {"tokenMatchRate": 1.0 if passed else 0.5},
         }
+        # A PUT of the status subresource: `kubectl patch` would GET paritychecks/status
+        # first, which the operator's least-privilege role does not grant.
+        body["status"] = (body.get("status") or {}) | status
         self.kubectl.run(
-            "patch", "paritycheck", name, "-n", self.namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": status}),
+            "replace", "--raw", PARITY_CHECKS.path(self.namespace, name, "status"), "-f", "-",
             f"--as=system:serviceaccount:{OPERATOR_NAMESPACE}:infergate-operator",
+            stdin=json.dumps(body),
         )  # fmt: skip
 
     def change(self, turn: int) -> bool:
