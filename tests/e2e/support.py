@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,9 @@ class Operator:
         )
 
 
-def install_operator(cluster: Cluster) -> Iterator[Operator]:
+def install_operator(cluster: Cluster, extra_args: Sequence[str] = ()) -> Iterator[Operator]:
+    """An operator of its own session (`e2e-<session>-*` namespaces) started with the usual
+    arguments and `extra_args` (a golden store, another host directory for file:// models)."""
     apply_crds(cluster)
     documents = []
     for directory in MANIFEST_DIRS:
@@ -86,6 +88,7 @@ def install_operator(cluster: Cluster) -> Iterator[Operator]:
             "--resync-seconds=2",
             # The fixture model is a file:// model in the cache: the one directory allowed.
             f"--allow-host-path={default_model_dir().parent}",
+            *extra_args,
         ],
     )
     operator = Operator(
