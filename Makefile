@@ -74,11 +74,11 @@ test-cluster: setup
 # a 2-core machine) are deselected here, visibly ("N deselected"), and run by
 # `make test-slow`.
 test: setup engines lint crds-check
-	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 $(BIN)/pytest tests -m "not slow"
+	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 INFERGATE_REQUIRE_S3=1 $(BIN)/pytest tests -m "not slow"
 	@echo "not run here: the slow suites (marker slow) - make test-slow"
 
 test-slow: setup engines
-	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 $(BIN)/pytest tests -m slow
+	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 INFERGATE_REQUIRE_S3=1 $(BIN)/pytest tests -m slow
 
 cluster-up: setup
 	$(BIN)/infergate localcluster up

@@ -15,6 +15,9 @@ $(S3_SERVER_BIN):
 
 s3-server: $(S3_SERVER_BIN)
 
+# make test (and test-slow) run the store's S3 tests too, and fail (never skip) without the server.
+test test-slow: s3-server
+
 test-golden: venv s3-server
 	INFERGATE_REQUIRE_S3=1 $(BIN)/pytest tests/unit/golden tests/unit/parity/test_layers.py \
 		tests/unit/runtime/test_layer_states.py tests/integration/test_golden_s3.py
