@@ -3,7 +3,7 @@ a fresh namespace per test, torn down with finalizers stripped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -22,6 +22,20 @@ def cluster() -> Iterator[Cluster]:
     yield Cluster(layout)
     if started_here:
         controlplane.down(layout)
+
+
+@pytest.fixture(scope="session")
+def session_cleanups(cluster: Cluster) -> Iterator[list[Callable[[], None]]]:
+    """Undo steps of session-wide installs (an operator and its cluster roles), run in
+    reverse order before the `cluster` fixture stops a cluster it started.
+
+    Config cleanups would run after that, when kubectl no longer reaches the API server:
+    the installs would stay in etcd and come back, running, with the cluster's next start.
+    """
+    cleanups: list[Callable[[], None]] = []
+    yield cleanups
+    for cleanup in reversed(cleanups):
+        cleanup()
 
 
 @pytest.fixture

@@ -184,12 +184,14 @@ def install_operator(
     )
 
     def uninstall() -> None:
+        _INSTALLS.pop(extra_args, None)
         cluster.kubectl("delete", "namespace", install.namespace, "--wait=false", check=False)
         for kind in ("clusterrolebinding", "clusterrole"):
             for name in install.cluster_roles:
                 cluster.kubectl("delete", kind, name, check=False)
 
-    request.config.add_cleanup(uninstall)
+    # Removed while the cluster is still up (tests/conftest.py::session_cleanups).
+    request.getfixturevalue("session_cleanups").append(uninstall)
     cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents))
     install.wait_ready(timeout=180)
     _INSTALLS[extra_args] = install
