@@ -145,6 +145,21 @@ class ObservedCheck:
     def candidate_revision(self) -> str | None:
         return self.spec_candidate
 
+    def binding_problems(self) -> list[str]:
+        """Why its verdict is not bound to the spec the operator made it with (empty: it is):
+        the spec changed since, or the verdict judged another spec or generation."""
+        problems = []
+        if self.stamped_digest is None or self.stamped_digest != self.digest:
+            problems.append("its spec is not the one the operator created it with")
+        if self.verdict_digest != self.digest:
+            problems.append("the verdict was given for another spec")
+        if self.verdict_generation is None or self.verdict_generation != self.generation:
+            problems.append(
+                f"the verdict judged generation {self.verdict_generation}, the check is at "
+                f"{self.generation}"
+            )
+        return problems
+
 
 @dataclass(frozen=True)
 class ObservedPod:

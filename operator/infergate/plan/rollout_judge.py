@@ -69,15 +69,7 @@ def bound_verdict(
             f"it resolved {check.status_baseline} and {check.status_candidate}, not stable "
             f"{stable} and canary {canary}"
         )
-    if check.stamped_digest is None or check.stamped_digest != check.digest:
-        problems.append("its spec is not the one the operator created it with")
-    if check.verdict_digest != check.digest:
-        problems.append("the verdict was given for another spec")
-    if check.verdict_generation is None or check.verdict_generation != check.generation:
-        problems.append(
-            f"the verdict judged generation {check.verdict_generation}, the check is at "
-            f"{check.generation}"
-        )
+    problems.extend(check.binding_problems())
     if problems:
         return VerdictOutcome.ERROR, "; ".join(problems)
     return VerdictOutcome.PASSED, None
