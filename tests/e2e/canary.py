@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import httpx
+import pytest
 
 from infergate.suite import inline, medium_prompts
 from tests.e2e.support import MODEL_NAME, check_status, fixture_model, runner_log
@@ -214,3 +216,14 @@ def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str |
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         return f"{where}: `{program} {' '.join(args[:2])} ... --help` exits {result.returncode}: {tail[0]}"
     return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engines_start(cluster: Cluster) -> None:
+    """Autouse in the modules that import it: skip (or, with INFERGATE_REQUIRE_E2E=1, fail) when rendered engine pods cannot start."""
+    problem = rendered_engine_problem(cluster, mindformers_deployment())
+    if problem is not None:
+        message = f"rendered MindFormers engine pods cannot start on the executor: {problem}"
+        if os.environ.get("INFERGATE_REQUIRE_E2E") == "1":
+            pytest.fail(message)
+        pytest.skip(message)

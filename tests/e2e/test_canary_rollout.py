@@ -9,26 +9,16 @@ the vLLM probe path is exercised by the demo's migration step.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from typing import Any
 
 import pytest
 
-from tests.e2e.canary import SUITE, Rollout, mindformers_deployment, rendered_engine_problem
+from tests.e2e.canary import SUITE, Rollout, engines_start, mindformers_deployment
 from tests.e2e.support import Stopwatch, check_status
 from tests.harness import REPO, Cluster, wait_for
 
-
-@pytest.fixture(scope="module", autouse=True)
-def engines_start(cluster: Cluster) -> None:
-    """Skip (or, with INFERGATE_REQUIRE_E2E=1, fail) when rendered engine pods cannot start."""
-    problem = rendered_engine_problem(cluster, mindformers_deployment())
-    if problem is not None:
-        message = f"rendered MindFormers engine pods cannot start on the executor: {problem}"
-        if os.environ.get("INFERGATE_REQUIRE_E2E") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+__all__ = ["engines_start"]  # autouse: this module's tests need startable engine pods
 
 
 def _stable_then(

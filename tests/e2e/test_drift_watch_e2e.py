@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ import pytest
 
 from infergate.fixture.variants import WEIGHTS, corrupt_layer
 from infergate.localcluster.layout import cache_dir
-from tests.e2e.canary import Rollout, mindformers_deployment, rendered_engine_problem
+from tests.e2e.canary import Rollout, engines_start, mindformers_deployment
 from tests.e2e.support import (
     Operator,
     Stopwatch,
@@ -35,6 +34,8 @@ from tests.e2e.support import (
     wait_check_ended,
 )
 from tests.harness import Cluster, namespace_for, release_namespace, wait_for
+
+__all__ = ["engines_start"]  # autouse: this module's tests need startable engine pods
 
 # The canary's check (36 prompts on two MindFormers engines) and several drift runs (36
 # prompts on one engine each, back to back): 15 minutes or more on 2 cores, past the
@@ -48,17 +49,6 @@ EVERY_MINUTE = {"schedule": "* * * * *"}
 # is in flight while the stable pods restart; a watch edit makes no new revision.
 HELD_OFF = {"intervalSeconds": 86400}
 QUIET_RUNS = 3
-
-
-@pytest.fixture(scope="module", autouse=True)
-def engines_start(cluster: Cluster) -> None:
-    """Skip (or, with INFERGATE_REQUIRE_E2E=1, fail) when rendered engine pods cannot start."""
-    problem = rendered_engine_problem(cluster, mindformers_deployment())
-    if problem is not None:
-        message = f"rendered MindFormers engine pods cannot start on the executor: {problem}"
-        if os.environ.get("INFERGATE_REQUIRE_E2E") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 @pytest.fixture(scope="module")
