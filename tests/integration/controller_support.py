@@ -211,7 +211,14 @@ def idep_namespace(
     operator: OperatorInstall, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     """A fresh namespace the session's operator watches."""
-    name = namespace_for(request.node.name, f"idep-{operator.session}", 30)
+    yield from watched_namespace(operator, cluster, request)
+
+
+def watched_namespace(
+    install: OperatorInstall, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace `install` watches, for one test, released after it."""
+    name = namespace_for(request.node.name, f"idep-{install.session}", 30)
     cluster.kubectl("create", "namespace", name)
     yield name
     release_namespace(cluster, name)

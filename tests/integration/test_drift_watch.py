@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Cluster, namespace_for, release_namespace, wait_for
+from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     GOLDEN_ARGS,
     Idep,
     OperatorInstall,
     deployment_manifest,
     install_operator,
+    watched_namespace,
 )
 
 pytestmark = pytest.mark.cluster
@@ -36,10 +37,8 @@ def golden_operator(request: pytest.FixtureRequest, cluster: Cluster) -> Operato
 def golden_namespace(
     golden_operator: OperatorInstall, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
-    name = namespace_for(request.node.name, f"idep-{golden_operator.session}", 30)
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    release_namespace(cluster, name)
+    """A fresh namespace the golden-record operator watches."""
+    yield from watched_namespace(golden_operator, cluster, request)
 
 
 def _time(value: str) -> datetime:
