@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from infergate.api import InferenceDeploymentSpec
 from infergate.api.engine import Accelerator, Engine, ModelSource
+from infergate.api.pinned import pinned_config_keys
 from infergate.render import RevisionHashError, canonical_json, revision_hash, revision_identity
 
 Spec = dict[str, Any]
@@ -57,7 +58,14 @@ def specs(draw: st.DrawFn) -> Spec:
         "tensorParallelSize": draw(st.sampled_from([1, 2, 4])),
         "seed": draw(st.integers(0, 2**32 - 1)),
         "deterministic": draw(st.booleans()),
-        "config": draw(st.dictionaries(st.text(min_size=1, max_size=10), _json_values, max_size=4)),
+        "config": {
+            key: value
+            for key, value in draw(
+                st.dictionaries(st.text(min_size=1, max_size=10), _json_values, max_size=4)
+            ).items()
+            # MindFormers rejects the keys it pins (a spec a user cannot write).
+            if not (engine == "mindformers" and pinned_config_keys([key]))
+        },
         "args": draw(
             st.lists(st.sampled_from(["--enforce-eager", "--max-num-seqs=8"]), max_size=2)
         ),
