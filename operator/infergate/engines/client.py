@@ -35,6 +35,7 @@ import httpx
 import numpy as np
 from numpy.typing import NDArray
 
+from infergate.parity.overhead import ENGINE_SECONDS_HEADER
 from infergate.parity.record import TeacherForced, TopLogprobs
 
 ProbeKind = Literal["adapter", "vllm-pooling"]
@@ -277,9 +278,14 @@ class _Endpoint:
         *,
         timeout: float,
         on_request: Callable[[str], None] | None = None,
+        on_answer: Callable[[str, str | None], None] | None = None,
     ) -> None:
         self._model = model
-        hooks = {} if on_request is None else {"request": [_path_hook(base_url, on_request)]}
+        hooks: dict[str, list[Callable[[Any], None]]] = {}
+        if on_request is not None:
+            hooks["request"] = [_path_hook(base_url, on_request)]
+        if on_answer is not None:
+            hooks["response"] = [_answer_hook(base_url, on_answer)]
         self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, event_hooks=hooks)
 
     def close(self) -> None:
@@ -292,13 +298,36 @@ class _Endpoint:
         self.close()
 
 
-def _path_hook(base_url: str, on_request: Callable[[str], None]) -> Callable[[httpx.Request], None]:
-    """An httpx request hook that tells `on_request` each request's path under `base_url`."""
+def _relative(base_url: str) -> Callable[[httpx.URL], str]:
     prefix = httpx.URL(base_url).path.rstrip("/")
 
+    def path_of(url: httpx.URL) -> str:
+        path = url.path
+        return path[len(prefix) :] if prefix and path.startswith(prefix) else path
+
+    return path_of
+
+
+def _path_hook(base_url: str, on_request: Callable[[str], None]) -> Callable[[httpx.Request], None]:
+    """An httpx request hook that tells `on_request` each request's path under `base_url`."""
+    path_of = _relative(base_url)
+
     def hook(request: httpx.Request) -> None:
-        path = request.url.path
-        on_request(path[len(prefix) :] if prefix and path.startswith(prefix) else path)
+        on_request(path_of(request.url))
+
+    return hook
+
+
+def _answer_hook(
+    base_url: str, on_answer: Callable[[str, str | None], None]
+) -> Callable[[httpx.Response], None]:
+    """An httpx response hook that tells `on_answer` each successful answer's path and
+    the engine seconds it carries (header ENGINE_SECONDS_HEADER; None when absent)."""
+    path_of = _relative(base_url)
+
+    def hook(response: httpx.Response) -> None:
+        if response.status_code == 200:
+            on_answer(path_of(response.request.url), response.headers.get(ENGINE_SECONDS_HEADER))
 
     return hook
 
@@ -316,8 +345,11 @@ class EngineClient(_Endpoint):
         *,
         timeout: float = 600.0,
         on_request: Callable[[str], None] | None = None,
+        on_answer: Callable[[str, str | None], None] | None = None,
     ) -> None:
-        super().__init__(base_url, model, timeout=timeout, on_request=on_request)
+        super().__init__(
+            base_url, model, timeout=timeout, on_request=on_request, on_answer=on_answer
+        )
 
     def _post(self, path: str, body: Mapping[str, Any]) -> Any:
         response = self._http.post(path, json=dict(body))
@@ -515,8 +547,11 @@ class HiddenStateProbe(_Endpoint):
         *,
         timeout: float = 600.0,
         on_request: Callable[[str], None] | None = None,
+        on_answer: Callable[[str, str | None], None] | None = None,
     ) -> None:
-        super().__init__(base_url, model, timeout=timeout, on_request=on_request)
+        super().__init__(
+            base_url, model, timeout=timeout, on_request=on_request, on_answer=on_answer
+        )
         self._kind = kind
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:

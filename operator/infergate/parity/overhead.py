@@ -9,6 +9,11 @@ the runner starts sending a side requests and just after its last answer:
 - infergate's adapter (MindFormers, transformers): `infergate_adapter_busy_seconds_total`,
   the time inside the engine (calls are serialised, so it never counts one second twice),
   and `infergate_adapter_requests_total` by route, of which the engine routes count.
+  The adapter also answers each request with its own engine seconds in the header
+  `ENGINE_SECONDS_HEADER`: summed over the runner's requests, that is the engine's time
+  for the check's requests alone, also while other clients use the engine (a stable
+  revision that serves traffic during its check), so it is preferred when every request
+  the runner sent to that engine carried it (`engine_time_from_answers`).
 
 `runner_overhead` divides the runner's wall time by the sum of the engines' seconds over
 every side (baseline, candidate, and their hidden-state probes when they are engines of
@@ -56,6 +61,10 @@ ADAPTER_ENGINE_ROUTES = frozenset(
 # The vLLM routes whose requests end in its e2e latency histogram: generation and pooling
 # requests reach the engine core; /tokenize and /detokenize are answered by the API server.
 VLLM_ENGINE_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions", "/pooling"})
+
+
+# The adapter's answer header with the seconds that request spent inside the engine.
+ENGINE_SECONDS_HEADER = "X-Infergate-Engine-Seconds"
 
 
 class OverheadError(ValueError):
@@ -167,6 +176,27 @@ def engine_time(
             f"{clock.seconds}: counters went backwards between the scrapes (the engine restarted?)"
         )
     return EngineTime(requests=round(requests), seconds=seconds)
+
+
+def engine_time_from_answers(sent: int, stated: list[str | None]) -> EngineTime | None:
+    """The engine's time for the runner's requests from the seconds each answer stated
+    (header ENGINE_SECONDS_HEADER), or None when they cannot stand for all of them: an
+    answer without the header (an engine that does not state it), fewer answers than
+    requests sent, or a value that is not a finite, non-negative number."""
+    if sent < 1 or len(stated) != sent:
+        return None
+    total = 0.0
+    for raw in stated:
+        if raw is None:
+            return None
+        try:
+            seconds = float(raw)
+        except ValueError:
+            return None
+        if not math.isfinite(seconds) or seconds < 0:
+            return None
+        total += seconds
+    return EngineTime(requests=sent, seconds=total)
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,11 @@ def open_channels(
     request they send is counted in `log` by engine URL and path."""
     serving = stack.enter_context(
         EngineClient(
-            target.url, target.model, timeout=request_timeout, on_request=log.recorder(target.url)
+            target.url,
+            target.model,
+            timeout=request_timeout,
+            on_request=log.recorder(target.url),
+            on_answer=log.answer_recorder(target.url),
         )
     )
     probe = None
@@ -110,6 +114,7 @@ def open_channels(
                 target.probe_kind,
                 timeout=request_timeout,
                 on_request=log.recorder(target.probe_url),
+                on_answer=log.answer_recorder(target.probe_url),
             )
         )
     return Channels(name=f"{target.side} ({target.url})", serving=serving, probe=probe)

@@ -2,8 +2,11 @@
 
 Around driving the suite the runner scrapes every engine a check talks to (each side's
 serving engine, and its hidden-state probe when that is an engine of its own) and counts
-the requests it sends to each by path; `parity.overhead` turns the two scrapes and the
-counts into the figure, or says why the engines' time is not the check's alone.
+the requests it sends to each by path, with the engine seconds each answer states when
+the engine states them (infergate's adapter does); `parity.overhead` turns the scrapes,
+the counts and the stated seconds into the figure, or says why the engines' time is not
+the check's alone. An engine whose every answer to the runner stated its seconds is
+timed by those (exact also while other clients use it); any other by its metrics.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from infergate.parity.overhead import (
     OverheadError,
     clock_of,
     engine_time,
+    engine_time_from_answers,
     runner_overhead,
 )
 from infergate.runner.sides import SideTarget
@@ -33,6 +37,7 @@ class RequestLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str]] = Counter()
+        self._stated: dict[tuple[str, str], list[str | None]] = {}
 
     def recorder(self, url: str) -> Callable[[str], None]:
         """What a channel to `url` calls with the path of each request it sends."""
@@ -42,6 +47,23 @@ class RequestLog:
                 self._counts[(url, path)] += 1
 
         return record
+
+    def answer_recorder(self, url: str) -> Callable[[str, str | None], None]:
+        """What a channel to `url` calls with the path of each successful answer and the
+        engine seconds it stated (None when it stated none)."""
+
+        def record(path: str, seconds: str | None) -> None:
+            with self._lock:
+                self._stated.setdefault((url, path), []).append(seconds)
+
+        return record
+
+    def stated(self, url: str, paths: Iterable[str]) -> list[str | None]:
+        """The engine seconds the answers from `url` on `paths` stated, one per answer."""
+        wanted = frozenset(paths)
+        with self._lock:
+            return [s for (u, p), got in self._stated.items() if u == url and p in wanted
+                    for s in got]  # fmt: skip
 
     def sent(self, url: str, paths: Iterable[str]) -> int:
         wanted = frozenset(paths)
@@ -93,8 +115,13 @@ def measure(
     for engine in engines:
         try:
             clock = clock_of(after[engine.url])
-            times[engine.label] = engine_time(before[engine.url], after[engine.url], clock)
+            sent[engine.label] = log.sent(engine.url, clock.paths)
+            stated = engine_time_from_answers(
+                sent[engine.label], log.stated(engine.url, clock.paths)
+            )
+            times[engine.label] = stated or engine_time(
+                before[engine.url], after[engine.url], clock
+            )
         except OverheadError as err:
             raise OverheadError(f"{engine.label} at {engine.url}: {err}") from err
-        sent[engine.label] = log.sent(engine.url, clock.paths)
     return runner_overhead(wall_seconds, times, sent=sent, concurrency=concurrency)

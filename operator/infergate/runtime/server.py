@@ -17,12 +17,17 @@ Infinity, not refused: they are data for the parity check, never a 500.
 
 The backend is not thread-safe and its calls block, so every model call runs in a
 worker thread under one lock: requests are served one at a time, in arrival order.
+Each answer of an engine route carries the seconds it spent inside the engine (lock
+held, queueing not counted) in the header `X-Infergate-Engine-Seconds`, so a client can
+count the engine's time for its own requests even while others use the engine too
+(the runner's overhead: `infergate.parity.overhead`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import json
 import time
 import uuid
@@ -37,6 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from infergate.parity.overhead import ENGINE_SECONDS_HEADER
 from infergate.runtime.backend import BackendError, EngineBackend, GreedyOutput, top_k_rows
 from infergate.runtime.layer_states import (
     LayerProbeBackend,
@@ -55,6 +61,12 @@ from infergate.runtime.protocol import (
 
 _Req = TypeVar("_Req", bound=BaseModel)
 _T = TypeVar("_T")
+
+# The engine seconds of the request being answered (each request runs in a task of its
+# own, with a copy of the context: `_answer` sets a fresh counter, `_run` adds to it).
+_REQUEST_ENGINE_SECONDS: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "request_engine_seconds", default=None
+)
 
 
 class _BadRequestError(Exception):
@@ -158,7 +170,11 @@ class AdapterServer:
             try:
                 return await asyncio.to_thread(fn)
             finally:
-                self._metrics.busy_seconds += time.perf_counter() - start
+                spent = time.perf_counter() - start
+                self._metrics.busy_seconds += spent
+                counter = _REQUEST_ENGINE_SECONDS.get()
+                if counter is not None:
+                    counter[0] += spent
 
     async def _parse(self, request: Request, model: type[_Req]) -> _Req:
         try:
@@ -184,6 +200,8 @@ class AdapterServer:
     async def _answer(
         self, route: str, request: Request, handler: Callable[[Request], Awaitable[Any]]
     ) -> Response:
+        counter = [0.0]
+        _REQUEST_ENGINE_SECONDS.set(counter)
         try:
             body = await handler(request)
         except _BadRequestError as exc:
@@ -193,7 +211,7 @@ class AdapterServer:
             self._metrics.count(route, 400)
             return _error(400, str(exc), None)
         self._metrics.count(route, 200)
-        return DataJSONResponse(body)
+        return DataJSONResponse(body, headers={ENGINE_SECONDS_HEADER: f"{counter[0]:.6f}"})
 
     # -- routes -----------------------------------------------------------------------
 

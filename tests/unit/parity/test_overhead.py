@@ -12,6 +12,7 @@ from infergate.parity.overhead import (
     clock_of,
     describe_overhead,
     engine_time,
+    engine_time_from_answers,
     overhead_fields,
     parse_samples,
     runner_overhead,
@@ -171,3 +172,28 @@ def test_status_fields_and_the_line_for_people() -> None:
     error = overhead_fields(OverheadError("baseline: the engine counted 9 requests"))
     assert error == {"error": "baseline: the engine counted 9 requests"}
     assert "not attributed: baseline" in describe_overhead(error)
+
+
+@pytest.mark.parametrize(
+    ("sent", "stated", "expected"),
+    [
+        (3, ["0.5", "0.25", "0.000001"], EngineTime(requests=3, seconds=0.750001)),
+        (2, ["0.5", None], None),  # one answer stated nothing: metrics decide
+        (3, ["0.5", "0.5"], None),  # an answer missing (fewer answers than requests)
+        (1, ["-0.1"], None),
+        (1, ["nan"], None),
+        (1, ["inf"], None),
+        (1, ["soon"], None),
+        (0, [], None),
+    ],
+)
+def test_engine_time_from_answers_stands_only_for_every_request(
+    sent: int, stated: list[str | None], expected: EngineTime | None
+) -> None:
+    found = engine_time_from_answers(sent, stated)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.requests == expected.requests
+        assert found.seconds == pytest.approx(expected.seconds)

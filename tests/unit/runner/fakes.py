@@ -232,6 +232,8 @@ class ToyEngine:
     served: Counter[str] = field(default_factory=Counter)
     busy_seconds: float = 0.0
     metrics_served: bool = True
+    states_seconds: bool = False
+    """Whether each answer states its engine seconds (the adapter's header)."""
 
     def serve(self, route: str) -> None:
         """Count one request on `route`, as the engine's own metrics do."""
@@ -355,8 +357,21 @@ class ToyEngine:
 class _Counted:
     """A toy engine as the runner's HTTP channels see it: each call is a request on a path."""
 
-    def __init__(self, engine: ToyEngine, record: Callable[[str], None], pooling: bool) -> None:
-        self._engine, self._record, self._pooling = engine, record, pooling
+    def __init__(
+        self,
+        engine: ToyEngine,
+        log: RequestLog,
+        url: str,
+        pooling: bool,
+    ) -> None:
+        self._engine, self._pooling = engine, pooling
+        self._sent, self._answered = log.recorder(url), log.answer_recorder(url)
+
+    def _record(self, path: str) -> None:
+        """The request is sent and (the toy answers at once) answered."""
+        self._sent(path)
+        stated = self._engine.adapter and self._engine.states_seconds
+        self._answered(path, f"{SECONDS_PER_REQUEST:.6f}" if stated else None)
 
     def tokenize(self, text: str) -> list[int]:
         self._record("/tokenize")
@@ -419,12 +434,13 @@ class ToyConnector:
         timeout: float,  # noqa: ARG002
         log: RequestLog,
     ) -> Channels:
-        engine = _Counted(self.engines[target.url], log.recorder(target.url), pooling=False)
+        engine = _Counted(self.engines[target.url], log, target.url, pooling=False)
         probe = None
         if target.probe_url:
             probe = _Counted(
                 self.engines[target.probe_url],
-                log.recorder(target.probe_url),
+                log,
+                target.probe_url,
                 pooling=target.probe_kind == "vllm-pooling",
             )
         return Channels(name=f"{target.side} ({target.url})", serving=engine, probe=probe)

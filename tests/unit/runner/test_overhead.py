@@ -64,6 +64,32 @@ def test_another_client_on_an_engine_gives_the_reason_not_a_figure() -> None:
     assert "not attributed" in html
 
 
+@pytest.mark.parametrize("states_seconds", [True, False])
+def test_an_adapter_stating_its_seconds_is_timed_by_them_beside_another_client(
+    states_seconds: bool,
+) -> None:
+    """The adapter candidate also serves someone else during the check: its metrics then
+    count more than the runner sent, but the seconds its answers state are the runner's."""
+    api = cluster()
+    connector = engines()
+    candidate = connector.engines[CAND_URL]
+    candidate.states_seconds = states_seconds
+
+    def live_traffic(fake: FakeApi) -> None:
+        if fake.status_writes[-1].get("progress", {}).get("done") == 1:
+            candidate.serve("/v1/completions")  # not the runner's
+
+    api.on_status_write = live_traffic
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    overhead = status(api)["overhead"]
+    if not states_seconds:
+        assert "candidate" in overhead["error"]
+        return
+    assert "error" not in overhead, overhead
+    assert overhead["requests"] == REQUESTS  # the runner's alone, not the live request
+    assert overhead["engineSeconds"] == pytest.approx(REQUESTS * SECONDS_PER_REQUEST, abs=1e-3)
+
+
 def test_an_engine_without_metrics_gives_the_reason() -> None:
     api = cluster()
     connector = engines()

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 from starlette.testclient import TestClient
 
 from infergate.engines.client import EngineClient, score_from
+from infergate.parity.overhead import ENGINE_SECONDS_HEADER
 from infergate.runtime.backend import GreedyLoop, GreedyOutput, log_softmax
 from infergate.runtime.server import AdapterServer
 
@@ -174,3 +175,29 @@ def test_fingerprints_are_served_with_the_config() -> None:
     config = engine.parity_config()
     assert config is not None
     assert config["fingerprints"]["tokenizer.add_bos_token"] is True
+
+
+def test_each_answer_states_the_engine_seconds_the_metrics_add_up() -> None:
+    """The header gives a client its own requests' engine time; together the answers
+    state exactly what the busy-seconds counter gained (the only client here)."""
+    app = AdapterServer(ToyBackend(), "toy").app  # type: ignore[arg-type]
+    http = TestClient(app, base_url="http://toy")
+
+    def busy() -> float:
+        page = http.get("/metrics").text
+        line = next(x for x in page.splitlines() if x.startswith("infergate_adapter_busy"))
+        return float(line.rsplit(" ", 1)[1])
+
+    before = busy()
+    answers = [
+        http.post("/v1/completions", json={"model": "toy", "prompt": [1, 2], "max_tokens": 4}),
+        http.post("/tokenize", json={"model": "toy", "prompt": "ab"}),
+        http.post("/v1/parity/hidden_states", json={"model": "toy", "input": [1, 2, 3]}),
+    ]
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    stated = [float(a.headers[ENGINE_SECONDS_HEADER]) for a in answers]
+    assert all(s >= 0 for s in stated)
+    assert sum(stated) == pytest.approx(busy() - before, abs=1e-5)
+    refused = http.post("/v1/completions", json={"model": "other", "prompt": [1]})
+    assert refused.status_code == 400
+    assert ENGINE_SECONDS_HEADER not in refused.headers
