@@ -141,6 +141,12 @@ RUNNER_IMAGE_MESSAGE = (
 )
 
 
+# More prompts in flight than this only queue inside the engines (the adapter serves
+# one request at a time) and hold the runner's memory for their records.
+RUNNER_CONCURRENCY_MAX = 8
+RUNNER_CONCURRENCY_DEFAULT = 2
+
+
 class Runner(KubeModel):
     """The Job that drives both sides and computes the verdict."""
 
@@ -159,6 +165,9 @@ class Runner(KubeModel):
     """Seconds the runner Job may run before it is stopped (the check then ends in Error)."""
     backoff_limit: int = Field(default=1, ge=0, le=10)
     """Retries of a failed runner pod before the check ends in Error."""
+    concurrency: int = Field(default=RUNNER_CONCURRENCY_DEFAULT, ge=1, le=RUNNER_CONCURRENCY_MAX)
+    """Prompts the runner drives at once. With 1 no two requests overlap: the check is
+    slower, and its runner overhead (status.overhead) is exact instead of a range."""
 
     @model_validator(mode="after")
     def _no_image(self) -> Self:

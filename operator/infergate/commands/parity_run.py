@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from infergate.api.parity_check import RUNNER_CONCURRENCY_DEFAULT
 from infergate.render.check_names import REPORT_HTML_KEY, REPORT_JSON_KEY, report_name
 
 
@@ -28,7 +29,12 @@ def add_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser
     )
     run.add_argument("--check", required=True, metavar="NAMESPACE/NAME", type=_check_ref)
     run.add_argument("--kubeconfig", default=None, help="default: in-cluster, then $KUBECONFIG")
-    run.add_argument("--concurrency", type=int, default=2, help="prompts in flight (default 2)")
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        default=RUNNER_CONCURRENCY_DEFAULT,
+        help=f"prompts in flight (default {RUNNER_CONCURRENCY_DEFAULT}; spec.runner.concurrency)",
+    )
     run.add_argument(
         "--request-timeout", type=float, default=600.0, help="seconds per engine request"
     )

@@ -165,6 +165,7 @@ def _view(body: JSONMap) -> tuple[CheckSpecView | None, str | None]:
                 active_deadline_seconds=runner.active_deadline_seconds,
                 backoff_limit=runner.backoff_limit,
                 resources=runner.resources.to_kube() if runner.resources else None,
+                concurrency=runner.concurrency,
             ),
             suite_config_map=source.name if source is not None else None,
             mirror_service=(

@@ -37,6 +37,7 @@ from infergate.api.base import (
     PARITY_CHECKS_PLURAL,
 )
 from infergate.api.golden import GoldenSpec
+from infergate.api.parity_check import RUNNER_CONCURRENCY_DEFAULT
 from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_MOUNT_PATH
 from infergate.jsontypes import JSON
 from infergate.render.check_names import (
@@ -313,6 +314,7 @@ class RunnerSettings:
     active_deadline_seconds: int
     backoff_limit: int
     resources: Mapping[str, Any] | None = None
+    concurrency: int = RUNNER_CONCURRENCY_DEFAULT
 
 
 def runner_job(
@@ -333,6 +335,7 @@ def runner_job(
     name = meta["name"]
     labels = child_labels(name, ROLE_RUNNER)
     args = ["parity", "run", "--check", f"{meta['namespace']}/{name}"]
+    args += ["--concurrency", str(runner.concurrency)]
     if previous_report:
         args += ["--previous-report", previous_report]
     resources = dict(runner.resources) if runner.resources else _RUNNER_RESOURCES

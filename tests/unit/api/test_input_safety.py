@@ -25,6 +25,7 @@ from infergate.api.access import (
 from infergate.api.crd import render_crd_files
 from infergate.api.engine_env import EnvVar, plain_value_allowed
 from infergate.api.model_uri import parse_model_uri
+from infergate.api.parity_check import RUNNER_CONCURRENCY_MAX
 from infergate.api.pinned import (
     MINDFORMERS_PINNED_CONFIG_KEYS,
     PINNED_ARG_PATTERN,
@@ -323,3 +324,17 @@ def test_endpoint_urls_carry_no_credentials(url: str) -> None:
     with pytest.raises(ValidationError, match="must not carry credentials") as caught:
         ParityCheck.model_validate(_check(baseline=baseline))
     assert "pass@" not in str(caught.value).split("input_value")[0]
+
+
+@pytest.mark.parametrize("concurrency", [0, RUNNER_CONCURRENCY_MAX + 1])
+def test_runner_concurrency_outside_its_bounds_is_refused_naming_the_field(
+    concurrency: int,
+) -> None:
+    with pytest.raises(ValidationError, match="concurrency") as caught:
+        ParityCheck.model_validate(_check(runner={"concurrency": concurrency}))
+    assert "runner" in str(caught.value)
+
+
+def test_runner_concurrency_one_is_accepted_for_an_exact_overhead() -> None:
+    check = ParityCheck.model_validate(_check(runner={"concurrency": 1}))
+    assert check.spec.runner.concurrency == 1

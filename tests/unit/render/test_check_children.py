@@ -30,7 +30,7 @@ CHECK: dict[str, Any] = {
         "baseline": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "aaaaaaaaaa"},
         "candidate": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "bbbbbbbbbb"},
         "suite": {"configMapRef": {"name": "prompts", "key": "suite.jsonl"}},
-        "runner": {"activeDeadlineSeconds": 600, "backoffLimit": 2},
+        "runner": {"activeDeadlineSeconds": 600, "backoffLimit": 2, "concurrency": 1},
     },
 }
 
@@ -164,6 +164,8 @@ def test_the_runner_job_runs_the_check_under_its_account_with_the_checks_limits(
         "run",
         "--check",
         "llm/qwen-bbbbbbbbbb",
+        "--concurrency",
+        "1",
         "--previous-report",
         "qwen-old-report",
     ]
