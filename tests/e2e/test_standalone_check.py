@@ -50,7 +50,7 @@ def servers(operator: Operator, cluster: Cluster) -> Iterator[tuple[str, dict[st
     release_namespace(cluster, namespace)
 
 
-def check(name: str, baseline: str, candidate: str) -> dict[str, Any]:
+def check(name: str, baseline: str, candidate: str, *, concurrency: int = 2) -> dict[str, Any]:
     return {
         "apiVersion": "infergate.io/v1alpha1",
         "kind": "ParityCheck",
@@ -63,7 +63,11 @@ def check(name: str, baseline: str, candidate: str) -> dict[str, Any]:
             # Two adapter pods of one image and config: a replay, judged bit for bit.
             "profile": "strict",
             "thresholds": dict(SHORT_CONTEXT),
-            "runner": {"activeDeadlineSeconds": 300, "backoffLimit": 0},
+            "runner": {
+                "activeDeadlineSeconds": 300,
+                "backoffLimit": 0,
+                "concurrency": concurrency,
+            },
             "deadlineSeconds": 600,
         },
     }
@@ -80,7 +84,8 @@ def test_identical_endpoints_pass_with_metrics_report_and_cleanup(
 ) -> None:
     namespace, urls = servers
     clock = Stopwatch()
-    cluster.apply(check("same", urls["ref-a"], urls["ref-b"]), namespace)
+    # One prompt in flight, so that the runner's overhead below is exact, not a range.
+    cluster.apply(check("same", urls["ref-a"], urls["ref-b"], concurrency=1), namespace)
     status = wait_check_ended(cluster, namespace, "same", timeout=240)
     clock.mark(f"standalone check ended {status['phase']}")
     assert status["phase"] == "Passed", (status, runner_log(cluster, namespace))
@@ -99,7 +104,9 @@ def test_identical_endpoints_pass_with_metrics_report_and_cleanup(
     clock.mark(describe_overhead(overhead))
     assert "error" not in overhead, overhead
     assert overhead["requests"] == 2 * 3 * len(SUITE)
-    assert overhead["ratio"] > 0
+    assert overhead["concurrency"] == 1
+    assert overhead["ratio"] >= 1.0, "one request at a time: the engines cannot outpace the wall"
+    assert overhead["ratioBound"] == overhead["ratio"]
     assert result["overhead"] == overhead
     assert "Runner overhead" in html
 
