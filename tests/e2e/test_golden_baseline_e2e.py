@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.canary import Rollout, engines_start, mindformers_deployment
-from tests.e2e.golden import GOLDEN_CONFIG, install_golden_operator, store_dir
+from tests.e2e.golden import GOLDEN_CONFIG, install_golden_operator
 from tests.e2e.golden import golden_namespace as golden_claim_namespace
 from tests.e2e.support import Operator, Stopwatch, report, wait_check_ended
-from tests.harness import REPO, Cluster, wait_for
+from tests.harness import REPO, Cluster, golden_store_dir, wait_for
 
 __all__ = ["engines_start"]  # autouse: this module's tests need startable engine pods
 
@@ -65,7 +65,7 @@ def _golden_list(namespace: str) -> list[dict[str, Any]]:
     """`infergate golden list -o json` over the claim's directory, as an admin reads it."""
     command = [
         str(REPO / ".venv" / "bin" / "infergate"), "golden", "list",
-        "--store", str(store_dir(namespace)), "-n", namespace, "--deployment", "qwen",
+        "--store", str(golden_store_dir(namespace)), "-n", namespace, "--deployment", "qwen",
         "-o", "json",
     ]  # fmt: skip
     listed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
