@@ -7,8 +7,8 @@ everything the live check compared (hidden states included) and no setting of th
 check differs from the first but its baseline. MindFormers float32 on the Ascend
 executor, as the canary tests: a benign canary (another seed) passes its live check,
 which stores both sides' records, and is promoted; the old stable is scaled to zero.
-The operator pod is then deleted; its replacement lists nothing of its own (the records
-live on the claim), and a ParityCheck with `baseline: {golden: {revision: <old stable>}}`
+The operator pod is then deleted (the records live on the claim, not in the operator
+process): `infergate golden list` still lists both, and a ParityCheck with `baseline: {golden: {revision: <old stable>}}`
 and the live check's suite, sampling and profile runs the candidate alone.
 """
 
