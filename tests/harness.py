@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from infergate.localcluster.layout import ClusterLayout
+from infergate.localcluster.layout import ClusterLayout, cache_dir
 from infergate.localcluster.rest import RestClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,3 +178,72 @@ def leader_pod(cluster: Cluster, namespace: str) -> dict[str, Any] | None:
         "pods", "-n", namespace, "-l", "app.kubernetes.io/name=infergate-operator"
     )["items"]
     return next((p for p in pods if p["metadata"]["name"] == name), None)
+
+
+# -- a golden-record claim in a test namespace -----------------------------------------------
+
+GOLDEN_CLAIM = "golden-records"
+
+
+def golden_store_dir(namespace: str) -> Path:
+    """Where the local executor keeps `namespace`'s golden claim: the store's root directory.
+
+    The executor mounts a claim from `pvc/<namespace>/<claim>` under the cache when that
+    directory exists, else from `pvc/<claim>`, shared by every namespace; `golden_claim`
+    makes it, so each namespace's records stay its own.
+    """
+    return cache_dir() / "pvc" / namespace / GOLDEN_CLAIM
+
+
+@contextmanager
+def golden_claim(cluster: Cluster, namespace: str) -> Iterator[Path]:
+    """The claim an operator's `--golden-config` names, bound in `namespace` (which exists)
+    to a volume of its own; the volume and the directory go afterwards."""
+    store = golden_store_dir(namespace)
+    store.mkdir(parents=True)
+    volume = f"{namespace}-{GOLDEN_CLAIM}"
+    try:
+        cluster.apply(_golden_volume(volume, store, namespace))
+        cluster.apply(_golden_claim(volume), namespace)
+        wait_for(
+            lambda: (
+                cluster.get_json("pvc", GOLDEN_CLAIM, "-n", namespace)["status"].get("phase")
+                == "Bound"
+            ),
+            60,
+            f"claim {namespace}/{GOLDEN_CLAIM} to be bound",
+        )
+        yield store
+    finally:
+        cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
+        shutil.rmtree(store.parent, ignore_errors=True)
+
+
+def _golden_volume(name: str, path: Path, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+            "claimRef": {"namespace": namespace, "name": GOLDEN_CLAIM},
+        },
+    }
+
+
+def _golden_claim(volume: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": GOLDEN_CLAIM},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "volumeName": volume,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }

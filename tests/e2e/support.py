@@ -61,6 +61,21 @@ class Operator:
 
         wait_for(ready, timeout, "the operator pod to be Ready")
 
+    def restart(self, timeout: float = 180) -> None:
+        """Delete the operator pod and wait until its replacement (another pod) is Ready."""
+        pod = self.pod()
+        assert pod is not None, "no operator pod to restart"
+        old = pod["metadata"]["uid"]
+        self.cluster.kubectl(
+            "delete", "pod", "-n", self.namespace, pod["metadata"]["name"], "--wait=true"
+        )
+        wait_for(
+            lambda: (self.pod() or {"metadata": {"uid": old}})["metadata"]["uid"] != old,
+            timeout,
+            "a new operator pod",
+        )
+        self.wait_ready(timeout)
+
     def log(self) -> str:
         pod = self.pod()
         return (
@@ -202,6 +217,13 @@ def wait_check_ended(cluster: Cluster, namespace: str, name: str, timeout: float
         return status if status.get("phase") in TERMINAL else None
 
     return wait_for(ended, timeout, f"ParityCheck {namespace}/{name} to end", interval=1.0)
+
+
+def report(cluster: Cluster, namespace: str, status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A check's HTML report and result document, from the ConfigMap its status names."""
+    ref = status["reportRef"]
+    data = cluster.get_json("configmap", ref["name"], "-n", namespace)["data"]
+    return data["report.html"], json.loads(data["result.json"])
 
 
 def runner_log(cluster: Cluster, namespace: str) -> str:

@@ -1,9 +1,8 @@
 """The drift watch on real engines: quiet on an unchanged stable revision, and a drift
 flagged when the model files the stable pods load change under them with no spec change.
 
-An operator of its own keeps golden records on a claim of the test namespace (on the
-local executor a claim is a directory under the cache, `pvc/<namespace>/<claim>`), and
-allows file:// models from a directory the test owns: the engines load a copy of the
+An operator of its own keeps golden records on a claim of the test namespace
+(tests/e2e/golden.py), and allows file:// models from a directory the test owns: the engines load a copy of the
 fixture model made for this test, so changing its weights never touches the shared cache.
 
 The first revision is never checked, so it has no golden record and the watch says so
@@ -24,16 +23,11 @@ from typing import Any
 import pytest
 
 from infergate.fixture.variants import WEIGHTS, corrupt_layer
-from infergate.localcluster.layout import cache_dir
 from tests.e2e.canary import Rollout, engines_start, mindformers_deployment
-from tests.e2e.support import (
-    Operator,
-    Stopwatch,
-    fixture_model,
-    install_operator,
-    wait_check_ended,
-)
-from tests.harness import Cluster, namespace_for, release_namespace, wait_for
+from tests.e2e.golden import golden_namespace as golden_claim_namespace
+from tests.e2e.golden import install_golden_operator
+from tests.e2e.support import Operator, Stopwatch, fixture_model, wait_check_ended
+from tests.harness import Cluster, wait_for
 
 __all__ = ["engines_start"]  # autouse: this module's tests need startable engine pods
 
@@ -42,8 +36,6 @@ __all__ = ["engines_start"]  # autouse: this module's tests need startable engin
 # default per-test timeout.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
-CLAIM = "golden-records"
-GOLDEN_CONFIG = {"store": {"pvc": {"claimName": CLAIM}}}
 EVERY_MINUTE = {"schedule": "* * * * *"}
 # Between the quiet runs and the change, the watch is held off (once a day) so that no run
 # is in flight while the stable pods restart; a watch edit makes no new revision.
@@ -62,12 +54,8 @@ def model_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def golden_operator(cluster: Cluster, model_copy: Path) -> Iterator[Operator]:
     """An operator of its own that keeps golden records and allows the model copy."""
-    yield from install_operator(
-        cluster,
-        extra_args=[
-            f"--golden-config={json.dumps(GOLDEN_CONFIG)}",
-            f"--allow-host-path={model_copy.parent}",
-        ],
+    yield from install_golden_operator(
+        cluster, extra_args=[f"--allow-host-path={model_copy.parent}"]
     )
 
 
@@ -76,57 +64,7 @@ def golden_namespace(
     golden_operator: Operator, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     """A namespace of that operator with the claim its runner Jobs mount, bound."""
-    name = namespace_for(request.node.name, f"e2e-{golden_operator.session}", 24)
-    # The local executor mounts a claim from `pvc/<namespace>/<claim>` under the cache when
-    # that directory exists, else from `pvc/<claim>`, shared by every namespace: made here,
-    # the records stay this namespace's and go with it.
-    store = cache_dir() / "pvc" / name / CLAIM
-    store.mkdir(parents=True)
-    volume = f"{name}-{CLAIM}"
-    try:
-        cluster.kubectl("create", "namespace", name)
-        cluster.apply(_volume(volume, store, name))
-        cluster.apply(_claim(volume), name)
-        wait_for(
-            lambda: cluster.get_json("pvc", CLAIM, "-n", name)["status"].get("phase") == "Bound",
-            60,
-            f"claim {name}/{CLAIM} to be bound",
-        )
-        yield name
-    finally:
-        release_namespace(cluster, name)
-        cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
-        shutil.rmtree(store.parent, ignore_errors=True)
-
-
-def _volume(name: str, path: Path, namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
-            "claimRef": {"namespace": namespace, "name": CLAIM},
-        },
-    }
-
-
-def _claim(volume: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": CLAIM},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": volume,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
+    yield from golden_claim_namespace(golden_operator, cluster, request)
 
 
 def _deployment(model: Path, watch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

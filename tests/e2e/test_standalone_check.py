@@ -9,7 +9,6 @@ reasons and HTML report, and the runner's RBAC is gone afterwards.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +22,7 @@ from tests.e2e.support import (
     Operator,
     Stopwatch,
     adapter_pod,
+    report,
     runner_log,
     wait_check_ended,
     wait_pod_ready,
@@ -71,12 +71,6 @@ def check(name: str, baseline: str, candidate: str, *, concurrency: int = 2) -> 
             "deadlineSeconds": 600,
         },
     }
-
-
-def report(cluster: Cluster, namespace: str, status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    ref = status["reportRef"]
-    data = cluster.get_json("configmap", ref["name"], "-n", namespace)["data"]
-    return data["report.html"], json.loads(data["result.json"])
 
 
 def test_identical_endpoints_pass_with_metrics_report_and_cleanup(

@@ -214,6 +214,22 @@ def idep_namespace(
     yield from watched_namespace(operator, cluster, request)
 
 
+@pytest.fixture(scope="module")
+def golden_operator(request: pytest.FixtureRequest, cluster: Cluster) -> OperatorInstall:
+    """An operator of this session that keeps golden records (--golden-config)."""
+    install = install_operator(request, cluster, GOLDEN_ARGS)
+    install.wait_ready()
+    return install
+
+
+@pytest.fixture
+def golden_namespace(
+    golden_operator: OperatorInstall, cluster: Cluster, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace the golden-record operator watches."""
+    yield from watched_namespace(golden_operator, cluster, request)
+
+
 def watched_namespace(
     install: OperatorInstall, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
@@ -440,6 +456,8 @@ __all__ = [
     "Idep",
     "OperatorInstall",
     "deployment_manifest",
+    "golden_namespace",
+    "golden_operator",
     "idep_namespace",
     "infergate_cli",
     "operator",

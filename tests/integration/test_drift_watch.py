@@ -6,7 +6,6 @@ clears it. Verdicts are written by the test, bound the way the runner binds them
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,31 +13,15 @@ import pytest
 
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
-    GOLDEN_ARGS,
     Idep,
     OperatorInstall,
     deployment_manifest,
-    install_operator,
-    watched_namespace,
+    golden_namespace,
+    golden_operator,
 )
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def golden_operator(request: pytest.FixtureRequest, cluster: Cluster) -> OperatorInstall:
-    """An operator of this session that keeps golden records (--golden-config)."""
-    install = install_operator(request, cluster, GOLDEN_ARGS)
-    install.wait_ready()
-    return install
-
-
-@pytest.fixture
-def golden_namespace(
-    golden_operator: OperatorInstall, cluster: Cluster, request: pytest.FixtureRequest
-) -> Iterator[str]:
-    """A fresh namespace the golden-record operator watches."""
-    yield from watched_namespace(golden_operator, cluster, request)
+__all__ = ["golden_namespace", "golden_operator"]
 
 
 def _time(value: str) -> datetime:
