@@ -10,6 +10,8 @@ parity core (`compare_sources`, `decide`) with the profile that fits the pair.
 Pairs: transformers fp32 vs vLLM fp32; vLLM fp32 vs MindFormers fp32; vLLM bf16 vs
 MindFormers bf16 (MindFormers runs float16: MindSpore has no bfloat16 CPU kernels);
 vLLM bf16 vs vLLM fp32 (baseline fp32); transformers fp32 vs itself (two servers).
+MindFormers fp16 cannot hold the 8K+ prompts here; it answers medium prompts (~1.2K
+tokens) instead, which its baseline answers too (`record_plan`).
 
 Writes OUT/results.json, OUT/results.md and OUT/records/*. Records already complete in
 OUT/records are reused, so an interrupted run resumes.
