@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from infergate.suite import LONG_MAX_TOKENS, load_suite
-
-EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "engine_parity.py"
+from tests.unit.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def ep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("engine_parity", EXPERIMENT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["engine_parity"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/engine_parity.py")
 
 
 def test_medium_prompts_are_neither_long_nor_short_suite_prompts(ep: ModuleType) -> None:

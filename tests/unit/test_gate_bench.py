@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,19 +12,12 @@ from infergate.parity.profiles import PROFILES
 from infergate.parity.thresholds import ProfileName
 from infergate.recordio import RecordReader, RecordWriter
 from tests.unit.parity.builders import RUN, meta, replace, scored_suite
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gate_bench.py"
+from tests.unit.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gate_bench", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gate_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/gate_bench.py")
 
 
 def _write(path: Path, weights: str, tokens: int = 16) -> None:

@@ -1,0 +1,23 @@
+"""The repository's scripts (bench/, experiments/) loaded as modules, for unit tests of
+their pure parts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_script(relative: str) -> ModuleType:
+    """The script at `relative` (from the repository root), imported under its stem."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
