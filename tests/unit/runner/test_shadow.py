@@ -93,6 +93,31 @@ def test_evidence_is_counted_over_every_mirror_pod() -> None:
     assert _judge([_pod(COPIES // 2), _pod(COPIES // 2)]) is CheckPhase.PASSED
 
 
+def _with_greedy(pod: dict[str, Any], copies: int, shift: float = 0.0) -> dict[str, Any]:
+    """`pod` where `copies` of its scored copies were greedy requests."""
+    counts = {**pod["counts"], "greedy": copies}
+    return {**pod, "counts": counts, "greedy": _result(copies, shift)}
+
+
+def test_too_few_greedy_copies_warn_and_the_teacher_forced_copies_decide() -> None:
+    verdict, _, totals = judge_results(
+        [_with_greedy(_pod(COPIES), 5)], ShadowSettings(min_requests=COPIES),
+        profile=PROFILE.value, warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert verdict.phase is CheckPhase.PASSED
+    assert totals.greedy == 5
+    assert any("greedy copies (pod 0)" in w and "Inconclusive" in w for w in verdict.warnings)
+
+
+def test_too_few_greedy_copies_that_disagree_still_fail() -> None:
+    assert _judge([_with_greedy(_pod(COPIES), 5, shift=-1.5)]) is CheckPhase.FAILED
+
+
+def test_greedy_copies_alone_below_the_floor_stay_inconclusive() -> None:
+    pod = {**_with_greedy(_pod(COPIES), 5), "forced": None}
+    assert _judge([pod]) is CheckPhase.INCONCLUSIVE
+
+
 def test_a_canary_drifting_on_live_requests_fails() -> None:
     assert _judge([_pod(COPIES, shift=-1.5)]) is CheckPhase.FAILED
 

