@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Route = Literal["completions", "chat"]
@@ -33,6 +33,9 @@ class Captured:
     max_tokens: int | None
     stop: list[str]
     finish_reason: str | None
+    ending: dict[str, Any] = field(default_factory=dict)
+    """What else decided where the stable's answer ended (vLLM's `ignore_eos`,
+    `min_tokens`, `stop_token_ids`), as asked: the canary's greedy answer gets the same."""
 
 
 def route_of(path: str) -> Route | None:
@@ -105,6 +108,7 @@ class _Asked:
     greedy: bool
     max_tokens: int | None
     stop: list[str]
+    ending: dict[str, Any]
 
 
 def _asked(route: Route, request_body: bytes) -> _Asked | None:
@@ -120,10 +124,11 @@ def _asked(route: Route, request_body: bytes) -> _Asked | None:
     prompt = _prompt(request) if route == "completions" else None
     messages = request.get("messages") if route == "chat" else None
     stop = _stop(request)
+    ending = _ending(request)
     usable = (
         prompt is not None if route == "completions" else isinstance(messages, list) and messages
     )
-    if not usable or stop is None:
+    if not usable or stop is None or ending is None:
         return None
     max_tokens = request.get("max_tokens", request.get("max_completion_tokens"))
     return _Asked(
@@ -132,7 +137,32 @@ def _asked(route: Route, request_body: bytes) -> _Asked | None:
         greedy=_greedy(request),
         max_tokens=int(max_tokens) if isinstance(max_tokens, int) else None,
         stop=stop,
+        ending=ending,
     )
+
+
+def _ending(request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The request's other end-of-answer settings, checked; None when one is malformed
+    (the copy is then unusable: the canary must not be asked what the stable was not)."""
+    ending: dict[str, Any] = {}
+    ignore_eos = request.get("ignore_eos")
+    if ignore_eos is not None:
+        if not isinstance(ignore_eos, bool):
+            return None
+        ending["ignore_eos"] = ignore_eos
+    min_tokens = request.get("min_tokens")
+    if min_tokens is not None:
+        if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 0:
+            return None
+        ending["min_tokens"] = min_tokens
+    stop_ids = request.get("stop_token_ids")
+    if stop_ids is not None:
+        if not isinstance(stop_ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in stop_ids
+        ):
+            return None
+        ending["stop_token_ids"] = list(stop_ids)
+    return ending
 
 
 def _answered(route: Route, content_type: str, body: bytes) -> tuple[str, str | None] | None:
@@ -182,4 +212,5 @@ def capture(
         max_tokens=asked.max_tokens,
         stop=asked.stop,
         finish_reason=str(finish) if finish is not None else None,
+        ending=asked.ending,
     )

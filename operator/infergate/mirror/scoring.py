@@ -25,7 +25,7 @@ import numpy as np
 
 from infergate.engines.client import EngineClientError, parse_prompt_logprobs
 from infergate.mirror.capture import Captured
-from infergate.parity.record import PromptRecord, TeacherForced
+from infergate.parity.record import PromptRecord, TeacherForced, TopLogprobs
 
 
 class StableFailedError(RuntimeError):
@@ -91,6 +91,9 @@ class SideScorer:
         }
         if captured.stop:
             body["stop"] = captured.stop
+        # Where the stable's answer ended was decided by these too (ignore_eos, min_tokens):
+        # without them the canary stops at its first EOS and every greedy copy "diverges".
+        body |= captured.ending
         answer = await self._post("/v1/completions", body)
         return str(answer["choices"][0].get("text") or "")
 
@@ -107,6 +110,20 @@ async def _canary(call: Any) -> Any:
         return await call
     except (httpx.HTTPError, EngineClientError, KeyError, TypeError, ValueError) as err:
         raise CanaryFailedError(f"canary: {type(err).__name__}: {err}") from err
+
+
+def _first_steps(forced: TeacherForced, steps: int) -> TeacherForced:
+    """`forced` cut to its first `steps` steps (the record's own length). Full-vocabulary
+    rows, kept for the last positions only, are dropped from a cut copy."""
+    if steps >= forced.top.steps:
+        return forced
+    top = forced.top
+    return TeacherForced(
+        token_ids=forced.token_ids[:steps],
+        target_logprobs=forced.target_logprobs[:steps],
+        top=TopLogprobs(top.token_ids[:steps], top.logprobs[:steps]),
+        start=forced.start,
+    )
 
 
 def _record(
@@ -154,6 +171,17 @@ async def score_copy(
         text = await _canary(canary.greedy_text(prompt, captured, limit))
         own = await _stable(stable.text_ids(text)) if text else []
         # Its top-k is the canary's along the stable's path: the same context up to and
-        # including the first divergence, which is all the legitimacy test reads.
-        greedy = _record(prompt_id, canary_prompt, own, on_canary, teacher_forced=True, tags=tags)
+        # including the first divergence, which is all the legitimacy test reads. That path
+        # has the stable's length; the canary's own answer may end sooner (a different EOS:
+        # the shorter answer shows as a divergence where it ends) or, re-tokenized, run
+        # longer (compared over the stable's length, where the top-k exists).
+        steps = min(len(own), on_canary.top.steps)
+        greedy = _record(
+            prompt_id,
+            canary_prompt,
+            own[:steps],
+            _first_steps(on_canary, steps),
+            teacher_forced=True,
+            tags=tags,
+        )
     return ScoredPair(baseline, forced, greedy)
