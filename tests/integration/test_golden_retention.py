@@ -224,7 +224,7 @@ def test_the_runners_own_role_decides_whether_deleted_deployments_are_pruned(
 
     apply_crds(cluster)
     for name in ("qwen", "kept"):
-        cluster.apply(deployment_manifest(name, parity=False), namespace)
+        cluster.apply(deployment_manifest(name, parity=False, auto_promote=False), namespace)
     cluster.kubectl(
         "patch", "inferencedeployment", "kept", "-n", namespace, "--subresource=status",
         "--type=merge", "-p",
