@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
+
+import pytest
 
 from tests.harness import REPO
 
@@ -143,3 +148,18 @@ class S3Server:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextmanager
+def running_server(root: Path) -> Iterator[S3Server]:
+    """A started server for a test module: built first if Go is here, else the module is
+    skipped (failed under INFERGATE_REQUIRE_S3=1)."""
+    if not server_binary().exists():
+        if shutil.which("go") is None:
+            reason = "no S3 server binary and no Go to build it (make s3-server)"
+            if os.environ.get("INFERGATE_REQUIRE_S3") == "1":
+                pytest.fail(reason)
+            pytest.skip(reason)
+        build_server()
+    with S3Server(server_binary(), root) as server:
+        yield server

@@ -5,8 +5,6 @@ an error; retention deletes exactly the records it should; concurrent writers.""
 from __future__ import annotations
 
 import io
-import os
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,7 +24,7 @@ from infergate.golden.policy import HiddenStatesPolicy, StoragePolicy
 from infergate.golden.retention import DeploymentHistory, WhenDeleted
 from infergate.golden.s3 import S3Credentials, S3Location, S3Store
 from infergate.golden.store import GoldenStore
-from tests.integration.s3server import S3Server, build_server, server_binary
+from tests.integration.s3server import S3Server, running_server
 from tests.unit.golden.records import CANARY, DIGEST, STABLE, check, pair
 
 BUCKET = "golden"
@@ -35,14 +33,7 @@ POLICY = StoragePolicy(HiddenStatesPolicy.SUMMARY, max_bytes=8 << 20, sketch_dim
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    if not server_binary().exists():
-        if shutil.which("go") is None:
-            reason = "no S3 server binary and no Go to build it (make s3-server)"
-            if os.environ.get("INFERGATE_REQUIRE_S3") == "1":
-                pytest.fail(reason)
-            pytest.skip(reason)
-        build_server()
-    with S3Server(server_binary(), tmp_path_factory.mktemp("s3")) as server:
+    with running_server(tmp_path_factory.mktemp("s3")) as server:
         yield server
 
 

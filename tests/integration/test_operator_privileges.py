@@ -111,6 +111,8 @@ def namespaced(cluster: Cluster) -> Iterator[Install]:
 _NEEDED = [
     ("update", "inferencedeployments.infergate.io", "--subresource=status"),
     ("patch", "inferencedeployments.infergate.io"),
+    # kopf lists them; a runner's Role grants it under golden retention.whenDeleted: Delete.
+    ("list", "inferencedeployments.infergate.io"),
     ("create", "paritychecks.infergate.io"),
     ("update", "paritychecks.infergate.io", "--subresource=status"),
     ("create", "deployments.apps"),
@@ -187,6 +189,35 @@ def test_runner_roles_bound_by_the_escalation_check(clusterwide: Install) -> Non
     )  # fmt: skip
     assert answer.returncode != 0
     assert "attempting to grant RBAC permissions not currently held" in answer.stderr
+
+
+@pytest.mark.parametrize("list_deployments", [False, True], ids=["retain", "delete"])
+def test_the_operator_may_create_the_runner_role_it_renders(
+    namespaced: Install, list_deployments: bool
+) -> None:
+    """The escalation check passes for the runner's Role exactly as rendered, with `list`
+    on InferenceDeployments (golden whenDeleted: Delete) or without, where it is bound."""
+    from infergate.render.check_children import runner_rbac
+
+    body = {"metadata": {"name": "check", "namespace": namespaced.watched, "uid": "none"}}
+    objects = runner_rbac(
+        body, deployments=["qwen"], services=["qwen-aaaaaaaaaa"], config_maps=["prompts"],
+        list_deployments=list_deployments,
+    )  # fmt: skip
+    role = next(o for o in objects if o["kind"] == "Role")
+    role["metadata"].pop("ownerReferences", None)
+    verbs = {
+        verb for rule in role["rules"] if rule["resources"] == ["inferencedeployments"]
+        for verb in rule["verbs"]
+    }  # fmt: skip
+    assert verbs == ({"get", "list"} if list_deployments else {"get"})
+    for where, allowed in ((namespaced.watched, True), (namespaced.other, False)):
+        role["metadata"]["namespace"] = where
+        answer = namespaced.cluster.kubectl(
+            "create", "--dry-run=server", f"--as={namespaced.account}", "-f", "-",
+            input=json.dumps(role), check=False,
+        )  # fmt: skip
+        assert (answer.returncode == 0) is allowed, answer.stderr
 
 
 @pytest.mark.parametrize("ask", _NEEDED, ids=" ".join)

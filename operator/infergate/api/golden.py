@@ -179,7 +179,9 @@ class GoldenRetention(KubeModel):
 
     when_deleted: WhenDeleted = WhenDeleted.RETAIN
     """Retain: a deleted InferenceDeployment's records stay (a later migration or a new cluster
-    can use them); Delete: they go with it.
+    can use them); Delete: they go with it, deleted by the runner of the namespace's next
+    Passed check (which may then list the namespace's InferenceDeployments) or by
+    `infergate golden prune`.
     """
     records_per_revision: int = Field(default=1, ge=1, le=RECORDS_PER_REVISION_MAX)
     """Newest records kept per revision, role, suite and engine fingerprint; older ones go."""

@@ -1,4 +1,4 @@
-"""`infergate golden list|show|verify`: the golden records in a store.
+"""`infergate golden list|show|verify|prune`: the golden records in a store.
 
 The store is a directory (the PVC's folder, mounted or copied) or an S3-compatible
 bucket, given with --store (default $INFERGATE_GOLDEN_STORE):
@@ -6,10 +6,16 @@ bucket, given with --store (default $INFERGATE_GOLDEN_STORE):
   infergate golden list --store /var/lib/infergate/golden -n llm
   infergate golden show 3f2a9c1d0e-20261109T031500123456Z-baseline-5d41402a --store ...
   infergate golden verify --store s3://golden/prod --s3-endpoint https://s3.example.com
+  infergate golden prune --store s3://golden/prod --s3-endpoint ... --when-deleted Delete
 
 S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. verify checks the
-size and sha256 of every blob of every listed record. Exit codes: 0 all good, 1 a record
-is corrupt, missing or not found, 2 the store cannot be used (configuration, network).
+size and sha256 of every blob of every listed record. prune asks the cluster (kubeconfig)
+which InferenceDeployments exist, all namespaces or -n's, and prints what retention
+deletes and why: revisions that left a deployment's history, superseded records, the
+records of deleted deployments under whenDeleted: Delete, orphans; it deletes them only
+with --apply. If the deployments cannot be listed it deletes nothing. Exit codes: 0 all
+good, 1 a record is corrupt, missing or not found, 2 the store cannot be used
+(configuration, network) or the cluster cannot be asked.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ import argparse
 import json
 import os
 import sys
+from datetime import timedelta
 from typing import Any, Final
 
+from infergate.api.golden import GoldenRetention
+from infergate.errors import KubeError
 from infergate.golden.entry import GoldenEntry
 from infergate.golden.errors import (
     GoldenConfigError,
@@ -28,18 +37,25 @@ from infergate.golden.errors import (
     GoldenNotFoundError,
     GoldenUnavailableError,
 )
-from infergate.golden.retention import IndexItem
-from infergate.golden.store import GoldenStore
+from infergate.golden.retention import (
+    IndexItem,
+    RetentionScope,
+    listed_histories,
+    scope_retention,
+)
+from infergate.golden.settings import WhenDeleted
+from infergate.golden.store import GoldenStore, PrunePlan
+from infergate.jsontypes import JSON
 
 STORE_ENV: Final = "INFERGATE_GOLDEN_STORE"
 EXIT_OK, EXIT_BAD_RECORD, EXIT_STORE = 0, 1, 2
 
 
 def register(subparsers: Any) -> None:
-    """Add `golden` with its list, show and verify subcommands."""
+    """Add `golden` with its list, show, verify and prune subcommands."""
     golden = subparsers.add_parser(
         "golden",
-        help="list, show and verify golden records",
+        help="list, show, verify and prune golden records",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -70,6 +86,52 @@ def register(subparsers: Any) -> None:
     )
     verify.add_argument("entries", nargs="*", metavar="ENTRY", help="entries (default: all)")
     verify.set_defaults(handler=run_verify)
+    prune = commands.add_parser(
+        "prune",
+        parents=[common],
+        help="delete what retention no longer keeps (a dry run unless --apply)",
+    )
+    prune.add_argument(
+        "-n",
+        "--namespace",
+        help="only records and InferenceDeployments of this namespace (default: every one)",
+    )
+    prune.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG)")
+    prune.add_argument("--context", help="kubeconfig context")
+    prune.add_argument(
+        "--golden-config",
+        metavar="FILE|JSON",
+        help="the operator's golden settings, whose retention applies (default: whenDeleted "
+        "Retain, recordsPerRevision 1)",
+    )
+    prune.add_argument(
+        "--when-deleted",
+        choices=[w.value for w in WhenDeleted],
+        help="records of deleted InferenceDeployments: Retain or Delete (overrides "
+        "--golden-config)",
+    )
+    prune.add_argument(
+        "--records-per-revision",
+        type=_positive,
+        help="newest records kept per revision, role, suite and fingerprint (overrides "
+        "--golden-config)",
+    )
+    prune.add_argument(
+        "--orphan-grace",
+        type=float,
+        default=6.0,
+        metavar="HOURS",
+        help="a record without an index entry is an orphan once this old (default: 6)",
+    )
+    prune.add_argument("--apply", action="store_true", help="delete (default: only print)")
+    prune.set_defaults(handler=run_prune)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give at least 1")
+    return value
 
 
 def _store(args: argparse.Namespace) -> GoldenStore:
@@ -259,6 +321,111 @@ def _run_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if bad == 0 else EXIT_BAD_RECORD
 
 
+def _retention(args: argparse.Namespace) -> GoldenRetention:
+    """The retention the flags ask for: --golden-config's, then the explicit flags."""
+    retention = GoldenRetention()
+    if args.golden_config:
+        import yaml
+        from pydantic import ValidationError
+
+        from infergate.commands.operator import load_golden_config
+
+        try:
+            retention = load_golden_config(args.golden_config).retention
+        except (OSError, yaml.YAMLError, ValidationError) as err:
+            raise GoldenConfigError(f"--golden-config: {err}") from err
+    changes: dict[str, Any] = {}
+    if args.when_deleted is not None:
+        changes["when_deleted"] = WhenDeleted(args.when_deleted)
+    if args.records_per_revision is not None:
+        changes["records_per_revision"] = args.records_per_revision
+    return retention.model_copy(update=changes)
+
+
+def _inference_deployments(args: argparse.Namespace) -> list[JSON]:
+    """The cluster's InferenceDeployments (all namespaces or -n's); `KubeError` if it
+    cannot tell."""
+    from infergate.kube.deployment_reads import DeploymentReads
+
+    reads = DeploymentReads.from_kubeconfig(args.kubeconfig, args.context)
+    try:
+        return reads.inference_deployments(args.namespace)
+    finally:
+        reads.close()
+
+
+def _run_prune(args: argparse.Namespace) -> int:
+    retention = _retention(args)
+    store = _store(args)
+    # The index first: a record indexed before the listing belongs to a deployment that
+    # existed before it, so one missing from the listing was deleted, not created since.
+    items = store.list_entries(args.namespace)
+    where = f"namespace {args.namespace}" if args.namespace else "every namespace"
+    try:
+        listed = listed_histories(_inference_deployments(args))
+    except (KubeError, ValueError) as err:
+        print(
+            f"error: cannot list the InferenceDeployments of {where}, so nothing is deleted: {err}",
+            file=sys.stderr,
+        )
+        return EXIT_STORE
+    scope = scope_retention(
+        items, listed, namespaces=None if args.namespace is None else {args.namespace}
+    )
+    plan = store.plan_prune(
+        scope.items,
+        scope.histories,
+        when_deleted=retention.when_deleted,
+        records_per_revision=retention.records_per_revision,
+        indexed=items,
+        namespace=args.namespace,
+        orphan_grace=timedelta(hours=args.orphan_grace),
+    )
+    if args.apply:
+        store.apply_prune(plan)
+    _print_prune(args, store, scope, plan, retention)
+    return EXIT_OK
+
+
+def _print_prune(
+    args: argparse.Namespace,
+    store: GoldenStore,
+    scope: RetentionScope,
+    plan: PrunePlan,
+    retention: GoldenRetention,
+) -> None:
+    if args.output == "json":
+        document = {
+            "store": store.describe(),
+            "applied": bool(args.apply),
+            "whenDeleted": retention.when_deleted.value,
+            "recordsPerRevision": retention.records_per_revision,
+            "deletions": [{"entry": str(d.location), "reason": d.reason} for d in plan.deletions],
+            "leftAlone": [
+                {"deployment": f"{ns}/{name}", "reason": why}
+                for (ns, name), why in scope.left_alone.items()
+            ],
+            "staleStaging": len(plan.staging),
+        }
+        print(json.dumps(document, indent=1))
+        return
+    verb = "deleted" if args.apply else "would delete"
+    for deletion in plan.deletions:
+        print(f"{verb}  {deletion.location}: {deletion.reason}")
+    for (namespace, name), why in scope.left_alone.items():
+        print(f"left alone  {namespace}/{name}: {why}")
+    staging = f" and {len(plan.staging)} stale staging file(s)" if plan.staging else ""
+    if args.apply:
+        print(f"deleted {len(plan.deletions)} record(s){staging} from {store.describe()}")
+    else:
+        print(
+            f"{len(plan.deletions)} record(s){staging} would be deleted from "
+            f"{store.describe()} (whenDeleted: {retention.when_deleted.value}, "
+            f"recordsPerRevision: {retention.records_per_revision}); dry run: --apply deletes"
+        )
+
+
 run_list = _guarded(_run_list)
 run_show = _guarded(_run_show)
 run_verify = _guarded(_run_verify)
+run_prune = _guarded(_run_prune)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +46,7 @@ from infergate.golden.recording import CheckIdentity, GoldenRecording, SideIdent
 from infergate.golden.retention import (
     Deletion,
     DeploymentHistory,
+    DeploymentKey,
     IndexItem,
     plan_orphans,
     plan_retention,
@@ -199,6 +201,54 @@ class GoldenStore:
             keys = [blob.key for blob in self.blobs.list(location.record_prefix)]
             self.blobs.delete(keys)
 
+    def plan_prune(
+        self,
+        items: Sequence[IndexItem],
+        histories: Mapping[DeploymentKey, DeploymentHistory],
+        *,
+        when_deleted: WhenDeleted,
+        records_per_revision: int = 1,
+        indexed: Sequence[IndexItem] | None = None,
+        namespace: str | None = None,
+        orphan_grace: timedelta = timedelta(hours=6),
+    ) -> PrunePlan:
+        """What retention (`plan_retention` over `items`) and the orphan sweep would delete.
+
+        `indexed`: every entry that was listed (default: `items`), so that a record whose
+        entry is only out of retention's scope is no orphan. `namespace`: orphans only of
+        that namespace, and no staging (which belongs to no namespace).
+        """
+        deletions = plan_retention(
+            items, histories, when_deleted=when_deleted, records_per_revision=records_per_revision
+        )
+        now = self._clock()
+        under = f"{RECORDS}/{namespace}/" if namespace is not None else f"{RECORDS}/"
+        blobs = [
+            (location, blob.modified)
+            for blob in self.blobs.list(under)
+            if (location := parse_record_key(blob.key)) is not None
+        ]
+        listed = items if indexed is None else indexed
+        orphans = plan_orphans(
+            blobs, [item.location for item in listed], now=now, grace=orphan_grace
+        )
+        deletions += [Deletion(o, "orphan: a record with no index entry") for o in orphans]
+        stale = (
+            []
+            if namespace is not None
+            else [
+                blob.key
+                for blob in self.blobs.list(f"{STAGING}/")
+                if now - blob.modified > orphan_grace
+            ]
+        )
+        return PrunePlan(deletions, stale)
+
+    def apply_prune(self, plan: PrunePlan) -> None:
+        """Delete what `plan_prune` planned."""
+        self.delete([d.location for d in plan.deletions])
+        self.blobs.delete(plan.staging)
+
     def prune(
         self,
         histories: dict[tuple[str, str], DeploymentHistory],
@@ -209,29 +259,24 @@ class GoldenStore:
         dry_run: bool = False,
     ) -> list[Deletion]:
         """Apply retention (`plan_retention`) and remove orphaned records and staging."""
-        items = self.list_entries()
-        deletions = plan_retention(
-            items, histories, when_deleted=when_deleted, records_per_revision=records_per_revision
+        plan = self.plan_prune(
+            self.list_entries(),
+            histories,
+            when_deleted=when_deleted,
+            records_per_revision=records_per_revision,
+            orphan_grace=orphan_grace,
         )
-        now = self._clock()
-        blobs = [
-            (location, blob.modified)
-            for blob in self.blobs.list(f"{RECORDS}/")
-            if (location := parse_record_key(blob.key)) is not None
-        ]
-        orphans = plan_orphans(
-            blobs, [item.location for item in items], now=now, grace=orphan_grace
-        )
-        deletions += [Deletion(o, "orphan: a record with no index entry") for o in orphans]
-        stale = [
-            blob.key
-            for blob in self.blobs.list(f"{STAGING}/")
-            if now - blob.modified > orphan_grace
-        ]
         if not dry_run:
-            self.delete([d.location for d in deletions])
-            self.blobs.delete(stale)
-        return deletions
+            self.apply_prune(plan)
+        return plan.deletions
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """Records to delete with the reason, and stale staging blobs (keys)."""
+
+    deletions: list[Deletion]
+    staging: list[str]
 
 
 def _verify_blob(blobs: BlobStore, prefix: str, blob: BlobDigest, copy_to: Path | None) -> None:

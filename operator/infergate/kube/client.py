@@ -61,6 +61,11 @@ class Resource:
             path += f"/{subresource}"
         return path
 
+    def every_namespace(self) -> str:
+        """The path listing this kind across all namespaces."""
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        return f"{base}/{self.plural}"
+
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
 SERVICES = Resource("", "v1", "services", "Service")
@@ -267,13 +272,15 @@ class KubeClient:
         )
 
     def list(
-        self, resource: Resource, namespace: str, *, selector: str | None = None
+        self, resource: Resource, namespace: str | None, *, selector: str | None = None
     ) -> list[JSON]:
+        """Every object of `resource` in `namespace` (None: in every namespace), in one
+        answer: no `limit` is sent, so the API server never returns a partial page."""
         query = [("labelSelector", selector)] if selector else []
         answer = self.request(
             "GET",
-            resource.path(namespace),
-            what=f"{resource.plural} in {namespace}",
+            resource.path(namespace) if namespace is not None else resource.every_namespace(),
+            what=f"{resource.plural} in {namespace or 'every namespace'}",
             resource=resource.plural,
             query=query,
         )

@@ -65,6 +65,12 @@ class CheckClient:
     def inference_deployment(self, name: str) -> JSON | None:
         return self._optional(INFERENCE_DEPLOYMENTS, name)
 
+    def inference_deployments(self) -> list[JSON]:
+        """Every InferenceDeployment of the namespace: golden-record retention tells the
+        deleted ones from those that are still there (the Role grants `list` only under
+        `retention.whenDeleted: Delete`)."""
+        return self.kube.list(INFERENCE_DEPLOYMENTS, self.namespace)
+
     def config_map(self, name: str) -> JSON | None:
         return self._optional(CONFIG_MAPS, name)
 

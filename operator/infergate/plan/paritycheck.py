@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 
 from infergate.api.enums import CheckPhase, ConditionStatus
 from infergate.api.golden import GoldenSpec
+from infergate.golden.settings import WhenDeleted
 from infergate.jsontypes import JSON
 from infergate.plan import reasons
 from infergate.plan.check_observed import CheckChild, ObservedParityCheck
@@ -428,6 +429,12 @@ def _runner_peers(state: CheckState) -> list[Peer]:
     return [*peers, *state.api_server]
 
 
+def _prunes_deleted(golden: GoldenSpec | None) -> bool:
+    """The runner deletes the records of deleted InferenceDeployments (and so must list
+    them) only when the operator keeps golden records under `whenDeleted: Delete`."""
+    return golden is not None and golden.retention.when_deleted is WhenDeleted.DELETE
+
+
 def _runner_objects(state: CheckState) -> list[JSON]:
     """The NetworkPolicy confining the runner (first: nothing runs unconfined), RBAC
     naming exactly what it reads, the empty report ConfigMap, the Job."""
@@ -453,7 +460,13 @@ def _runner_objects(state: CheckState) -> list[JSON]:
     body = _body(check)
     return [
         runner_network_policy(body, _runner_peers(state)),
-        *runner_rbac(body, deployments=deployments, services=services, config_maps=config_maps),
+        *runner_rbac(
+            body,
+            deployments=deployments,
+            services=services,
+            config_maps=config_maps,
+            list_deployments=bool(deployments) and _prunes_deleted(state.golden),
+        ),
         report_config_map(body),
         runner_job(
             body,

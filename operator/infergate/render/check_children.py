@@ -225,8 +225,14 @@ def runner_rbac(
     deployments: Sequence[str],
     services: Sequence[str],
     config_maps: Sequence[str],
+    list_deployments: bool = False,
 ) -> list[JSON]:
-    """ServiceAccount, Role and RoleBinding of the runner: only what this check needs."""
+    """ServiceAccount, Role and RoleBinding of the runner: only what this check needs.
+
+    `list_deployments`: the runner may list the namespace's InferenceDeployments, which
+    golden-record retention under `whenDeleted: Delete` needs to tell a deleted deployment
+    from one still there (a list cannot be narrowed to names).
+    """
     name = check["metadata"]["name"]
     account = runner_name(name)
     labels = child_labels(name, ROLE_RUNNER)
@@ -235,6 +241,7 @@ def runner_rbac(
         _rule(GROUP, PARITY_CHECKS_PLURAL, ["get"], [name]),
         _rule(GROUP, f"{PARITY_CHECKS_PLURAL}/status", ["patch", "update"], [name]),
         _rule(GROUP, INFERENCE_DEPLOYMENTS_PLURAL, ["get"], deployments),
+        _rule(GROUP, INFERENCE_DEPLOYMENTS_PLURAL, ["list"]) if list_deployments else None,
         _rule("", "services", ["get"], services),
         _rule("discovery.k8s.io", "endpointslices", ["list"]),
         _rule("", "configmaps", ["get"], [*config_maps, report]),

@@ -13,7 +13,7 @@ not change the verdict; the status says that nothing was stored and why.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -22,13 +22,22 @@ from pydantic import ValidationError
 from infergate.api.check_status import GoldenBaselineStatus, GoldenRecordStatus
 from infergate.api.golden import GoldenSpec
 from infergate.api.parity_check import ParityCheckSpec
+from infergate.errors import KubeError
 from infergate.golden.config import policy_from_spec, store_from_spec
 from infergate.golden.entry import GoldenEntry
 from infergate.golden.errors import GoldenConfigError, GoldenError, GoldenUnavailableError
 from infergate.golden.keys import Role, engine_fingerprint, suite_digest
 from infergate.golden.recording import CheckIdentity, GoldenRecording, SideIdentity
-from infergate.golden.retention import DeploymentHistory, IndexItem, plan_retention
-from infergate.golden.settings import GOLDEN_CONFIG_ENV, HiddenStatesPolicy
+from infergate.golden.retention import (
+    Deletion,
+    DeploymentHistory,
+    DeploymentKey,
+    IndexItem,
+    listed_histories,
+    plan_retention,
+    scope_retention,
+)
+from infergate.golden.settings import GOLDEN_CONFIG_ENV, HiddenStatesPolicy, WhenDeleted
 from infergate.golden.store import GoldenRecord, GoldenStore
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.runner.sides import SideTarget
@@ -37,6 +46,9 @@ from infergate.suite import Suite
 MESSAGE_MAX: Final = 1024
 GOLDEN_URL_PREFIX: Final = "golden:"
 """How a golden baseline's `url` starts (nothing is called there)."""
+
+DeploymentLister = Callable[[], Sequence[Mapping[str, Any]]]
+"""The InferenceDeployments of the check's namespace (a list call); raises `KubeError`."""
 
 
 def golden_from_env(environ: Mapping[str, str]) -> GoldenSpec | None:
@@ -76,17 +88,6 @@ def _status(stored: bool, store: str | None, message: str, **extra: Any) -> dict
     return GoldenRecordStatus(
         stored=stored, store=store, message=message[:MESSAGE_MAX], **extra
     ).to_kube()
-
-
-def deployment_history(deployment: Mapping[str, Any] | None) -> DeploymentHistory:
-    """What retention keeps of a deployment: its stable and canary revisions and every
-    revision its status still lists (`revisionHistoryLimit` bounds that list)."""
-    if deployment is None:
-        return DeploymentHistory(exists=False)
-    status = deployment.get("status") or {}
-    hashes = {r.get("hash") for r in status.get("revisions") or [] if isinstance(r, Mapping)}
-    hashes |= {status.get("stableRevision"), status.get("canaryRevision")}
-    return DeploymentHistory(True, frozenset(h for h in hashes if isinstance(h, str)))
 
 
 class GoldenRecorder:
@@ -179,9 +180,11 @@ class GoldenRecorder:
         outcome: str,
         profile: str,
         history: DeploymentHistory | None = None,
+        list_deployments: DeploymentLister | None = None,
     ) -> dict[str, Any]:
-        """Commit both records if the check Passed, then apply retention to the
-        deployment's records (`history`: what it still keeps); the status `golden` field."""
+        """Commit both records if the check Passed, then apply retention (`history`: what
+        the deployment still keeps; `list_deployments`: the namespace's deployments, asked
+        only under `whenDeleted: Delete`); the status `golden` field."""
         where = self.store.describe() if self.store is not None else None
         recording, self._recording = self._recording, None
         if not passed:
@@ -197,7 +200,7 @@ class GoldenRecorder:
             base, cand = recording.commit(profile=profile)
         except (GoldenError, OSError) as err:
             return _status(False, where, f"not recorded: {err}", suite_digest=self._digest)
-        pruned = self._retain(history)
+        pruned = self._retain(history, list_deployments)
         forms = ", ".join(
             f"{entry.role.value}: "
             + " ".join(f"{n} {form}" for form, n in entry.hidden_counts().items() if n)
@@ -212,29 +215,73 @@ class GoldenRecorder:
             size_bytes=base.size_bytes + cand.size_bytes,
         )
 
-    def _retain(self, history: DeploymentHistory | None) -> str:
-        """Delete the deployment's records retention no longer keeps; a note for the status."""
+    def _retain(
+        self, history: DeploymentHistory | None, list_deployments: DeploymentLister | None
+    ) -> str:
+        """Delete the records retention no longer keeps; a note for the status.
+
+        The deployment's own records follow `history`. Under `whenDeleted: Delete` the
+        other deployments of the namespace are listed too, after the index is read (a
+        record indexed before the listing belongs to a deployment that existed before
+        it), and the records of those the listing did not return are deleted. A listing
+        that fails deletes nothing of the other deployments and says so. Nothing outside
+        the check's namespace is read or deleted.
+        """
         if history is None or self.store is None or self._golden is None or self.where is None:
             return ""
         retention = self._golden.retention
+        namespace = self.where[0]
+        others = retention.when_deleted is WhenDeleted.DELETE and list_deployments is not None
+        note = ""
         try:
-            items = self.store.list_entries(*self.where)
-            deletions = plan_retention(
-                items,
-                {self.where: history},
-                when_deleted=retention.when_deleted,
-                records_per_revision=retention.records_per_revision,
+            items = self.store.list_entries(namespace, None if others else self.where[1])
+            listed = None
+            if others:
+                assert list_deployments is not None  # noqa: S101 - `others` says so
+                try:
+                    listed = listed_histories(list_deployments())
+                except (KubeError, ValueError) as err:
+                    note = (
+                        "; records of deleted InferenceDeployments not pruned: could not list "
+                        f"the InferenceDeployments of {namespace} ({err}), so nothing of other "
+                        "deployments was deleted"
+                    )
+            scope = scope_retention(
+                items, listed, namespaces={namespace}, known={self.where: history}
             )
+            deletions = [
+                d
+                for d in plan_retention(
+                    scope.items,
+                    scope.histories,
+                    when_deleted=retention.when_deleted,
+                    records_per_revision=retention.records_per_revision,
+                )
+                if d.location.namespace == namespace
+            ]
             self.store.delete([d.location for d in deletions])
         except (GoldenError, OSError) as err:
-            return f"; retention not applied: {err}"
-        return f"; retention removed {len(deletions)} older record(s)" if deletions else ""
+            return f"; retention not applied: {err}{note}"
+        return _retention_note(deletions, scope.histories) + note
 
     def discard(self) -> None:
         """Drop whatever was staged (the run ended without a verdict)."""
         if self._recording is not None:
             self._recording.discard()
             self._recording = None
+
+
+def _retention_note(
+    deletions: Sequence[Deletion], histories: Mapping[DeploymentKey, DeploymentHistory]
+) -> str:
+    if not deletions:
+        return ""
+    deleted = sorted(
+        {f"{d.location.namespace}/{d.location.deployment}" for d in deletions
+         if not histories[(d.location.namespace, d.location.deployment)].exists}
+    )  # fmt: skip
+    which = f", of deleted InferenceDeployments {', '.join(deleted)}" if deleted else ""
+    return f"; retention removed {len(deletions)} older record(s){which}"
 
 
 class GoldenBaselineError(RuntimeError):

@@ -46,6 +46,7 @@ from infergate.errors import (
     NotFoundError,
     RetriableKubeError,
 )
+from infergate.golden.retention import deployment_history
 from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
@@ -90,7 +91,6 @@ from infergate.runner.golden import (
     GoldenBaseline,
     GoldenBaselineError,
     GoldenRecorder,
-    deployment_history,
     golden_target,
     open_golden_baseline,
 )
@@ -134,6 +134,10 @@ class RunnerApi(ClusterReads, Protocol):
     ) -> dict[str, Any]: ...
 
     def replace_check_status(self, check: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def inference_deployments(self) -> list[dict[str, Any]]:
+        """Every InferenceDeployment of the namespace (golden retention; needs `list`)."""
+        ...
 
     def write_report(
         self,
@@ -479,6 +483,7 @@ class _Runner:
             outcome=status.value,
             profile=profile.value,
             history=history,
+            list_deployments=self.api.inference_deployments,
         )
         _say(f"golden records: {golden.get('entries') or golden.get('message')}")
         return golden

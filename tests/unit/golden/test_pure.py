@@ -26,11 +26,15 @@ from infergate.golden.policy import (
     propose_policy,
 )
 from infergate.golden.retention import (
+    NO_REVISION_YET,
     DeploymentHistory,
     IndexItem,
     WhenDeleted,
+    deployment_history,
+    listed_histories,
     plan_orphans,
     plan_retention,
+    scope_retention,
 )
 from infergate.golden.summary import projection, summarize, summary_errors
 from infergate.suite import PromptSpec
@@ -237,13 +241,14 @@ def _item(
     role: Role = Role.BASELINE,
     digest: str = "a" * 64,
     readable: bool = True,
+    namespace: str = "llm",
 ) -> IndexItem:
     name = EntryName(revision, T0 + timedelta(minutes=minute), role, f"{minute:08x}")
-    where = EntryLocation("llm", deployment, name)
+    where = EntryLocation(namespace, deployment, name)
     if not readable:
         return IndexItem(where, None, "unreadable")
     entry = GoldenEntry(
-        namespace="llm",
+        namespace=namespace,
         deployment=deployment,
         name=str(name),
         revision=revision,
@@ -321,6 +326,116 @@ def test_records_of_unknown_deployments_and_unreadable_entries_are_kept() -> Non
     assert _deleted([_item("qwen", A, 4, readable=False)], when_deleted=WhenDeleted.RETAIN) == [
         ("qwen", A, 4)
     ]
+
+
+def test_a_deployments_history_is_its_stable_canary_and_listed_revisions() -> None:
+    assert deployment_history(None) == DeploymentHistory(False)
+    assert deployment_history({"metadata": {"name": "new"}}) == DeploymentHistory(True)
+    status = {"stableRevision": A, "canaryRevision": C, "revisions": [{"hash": B}, "junk"]}
+    assert deployment_history({"status": status}) == DeploymentHistory(True, frozenset({A, B, C}))
+
+
+def test_a_listing_gives_each_deployment_by_namespace_and_name() -> None:
+    listing = [
+        {"metadata": {"namespace": "llm", "name": "qwen"}, "status": {"stableRevision": A}},
+        {"metadata": {"namespace": "team-b", "name": "qwen"}},
+    ]
+    assert listed_histories(listing) == {
+        ("llm", "qwen"): DeploymentHistory(True, frozenset({A})),
+        ("team-b", "qwen"): DeploymentHistory(True),
+    }
+    # An object that cannot be placed fails the listing: it would make a deployment
+    # look deleted.
+    with pytest.raises(ValueError, match="no namespace and name"):
+        listed_histories([{"metadata": {"name": "qwen"}}])
+
+
+LIVE = DeploymentHistory(True, frozenset({A}))
+GONE = DeploymentHistory(False)
+NEW = DeploymentHistory(True)
+
+
+@pytest.mark.parametrize(
+    ("listed", "namespaces", "known", "histories", "left_alone"),
+    [
+        pytest.param(
+            {("llm", "qwen"): LIVE}, {"llm"}, {},
+            {("llm", "qwen"): LIVE, ("llm", "gone"): GONE},
+            {("team-b", "gone"): "namespace team-b was not listed"},
+            id="absent from a listing of its namespace: deleted",
+        ),
+        pytest.param(
+            {("llm", "qwen"): LIVE}, None, {},
+            {("llm", "qwen"): LIVE, ("llm", "gone"): GONE, ("team-b", "gone"): GONE},
+            {},
+            id="a listing of every namespace covers them all",
+        ),
+        pytest.param(
+            None, None, {},
+            {},
+            {
+                ("llm", "qwen"): "the InferenceDeployments could not be listed",
+                ("llm", "gone"): "the InferenceDeployments could not be listed",
+                ("team-b", "gone"): "the InferenceDeployments could not be listed",
+            },
+            id="a failed listing deletes nothing",
+        ),
+        pytest.param(
+            None, {"llm"}, {("llm", "qwen"): LIVE},
+            {("llm", "qwen"): LIVE},
+            {
+                ("llm", "gone"): "the InferenceDeployments could not be listed",
+                ("team-b", "gone"): "the InferenceDeployments could not be listed",
+            },
+            id="a failed listing leaves what was read one by one",
+        ),
+        pytest.param(
+            {("llm", "qwen"): LIVE, ("llm", "gone"): NEW}, {"llm"}, {},
+            {("llm", "qwen"): LIVE},
+            {("llm", "gone"): NO_REVISION_YET, ("team-b", "gone"): "namespace team-b was not listed"},
+            id="re-created, no revision yet: unknown, not empty",
+        ),
+        pytest.param(
+            {}, {"llm"}, {("llm", "qwen"): LIVE},
+            {("llm", "qwen"): LIVE, ("llm", "gone"): GONE},
+            {("team-b", "gone"): "namespace team-b was not listed"},
+            id="what was read one by one wins over the listing",
+        ),
+    ],
+)  # fmt: skip
+def test_retention_scope(
+    listed: dict[tuple[str, str], DeploymentHistory] | None,
+    namespaces: set[str] | None,
+    known: dict[tuple[str, str], DeploymentHistory],
+    histories: dict[tuple[str, str], DeploymentHistory],
+    left_alone: dict[tuple[str, str], str],
+) -> None:
+    items = [
+        _item("qwen", A, 1),
+        _item("gone", A, 2),
+        _item("gone", A, 3),
+        _item("gone", A, 4, namespace="team-b"),
+    ]
+    scope = scope_retention(items, listed, namespaces=namespaces, known=known)
+    assert scope.histories == histories
+    assert scope.left_alone == left_alone
+    assert [i for i in items if (i.location.namespace, i.location.deployment) in histories] == (
+        scope.items
+    )
+
+
+def test_a_deployment_left_alone_loses_not_even_superseded_records() -> None:
+    """Retention acts only on the scope: two records of one revision of a deployment that
+    could not be described both stay; under Delete, a listed-as-deleted one loses both."""
+    items = [_item("gone", A, 1), _item("gone", A, 2)]
+    refused = scope_retention(items, None, namespaces={"llm"})
+    assert plan_retention(refused.items, refused.histories, when_deleted=WhenDeleted.DELETE) == []
+    listed = scope_retention(items, {}, namespaces={"llm"})
+    deleted = plan_retention(listed.items, listed.histories, when_deleted=WhenDeleted.DELETE)
+    assert [d.location for d in deleted] == [i.location for i in items]
+    assert "was deleted (retention.whenDeleted: Delete)" in deleted[0].reason
+    kept = plan_retention(listed.items, listed.histories, when_deleted=WhenDeleted.RETAIN)
+    assert [d.location for d in kept] == [items[0].location]  # superseded by the newer one
 
 
 def test_orphans_are_records_without_an_entry_older_than_the_grace() -> None:

@@ -452,7 +452,9 @@ def runner_role_needs() -> list[Need]:
     from infergate.render.check_children import runner_rbac
 
     check = {"metadata": {"name": "check", "namespace": "ns", "uid": "uid"}}
-    objects = runner_rbac(check, deployments=["d"], services=["s"], config_maps=["c"])
+    objects = runner_rbac(
+        check, deployments=["d"], services=["s"], config_maps=["c"], list_deployments=True
+    )
     role = next(o for o in objects if o["kind"] == "Role")
     needs = []
     for rule in role["rules"]:

@@ -77,6 +77,11 @@ def test_resource_paths() -> None:
         INFERENCE_DEPLOYMENTS.path("ns", "q", "status")
         == "/apis/infergate.io/v1alpha1/namespaces/ns/inferencedeployments/q/status"
     )
+    assert (
+        INFERENCE_DEPLOYMENTS.every_namespace()
+        == "/apis/infergate.io/v1alpha1/inferencedeployments"
+    )
+    assert SERVICES.every_namespace() == "/api/v1/services"
 
 
 class FakeClient:

@@ -4,11 +4,13 @@ NetworkPolicy confining it), deadline, end, and children that are not the check'
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from infergate.api.golden import GoldenSpec
 from infergate.plan.check_observed import (
     CheckChild,
     observe_child,
@@ -277,6 +279,29 @@ def test_the_runner_starts_once_every_probe_is_ready_with_rbac_naming_what_it_re
     assert container["image"] == "ghcr.io/infergate/infergate:0.1.0"
     assert job_manifest["spec"]["activeDeadlineSeconds"] == 300
     assert plan.terminal is None
+
+
+@pytest.mark.parametrize(
+    ("golden", "verbs"),
+    [
+        (None, [["get"]]),
+        ({"store": {"pvc": {"claimName": "golden"}}}, [["get"]]),
+        (
+            {"store": {"pvc": {"claimName": "golden"}}, "retention": {"whenDeleted": "Delete"}},
+            [["get"], ["list"]],
+        ),
+    ],
+    ids=["no golden records", "whenDeleted Retain", "whenDeleted Delete"],
+)
+def test_the_runner_may_list_deployments_only_to_prune_the_deleted_ones_records(
+    golden: dict[str, Any] | None, verbs: list[list[str]]
+) -> None:
+    settings = GoldenSpec.model_validate(golden) if golden is not None else None
+    plan = decide(replace(state(check(), children=[probe(ready=True)]), golden=settings))
+    role = next(m for m in plan.create if m["kind"] == "Role")
+    rules = [r for r in role["rules"] if r["resources"] == ["inferencedeployments"]]
+    assert [r["verbs"] for r in rules] == verbs
+    assert rules[0]["resourceNames"] == ["qwen"]
 
 
 def test_a_crash_looping_probe_ends_the_check_in_error_and_frees_the_probe() -> None:

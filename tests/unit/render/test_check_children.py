@@ -140,6 +140,27 @@ def test_the_runner_role_names_every_object_and_writes_only_its_own_status_and_r
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
+def _deployment_verbs(role: dict[str, Any]) -> list[tuple[str, tuple[str, ...] | None]]:
+    return [
+        (verb, tuple(rule["resourceNames"]) if "resourceNames" in rule else None)
+        for rule in role["rules"]
+        if rule["resources"] == ["inferencedeployments"]
+        for verb in rule["verbs"]
+    ]
+
+
+def test_the_runner_lists_deployments_only_when_retention_deletes_the_deleted_ones() -> None:
+    """`get` of its own deployment by name always; `list` of the namespace's (a list
+    cannot be narrowed to names) only for `whenDeleted: Delete`; never watch or a write."""
+    args = {"deployments": ["qwen"], "services": ["s"], "config_maps": ["c"]}
+    _, role, _ = runner_rbac(CHECK, **args)  # type: ignore[arg-type]
+    assert _deployment_verbs(role) == [("get", ("qwen",))]
+    _, role, _ = runner_rbac(CHECK, **args, list_deployments=True)  # type: ignore[arg-type]
+    assert _deployment_verbs(role) == [("get", ("qwen",)), ("list", None)]
+    granted = {verb for rule in role["rules"] for verb in rule["verbs"]}
+    assert granted == {"get", "list", "patch", "update"}
+
+
 def test_an_empty_name_list_drops_the_rule_rather_than_granting_every_object() -> None:
     _, role, _ = runner_rbac(CHECK, deployments=[], services=[], config_maps=[])
     resources = [r["resources"][0] for r in role["rules"]]

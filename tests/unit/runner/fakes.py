@@ -54,6 +54,9 @@ class FakeApi:
         self.services: dict[str, dict[str, Any]] = {}
         self.slices: dict[str, list[dict[str, Any]]] = {}
         self.status_writes: list[dict[str, Any]] = []
+        self.list_refusal: Exception | None = None
+        """Raised by `inference_deployments` (e.g. a 403 when the Role lacks `list`)."""
+        self.deployment_lists = 0
         self.on_status_write: Callable[[FakeApi], None] | None = None
         self._version = 1
 
@@ -132,6 +135,15 @@ class FakeApi:
 
     def inference_deployment(self, name: str) -> dict[str, Any] | None:
         return self.deployments.get(name)
+
+    def inference_deployments(self) -> list[dict[str, Any]]:
+        self.deployment_lists += 1
+        if self.list_refusal is not None:
+            raise self.list_refusal
+        return [
+            {**d, "metadata": {"namespace": self.namespace, **d["metadata"]}}
+            for d in copy.deepcopy(list(self.deployments.values()))
+        ]
 
     def config_map(self, name: str) -> dict[str, Any] | None:
         return self.config_maps.get(name)

@@ -151,6 +151,101 @@ def test_retention_keeps_the_newest_record_per_revision_and_drops_forgotten_revi
     assert left == {"bbbbbbbbbb"}
 
 
+DELETE = GoldenSpec.model_validate(
+    {"store": {"pvc": {"claimName": "golden"}}, "retention": {"whenDeleted": "Delete"}}
+)
+
+
+def _others(root: Path) -> GoldenStore:
+    """A store already holding records of llm/gone (deleted), llm/kept (still there), and
+    team-b/gone (another namespace's deployment of the same name)."""
+    store = GoldenStore(DirectoryStore(root))
+    policy = StoragePolicy(HiddenStatesPolicy.NONE, max_bytes=4 << 20, sketch_dims=16)
+    for namespace, deployment in (("llm", "gone"), ("llm", "kept"), ("team-b", "gone")):
+        identity = check(namespace=namespace, deployment=deployment)
+        with store.begin(identity, policy) as recording:
+            recording.add(*pair("p0"))
+            recording.commit(profile="bf16-kernel")
+    return store
+
+
+def _deployments_with_records(store: GoldenStore) -> set[str]:
+    return {f"{i.location.namespace}/{i.location.deployment}" for i in store.list_entries()}
+
+
+def _with_kept(api: Any) -> Any:
+    api.deployments["kept"] = {
+        "metadata": {"name": "kept"},
+        "status": {"stableRevision": STABLE, "revisions": [{"hash": STABLE}, {"hash": CANARY}]},
+    }
+    return api
+
+
+def test_when_deleted_delete_removes_the_records_of_deleted_deployments_of_the_namespace(
+    tmp_path: Path,
+) -> None:
+    store = _others(tmp_path)
+    api = _with_kept(cluster())
+    run_check(api, "check", options(tmp_path, DELETE), connector=engines().connector())
+    golden = status(api)["golden"]
+    assert golden["stored"] is True
+    note = "retention removed 2 older record(s), of deleted InferenceDeployments llm/gone"
+    assert note in golden["message"]
+    # Another namespace's deployment of the same name is none of this runner's business.
+    assert _deployments_with_records(store) == {"llm/qwen", "llm/kept", "team-b/gone"}
+    assert api.deployment_lists == 1
+
+
+def test_when_deleted_retain_keeps_them_and_lists_nothing(tmp_path: Path) -> None:
+    store = _others(tmp_path)
+    api = _with_kept(cluster())
+    run_check(api, "check", options(tmp_path), connector=engines().connector())
+    assert status(api)["golden"]["stored"] is True
+    assert "retention removed" not in status(api)["golden"]["message"]
+    assert _deployments_with_records(store) == {"llm/qwen", "llm/gone", "llm/kept", "team-b/gone"}
+    assert api.deployment_lists == 0
+
+
+def test_a_refused_listing_deletes_nothing_of_other_deployments_and_says_so(
+    tmp_path: Path,
+) -> None:
+    from infergate.errors import ForbiddenError
+
+    store = _others(tmp_path)
+    api = _with_kept(cluster())
+    api.list_refusal = ForbiddenError(
+        "list InferenceDeployment in llm: 403 forbidden: cannot list resource", status=403
+    )
+    run_check(api, "check", options(tmp_path, DELETE), connector=engines().connector())
+    s = status(api)
+    assert s["phase"] == "Passed"
+    assert s["golden"]["stored"] is True
+    message = s["golden"]["message"]
+    assert "records of deleted InferenceDeployments not pruned: could not list" in message
+    assert "403" in message
+    assert "nothing of other deployments was deleted" in message
+    assert _deployments_with_records(store) == {"llm/qwen", "llm/gone", "llm/kept", "team-b/gone"}
+    # The check's own deployment still follows its history.
+    api.deployments["qwen"]["status"] = {"stableRevision": CANARY, "revisions": [{"hash": CANARY}]}
+    api.add_check("again", api.checks["check"]["spec"])
+    api.add_service("again-probe-baseline", PROBE_IP)
+    run_check(api, "again", options(tmp_path, DELETE), connector=engines().connector())
+    qwen = {i.entry.revision for i in store.list_entries("llm", "qwen") if i.entry is not None}
+    assert qwen == {CANARY}
+    assert _deployments_with_records(store) == {"llm/qwen", "llm/gone", "llm/kept", "team-b/gone"}
+
+
+def test_a_deployment_that_lists_no_revision_yet_keeps_its_records(tmp_path: Path) -> None:
+    """Re-created under an old name, its status not yet written: its history is unknown,
+    not empty."""
+    store = _others(tmp_path)
+    api = _with_kept(cluster())
+    api.deployments["gone"] = {"metadata": {"name": "gone"}}
+    run_check(api, "check", options(tmp_path, DELETE), connector=engines().connector())
+    assert "retention removed" not in status(api)["golden"]["message"]
+    assert _deployments_with_records(store) == {"llm/qwen", "llm/gone", "llm/kept", "team-b/gone"}
+
+
 def test_without_operator_settings_no_golden_status_is_written(tmp_path: Path) -> None:
     api = cluster()
     assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
