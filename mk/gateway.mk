@@ -6,8 +6,9 @@
 #   make test-gateway   requests through Traefik follow the route's weights while the
 #                       operator steps a canary (fails, never skips, without the binary)
 #
-# The test is marked slow: `make test` deselects it (it needs a ~15 minute Go build on a
-# 2-core machine the first time), `make test-slow` builds Traefik and runs it.
+# The test is marked slow: `make test` deselects it (the first Traefik build takes about
+# 7 minutes of a 2-core machine, more with a cold module cache), `make test-slow` builds
+# Traefik and runs it.
 
 TRAEFIK_VERSION ?= v3.6.12
 TRAEFIK_BIN := $(INFERGATE_CACHE)/bin/traefik-$(TRAEFIK_VERSION)/traefik

@@ -8,16 +8,17 @@ free loopback ports, never calls home (version check and usage statistics off), 
 stopped, by its own pid, after.
 
 Traefik sends a route's requests to the ready addresses of the backend Service's
-EndpointSlices (not its ClusterIP, which is fictional here: nativeLB stays off). On the
-local cluster those are the KWOK pods' IPs, inside 127.0.0.0/8 with nothing listening:
-`PodBackends` listens on exactly those addresses and ports, so the chain
-HTTPRoute -> Service -> EndpointSlice -> pod stays the real one and every dial stays on
-this machine.
+EndpointSlices (pkg/provider/kubernetes/gateway `getBackendAddresses`), never to its
+ClusterIP (fictional here) unless nativeLB is asked for, which it is not. The operator's
+engine pods land on KWOK's simulated nodes, where nothing listens and no slice lists them
+(the API server refuses their loopback IPs in IPv4 slices). `RevisionBackends` gives each
+revision Service one slice of its own instead: 127.0.0.1 and the port of a small server
+that answers with the revision's name. So every request Traefik forwards lands on
+127.0.0.1, and its answer says which revision the route sent it to.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import os
@@ -35,17 +36,17 @@ from typing import IO, Any, Self
 import httpx
 
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_REVISION
-from infergate.render.launch import HTTP_PORT
 from tests.harness import Cluster
 
 TRAEFIK_VERSION = "v3.6.12"
 CONTROLLER_NAME = "traefik.io/gateway-controller"
 START_TIMEOUT_S = 60.0
-LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-# The one path the pod servers answer. The parity runner the operator starts for a canary
-# polls GET /health on the same pods and keeps waiting while it is not 200, exactly as it
-# does for a KWOK pod where nothing listens, so the test's verdicts stay the only ones.
+# The one path the revision servers answer. The parity runner the operator starts for a
+# canary finds them through the same slices and polls GET /health: it keeps waiting while
+# that is not 200, as it does for KWOK pods, so the test's verdicts stay the only ones.
 WHOAMI = "/whoami"
+SLICE_SUFFIX = "gateway-test"
+SLICE_MANAGER = "gateway-test.infergate.io"
 
 
 def traefik_binary() -> Path:
@@ -92,6 +93,9 @@ class Traefik:
                 f"--entryPoints.web.address=127.0.0.1:{self.web_port}",
                 f"--entryPoints.traefik.address=127.0.0.1:{self.api_port}",
                 "--api.insecure=true",
+                # The dashboard's assets are not in the Go module; its API is all we read.
+                "--api.dashboard=false",
+                "--log.noColor=true",
                 "--ping=true",
                 "--log.level=INFO",
                 "--providers.kubernetesgateway=true",
@@ -194,16 +198,12 @@ def gateway_objects(
     ]
 
 
-class _PodHandler(BaseHTTPRequestHandler):
-    server: _PodServer
+class _RevisionHandler(BaseHTTPRequestHandler):
+    server: _RevisionServer
 
     def do_GET(self) -> None:
-        owner = self.server.backends.owner(str(self.server.server_address[0]))
-        body = json.dumps({"revision": owner[0], "pod": owner[1]} if owner else {}).encode()
-        if self.path != WHOAMI:
-            self.send_response(404)
-        else:
-            self.send_response(200 if owner else 503)
+        body = json.dumps({"revision": self.server.revision}).encode()
+        self.send_response(200 if self.path == WHOAMI else 404)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -213,57 +213,73 @@ class _PodHandler(BaseHTTPRequestHandler):
         return
 
 
-class _PodServer(ThreadingHTTPServer):
+class _RevisionServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], backends: PodBackends) -> None:
-        self.backends = backends
-        super().__init__(address, _PodHandler)
+    def __init__(self, revision: str) -> None:
+        self.revision = revision
+        super().__init__(("127.0.0.1", 0), _RevisionHandler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
 
 
-class PodBackends:
-    """An HTTP server on each live pod's IP and container port, answering GET /whoami with
-    the pod's revision: the engine the pod would run, made real enough to count who got a
-    request.
+def revision_slice(service: str, namespace: str, port: int) -> dict[str, Any]:
+    """An EndpointSlice of `service`: one ready endpoint, 127.0.0.1:`port`, on the Service's
+    port `http`. FQDN, as the local executor publishes its pods (the API server refuses
+    loopback addresses in IPv4 slices); Traefik reads the addresses of every slice type."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service}-{SLICE_SUFFIX}",
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
+            },
+        },
+        "addressType": "FQDN",
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+    }
 
-    `sync` follows the pods (scale-ups and promotions add some, scale-downs remove some);
-    an address whose pod is gone answers 503, so a stale route shows as an error."""
+
+class RevisionBackends:
+    """One HTTP server per revision on 127.0.0.1, answering GET /whoami with the revision's
+    name, and an EndpointSlice that makes it the endpoint of the revision's Service: the
+    engine pods, made real enough to count who got a request.
+
+    `sync` follows the revision Services the operator creates (a canary's appears with its
+    rollout)."""
 
     def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.name = name
-        self._owners: dict[str, tuple[str, str]] = {}
-        self._servers: dict[str, _PodServer] = {}
-        self._lock = threading.Lock()
-
-    def owner(self, ip: str) -> tuple[str, str] | None:
-        with self._lock:
-            return self._owners.get(ip)
+        self._servers: dict[str, _RevisionServer] = {}
 
     def sync(self) -> dict[str, str]:
-        """Listen on every live pod's address; pod IP -> revision."""
-        pods = self.cluster.get_json(
-            "pods", "-n", self.namespace, "-l", f"{LABEL_DEPLOYMENT}={self.name}"
+        """Serve every revision Service there is; endpoint host:port -> revision."""
+        services = self.cluster.get_json(
+            "services", "-n", self.namespace, "-l", f"{LABEL_DEPLOYMENT}={self.name}"
         )["items"]
-        owners = {}
-        for pod in pods:
-            ip = (pod.get("status") or {}).get("podIP")
-            if not ip or pod["metadata"].get("deletionTimestamp"):
-                continue
-            if ipaddress.ip_address(ip) not in LOOPBACK:
-                raise AssertionError(f"pod {pod['metadata']['name']} has IP {ip}, off loopback")
-            owners[ip] = (pod["metadata"]["labels"][LABEL_REVISION], pod["metadata"]["name"])
-        with self._lock:
-            self._owners = owners
-        for ip in owners.keys() - self._servers.keys():
-            server = _PodServer((ip, HTTP_PORT), self)
+        for service in services:
+            revision = service["metadata"]["labels"].get(LABEL_REVISION)
+            if revision is None or revision in self._servers:
+                continue  # the serving Service `<name>`, or served already
+            server = _RevisionServer(revision)
             threading.Thread(target=server.serve_forever, daemon=True).start()
-            self._servers[ip] = server
-        return {ip: revision for ip, (revision, _) in owners.items()}
+            self._servers[revision] = server
+            self.cluster.apply(
+                revision_slice(service["metadata"]["name"], self.namespace, server.port)
+            )
+        return self.endpoints()
 
-    def listening(self) -> set[str]:
-        return set(self._servers)
+    def endpoints(self) -> dict[str, str]:
+        """host:port -> revision of every server."""
+        return {f"127.0.0.1:{s.port}": r for r, s in self._servers.items()}
 
     def close(self) -> None:
         for server in self._servers.values():
