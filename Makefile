@@ -26,7 +26,7 @@ VENV_STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(OPERATOR_LOCK) | s
 help:
 	@echo "make demo    bring up the local cluster and show infergate at work"
 	@echo "make test    lint, unit, cluster integration and end-to-end tests"
-	@echo "other: test-slow setup lint crds crds-check cluster-up cluster-down bench clean"
+	@echo "other: test-slow test-gateway setup lint crds crds-check cluster-up cluster-down bench clean"
 
 $(VENV_STAMP): pyproject.toml $(OPERATOR_LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -221,8 +221,9 @@ def route_weights(cluster: Cluster, namespace: str) -> dict[str, int] | None:
 def test_gateway_weights_wait_for_the_verdict_then_follow_the_steps(
     cluster: Cluster, idep_namespace: str
 ) -> None:
-    """The HTTPRoute against the Gateway API CRDs installed on the local cluster (there is
-    no Gateway implementation here: the weights are what one would apply)."""
+    """The HTTPRoute against the Gateway API CRDs installed on the local cluster (no Gateway
+    implementation here: the weights are what one would apply; test_gateway_traefik.py
+    sends requests through Traefik by them)."""
     manifest = deployment_manifest()
     manifest["spec"]["rollout"]["traffic"] = {
         "mode": "gateway",

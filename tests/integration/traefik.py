@@ -1,0 +1,314 @@
+"""A real Gateway API implementation on 127.0.0.1 for tests: Traefik with its Kubernetes
+Gateway provider, against the local cluster, and HTTP servers standing in for engine pods.
+
+The binary is built from its Go module by hack/build-traefik.sh (cached by version under
+$INFERGATE_CACHE/bin); `$INFERGATE_TRAEFIK` names it (mk/gateway.mk sets it). Traefik
+watches one namespace, takes only the GatewayClass carrying this run's label, listens on
+free loopback ports, never calls home (version check and usage statistics off), and is
+stopped, by its own pid, after.
+
+Traefik sends a route's requests to the ready addresses of the backend Service's
+EndpointSlices (pkg/provider/kubernetes/gateway `getBackendAddresses`), never to its
+ClusterIP (fictional here) unless nativeLB is asked for, which it is not. The operator's
+engine pods land on KWOK's simulated nodes, where nothing listens and no slice lists them
+(the API server refuses their loopback IPs in IPv4 slices). `RevisionBackends` gives each
+revision Service one slice of its own instead: 127.0.0.1 and the port of a small server
+that answers with the revision's name. So every request Traefik forwards lands on
+127.0.0.1, and its answer says which revision the route sent it to.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+import httpx
+
+from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_REVISION
+from tests.harness import Cluster
+
+TRAEFIK_VERSION = "v3.6.12"
+CONTROLLER_NAME = "traefik.io/gateway-controller"
+START_TIMEOUT_S = 60.0
+# The one path the revision servers answer. The parity runner the operator starts for a
+# canary finds them through the same slices and polls GET /health: it keeps waiting while
+# that is not 200, as it does for KWOK pods, so the test's verdicts stay the only ones.
+WHOAMI = "/whoami"
+SLICE_SUFFIX = "gateway-test"
+SLICE_MANAGER = "gateway-test.infergate.io"
+
+
+def traefik_binary() -> Path:
+    named = os.environ.get("INFERGATE_TRAEFIK")
+    if named:
+        return Path(named)
+    cache = Path(os.environ.get("INFERGATE_CACHE", Path.home() / ".cache" / "infergate"))
+    return cache / "bin" / f"traefik-{TRAEFIK_VERSION}" / "traefik"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Traefik:
+    """One running Traefik; a context manager that stops it."""
+
+    binary: Path
+    kubeconfig: Path
+    namespace: str
+    class_label: str
+    root: Path
+    web_port: int = field(default_factory=free_port)
+    api_port: int = field(default_factory=free_port)
+    _process: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def start(self) -> Self:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._log = (self.root / "traefik.log").open("wb")
+        self._process = subprocess.Popen(
+            [
+                str(self.binary),
+                "--global.checkNewVersion=false",
+                "--global.sendAnonymousUsage=false",
+                f"--entryPoints.web.address=127.0.0.1:{self.web_port}",
+                f"--entryPoints.traefik.address=127.0.0.1:{self.api_port}",
+                "--api.insecure=true",
+                # The dashboard's assets are not in the Go module; its API is all we read.
+                "--api.dashboard=false",
+                "--log.noColor=true",
+                "--ping=true",
+                "--log.level=INFO",
+                "--providers.kubernetesgateway=true",
+                f"--providers.kubernetesgateway.namespaces={self.namespace}",
+                f"--providers.kubernetesgateway.labelSelector={self.class_label}",
+                "--providers.kubernetesgateway.statusAddress.ip=127.0.0.1",
+            ],
+            # KUBECONFIG: the provider's client for a cluster it does not run in.
+            env={
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "KUBECONFIG": str(self.kubeconfig),
+            },
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.root,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"traefik exited {self._process.returncode}: {self.log()}")
+            try:
+                if httpx.get(self._api("/ping"), timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"traefik did not answer /ping within {START_TIMEOUT_S}s: {self.log()}")
+
+    def _api(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.api_port}{path}"
+
+    def services(self) -> list[dict[str, Any]]:
+        """Traefik's HTTP services as its API shows them (what it routes with now)."""
+        response = httpx.get(self._api("/api/http/services"), params={"per_page": 500}, timeout=5)
+        response.raise_for_status()
+        listed: list[dict[str, Any]] = response.json()
+        return listed
+
+    def log(self) -> str:
+        path = self.root / "traefik.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def stop(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        self._process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def gateway_objects(
+    gateway_class: str, class_label: str, gateway: str, namespace: str, port: int
+) -> list[dict[str, Any]]:
+    """A GatewayClass Traefik takes (by controller name and this run's label) and a Gateway
+    with one HTTP listener on Traefik's entrypoint port, for routes of its own namespace."""
+    key, value = class_label.split("=", 1)
+    return [
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "GatewayClass",
+            "metadata": {"name": gateway_class, "labels": {key: value}},
+            "spec": {"controllerName": CONTROLLER_NAME},
+        },
+        {
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": gateway, "namespace": namespace},
+            "spec": {
+                "gatewayClassName": gateway_class,
+                "listeners": [
+                    {
+                        "name": "web",
+                        "port": port,
+                        "protocol": "HTTP",
+                        "allowedRoutes": {"namespaces": {"from": "Same"}},
+                    }
+                ],
+            },
+        },
+    ]
+
+
+class _RevisionHandler(BaseHTTPRequestHandler):
+    server: _RevisionServer
+
+    def do_GET(self) -> None:
+        body = json.dumps({"revision": self.server.revision}).encode()
+        self.send_response(200 if self.path == WHOAMI else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        return
+
+
+class _RevisionServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, revision: str) -> None:
+        self.revision = revision
+        super().__init__(("127.0.0.1", 0), _RevisionHandler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+
+def revision_slice(service: str, namespace: str, port: int) -> dict[str, Any]:
+    """An EndpointSlice of `service`: one ready endpoint, 127.0.0.1:`port`, on the Service's
+    port `http`. FQDN, as the local executor publishes its pods (the API server refuses
+    loopback addresses in IPv4 slices); Traefik reads the addresses of every slice type."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service}-{SLICE_SUFFIX}",
+            "namespace": namespace,
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": SLICE_MANAGER,
+            },
+        },
+        "addressType": "FQDN",
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}],
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+    }
+
+
+class RevisionBackends:
+    """One HTTP server per revision on 127.0.0.1, answering GET /whoami with the revision's
+    name, and an EndpointSlice that makes it the endpoint of the revision's Service: the
+    engine pods, made real enough to count who got a request.
+
+    `sync` follows the revision Services the operator creates (a canary's appears with its
+    rollout)."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.name = name
+        self._servers: dict[str, _RevisionServer] = {}
+
+    def sync(self) -> dict[str, str]:
+        """Serve every revision Service there is; endpoint host:port -> revision."""
+        services = self.cluster.get_json(
+            "services", "-n", self.namespace, "-l", f"{LABEL_DEPLOYMENT}={self.name}"
+        )["items"]
+        for service in services:
+            revision = service["metadata"]["labels"].get(LABEL_REVISION)
+            if revision is None or revision in self._servers:
+                continue  # the serving Service `<name>`, or served already
+            server = _RevisionServer(revision)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self._servers[revision] = server
+            self.cluster.apply(
+                revision_slice(service["metadata"]["name"], self.namespace, server.port)
+            )
+        return self.endpoints()
+
+    def endpoints(self) -> dict[str, str]:
+        """host:port -> revision of every server."""
+        return {f"127.0.0.1:{s.port}": r for r, s in self._servers.items()}
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.shutdown()
+            server.server_close()
+        self._servers.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def binomial_interval(n: int, p: float, confidence: float = 0.999) -> tuple[int, int]:
+    """The counts of a Binomial(n, p) outside which each tail holds at most (1-confidence)/2."""
+    tail = (1 - confidence) / 2
+    pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+    low, below = 0, 0.0
+    while below + pmf[low] <= tail:
+        below += pmf[low]
+        low += 1
+    high, above = n, 0.0
+    while above + pmf[high] <= tail:
+        above += pmf[high]
+        high -= 1
+    return low, high
