@@ -91,12 +91,12 @@ def can_probe_layers(target: SideTarget) -> bool:
 
 def stand_in_notes(sides: Sequence[SideTarget]) -> tuple[str, ...]:
     """What the report and the reason say of each side whose layers came from a stand-in."""
-    notes = []
+    by_note: dict[str, list[str]] = {}
     for target in sides:
         plan = layer_probe_plan(target.engine)
         if plan.stand_in:
-            notes.append(f"{target.side} ({target.engine}): {plan.note}")
-    return tuple(notes)
+            by_note.setdefault(plan.note, []).append(f"{target.side} ({target.engine})")
+    return tuple(f"{', '.join(who)}: {note}" for note, who in by_note.items())
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from infergate.runner.layers import spread_positions, worst_prompts
+from infergate.runner.layers import spread_positions, stand_in_notes, worst_prompts
 from infergate.runner.report_store import read_report
 from infergate.runner.run import EXIT_DONE, run_check
+from infergate.runner.sides import SideTarget
 
 from .fakes import FakeApi, ToyConnector, ToyEngine
 from .test_run import (
@@ -183,3 +184,33 @@ def test_a_vllm_side_without_a_stand_in_is_not_localised_and_the_report_says_why
     html = read_report(api.config_maps["check-report"]["data"], {})["report.html"]
     assert "candidate (vllm) cannot return intermediate layers" in html
     assert said in html
+
+
+def _target(side: str, engine: str) -> SideTarget:
+    return SideTarget(
+        side=side,  # type: ignore[arg-type]
+        url="http://127.0.0.1:1",
+        model="fixture",
+        engine=engine,
+        engine_version="x",
+        dtype="bfloat16",
+        description=side,
+    )
+
+
+@pytest.mark.parametrize(
+    ("engines_", "expected"),
+    [
+        (("mindformers", "transformers"), []),
+        (("mindformers", "vllm"), ["candidate (vllm): vllm cannot return"]),
+        (("vllm", "vllm"), ["baseline (vllm), candidate (vllm): vllm cannot return"]),
+    ],
+)
+def test_each_side_whose_layers_come_from_a_stand_in_is_named_once(
+    engines_: tuple[str, str], expected: list[str]
+) -> None:
+    notes = stand_in_notes([_target("baseline", engines_[0]), _target("candidate", engines_[1])])
+    assert len(notes) == len(expected)
+    for note, start in zip(notes, expected, strict=True):
+        assert note.startswith(start)
+        assert "transformers reference" in note
