@@ -90,6 +90,7 @@ def revision(model: Path) -> tuple[str, dict[str, Any]]:
             "engine": {"kind": "vllm", "dtype": "bfloat16", "maxModelLen": 2048},
             "accelerator": {"kind": "nvidia-gpu"},
             "replicas": 1,
+            "rollout": {"autoPromote": False},
         }
     )
     rendered = render_revision("qwen", "default", spec)
