@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "fixture": "fixture",
     "serve": "serve",
     "fingerprints": "fingerprints",
+    "layer-stand-in": "layer_stand_in",
     "record": "record",
     "operator": "operator",
     "promote": "control",

@@ -39,6 +39,7 @@ from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.phases import is_check_terminal
 from infergate.render.check_children import (
     FINGERPRINT_PORT,
+    PROBE_CONTAINER,
     probe_pod,
     probe_service,
     report_config_map,
@@ -59,6 +60,7 @@ from infergate.render.check_names import (
 )
 from infergate.render.labels import engine_pod_selector
 from infergate.render.launch import HTTP_PORT
+from infergate.render.layer_stand_in import LAYERS_PORT, StandInDecision, decide_stand_in
 from infergate.render.network import Peer
 
 RELEASED_MESSAGE = (
@@ -368,14 +370,18 @@ def _before_runner(state: CheckState) -> CheckPlan:
         if pod is None:
             assert view.probe_template is not None  # noqa: S101 - a probe side has its template
             hidden = check.spec.hidden_states if check.spec is not None else True
+            stand_in = _stand_in(view)
             plan.create += [
-                probe_service(_body(check), side, HTTP_PORT, hidden_states=hidden),
+                probe_service(
+                    _body(check), side, HTTP_PORT, hidden_states=hidden, stand_in=stand_in
+                ),
                 probe_pod(
                     _body(check),
                     side,
                     view.probe_template,
                     hidden_states=hidden,
                     fingerprint_image=state.runner_image,
+                    stand_in=stand_in,
                 ),
             ]
             starting.append(side)
@@ -411,11 +417,18 @@ def _body(check: ObservedParityCheck) -> JSON:
     }
 
 
+def _stand_in(view: SideView) -> StandInDecision:
+    """Whether a vLLM side's probe runs the transformers stand-in for the layer probe."""
+    assert view.probe_template is not None  # noqa: S101 - a probe side has its template
+    pod_spec = view.probe_template["spec"]["template"]["spec"]
+    return decide_stand_in(pod_spec, PROBE_CONTAINER)
+
+
 def _runner_peers(state: CheckState) -> list[Peer]:
     """What the runner may connect to: each side's revision pods on the engine port, its
-    probe on the ports the probe serves (the engine's, for hidden states, and the
-    fingerprint server's), and the API server. Endpoint sides get nothing (see
-    check_children)."""
+    probe on the ports the probe serves (the engine's, for hidden states, the fingerprint
+    server's, and the layer stand-in's where it runs), and the API server. Endpoint sides
+    get nothing (see check_children)."""
     check = state.check
     hidden = check.spec.hidden_states if check.spec is not None else True
     peers: list[Peer] = []
@@ -425,6 +438,8 @@ def _runner_peers(state: CheckState) -> list[Peer]:
         if view.needs_probe:
             probe = {**child_labels(check.name, ROLE_PROBE), LABEL_SIDE: side}
             ports = (HTTP_PORT, FINGERPRINT_PORT) if hidden else (FINGERPRINT_PORT,)
+            if _stand_in(view).image is not None:
+                ports = (*ports, LAYERS_PORT)
             peers += [Peer(port, pods=probe) for port in ports]
     return [*peers, *state.api_server]
 

@@ -6,8 +6,10 @@ Every child is owned by its check (garbage-collected with it) and labelled with 
 
 A probe serves the last-layer hidden states of a vLLM revision: the revision's own pod
 template (same image, same pinned flags, same accelerator, node selection and
-tolerations) with vLLM's pooling runner switched on. It carries only probe labels, so
-neither the revision's Service nor the stable Service ever sends it traffic.
+tolerations) with vLLM's pooling runner switched on, our fingerprint server beside it,
+and, where it can run, the transformers stand-in that answers the per-layer probe for
+vLLM (`render.layer_stand_in`). It carries only probe labels, so neither the revision's
+Service nor the stable Service ever sends it traffic.
 
 The runner's Role names every object it may read (`resourceNames`), and may write only
 its own check's status and its own report ConfigMap: a compromised runner can neither
@@ -51,6 +53,13 @@ from infergate.render.check_names import (
     runner_name,
 )
 from infergate.render.launch import CONFIG_PATH, POD_IP_REF
+from infergate.render.layer_stand_in import (
+    ANNOTATION_LAYER_STAND_IN,
+    LAYERS_PORT,
+    LAYERS_PORT_NAME,
+    StandInDecision,
+    stand_in_container,
+)
 from infergate.render.network import Peer
 from infergate.render.objects import SHM_VOLUME
 from infergate.render.vllm import pooling_args
@@ -137,22 +146,26 @@ def probe_pod(
     *,
     hidden_states: bool = True,
     fingerprint_image: str,
+    stand_in: StandInDecision | None = None,
 ) -> JSON:
     """The probe of one vLLM side, from its revision's Deployment: the same pod template,
     with (for hidden states) the engine switched to vLLM's pooling runner, and beside it
-    our fingerprint server. Without hidden states only the fingerprint server runs, with
-    no accelerator."""
+    our fingerprint server and (`stand_in` with an image) the transformers stand-in that
+    answers the layer probe (`render.layer_stand_in`). Without hidden states the engine
+    does not run, and the pod requests no accelerator."""
     name = check["metadata"]["name"]
     template = copy.deepcopy(revision_deployment["spec"]["template"])
     spec: JSON = template["spec"]
     containers = spec["containers"]
     engine = next((c for c in containers if c.get("name") == PROBE_CONTAINER), containers[0])
-    sidecar = _fingerprint_container(engine, fingerprint_image)
+    sidecars = [_fingerprint_container(engine, fingerprint_image)]
+    if stand_in is not None and stand_in.image is not None:
+        sidecars.append(stand_in_container(engine, stand_in.image))
     if hidden_states:
         engine["args"] = pooling_args(engine.get("args") or [])
-        spec["containers"] = [engine, sidecar]
+        spec["containers"] = [engine, *sidecars]
     else:
-        spec["containers"] = [sidecar]
+        spec["containers"] = sidecars
     labels = {**child_labels(name, ROLE_PROBE), LABEL_SIDE: side}
     annotations = {
         k: v
@@ -173,9 +186,16 @@ def probe_pod(
 
 
 def probe_service(
-    check: Mapping[str, Any], side: SideName, port: int, *, hidden_states: bool = True
+    check: Mapping[str, Any],
+    side: SideName,
+    port: int,
+    *,
+    hidden_states: bool = True,
+    stand_in: StandInDecision | None = None,
 ) -> JSON:
-    """The Service the runner resolves a probe by (its EndpointSlices, like any side)."""
+    """The Service the runner resolves a probe by (its EndpointSlices, like any side); with
+    `stand_in`, its layers port when the stand-in runs and an annotation saying whether
+    it does, or why not (the runner reads it into the report)."""
     name = check["metadata"]["name"]
     labels = {**child_labels(name, ROLE_PROBE), LABEL_SIDE: side}
     ports = [
@@ -188,10 +208,22 @@ def probe_service(
     ]
     if hidden_states:
         ports.insert(0, {"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"})
+    metadata = _metadata(check, probe_name(name, side), labels)
+    if stand_in is not None:
+        metadata["annotations"] = {ANNOTATION_LAYER_STAND_IN: stand_in.annotation}
+        if stand_in.image is not None:
+            ports.append(
+                {
+                    "name": LAYERS_PORT_NAME,
+                    "port": LAYERS_PORT,
+                    "targetPort": LAYERS_PORT_NAME,
+                    "protocol": "TCP",
+                }
+            )
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(check, probe_name(name, side), labels),
+        "metadata": metadata,
         "spec": {"type": "ClusterIP", "selector": labels, "ports": ports},
     }
 

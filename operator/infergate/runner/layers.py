@@ -12,9 +12,14 @@ L2 P99) at the embeddings to that limit at the final norm: noise grows with dept
 (DESIGN.md section 5: bf16 against fp32 at Qwen2.5-7B's shape, 0.014 after layer 1 to
 0.066 after layer 28, a factor of ~5), so the input end is held tighter than the output.
 
-A side that cannot answer (vLLM returns only its last layer; a golden record has no
-live side) is not localised, and the report says why: the transformers stand-in loaded
-with the same weights is not started by the runner yet.
+vLLM returns only its last layer: for a vLLM side the transformers stand-in in its
+probe pod answers (`infergate.render.layer_stand_in`, loaded with the side's weights,
+dtype and numeric overrides on the first request), and both the verdict's reason and
+the report say that side's layers came from the stand-in (`layer_probe_plan`). The
+stand-in reproduces the weights and numeric configuration, not vLLM's kernels, so
+where it finds no diverging layer the report says a difference of the engine itself
+would not show there. A side nothing answers for (no stand-in could start, a golden
+record has no live side) is not localised, and the report says why.
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ import numpy as np
 from infergate.engines.client import EngineClientError
 from infergate.engines.layer_probe import LayerProbe, LayerStates
 from infergate.parity.layers import (
-    LAYER_PROBE_ENGINES,
     LayerDivergence,
     depth_band,
+    layer_probe_plan,
     localise,
     per_layer_errors,
 )
@@ -47,6 +52,11 @@ _INPUT_BAND_FRACTION: Final = 0.1
 _DEFAULT_LAST_BAND: Final = 0.1
 """The final-state limit when the profile sets no hidden-state limit: above the 0.066 bf16
 against fp32 reaches after 28 layers at Qwen2.5-7B's shape (DESIGN.md section 5)."""
+_KERNELS_UNSEEN: Final = (
+    "no layer left the band in the stand-in's states: it reproduces the weights, dtype and "
+    "numeric overrides, not vLLM's kernels, so a difference inside the engine itself (its "
+    "version, kernels or flags) does not show there"
+)
 _NOISE_FLOOR: Final = 1e-6
 """Least band at any state: fp32 across frameworks differs by ~5e-7 on the fixture
 (experiments/RESULTS.md), so a tighter band would blame rounding."""
@@ -68,15 +78,25 @@ LayerOpener = Callable[[SideTarget, float], LayerSource | None]
 
 
 def open_layer_probe(target: SideTarget, timeout: float) -> LayerSource | None:
-    """Our adapter's layer probe at the side's URL; None when the side has none."""
-    if not can_probe_layers(target):
+    """The side's layer probe (its adapter or its stand-in); None when it has none."""
+    if target.layer_url is None:
         return None
-    return LayerProbe(target.url, target.model, timeout=timeout)
+    return LayerProbe(target.layer_url, target.model, timeout=timeout)
 
 
 def can_probe_layers(target: SideTarget) -> bool:
-    """The side is our adapter (it serves its own hidden states) of a layer-probe engine."""
-    return target.probe_kind == "adapter" and target.engine in LAYER_PROBE_ENGINES
+    """Something answers the layer probe for the side: our adapter, or a stand-in."""
+    return target.layer_url is not None
+
+
+def stand_in_notes(sides: Sequence[SideTarget]) -> tuple[str, ...]:
+    """What the report and the reason say of each side whose layers came from a stand-in."""
+    by_note: dict[str, list[str]] = {}
+    for target in sides:
+        plan = layer_probe_plan(target.engine)
+        if plan.stand_in:
+            by_note.setdefault(plan.note, []).append(f"{target.side} ({target.engine})")
+    return tuple(f"{', '.join(who)}: {note}" for note, who in by_note.items())
 
 
 @dataclass(frozen=True)
@@ -132,17 +152,17 @@ def localise_failure(
     baseline, candidate = sides
     cannot = [t for t in sides if not can_probe_layers(t)]
     if cannot:
-        who = ", ".join(f"{t.side} ({t.engine})" for t in cannot)
-        return LayerReport.skipped(
-            f"{who} cannot return intermediate layers (only MindFormers and transformers "
-            "adapters answer the layer probe; the transformers stand-in for vLLM is not "
-            "started by the runner yet)"
+        who = "; ".join(
+            f"{t.side} ({t.engine}) cannot return intermediate layers"
+            + (f": {t.layer_missing}" if t.layer_missing else "")
+            for t in cannot
         )
+        return LayerReport.skipped(who)
     base_probe, cand_probe = opener(baseline, timeout), opener(candidate, timeout)
     if base_probe is None or cand_probe is None:
         return LayerReport.skipped("no layer probe")
     try:
-        return _localise(result, (base_probe, cand_probe), references)
+        return _localise(result, (base_probe, cand_probe), references, stand_in_notes(sides))
     finally:
         for probe in (base_probe, cand_probe):
             close = getattr(probe, "close", None)
@@ -154,6 +174,7 @@ def _localise(
     result: ParityResult,
     probes: tuple[LayerSource, LayerSource],
     references: Mapping[str, Sequence[int]],
+    stand_ins: tuple[str, ...] = (),
 ) -> LayerReport:
     base_probe, cand_probe = probes
     chosen = [p for p in worst_prompts(result.prompts) if p in references]
@@ -177,7 +198,8 @@ def _localise(
             base_parts.append(b.states)
             cand_parts.append(c.states)
     except (EngineClientError, OSError, ValueError, KeyError) as err:
-        return LayerReport.skipped(f"the layer probe failed: {err}")
+        skipped = LayerReport.skipped(f"the layer probe failed: {err}")
+        return LayerReport(None, (*skipped.notes, *stand_ins), "")
     errors = per_layer_errors(
         np.concatenate(base_parts, axis=1), np.concatenate(cand_parts, axis=1), names
     )
@@ -189,7 +211,10 @@ def _localise(
         f"{errors.positions} positions teacher-forced on the baseline's sequences"
         + (", as 64-dim projections" if sketched else "")
     )
-    divergence: LayerDivergence = localise(errors, band, notes=(how,))
+    divergence: LayerDivergence = localise(errors, band, notes=(how, *stand_ins))
+    notes = divergence.notes
+    if stand_ins and divergence.index is None:
+        notes = (*notes, _KERNELS_UNSEEN)
     chart = layer_error_chart(
         names,
         [float(v) for v in errors.rel_l2],
@@ -198,5 +223,9 @@ def _localise(
         metric=divergence.metric,
         note=how,
     )
-    html = f"<h2>First diverging layer</h2><p>{escape(divergence.reason())}</p>{chart}"
-    return LayerReport(divergence.reason(), (how,), html)
+    reason = divergence.reason()
+    if stand_ins:
+        reason = f"{reason} [{'; '.join(stand_ins)}]"
+    paragraphs = "".join(f"<p>{escape(n)}</p>" for n in notes[1:])
+    html = f"<h2>First diverging layer</h2><p>{escape(reason)}</p>{paragraphs}{chart}"
+    return LayerReport(reason, notes, html)

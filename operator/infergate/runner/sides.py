@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from infergate.api.parity_check import ParityCheckSpec, Side
 from infergate.engines.client import ProbeKind
 from infergate.jsontypes import JSON
+from infergate.parity.layers import LAYER_PROBE_ENGINES
 from infergate.plan.check_sides import (
     RevisionConfig,
     RevisionConfigError,
@@ -37,6 +38,11 @@ from infergate.plan.check_sides import (
 from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.render.check_names import SideName, probe_name
 from infergate.render.labels import revision_object_name
+from infergate.render.layer_stand_in import (
+    ANNOTATION_LAYER_STAND_IN,
+    LAYERS_PORT_NAME,
+    STAND_IN_RUNS,
+)
 from infergate.runner.endpoints import EndpointResolutionError, first_ready_url
 
 UNKNOWN = "unknown"
@@ -116,6 +122,11 @@ class SideTarget:
     """What this side ran, as it reports it (empty: it reports nothing)."""
     revision_spec: dict[str, Any] | None = None
     """The revision's model, engine and accelerator (what `infergate diff` compares)."""
+    layer_url: str | None = None
+    """Where the per-layer probe answers: our adapter itself, or for vLLM the transformers
+    stand-in in its probe pod (None: nothing answers it)."""
+    layer_missing: str | None = None
+    """Why nothing answers the layer probe for this side (None: something does)."""
 
 
 def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str | None) -> str:
@@ -191,6 +202,9 @@ def resolve_side(
             **info.fingerprints(served),
             "tokenizer.probe_ids": info.probe_ids(url, pinned.served_model_name),
         }
+    layer_url, layer_missing = _layer_probe(reads, check, side_name, pinned.engine, what)
+    if described.serves_probe and pinned.engine in LAYER_PROBE_ENGINES:
+        layer_url, layer_missing = url, None
     if hidden:
         if described.serves_probe:
             probe_url, probe_kind = url, "adapter"
@@ -218,7 +232,35 @@ def resolve_side(
         probe_kind=probe_kind,
         fingerprints=fingerprints,
         revision_spec=_revision_spec(config_map),
+        layer_url=layer_url,
+        layer_missing=layer_missing,
     )
+
+
+def _layer_probe(
+    reads: ClusterReads, check: str, side_name: SideName, engine: str, what: str
+) -> tuple[str | None, str | None]:
+    """(where the side's layer probe answers, why none does) as its probe Service says.
+
+    A vLLM side's probe Service names the transformers stand-in's port when it runs, and
+    says in an annotation why it does not otherwise. Only a failed check asks, so a
+    stand-in that cannot be reached is a note in the report, never a failed resolution.
+    """
+    if not needs_probe(engine):
+        return None, f"engine {engine} does not serve our adapter's layer probe"
+    probe = probe_name(check, side_name)
+    service = reads.service(probe)
+    annotations = ((service or {}).get("metadata") or {}).get("annotations") or {}
+    said = annotations.get(ANNOTATION_LAYER_STAND_IN)
+    if said is None:
+        return None, f"its probe {probe} runs no transformers stand-in"
+    if said != STAND_IN_RUNS:
+        why = said.removeprefix("none: ")
+        return None, f"its probe {probe} runs no transformers stand-in: {why}"
+    try:
+        return service_url(reads, probe, f"{what} layer stand-in", port=LAYERS_PORT_NAME), None
+    except SideResolutionError as err:
+        return None, str(err)
 
 
 def _revision_spec(config_map: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -246,6 +288,7 @@ def _endpoint_side(
         )
     engine = described.engine or UNKNOWN
     dtype = described.dtype or UNKNOWN
+    layers = described.serves_probe and engine in LAYER_PROBE_ENGINES
     return SideTarget(
         side=side_name,
         url=url.rstrip("/"),
@@ -258,6 +301,8 @@ def _endpoint_side(
         probe_url=url.rstrip("/") if hidden else None,
         probe_kind="adapter" if hidden else None,
         fingerprints=dict(described.fingerprints),
+        layer_url=url.rstrip("/") if layers else None,
+        layer_missing=None if layers else f"{url} does not serve our adapter's layer probe",
     )
 
 

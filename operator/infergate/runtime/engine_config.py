@@ -1,9 +1,10 @@
-"""The pinned engine.json of a MindFormers revision, as the adapter server reads it.
+"""The pinned engine.json of a revision, as our servers beside or inside it read it.
 
-The operator renders it into the revision's ConfigMap (render/mindformers.py);
-`infergate serve --engine mindformers --engine-config engine.json` takes the
-model, dtype, length, seed and numeric overrides from it, so what runs is
-exactly what was hashed.
+The operator renders it into the revision's ConfigMap (render/mindformers.py,
+render/vllm.py); `infergate serve --engine mindformers --engine-config engine.json`
+takes the model, dtype, length, seed and numeric overrides from it, so what runs is
+exactly what was hashed. Beside a vLLM side, the fingerprint server and the layer
+stand-in read the same file (`fingerprint_settings`, `stand_in_settings`).
 """
 
 from __future__ import annotations
@@ -90,4 +91,51 @@ def serve_settings(config: dict[str, Any]) -> ServeSettings:
         served_model_name=config.get("servedModelName"),
         overrides=overrides,
         notes=notes,
+    )
+
+
+@dataclass(frozen=True)
+class StandInSettings:
+    """What the transformers stand-in of a vLLM side loads, from its pinned engine.json."""
+
+    model: Path
+    dtype: str
+    overrides: dict[str, float]
+    served_model_name: str
+    max_model_len: int | None
+    seed: int
+
+
+def stand_in_settings(config: dict[str, Any]) -> StandInSettings:
+    """The vLLM revision's model path, dtype and numeric overrides, for the stand-in.
+
+    Fails closed: an override the transformers reference cannot apply (anything but
+    CONFIG_KEYS) would make its layers differ from the side's for a reason of our own,
+    so it is refused, naming the key, rather than dropped.
+    """
+    if config.get("engine") != "vllm":
+        raise EngineConfigError(
+            f"field engine is {config.get('engine')!r}: the stand-in answers for vllm "
+            "revisions (the adapters answer the layer probe themselves)"
+        )
+    reference = str(_required(config, "model", "reference"))
+    if not reference.startswith("/"):
+        raise EngineConfigError(
+            f"field model.reference is {reference!r}: the stand-in loads the weights from the "
+            "mounted model directory (pvc:// or file:// model URIs)"
+        )
+    pinned = config.get("hfOverrides") or {}
+    unknown = sorted(k for k in pinned if k not in CONFIG_KEYS)
+    if unknown:
+        raise EngineConfigError(
+            f"field hfOverrides: {', '.join(unknown)} cannot be applied by the transformers "
+            f"stand-in (it applies {', '.join(CONFIG_KEYS)})"
+        )
+    return StandInSettings(
+        model=Path(reference),
+        dtype=str(_required(config, "dtype")),
+        overrides={k: float(v) for k, v in pinned.items()},
+        served_model_name=str(_required(config, "servedModelName")),
+        max_model_len=int(config["maxModelLen"]) if "maxModelLen" in config else None,
+        seed=int(config.get("seed", 42)),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infergate.api.enums import EngineKind
 from infergate.localcluster.executor import images
 from infergate.localcluster.executor.podspec import image_environment
 from infergate.localcluster.layout import repo_root
@@ -46,3 +47,20 @@ def test_vllm_pods_here_leave_thread_placement_to_the_os(tmp_path: Path) -> None
     for image in vllm:
         env = dict(image_environment(image, images.load(table)).extra_env)
         assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind", image
+
+
+def test_the_layer_stand_in_image_runs_our_cli_from_the_vllm_venv(tmp_path: Path) -> None:
+    """The stand-in beside a vLLM side runs in our vLLM image (render/layer_stand_in.py):
+    here that is the vLLM venv (torch and transformers), not the runner's dev venv."""
+    from infergate.render.layer_stand_in import stand_in_image
+
+    table = tmp_path / "executor.yaml"
+    images.write_default(table)
+    loaded = images.load(table)
+    upstream = DEFAULT_IMAGES[EngineKind.VLLM]
+    ours = stand_in_image(upstream)
+    assert ours is not None
+    stand_in = image_environment(ours, loaded)
+    assert stand_in.venv == image_environment(upstream, loaded).venv
+    assert stand_in.entrypoint == ("infergate",)
+    assert dict(stand_in.extra_env)["PYTHONPATH"] == str(repo_root() / "operator")

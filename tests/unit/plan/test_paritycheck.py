@@ -559,3 +559,62 @@ def test_api_server_addresses_come_from_the_pod_and_the_operators_flags(
 def test_an_api_server_address_that_is_not_cidr_and_port_is_refused(bad: str) -> None:
     with pytest.raises(ValueError, match=re.escape("give CIDR:PORT, e.g. 10.0.0.10/32:6443")):
         api_server_peers(None, None, [bad])
+
+
+# -- the layer stand-in of a vLLM side -----------------------------------------------------
+
+STAND_IN_TEMPLATE = {
+    "metadata": {"name": "qwen-aaaaaaaaaa"},
+    "spec": {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "engine",
+                        "image": "vllm/vllm-openai:v0.32.0",
+                        "args": ["serve", "/models/qwen"],
+                        "volumeMounts": [{"name": "model", "mountPath": "/models"}],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "model",
+                        "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
+                    }
+                ],
+            }
+        }
+    },
+}
+
+
+def test_a_vllm_side_with_mounted_weights_gets_the_stand_in_and_the_runner_may_reach_it() -> None:
+    sides = {
+        **READY_SIDES,
+        "baseline": SideView(
+            deployment="qwen",
+            revision="aaaaaaaaaa",
+            object_name="qwen-aaaaaaaaaa",
+            needs_probe=True,
+            probe_template=STAND_IN_TEMPLATE,
+        ),
+    }
+    plan = decide(state(check(), sides=sides))
+    service, pod = plan.create
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["engine", "fingerprints", "layers"]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http", "fingerprints", "layers"]
+    assert service["metadata"]["annotations"]["infergate.io/layer-stand-in"] == "transformers"
+    started = decide(state(check(), sides=sides, children=[probe(ready=True)]))
+    manifest = next(m for m in started.create if m["kind"] == "NetworkPolicy")
+    assert ("baseline", (("TCP", 8002),)) in _egress(manifest)
+
+
+def test_a_vllm_side_without_mounted_weights_gets_no_stand_in_and_no_port_for_it() -> None:
+    plan = decide(state(check()))  # TEMPLATE: no model volume (an hf:// or s3:// revision)
+    service, pod = plan.create
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["engine", "fingerprints"]
+    said = service["metadata"]["annotations"]["infergate.io/layer-stand-in"]
+    assert said.startswith("none: the weights are not a mounted directory")
+    started = decide(state(check(), children=[probe(ready=True)]))
+    manifest = next(m for m in started.create if m["kind"] == "NetworkPolicy")
+    assert all(("TCP", 8002) not in ports for _, ports in _egress(manifest))

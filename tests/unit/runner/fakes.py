@@ -30,7 +30,6 @@ from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
 from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.runner.drive import Channels
-from infergate.runner.layers import can_probe_layers
 from infergate.runner.overhead import RequestLog
 from infergate.runner.run import Connector
 from infergate.runner.sides import EndpointDescription, SideTarget
@@ -418,7 +417,7 @@ class ToyConnector:
         )
 
     def layers(self, target: SideTarget, timeout: float) -> ToyEngine | None:  # noqa: ARG002
-        return self.engines[target.url] if can_probe_layers(target) else None
+        return self.engines[target.layer_url] if target.layer_url is not None else None
 
     def describe(self, url: str) -> EndpointDescription:
         engine = self.engines[url]

