@@ -11,9 +11,10 @@ rollouts (the engines are shared: each step starts one canary, nothing more).
 3. a failed step: the next canary passes its shadow check and takes 20%; its pod then
    stops, and the route goes back to stable alone.
 
-There is no Gateway implementation on the local cluster: the HTTPRoutes are real objects
-of the Gateway API CRDs (installed from the sigs.k8s.io/gateway-api module) and the
-tests read the weights a Gateway would apply.
+Here the HTTPRoutes are real objects of the Gateway API CRDs (installed from the
+sigs.k8s.io/gateway-api module) and the tests read the weights a Gateway would apply;
+tests/integration/test_gateway_traefik.py shows a real Gateway (Traefik) routing requests
+by the weights the operator writes.
 """
 
 from __future__ import annotations
