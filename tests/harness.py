@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -12,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from infergate.localcluster.layout import ClusterLayout, cache_dir
 from infergate.localcluster.rest import RestClient
@@ -72,6 +74,22 @@ class Cluster:
     def pod_log(self, namespace: str, pod: str, container: str) -> str:
         path = self.layout.logs / "pods" / f"{namespace}_{pod}_{container}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def stop_process_group(
+    process: subprocess.Popen[bytes] | None, log: IO[bytes] | None, *, grace: float
+) -> None:
+    """Stop a server a test started in its own session (SIGTERM, then SIGKILL after
+    `grace` seconds) and close its log."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    if log is not None:
+        log.close()
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5) -> T:

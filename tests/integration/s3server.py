@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -24,7 +23,7 @@ from typing import IO, Self
 
 import pytest
 
-from tests.harness import REPO
+from tests.harness import REPO, stop_process_group
 
 VERSITYGW_VERSION = "v1.8.0"
 START_TIMEOUT_S = 30.0
@@ -125,18 +124,8 @@ class S3Server:
         return path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
     def stop(self) -> None:
-        process = self._process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        self._process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        stop_process_group(self._process, self._log, grace=10)
+        self._process, self._log = None, None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -36,7 +35,7 @@ from typing import IO, Any, Self
 import httpx
 
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_REVISION
-from tests.harness import Cluster
+from tests.harness import Cluster, stop_process_group
 
 TRAEFIK_VERSION = "v3.6.12"
 CONTROLLER_NAME = "traefik.io/gateway-controller"
@@ -141,18 +140,8 @@ class Traefik:
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def stop(self) -> None:
-        process = self._process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        self._process = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        stop_process_group(self._process, self._log, grace=15)
+        self._process, self._log = None, None
 
     def __enter__(self) -> Self:
         return self.start()
