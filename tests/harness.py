@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from types import TracebackType
+from typing import IO, Any, ClassVar, Self, TypeVar
 
 from infergate.localcluster.layout import ClusterLayout, cache_dir
 from infergate.localcluster.rest import RestClient
@@ -90,6 +91,33 @@ def stop_process_group(
             process.wait(timeout=10)
     if log is not None:
         log.close()
+
+
+class ServerProcess:
+    """A server a test starts as a process of its own session, used as a context manager:
+    `start()` sets `_process` and `_log`; leaving the block stops it (`stop_process_group`)."""
+
+    _process: subprocess.Popen[bytes] | None
+    _log: IO[bytes] | None
+    stop_grace: ClassVar[float] = 10.0
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        stop_process_group(self._process, self._log, grace=self.stop_grace)
+        self._process, self._log = None, None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5) -> T:

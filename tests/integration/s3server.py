@@ -18,12 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Self
 
 import pytest
 
-from tests.harness import REPO, stop_process_group
+from tests.harness import REPO, ServerProcess
 
 VERSITYGW_VERSION = "v1.8.0"
 START_TIMEOUT_S = 30.0
@@ -58,7 +57,7 @@ def _free_port() -> int:
 
 
 @dataclass
-class S3Server:
+class S3Server(ServerProcess):
     """One running gateway; a context manager that stops it."""
 
     binary: Path
@@ -122,21 +121,6 @@ class S3Server:
     def log(self) -> str:
         path = self.root / "server.log"
         return path.read_text(errors="replace")[-2000:] if path.exists() else ""
-
-    def stop(self) -> None:
-        stop_process_group(self._process, self._log, grace=10)
-        self._process, self._log = None, None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 @contextmanager

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any, ClassVar, Self
 
 import httpx
 
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_REVISION
-from tests.harness import Cluster, stop_process_group
+from tests.harness import Cluster, ServerProcess
 
 TRAEFIK_VERSION = "v3.6.12"
 CONTROLLER_NAME = "traefik.io/gateway-controller"
@@ -64,8 +64,10 @@ def free_port() -> int:
 
 
 @dataclass
-class Traefik:
+class Traefik(ServerProcess):
     """One running Traefik; a context manager that stops it."""
+
+    stop_grace: ClassVar[float] = 15.0
 
     binary: Path
     kubeconfig: Path
@@ -138,21 +140,6 @@ class Traefik:
     def log(self) -> str:
         path = self.root / "traefik.log"
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
-
-    def stop(self) -> None:
-        stop_process_group(self._process, self._log, grace=15)
-        self._process, self._log = None, None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def gateway_objects(
