@@ -51,22 +51,28 @@ class FingerprintSettings:
 
 def fingerprint_settings(config: dict[str, Any]) -> FingerprintSettings:
     """The model directory, dtype and pinned numeric overrides of a vLLM revision."""
-    if config.get("engine") != "vllm":
-        raise EngineConfigError(
-            f"field engine is {config.get('engine')!r}: fingerprints are served for vllm "
-            "revisions (the adapters serve their own)"
-        )
-    reference = str(_required(config, "model", "reference"))
-    if not reference.startswith("/"):
-        raise EngineConfigError(
-            f"field model.reference is {reference!r}: fingerprints are read from the model "
-            "directory, so the revision must load from a path (pvc:// or file:// model URIs)"
-        )
+    model = _vllm_model_dir(
+        config,
+        "fingerprints are served for vllm revisions (the adapters serve their own)",
+        "fingerprints are read from the model directory, so the revision must load from a path",
+    )
     overrides_in = config.get("hfOverrides") or {}
     overrides = {k: float(overrides_in[k]) for k in CONFIG_KEYS if k in overrides_in}
     return FingerprintSettings(
-        model=Path(reference), dtype=str(_required(config, "dtype")), overrides=overrides
+        model=model, dtype=str(_required(config, "dtype")), overrides=overrides
     )
+
+
+def _vllm_model_dir(config: dict[str, Any], engine_why: str, path_why: str) -> Path:
+    """The model directory of a vLLM revision's engine.json, or an error naming the field."""
+    if config.get("engine") != "vllm":
+        raise EngineConfigError(f"field engine is {config.get('engine')!r}: {engine_why}")
+    reference = str(_required(config, "model", "reference"))
+    if not reference.startswith("/"):
+        raise EngineConfigError(
+            f"field model.reference is {reference!r}: {path_why} (pvc:// or file:// model URIs)"
+        )
+    return Path(reference)
 
 
 def serve_settings(config: dict[str, Any]) -> ServeSettings:
@@ -113,17 +119,11 @@ def stand_in_settings(config: dict[str, Any]) -> StandInSettings:
     CONFIG_KEYS) would make its layers differ from the side's for a reason of our own,
     so it is refused, naming the key, rather than dropped.
     """
-    if config.get("engine") != "vllm":
-        raise EngineConfigError(
-            f"field engine is {config.get('engine')!r}: the stand-in answers for vllm "
-            "revisions (the adapters answer the layer probe themselves)"
-        )
-    reference = str(_required(config, "model", "reference"))
-    if not reference.startswith("/"):
-        raise EngineConfigError(
-            f"field model.reference is {reference!r}: the stand-in loads the weights from the "
-            "mounted model directory (pvc:// or file:// model URIs)"
-        )
+    model = _vllm_model_dir(
+        config,
+        "the stand-in answers for vllm revisions (the adapters answer the layer probe themselves)",
+        "the stand-in loads the weights from the mounted model directory",
+    )
     pinned = config.get("hfOverrides") or {}
     unknown = sorted(k for k in pinned if k not in CONFIG_KEYS)
     if unknown:
@@ -132,7 +132,7 @@ def stand_in_settings(config: dict[str, Any]) -> StandInSettings:
             f"stand-in (it applies {', '.join(CONFIG_KEYS)})"
         )
     return StandInSettings(
-        model=Path(reference),
+        model=model,
         dtype=str(_required(config, "dtype")),
         overrides={k: float(v) for k, v in pinned.items()},
         served_model_name=str(_required(config, "servedModelName")),
