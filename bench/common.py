@@ -376,6 +376,35 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def histogram_totals(text: str, name: str, *labels: str) -> dict[str, list[float]]:
+    """[sum, count] of the histogram `name` per value of `labels` (joined with a space)."""
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name not in (f"{name}_sum", f"{name}_count"):
+                continue
+            key = " ".join(sample.labels.get(k, "") for k in labels)
+            slot = totals.setdefault(key, [0.0, 0.0])
+            slot[0 if sample.name.endswith("_sum") else 1] += sample.value
+    return totals
+
+
+def histogram_means(
+    before: dict[str, list[float]] | None, after: dict[str, list[float]] | None
+) -> dict[str, dict[str, float]]:
+    """Per key: how many observations between two `histogram_totals`, their mean and sum."""
+    if before is None or after is None:
+        return {}
+    means = {}
+    for key, (total, count) in sorted(after.items()):
+        earlier_total, earlier_count = before.get(key, [0.0, 0.0])
+        n = count - earlier_count
+        if n > 0:
+            spent = total - earlier_total
+            means[key] = {"count": int(n), "mean_s": round(spent / n, 4), "sum_s": round(spent, 1)}
+    return means
+
+
 @dataclass(frozen=True)
 class ProcessSample:
     at: float  # time.monotonic()

@@ -64,6 +64,8 @@ from common import (
     by_name,
     canary_name,
     create_all,
+    histogram_means,
+    histogram_totals,
     host_busy_cores,
     host_cpu,
     idep_manifest,
@@ -249,6 +251,14 @@ class Run:
             }
             if text
             else None,
+            "steps": histogram_totals(text, "infergate_reconcile_step_seconds", "step")
+            if text
+            else None,
+            "request_seconds": histogram_totals(
+                text, "infergate_api_request_duration_seconds", "verb", "resource"
+            )
+            if text
+            else None,
             "cpu": sample.cpu_seconds if sample else None,
             "host": host_cpu(),
             "load": os.getloadavg()[0],
@@ -281,6 +291,12 @@ class Run:
             "requests_per_reconcile": round(rate["requests"] / total, 3) if total else None,
             "requests_per_non_quiet_reconcile": (
                 round(rate["requests"] / acting, 2) if acting else None
+            ),
+            # Where a reconcile's time went: queued behind the cap, the read, the writes; and
+            # each kind of request's mean time under this load.
+            "reconcile_steps": histogram_means(before["steps"], after["steps"]),
+            "api_request_seconds": histogram_means(
+                before["request_seconds"], after["request_seconds"]
             ),
             "operator_cpu_seconds": round(cpu, 1),
             "operator_cpu_share_of_one_core": round(cpu / seconds, 3) if seconds else None,

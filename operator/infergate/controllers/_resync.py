@@ -49,8 +49,11 @@ class Resyncer:
         wake_delay: float = 0.5,
         concurrency: int = 16,
         draw: Callable[[], float] = random.random,
+        on_start: Callable[[float], None] | None = None,
     ) -> None:
         self._reconcile = reconcile
+        # Told how long each reconcile waited past its due time (the concurrency cap).
+        self._on_start = on_start
         self.interval = interval
         self.concurrency = max(1, concurrency)
         # A change of one child comes with changes of others (a Deployment, its pods, the
@@ -96,6 +99,8 @@ class Resyncer:
                 key=self._due.__getitem__,
             )
             for key in ready[: max(0, self.concurrency - len(self._running))]:
+                if self._on_start is not None:
+                    self._on_start(now - self._due[key])
                 self._due[key] = now + self.interval
                 self._running[key] = asyncio.create_task(self._one(key))
             if len(self._running) >= self.concurrency:
@@ -167,15 +172,16 @@ class Schedule:
         indexes: Mapping[str, Any],
         *,
         concurrency: int = 16,
+        on_start: Callable[[float], None] | None = None,
     ) -> None:
         """Reconcile every key of the kopf index `index` every `interval` seconds, at most
-        `concurrency` at once."""
+        `concurrency` at once (`on_start`: told each one's wait past its due time)."""
 
         def known() -> list[OwnerKey]:
             found = indexes.get(index)
             return list(found) if found is not None else []
 
-        self.resyncer = Resyncer(reconcile, interval, concurrency=concurrency)
+        self.resyncer = Resyncer(reconcile, interval, concurrency=concurrency, on_start=on_start)
         self.task = asyncio.create_task(self.resyncer.run(known), name=f"resync-{index}")
 
     def wake(self, key: OwnerKey, *, delay: float | None = None) -> None:

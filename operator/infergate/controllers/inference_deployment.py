@@ -236,6 +236,10 @@ async def reconcile(
         finally:
             done = time.monotonic()
             metrics.RECONCILE_DURATION.labels(result).observe(done - started)
+            metrics.RECONCILE_STEP.labels("lock").observe(started - queued)
+            if read > started:
+                metrics.RECONCILE_STEP.labels("read").observe(read - started)
+                metrics.RECONCILE_STEP.labels("write").observe(done - read)
             log.debug(
                 "%s/%s reconciled on %s (%s): lock %.3fs, read %.3fs, decide and write %.3fs",
                 namespace, name, trigger, result, started - queued, read - started, done - read,
@@ -333,6 +337,7 @@ async def start_resync(**kwargs: Any) -> None:
         "known_deployments",
         indexes,
         concurrency=OPTIONS.concurrent_reconciles,
+        on_start=metrics.RECONCILE_STEP.labels("queued").observe,
     )
 
 

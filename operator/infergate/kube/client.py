@@ -9,6 +9,7 @@ request path, so every kind goes through one function that maps failures:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -239,6 +240,7 @@ class KubeClient:
         """One request; the decoded JSON answer (empty for an empty answer)."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
         metrics.API_REQUESTS.labels(verb, resource).inc()
+        started = time.monotonic()
         try:
             serialized = self._api.param_serialize(
                 method=verb,
@@ -256,6 +258,8 @@ class KubeClient:
         except (urllib3.exceptions.HTTPError, OSError) as error:
             metrics.API_ERRORS.labels(verb, resource, "0").inc()
             raise RetriableKubeError(f"{verb} {what}: no answer: {error}") from error
+        finally:
+            metrics.API_REQUEST_DURATION.labels(verb, resource).observe(time.monotonic() - started)
         if not data:
             return {}
         decoded: JSON = json.loads(data)
