@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from infergate.api.golden import GoldenSpec
@@ -31,6 +32,9 @@ class OperatorOptions:
     """Kubeconfig for the API client; None: in-cluster credentials, else the default file."""
     workers: int = 16
     """Threads for blocking API calls: reconciles of different deployments overlap their waits."""
+    write_workers: int = 32
+    """Threads for the independent writes of one reconcile (a canary's ConfigMap, Deployment
+    and Services), sent at once instead of one after another."""
     concurrent_reconciles: int = 16
     """Most deployment reconciles in flight at once: a burst of changes queues in the resync
     loop (earliest due first) instead of crowding the event loop and the threads."""
@@ -62,6 +66,7 @@ OPTIONS = OperatorOptions()
 # kopf's progress and diff-base annotations live under KOPF_PREFIX (controllers/startup.py).
 _client: KubeClient | None = None
 _events: EventPoster | None = None
+_writes: ThreadPoolExecutor | None = None
 
 
 def client() -> KubeClient:
@@ -80,8 +85,22 @@ def events() -> EventPoster:
     return _events
 
 
+def write_pool() -> ThreadPoolExecutor:
+    """The process's threads for a reconcile's independent writes, started on first use
+    (apart from the reconciles' own threads: a reconcile waits on them while holding one)."""
+    global _writes  # noqa: PLW0603 - one pool per process, started lazily
+    if _writes is None:
+        _writes = ThreadPoolExecutor(
+            max_workers=OPTIONS.write_workers, thread_name_prefix="infergate-write"
+        )
+    return _writes
+
+
 def close_client() -> None:
-    global _client, _events  # noqa: PLW0603 - see client() and events()
+    global _client, _events, _writes  # noqa: PLW0603 - see client(), events(), write_pool()
+    if _writes is not None:
+        _writes.shutdown(wait=True)
+        _writes = None
     if _events is not None:
         _events.close()
         _events = None

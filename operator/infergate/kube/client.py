@@ -104,7 +104,7 @@ BY_KIND: Mapping[str, Resource] = {
 }
 
 
-_POOL_SIZE = 32
+_POOL_SIZE = 64
 # urllib3's default would retry a 429 or 503 carrying Retry-After three times inside one
 # call, sleeping in the worker thread, unseen by `infergate.retry`: answers reach the one
 # retry policy instead. Only a connection that could not be opened is tried once more.
@@ -116,7 +116,8 @@ _TRANSPORT_RETRIES = urllib3.Retry(
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """Credentials from the pod's ServiceAccount when in a cluster, else from kubeconfig."""
     configuration = k8s_client.Configuration()
-    # One connection per worker thread, not the default 5 per CPU.
+    # One connection per thread that calls the API (reconciles, their writes, Events), not
+    # the default 5 per CPU: a connection beyond the pool is opened and thrown away.
     configuration.connection_pool_maxsize = _POOL_SIZE
     configuration.retries = _TRANSPORT_RETRIES
     if kubeconfig is None:

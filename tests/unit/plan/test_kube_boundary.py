@@ -10,6 +10,7 @@ import itertools
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from infergate.errors import (
     NotFoundError,
     PermanentKubeError,
     RetriableKubeError,
+    StaleObjectError,
     error_for_status,
     parse_retry_after,
 )
@@ -144,6 +146,58 @@ def test_a_stale_status_write_stops_the_whole_write() -> None:
     with pytest.raises(ConflictError):
         PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
     assert len(client.calls) == 1
+
+
+def test_a_stale_status_write_is_told_apart_from_a_child_conflict() -> None:
+    world = World()
+    plan = world.reconcile()
+    client = FakeClient({("status", NAME): ConflictError("stale", status=409)})
+    with pytest.raises(StaleObjectError):
+        PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
+    canary = f"{NAME}-{plan.status.revisions[0].hash}"
+    client = FakeClient({("create", canary): ConflictError("taken", status=409)})
+    with pytest.raises(ConflictError) as raised:
+        PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
+    assert not isinstance(raised.value, StaleObjectError)
+
+
+class MeetingClient(FakeClient):
+    """Every create waits until all `parties` creates have been sent: written one after
+    another, the first would wait for the others in vain (BrokenBarrierError)."""
+
+    def __init__(self, parties: int, failures: dict[tuple[str, str], Exception]) -> None:
+        super().__init__(failures)
+        self.meeting = threading.Barrier(parties, timeout=10)
+
+    def create(self, resource: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.meeting.wait()
+        return super().create(resource, namespace, body)
+
+
+def test_a_canarys_children_are_written_at_once_and_every_one_is_tried() -> None:
+    world = World()
+    plan = world.reconcile()
+    creates = [w for w in plan.sync.writes if type(w).__name__ == "Create"]
+    assert len(creates) == 4  # ConfigMap, Deployment, its Service, the stable Service
+    deployment = next(w.ref.name for w in creates if w.ref.kind == "Deployment")
+    broken = RetriableKubeError("busy", status=503)
+    client = MeetingClient(len(creates), {("create", NAME): broken})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        writer = PlanWriter(client, NAMESPACE, NAME, pool=pool)  # type: ignore[arg-type]
+        with pytest.raises(RetriableKubeError):
+            writer.write(plan, _body())  # type: ignore[arg-type]
+    assert client.calls[0] == ("status", "InferenceDeployment", NAME)
+    # The failing Service create did not keep the others from being sent.
+    assert sorted(kind for verb, kind, _ in client.calls if verb == "create") == [
+        "ConfigMap", "Deployment", "Service", "Service",
+    ]  # fmt: skip
+    assert ("create", "Deployment", deployment) in client.calls
+
+    client = MeetingClient(len(creates), {})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        result = PlanWriter(client, NAMESPACE, NAME, pool=pool).write(plan, _body())  # type: ignore[arg-type]
+    # Reported in plan order, whatever order the answers came in.
+    assert result.created == [str(w.ref) for w in creates]
 
 
 def test_repeated_creates_and_deletes_count_as_done() -> None:
