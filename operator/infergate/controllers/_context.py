@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from infergate.api.golden import GoldenSpec
 from infergate.controllers._resync import Schedule
+from infergate.kube.background import BackgroundWrites, QueuedWrite
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
@@ -35,6 +36,9 @@ class OperatorOptions:
     write_workers: int = 32
     """Threads for the independent writes of one reconcile (a canary's ConfigMap, Deployment
     and Services), sent at once instead of one after another."""
+    background_workers: int = 4
+    """Threads sending the writes no reconcile waits for (a Service's create and delete: the
+    API server allocates cluster IPs one at a time, so more threads would only queue there)."""
     concurrent_reconciles: int = 16
     """Most deployment reconciles in flight at once: a burst of changes queues in the resync
     loop (earliest due first) instead of crowding the event loop and the threads."""
@@ -67,6 +71,7 @@ OPTIONS = OperatorOptions()
 _client: KubeClient | None = None
 _events: EventPoster | None = None
 _writes: ThreadPoolExecutor | None = None
+_background: BackgroundWrites | None = None
 
 
 def client() -> KubeClient:
@@ -96,8 +101,28 @@ def write_pool() -> ThreadPoolExecutor:
     return _writes
 
 
+def start_background_writes(loop: asyncio.AbstractEventLoop) -> None:
+    """Start the queue of writes no reconcile waits for; a failed one backs its owner off
+    and reconciles it again (through `loop`, the resync loop's)."""
+    global _background  # noqa: PLW0603 - one queue per process, started with the resync loop
+
+    def failed(write: QueuedWrite, error: Exception) -> None:
+        loop.call_soon_threadsafe(SCHEDULE.failed, OwnerKey(write.namespace, write.owner), error)
+
+    if _background is None:
+        _background = BackgroundWrites(OPTIONS.background_workers, failed)
+
+
+def background_writes() -> BackgroundWrites | None:
+    """The queue of writes no reconcile waits for, once started."""
+    return _background
+
+
 def close_client() -> None:
-    global _client, _events, _writes  # noqa: PLW0603 - see client(), events(), write_pool()
+    global _client, _events, _writes, _background  # noqa: PLW0603 - see the functions above
+    if _background is not None:
+        _background.close()
+        _background = None
     if _writes is not None:
         _writes.shutdown(wait=True)
         _writes = None

@@ -118,27 +118,8 @@ class Resyncer:
     async def _one(self, key: OwnerKey) -> None:
         try:
             wanted = await self._reconcile(key)
-        except (SpecError, PermanentKubeError) as error:
-            self._failures.pop(key, None)
-            self._hold.pop(key, None)
-            log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
-        except (InfergateError, Exception) as error:
-            failures = self._failures.get(key, 0) + 1
-            self._failures[key] = failures
-            retry_after = error.retry_after if isinstance(error, KubeError) else None
-            delay = RECONCILES.delay(failures, retry_after=retry_after, draw=self._draw)
-            if isinstance(error, InfergateError):
-                log.warning(
-                    "%s/%s: reconcile failed (%d in a row), again in %.1fs: %s",
-                    key.namespace, key.name, failures, delay, error,
-                )  # fmt: skip
-            else:
-                log.exception(
-                    "%s/%s: reconcile crashed, again in %.1fs", key.namespace, key.name, delay
-                )
-            # The backoff replaces whatever was due (a wake-up while it ran included).
-            self._hold[key] = asyncio.get_running_loop().time() + delay
-            self._due[key] = self._hold[key]
+        except Exception as error:  # noqa: BLE001 - every failure goes to the retry policy
+            self.failed(key, error)
         else:
             self._failures.pop(key, None)
             self._hold.pop(key, None)
@@ -147,6 +128,33 @@ class Resyncer:
         finally:
             self._running.pop(key, None)
             self._changed.set()
+
+    def failed(self, key: OwnerKey, error: Exception) -> None:
+        """A reconcile of `key` failed, or a write it left to run after it did: reconcile it
+        again after the backoff (a permanent error: at the next change or interval)."""
+        if isinstance(error, (SpecError, PermanentKubeError)):
+            self._failures.pop(key, None)
+            self._hold.pop(key, None)
+            log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
+            return
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        retry_after = error.retry_after if isinstance(error, KubeError) else None
+        delay = RECONCILES.delay(failures, retry_after=retry_after, draw=self._draw)
+        if isinstance(error, InfergateError):
+            log.warning(
+                "%s/%s: reconcile failed (%d in a row), again in %.1fs: %s",
+                key.namespace, key.name, failures, delay, error,
+            )  # fmt: skip
+        else:
+            log.error(
+                "%s/%s: reconcile crashed, again in %.1fs",
+                key.namespace, key.name, delay, exc_info=error,
+            )  # fmt: skip
+        # The backoff replaces whatever was due (a wake-up while it ran included).
+        self._hold[key] = asyncio.get_running_loop().time() + delay
+        self._due[key] = self._hold[key]
+        self._changed.set()
 
     async def stop(self) -> None:
         """Cancel the reconciles in flight."""
@@ -188,6 +196,11 @@ class Schedule:
         """Reconcile `key` after `delay` seconds (default: the debounce), when the loop runs."""
         if self.resyncer is not None:
             self.resyncer.wake(key, delay=delay)
+
+    def failed(self, key: OwnerKey, error: Exception) -> None:
+        """A write `key`'s reconcile left to run after it failed: back off, then again."""
+        if self.resyncer is not None:
+            self.resyncer.failed(key, error)
 
     def wake_all(self) -> None:
         """Reconcile every known key soon (this replica just became the leader)."""

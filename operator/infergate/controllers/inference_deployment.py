@@ -36,7 +36,15 @@ from infergate.api.base import GROUP, INFERENCE_DEPLOYMENTS_PLURAL, VERSION
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.enums import ConditionStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
-from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client, write_pool
+from infergate.controllers._context import (
+    LOCKS,
+    OPTIONS,
+    SCHEDULE,
+    background_writes,
+    client,
+    start_background_writes,
+    write_pool,
+)
 from infergate.controllers._context import events as post_events
 from infergate.controllers._leader import LEADER
 from infergate.errors import (
@@ -194,6 +202,7 @@ def _writer(body: JSON) -> PlanWriter:
         key.namespace,
         key.name,
         pool=write_pool(),
+        background=background_writes(),
         on_status_written=lambda version: _note_version(key, version),
     )
 
@@ -385,6 +394,7 @@ async def start_resync(**kwargs: Any) -> None:
         return await _resync_one(key, indexes)
 
     # Blocking API calls run in threads; many deployments reconcile at once in a burst.
+    start_background_writes(asyncio.get_running_loop())
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=OPTIONS.workers, thread_name_prefix="infergate")
     )

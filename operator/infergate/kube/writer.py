@@ -9,8 +9,11 @@ and NotFound count as done), so a write repeated after a restart is harmless.
 The children of one plan are independent objects (a canary's ConfigMap, Deployment and
 Services; an old revision's deletions), so with a thread pool they are written at once,
 not one after another: a reconcile then waits for the slowest request, not for the sum
-of them. Every write of a wave is attempted; the first failure (in plan order) is raised
-after the others ended, and the next reconcile repeats what is missing. The checks come
+of them. With a background queue (`kube.background`), a Service's create and delete are
+left to it: the API server allocates cluster IPs one Service at a time, and a reconcile
+that waited for that held up the next deployments' canaries. Every write of a wave is
+attempted; the first failure (in plan order) is raised after the others ended, and the
+next reconcile repeats what is missing. The checks come
 after their children, the check uids after the checks, the annotations last.
 """
 
@@ -30,10 +33,12 @@ from infergate.errors import (
     StaleObjectError,
 )
 from infergate.jsontypes import JSON
+from infergate.kube.background import BackgroundWrites, QueuedWrite
 from infergate.kube.client import (
     BY_KIND,
     INFERENCE_DEPLOYMENTS,
     PARITY_CHECKS,
+    SERVICES,
     KubeClient,
 )
 from infergate.plan.reconcile import ReconcilePlan, with_check_uids
@@ -63,6 +68,8 @@ class WriteResult:
     created_checks: dict[str, str] = field(default_factory=dict)
     """Name -> uid of each ParityCheck created."""
     reverted: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)
+    """Writes left to the background queue (not waited for)."""
 
 
 def _patch_body(manifest: JSON, resource_version: str) -> JSON:
@@ -93,12 +100,14 @@ class PlanWriter:
         name: str,
         *,
         pool: Executor | None = None,
+        background: BackgroundWrites | None = None,
         on_status_written: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
         self.pool = pool
+        self.background = background
         # Told the owner's resourceVersion after each status write (the copy to decide from
         # next must be at least as new: `plan.freshness`).
         self.on_status_written = on_status_written
@@ -115,8 +124,9 @@ class PlanWriter:
             except ConflictError as error:
                 raise StaleObjectError(str(error), status=error.status) from error
             result.status_written = True
+        waited = [w for w in plan.sync.writes if not self._leave_to_background(w, result)]
         for write, (created, reverted) in zip(
-            plan.sync.writes, self._each(self._write_child, plan.sync.writes), strict=True
+            waited, self._each(self._write_child, waited), strict=True
         ):
             if created:
                 result.created.append(str(write.ref))
@@ -177,6 +187,18 @@ class PlanWriter:
         if version and self.on_status_written is not None:
             self.on_status_written(str(version))
         return written
+
+    def _leave_to_background(self, write: Write, result: WriteResult) -> bool:
+        """Queue a Service's create or delete in the background (True), if there is one."""
+        if self.background is None or write.ref.kind != SERVICES.kind:
+            return False
+        if not isinstance(write, (Create, Delete)):
+            return False
+        verb = "create" if isinstance(write, Create) else "delete"
+        queued = QueuedWrite(verb, write.ref.kind, self.namespace, write.ref.name, self.name)
+        self.background.submit(queued, lambda: self._write_child(write))
+        result.queued.append(f"{verb} {write.ref}")
+        return True
 
     def _write_child(self, write: Write) -> tuple[bool, bool]:
         """One child write: (created, reverted a drift)."""
