@@ -31,17 +31,21 @@ class OperatorOptions:
     net (changes wake a reconcile, deadlines and pauses are scheduled at their time)."""
     kubeconfig: str | None = None
     """Kubeconfig for the API client; None: in-cluster credentials, else the default file."""
-    workers: int = 16
-    """Threads for blocking API calls: reconciles of different deployments overlap their waits."""
-    write_workers: int = 32
+    workers: int = 64
+    """Threads for blocking API calls: reconciles of different deployments overlap their waits
+    (at least `concurrent_reconciles`, else the cap is the thread count)."""
+    write_workers: int = 64
     """Threads for the independent writes of one reconcile (a canary's ConfigMap, Deployment
     and Services), sent at once instead of one after another."""
     background_workers: int = 4
     """Threads sending the writes no reconcile waits for (a Service's create and delete: the
     API server allocates cluster IPs one at a time, so more threads would only queue there)."""
-    concurrent_reconciles: int = 16
+    concurrent_reconciles: int = 32
     """Most deployment reconciles in flight at once: a burst of changes queues in the resync
-    loop (earliest due first) instead of crowding the event loop and the threads."""
+    loop (earliest due first) instead of crowding the event loop and the threads. A reconcile
+    in flight mostly waits for the API server, so the cap is what the API server takes at
+    once beside the cluster's other clients (each reconcile sends up to a few writes at
+    once; the API server's default limit is 200 mutating requests in flight), not the CPU."""
     check_resync_seconds: float = 300.0
     """Longest time between two reconciles of a ParityCheck when nothing wakes it (its own
     changes, its children's and its sides' wake it at once; its deadline is scheduled)."""

@@ -104,7 +104,7 @@ BY_KIND: Mapping[str, Resource] = {
 }
 
 
-_POOL_SIZE = 64
+_POOL_SIZE = 128
 # urllib3's default would retry a 429 or 503 carrying Retry-After three times inside one
 # call, sleeping in the worker thread, unseen by `infergate.retry`: answers reach the one
 # retry policy instead. Only a connection that could not be opened is tried once more.
