@@ -181,17 +181,17 @@ def patch_all(
     patches: dict[str, JSON],
     *,
     workers: int = 16,
-) -> None:
-    """Merge-patch every named object at once (`workers` requests in flight): a burst."""
+) -> dict[str, float]:
+    """Merge-patch every named object at once (`workers` requests in flight): a burst. When
+    each PATCH was answered (time.monotonic()), by name."""
+
+    def patch(name: str, body: JSON) -> float:
+        _retrying(functools.partial(client.merge_patch, resource, namespace, name, body))
+        return time.monotonic()
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="burst") as pool:
-        done = [
-            pool.submit(
-                _retrying, functools.partial(client.merge_patch, resource, namespace, name, patch)
-            )
-            for name, patch in patches.items()
-        ]
-        for future in done:
-            future.result()
+        done = {name: pool.submit(patch, name, body) for name, body in patches.items()}
+        return {name: future.result() for name, future in done.items()}
 
 
 def create_all(
