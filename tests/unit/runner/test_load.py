@@ -1,9 +1,9 @@
 """The load check through the runner's own drive, against engines served in process.
 
-No real engine configuration whose answers change only under concurrency was built
-(experiments/TRAFFIC.md), so one is simulated here: it picks another
-token once more than two requests are in flight, as a kernel chosen by batch size
-would. The stable engine never does. Both speak the OpenAI completions API as vLLM
+A simulated engine that picks another token once more than two requests are in flight,
+as a kernel chosen by batch size would, keeps these tests fast; the stable engine never
+does. The same catch on a real vLLM engine (a logits processor that flips near-ties in
+batches of two or more, tests/faults/batch_drift.py) is tests/e2e/test_load_check.py. Both speak the OpenAI completions API as vLLM
 does (streamed, token ids, top-k logprobs, prompt_logprobs for teacher forcing).
 """
 
@@ -191,6 +191,16 @@ def test_a_candidate_that_changes_only_under_concurrency_is_caught_at_that_level
     assert levels[8]["tokenMatchRate"] < 1.0
     phases = {label: j.phase for label, j in outcome.judgements}
     assert phases == {"load c=1": CheckPhase.PASSED, "load c=8": CheckPhase.FAILED}
+
+
+def test_each_level_reports_the_candidate_serving_figures() -> None:
+    outcome = _run(_spec(load=LOAD), sensitive=False)
+    reported = {level["concurrency"]: level["candidate"] for level in outcome.document["load"]}
+    assert sorted(reported) == [1, 8]
+    for figures in reported.values():
+        assert figures["outputTokensPerSecond"] > 0
+        assert figures["ttftP50Seconds"] <= figures["ttftP99Seconds"]
+        assert figures["itlP50Seconds"] <= figures["itlP99Seconds"]
 
 
 def test_an_invariant_candidate_passes_every_level() -> None:
