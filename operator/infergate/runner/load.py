@@ -284,6 +284,9 @@ def run_load(
                     ],
                     requests,
                     concurrency,
+                    # Which side starts first alternates: its head start cancels over an
+                    # even number of repeats instead of always favouring the baseline.
+                    first=repeat % 2,
                     transport=transport,
                 )
             )

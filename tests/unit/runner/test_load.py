@@ -28,6 +28,7 @@ from infergate.parity.profiles import plan_gate
 from infergate.parity.record import PromptRecord, RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName
 from infergate.runner.load import level_requests, run_load
+from infergate.runner.load_drive import drive_both
 from infergate.runner.sides import SideTarget
 from tests.unit.parity.builders import meta
 
@@ -231,3 +232,21 @@ def test_suite_prompts_are_spread_among_the_background(background: int) -> None:
         # Neither bunched at the start nor at the end: strangers before and after.
         assert suite[0] > 0
         assert suite[-1] < len(requests) - 1
+
+
+@pytest.mark.parametrize(("first", "starter"), [(0, "stable"), (1, "candidate")])
+def test_paired_runs_start_the_chosen_side_first(first: int, starter: str) -> None:
+    arrivals: list[str] = []
+    router = _router(Engine(), Engine(), sensitive=False)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        arrivals.append(dict(scope["headers"]).get(b"host", b"").decode())
+        await router(scope, receive, send)
+
+    requests = level_requests(_baseline(), _spec(load=LOAD).load, 5, 42)[:4]  # type: ignore[arg-type]
+    sides = [("baseline", "http://stable", "fixture"), ("candidate", "http://candidate", "fixture")]
+    runs = asyncio.run(
+        drive_both(sides, requests, 1, first=first, transport=httpx.ASGITransport(app=app))
+    )
+    assert arrivals[0] == starter
+    assert [len(run.answers) for run in runs] == [4, 4]
