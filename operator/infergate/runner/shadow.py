@@ -202,21 +202,11 @@ def judge_results(
     warn: Thresholds,
 ) -> tuple[Judgement, ParityResult | None, ShadowStatus]:
     """The verdict of every pod's copies pooled, the result shown in the report, the counts."""
-    totals = ShadowStatus()
-    canary_errors: list[str] = []
-    refused_full = 0
-    for index, pod in enumerate(results):
-        counts = pod.get("counts") if isinstance(pod, Mapping) else None
-        if not isinstance(counts, Mapping):
-            continue  # an unusable result: pool_results names it
-        totals = _add_counts(totals, counts)
-        refused_full += int((counts.get("refused") or {}).get("poolFull") or 0)
-        if counts.get("canaryFailures"):
-            canary_errors.append(
-                f"mirror pod {index}: the canary failed {counts['canaryFailures']} copies "
-                f"(last: {counts.get('lastError')})"
-            )
+    totals, refused_full, canary_errors, unreadable = _sum_counts(results)
     pooled = pool_results(results, pool)
+    problems = [*unreadable, *pooled.problems]
+    if problems:
+        pooled = replace(pooled, forced=None, greedy=None)
     where = f"{len(results)} mirror pods" if len(results) > 1 else "the mirror pod"
     judgements: list[tuple[str, Judgement]] = []
     notes: list[str] = []
@@ -247,7 +237,7 @@ def judge_results(
         "shadowSampled": float(totals.sampled),
     }
     extra: list[tuple[str, Judgement]] = []
-    if pooled.problems:
+    if problems:
         extra.append(
             (
                 "mirror",
@@ -256,7 +246,7 @@ def judge_results(
                     "a mirror pod's result cannot be used, so no copy was judged",
                     [
                         VerdictReason(metric="shadow.podResult", message=m[:500])
-                        for m in pooled.problems[:16]
+                        for m in problems[:16]
                     ],
                     profile,
                 ),
@@ -315,6 +305,31 @@ def judge_results(
     if notes:
         overall = replace(overall, warnings=[*overall.warnings, *notes][:64])
     return overall, pooled.forced, totals
+
+
+def _sum_counts(results: Sequence[Any]) -> tuple[ShadowStatus, int, list[str], list[str]]:
+    """Every pod's counts summed, copies refused as poolFull, the canary's failures per
+    pod, and the pods whose counts do not read."""
+    totals = ShadowStatus()
+    canary_errors: list[str] = []
+    refused_full = 0
+    unreadable: list[str] = []
+    for index, pod in enumerate(results):
+        counts = pod.get("counts") if isinstance(pod, Mapping) else None
+        if not isinstance(counts, Mapping):
+            continue  # an unusable result: pool_results names it
+        try:
+            totals = _add_counts(totals, counts)
+            refused_full += int((counts.get("refused") or {}).get("poolFull") or 0)
+        except (AttributeError, TypeError, ValueError) as err:
+            unreadable.append(f"mirror pod {index}: its counts do not read: {err}")
+            continue
+        if counts.get("canaryFailures"):
+            canary_errors.append(
+                f"mirror pod {index}: the canary failed {counts['canaryFailures']} copies "
+                f"(last: {counts.get('lastError')})"
+            )
+    return totals, refused_full, canary_errors, unreadable
 
 
 def _add_counts(totals: ShadowStatus, counts: Mapping[str, Any]) -> ShadowStatus:

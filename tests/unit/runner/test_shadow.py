@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -14,15 +15,21 @@ from infergate.api.common import ConfigMapKeyReference
 from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import ShadowSettings
-from infergate.mirror.pairs import encode_pair
+from infergate.mirror.pairs import decode_pair, encode_pair, pair_bytes
 from infergate.mirror.scoring import ScoredPair
 from infergate.parity.profiles import PROFILES
-from infergate.parity.record import RecordMeta
+from infergate.parity.record import RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName, Thresholds
 from infergate.plan.check_status import Judgement
 from infergate.runner import shadow
 from infergate.runner.shadow import judge_results, without_hidden
-from infergate.runner.shadow_pool import PoolSpec, pair_budget
+from infergate.runner.shadow_pool import (
+    POOL_BYTES,
+    PoolSpec,
+    pair_budget,
+    pool_results,
+    response_limit,
+)
 from infergate.runner.sides import SideTarget
 from infergate.suite import Suite
 from tests.unit.parity.builders import meta, prompt, replace, teacher_forced_on
@@ -34,6 +41,7 @@ PROFILE = ProfileName.BF16_KERNEL
 THRESHOLDS = without_hidden(PROFILES[PROFILE].block.model_copy(update={"min_long_prompts": 0}))
 # Copies of 12 prompt and 128 output tokens: 40 of them score 5,560 positions.
 COPIES = 40
+MIB = 1024 * 1024
 SESSION = "llm/qwen-check"
 REVISION = "bbbbbbbbbb"
 BASELINE, CANDIDATE = meta(config_hash="rev-a"), meta(config_hash="rev-a")
@@ -300,3 +308,208 @@ def test_a_shadow_check_runs_under_the_suites_gate(monkeypatch: pytest.MonkeyPat
     [(verdict, extra)] = runner.finished
     assert verdict.phase is CheckPhase.PASSED
     assert extra["shadow"]["scored"] == COPIES
+
+
+# -- pooling: what one comparison over every pod decides, and what it refuses -------------
+
+
+def _forged(change: Callable[[dict[str, Any]], Any]) -> Any:
+    pod = copy.deepcopy(_pod(4, first=100, greedy=1))
+    return change(pod)
+
+
+def _set(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], Any]:
+    def change(pod: dict[str, Any]) -> Any:
+        target: Any = pod
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return pod
+
+    return change
+
+
+def _pair_doc(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], Any]:
+    def changed(pod: dict[str, Any]) -> Any:
+        change(pod["pairs"][0])
+        return pod
+
+    return changed
+
+
+def _drop_last_pair(pod: dict[str, Any]) -> Any:
+    pod["pairs"].pop()
+    return pod
+
+
+def _duplicate_id(pod: dict[str, Any]) -> Any:
+    pod["pairs"][1] = copy.deepcopy(pod["pairs"][0])
+    return pod
+
+
+def _other_prompt(pair: dict[str, Any]) -> None:
+    pair["forced"]["promptId"] = "m999999"
+
+
+def _bad_base64(pair: dict[str, Any]) -> None:
+    pair["baseline"]["output"]["data"] = "not base64!"
+
+
+def _short_data(pair: dict[str, Any]) -> None:
+    pair["baseline"]["prompt"]["shape"] = [13]
+
+
+def _float_ids(pair: dict[str, Any]) -> None:
+    pair["baseline"]["prompt"]["dtype"] = "float64"
+
+
+def _not_forced(pair: dict[str, Any]) -> None:
+    pair["forced"]["teacherForced"] = None
+
+
+FORGED = {
+    "not an object": lambda _: None,
+    "a list": lambda pod: [pod],
+    "no session": _set(("session",), None),
+    "another session": _set(("session", "id"), "llm/other-check"),
+    "another revision": _set(("session", "candidateRevision"), "cccccccccc"),
+    "another baseline": _set(("session", "baseline"), meta(dtype="float16").model_dump()),
+    "no candidate metadata": _set(("session", "candidate"), None),
+    "more scored than pairs": _set(("counts", "scored"), 5),
+    "a pair missing": _drop_last_pair,
+    "a scored count that is no count": _set(("counts", "scored"), "4"),
+    "a seen count that does not read": _set(("counts", "mirrored"), "many"),
+    "refusals that do not read": _set(("counts", "refused"), ["poolFull"]),
+    "greedy count forged": _set(("counts", "greedy"), 3),
+    "no pairs": _set(("pairs",), None),
+    "a prompt id twice": _duplicate_id,
+    "a pair of two prompts": _pair_doc(_other_prompt),
+    "bad base64": _pair_doc(_bad_base64),
+    "data shorter than its shape": _pair_doc(_short_data),
+    "token ids as floats": _pair_doc(_float_ids),
+    "forced record not teacher-forced": _pair_doc(_not_forced),
+}
+
+
+@pytest.mark.parametrize("change", FORGED.values(), ids=FORGED.keys())
+def test_a_pod_result_that_cannot_be_used_is_an_error_never_a_pass(
+    change: Callable[[dict[str, Any]], Any],
+) -> None:
+    """Pod 0 alone has enough agreeing copies to pass; pod 1's result is forged, of another
+    session or malformed: the check is Error, naming the pod, and nothing is judged."""
+    verdict, shown, _ = judge_results(
+        [_pod(COPIES), _forged(change)], ShadowSettings(min_requests=COPIES), _spec(2),
+        profile=PROFILE.value, warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert verdict.phase is CheckPhase.ERROR
+    [reason] = [r for r in verdict.reasons if r.metric == "shadow.podResult"]
+    assert reason.message is not None
+    assert "mirror pod 1:" in reason.message
+    assert "mirror pod 0" not in reason.message
+    assert shown is None
+
+
+def test_pairs_past_the_pods_budget_are_refused() -> None:
+    pods = [_pod(COPIES)]
+    used = sum(pair_bytes(decode_pair(p)) for p in pods[0]["pairs"])
+    assert _judge_with(pods, _spec(pair_bytes_per_pod=used)) is CheckPhase.PASSED
+    assert _judge_with(pods, _spec(pair_bytes_per_pod=used - 1)) is CheckPhase.ERROR
+
+
+def _judge_with(pods: list[Any], spec: PoolSpec) -> CheckPhase:
+    verdict, _, _ = judge_results(
+        pods, ShadowSettings(min_requests=COPIES), spec, profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    return verdict.phase
+
+
+def test_the_same_sequence_numbers_on_two_pods_are_two_prompts() -> None:
+    """Each pod numbers its copies from m000000; the runner keeps them apart by pod."""
+    pooled = pool_results([_pod(COPIES // 2), _pod(COPIES // 2)], _spec(2))
+    assert pooled.problems == []
+    assert pooled.forced is not None
+    ids = [p.prompt_id for p in pooled.forced.prompts]
+    assert len(ids) == len(set(ids)) == COPIES
+    assert {"p0/m000000", "p1/m000000"} <= set(ids)
+    assert pooled.forced.errors == []
+
+
+def test_counts_are_summed_over_the_pods() -> None:
+    pods = [_pod(COPIES // 2, greedy=3), _pod(COPIES // 2, first=COPIES // 2, canary_failures=1)]
+    _, _, totals = judge_results(
+        pods, ShadowSettings(min_requests=COPIES), _spec(2), profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert (totals.mirrored, totals.sampled, totals.scored, totals.greedy) == (
+        COPIES * 5, COPIES + 1, COPIES, 3,
+    )  # fmt: skip
+    assert totals.dropped == 1
+
+
+def test_greedy_copies_are_pooled_too() -> None:
+    """20 greedy copies per pod: too few on one pod (a warning), enough on two, where the
+    token-by-token comparison is judged and reported."""
+    one = judge_results(
+        [_pod(COPIES, greedy=COPIES // 2)], ShadowSettings(min_requests=COPIES), _spec(),
+        profile=PROFILE.value, warn=PROFILES[PROFILE].warn,
+    )[0]  # fmt: skip
+    assert any("greedy copies" in w for w in one.warnings)
+    both = judge_results(
+        [_pod(COPIES // 2, greedy=COPIES // 2),
+         _pod(COPIES // 2, first=COPIES // 2, greedy=COPIES // 2)],
+        ShadowSettings(min_requests=COPIES), _spec(2), profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )[0]  # fmt: skip
+    assert both.phase is CheckPhase.PASSED
+    assert not any("greedy copies" in w for w in both.warnings)
+    assert both.metrics["greedyTokenMatchRate"] == 1.0
+
+
+def test_a_drifting_canary_on_one_pod_fails_the_pooled_check() -> None:
+    pods = [_pod(COPIES // 2), _pod(COPIES // 2, first=COPIES // 2, shift=-1.5)]
+    assert _judge(pods) is CheckPhase.FAILED
+
+
+def test_a_nan_on_one_pod_reaches_the_hygiene_check() -> None:
+    nan = _pod(COPIES // 2, first=COPIES // 2)
+    pair = decode_pair(nan["pairs"][0])
+    forced = pair.forced.teacher_forced
+    assert forced is not None
+    scores = forced.top.logprobs.copy()
+    scores[3, 0] = float("nan")
+    broken = replace(pair.forced, top_logprobs=TopLogprobs(forced.top.token_ids, scores))
+    nan["pairs"][0] = encode_pair(ScoredPair(pair.baseline, broken, None))
+    assert _judge([_pod(COPIES // 2), nan]) is CheckPhase.FAILED
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_worst_outputs_reach_the_report_only_when_asked(store: bool) -> None:
+    pods = [_pod(COPIES, shift=-1.5)]
+    pooled = pool_results(pods, _spec(store_prompts=store))
+    assert pooled.forced is not None
+    assert bool(pooled.forced.outputs) is store
+
+
+def test_running_out_of_pair_budget_says_so_when_evidence_is_short() -> None:
+    pod = _pod(12)
+    pod["counts"]["refused"]["poolFull"] = 30
+    verdict, _, _ = judge_results(
+        [pod], ShadowSettings(min_requests=COPIES), _spec(), profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert verdict.phase is CheckPhase.INCONCLUSIVE
+    [reason] = [r for r in verdict.reasons if r.metric == "shadow.minRequests"]
+    assert reason.message is not None
+    assert "poolFull" in reason.message
+
+
+@pytest.mark.parametrize(
+    ("pods", "each"),
+    [(1, 32 * MIB), (4, 32 * MIB), (8, 16 * MIB), (16, 8 * MIB)],
+)
+def test_the_pair_budget_is_shared_by_the_pods(pods: int, each: int) -> None:
+    assert pair_budget(pods) == each
+    assert pods * pair_budget(pods) <= POOL_BYTES
+    # base64 of the whole budget fits what the runner reads of a pod's result.
+    assert response_limit(each) > each * 4 // 3
