@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import httpx
 import pytest
 
 from infergate.api.common import ConfigMapKeyReference
@@ -513,3 +514,23 @@ def test_the_pair_budget_is_shared_by_the_pods(pods: int, each: int) -> None:
     assert pods * pair_budget(pods) <= POOL_BYTES
     # base64 of the whole budget fits what the runner reads of a pod's result.
     assert response_limit(each) > each * 4 // 3
+
+
+@pytest.mark.parametrize(
+    ("answer", "retry"),
+    [
+        (httpx.Response(200, content=b"x" * 2048), False),  # larger than the runner reads
+        (httpx.Response(404, json={"error": "no such session"}), True),  # a restarted pod
+        (httpx.Response(200, content=b"{not json"), True),
+    ],
+    ids=["too large", "session lost", "not JSON"],
+)
+def test_a_pod_result_that_does_not_read_ends_the_attempt(
+    answer: httpx.Response, retry: bool
+) -> None:
+    http = httpx.Client(transport=httpx.MockTransport(lambda _: answer))
+    sessions = shadow.MirrorSessions(["http://10.0.0.9:9000"], SESSION, http)
+    with pytest.raises(shadow.ShadowError) as raised:
+        sessions.results(limit=1024)
+    assert raised.value.retry is retry
+    sessions.close()
