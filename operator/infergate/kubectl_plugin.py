@@ -10,6 +10,8 @@ kubectl finds on PATH:
   kubectl infergate diff qwen                 what the canary changes against stable
   kubectl infergate report qwen -o qwen.html  the last check's HTML report, to a file
   kubectl infergate golden list --store s3://golden --s3-endpoint https://s3.example.com
+  kubectl infergate golden list               what this namespace's Passed checks recorded
+                                              (their status.golden; any store, a PVC's too)
 
 As kubectl does, it reads $KUBECONFIG (or --kubeconfig), uses --context when given,
 and -n/--namespace defaults to the context's namespace; these flags go before or

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +18,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: Cluster) -> Iterator[Operator]:
+def model_variants(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where tests put changed copies of the fixture model (a corrupted layer, say): a
+    directory the session's operator allows file:// models from, beside the fixture's."""
+    return tmp_path_factory.mktemp("model-variants")
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, model_variants: Path) -> Iterator[Operator]:
     """The operator of this session, installed from manifests/ and Ready."""
-    yield from install_operator(cluster)
+    yield from install_operator(cluster, extra_args=[f"--allow-host-path={model_variants}"])
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from infergate.fixture.generate import default_model_dir, is_complete
+from infergate.runner.report_store import read_report
 from tests.harness import REPO, Cluster, apply_crds, install_for_session, wait_for
 
 MANIFEST_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
@@ -222,8 +223,10 @@ def wait_check_ended(cluster: Cluster, namespace: str, name: str, timeout: float
 def report(cluster: Cluster, namespace: str, status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A check's HTML report and result document, from the ConfigMap its status names."""
     ref = status["reportRef"]
-    data = cluster.get_json("configmap", ref["name"], "-n", namespace)["data"]
-    return data["report.html"], json.loads(data["result.json"])
+    config_map = cluster.get_json("configmap", ref["name"], "-n", namespace)
+    # Plain or gzip-compressed, as the runner stored them (runner/report_store.py).
+    documents = read_report(config_map.get("data"), config_map.get("binaryData"))
+    return documents["report.html"], json.loads(documents["result.json"])
 
 
 def runner_log(cluster: Cluster, namespace: str) -> str:

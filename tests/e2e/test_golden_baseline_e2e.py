@@ -8,7 +8,8 @@ check differs from the first but its baseline. MindFormers float32 on the Ascend
 executor, as the canary tests: a benign canary (another seed) passes its live check,
 which stores both sides' records, and is promoted; the old stable is scaled to zero.
 The operator pod is then deleted (the records live on the claim, not in the operator
-process): `infergate golden list` still lists both, and a ParityCheck with `baseline: {golden: {revision: <old stable>}}`
+process): `infergate golden list` still lists both (from the store, and from the cluster:
+the live check's status.golden), and a ParityCheck with `baseline: {golden: {revision: <old stable>}}`
 and the live check's suite, sampling and profile runs the candidate alone.
 """
 
@@ -75,6 +76,20 @@ def _golden_list(namespace: str) -> list[dict[str, Any]]:
     return documents
 
 
+def _recorded_list(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """`infergate golden list -o json` without --store: what the namespace's Passed checks
+    recorded (their status.golden), read from the API server, no store reached."""
+    command = [
+        str(REPO / ".venv" / "bin" / "infergate"), "golden", "list",
+        "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, "--deployment", "qwen",
+        "-o", "json",
+    ]  # fmt: skip
+    listed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert listed.returncode == 0, listed.stderr
+    document: dict[str, Any] = json.loads(listed.stdout)
+    return document
+
+
 def _entry(document: dict[str, Any]) -> str:
     return f"{document['namespace']}/{document['deployment']}/{document['name']}"
 
@@ -121,6 +136,20 @@ def test_a_check_against_a_golden_record_gives_the_live_verdict_after_the_stable
     assert sorted(_entry(d) for d in listed.values()) == sorted(live["golden"]["entries"])
     assert record["check"] == live_name
     assert record["hiddenStates"] == "full"
+    # From the cluster alone (no store reached), the same entries, as the check recorded them.
+    from_checks = _recorded_list(cluster, namespace)
+    assert sorted(
+        (r["entry"], r["revision"], r["role"], r["check"]) for r in from_checks["records"]
+    ) == sorted(
+        [
+            (_entry(listed[(stable, "baseline")]), stable, "baseline", live_name),
+            (_entry(listed[(canary, "candidate")]), canary, "candidate", live_name),
+        ]
+    )
+    assert {_time(r["recorded"]) for r in from_checks["records"]} == {
+        _time(d["created"]) for d in listed.values()
+    }
+    assert "not read from the store" in from_checks["source"]
 
     # The same check, with the old stable's record as its baseline.
     spec = copy.deepcopy(live_spec)

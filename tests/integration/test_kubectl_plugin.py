@@ -245,3 +245,120 @@ def test_diff_names_what_the_canary_changes_against_stable(
     listed = json.loads(capsys.readouterr().out)
     assert (listed["from"], listed["to"]) == ("81422cb403", "3f2a9c1d0e")
     assert listed["changes"][0] == {"path": "engine.dtype", "from": "bfloat16", "to": "float16"}
+
+
+GOLDEN_CHECK = "qwen-aa12bb34cc"
+GOLDEN_ENTRIES = [
+    "{ns}/qwen/81422cb403-20261202T100000123456Z-baseline-5d41402a",
+    "{ns}/qwen/aa12bb34cc-20261202T100000123456Z-candidate-0c4af722",
+]
+
+
+def _reader_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
+    """A kubeconfig of a person who may only read ParityChecks in `namespace` (a real token
+    of a ServiceAccount bound to such a Role), with `namespace` as its context's."""
+    rule = {"apiGroups": ["infergate.io"], "resources": ["paritychecks"], "verbs": ["get", "list"]}
+    for document in (
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "check-reader"}, "rules": [rule]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "check-reader"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "check-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]},
+    ):  # fmt: skip
+        cluster.apply(document, namespace)
+    token = cluster.kubectl(
+        "create", "token", "reader", "-n", namespace, "--duration=10m"
+    ).stdout.strip()
+    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": server}],
+                "users": [{"name": "reader", "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": "reader",
+                        "context": {"cluster": "local", "user": "reader", "namespace": namespace},
+                    }
+                ],
+                "current-context": "reader",
+            }
+        )
+    )
+    return path
+
+
+def test_golden_list_without_a_store_shows_what_passed_checks_recorded(
+    crds: Cluster, rollout: str, tmp_path: Path
+) -> None:
+    """A person with only get/list on ParityChecks, and no store credentials or volume, lists
+    the records a Passed check stored; the Failed check of the fixture contributes none."""
+    entries = [e.format(ns=rollout) for e in GOLDEN_ENTRIES]
+    crds.apply(
+        {
+            "apiVersion": "infergate.io/v1alpha1",
+            "kind": "ParityCheck",
+            "metadata": {"name": GOLDEN_CHECK},
+            "spec": {
+                "baseline": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "81422cb403"},
+                "candidate": {"inferenceDeploymentRef": {"name": "qwen"}, "revision": "aa12bb34cc"},
+                "suite": {"inline": [{"id": "capital", "text": "Paris is"}]},
+            },
+        },
+        rollout,
+    )
+    _status(
+        crds, "pcheck", GOLDEN_CHECK, rollout,
+        {
+            "phase": "Passed",
+            "baselineRevision": "81422cb403",
+            "candidateRevision": "aa12bb34cc",
+            "completionTime": "2026-12-02T10:00:02Z",
+            "golden": {
+                "stored": True,
+                "store": "directory /var/lib/infergate/golden",
+                "suiteDigest": "c" * 64,
+                "entries": entries,
+                "sizeBytes": 2 << 20,
+            },
+        },
+    )  # fmt: skip
+    kubeconfig = _reader_kubeconfig(crds, rollout, tmp_path / "reader.kubeconfig")
+
+    def plugin(*args: str) -> subprocess.CompletedProcess[str]:
+        # As kubectl runs a plugin: $KUBECONFIG, the context's namespace, no -n.
+        return subprocess.run(
+            [sys.executable, "-m", "infergate.kubectl_plugin", "golden", "list", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            timeout=60,
+        )
+
+    listed = plugin()
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:3] == ["DEPLOYMENT", "REVISION", "ROLE"]
+    assert lines[1].split()[:7] == [
+        f"{rollout}/qwen", "81422cb403", "baseline", "2026-12-02", "10:00:00", GOLDEN_CHECK,
+        "c" * 12,
+    ]  # fmt: skip
+    assert lines[2].split()[:3] == [f"{rollout}/qwen", "aa12bb34cc", "candidate"]
+    assert "2.0MiB" in lines[1]
+    assert len([line for line in lines if line.startswith(f"{rollout}/")]) == 2
+    assert "not read from the store" in listed.stdout
+    assert "--store reads the store's own index" in listed.stdout
+    document = json.loads(plugin("--revision", "aa12bb34cc", "-o", "json").stdout)
+    assert [r["entry"] for r in document["records"]] == entries[1:]
+    assert document["records"][0]["counterpartRevision"] == "81422cb403"
+    # Every namespace is past this person's RBAC: refused, said, exit 2.
+    refused = plugin("-A")
+    assert refused.returncode == 2
+    assert "cannot list the ParityChecks" in refused.stderr
+    assert "403" in refused.stderr

@@ -39,7 +39,8 @@ class Mirror(KubeModel):
     """
 
     replicas: int = Field(default=1, ge=1, le=16)
-    """Proxy pods."""
+    """Proxy pods. A shadow check pools the scored copies of all of them into one
+    comparison, so its evidence floor is met by the pods together."""
     resources: ResourceRequirements | None = None
     """CPU and memory of the proxy container."""
 
@@ -56,8 +57,10 @@ class ShadowSettings(KubeModel):
     """Copies waiting to be scored per mirror pod; a copy that finds the queue full is dropped
     (counted), never waited for."""
     min_requests: int = Field(default=50, ge=1, le=100000)
-    """Scored requests (one prompt each) needed before a verdict; fewer by the end of
-    windowSeconds: Inconclusive."""
+    """Scored requests (one prompt each, summed over every mirror pod) needed before a
+    verdict; fewer by the end of windowSeconds: Inconclusive. Each mirror pod keeps its
+    scored copies in a bounded budget (128 MiB over all pods, at most 32 MiB each); once
+    it is spent the pod copies nothing more (counted as dropped)."""
     window_seconds: int = Field(default=600, ge=10, le=86400)
     """Seconds to collect mirrored requests before deciding with what was scored."""
     store_prompts: bool = False
@@ -77,7 +80,7 @@ class ShadowStatus(KubeModel):
     greedy: int = Field(default=0, ge=0)
     """Scored copies that were greedy requests, also compared token by token (prompts)."""
     dropped: int = Field(default=0, ge=0)
-    """Copies dropped: queue full, rate limit, unusable request, or a side failing to score (no
-    unit: a count)."""
+    """Copies dropped: queue full, rate limit, unusable request, a side failing to score, or a
+    mirror pod's budget for scored copies spent (no unit: a count)."""
     started_at: datetime | None = None
     """When the mirror started copying for this check."""

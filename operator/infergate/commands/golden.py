@@ -8,6 +8,16 @@ bucket, given with --store (default $INFERGATE_GOLDEN_STORE):
   infergate golden verify --store s3://golden/prod --s3-endpoint https://s3.example.com
   infergate golden prune --store s3://golden/prod --s3-endpoint ... --when-deleted Delete
 
+Without --store, `list` asks the cluster instead (kubeconfig, your own RBAC: get/list
+paritychecks; no store credentials, no volume to mount), for any store, a PVC's too:
+
+  infergate golden list -n llm [--deployment qwen] [--revision 3f2a9c1d0e]
+
+It lists what the namespace's Passed ParityChecks recorded (their status.golden: entry,
+revision, role, time, suite digest, store, size), not the store's content: a record
+pruned or damaged since still shows, one of a check deleted since does not. --store
+reads the store's own index (authoritative), and verify checks every blob.
+
 S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. verify checks the
 size and sha256 of every blob of every listed record. prune asks the cluster (kubeconfig)
 which InferenceDeployments exist, all namespaces or -n's, and prints what retention
@@ -37,6 +47,7 @@ from infergate.golden.errors import (
     GoldenNotFoundError,
     GoldenUnavailableError,
 )
+from infergate.golden.recorded import size_text
 from infergate.golden.retention import (
     IndexItem,
     RetentionScope,
@@ -74,9 +85,25 @@ def register(subparsers: Any) -> None:
     scope.add_argument("--deployment", help="only records of this InferenceDeployment")
 
     listing = commands.add_parser(
-        "list", parents=[common, scope], help="list the index, oldest first"
+        "list",
+        parents=[common, scope],
+        help="list the store's index, oldest first; without --store, what the namespace's "
+        "Passed ParityChecks recorded (from the cluster)",
+        description="With --store: the store's own index (authoritative), oldest first. "
+        "Without --store: what the Passed ParityChecks of -n's namespace (default: the "
+        "kubeconfig context's; -A: every namespace) recorded, from their status.golden, "
+        "read with your own credentials; a record pruned or damaged since still shows there, "
+        "so --store and `golden verify` remain the store's truth.",
     )
     listing.add_argument("--revision", help="only records of this revision hash")
+    listing.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="without --store: the ParityChecks of every namespace",
+    )
+    listing.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, $KUBECONFIG)")
+    listing.add_argument("--context", help="kubeconfig context")
     listing.set_defaults(handler=run_list)
     show = commands.add_parser("show", parents=[common, scope], help="show one record's entry")
     show.add_argument("entry", metavar="ENTRY", help="entry name, or a unique prefix of it")
@@ -179,15 +206,6 @@ def _guarded(run: Any) -> Any:
     return handler
 
 
-def _size(count: int) -> str:
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024
-    return f"{count}B"
-
-
 def _row(item: IndexItem) -> list[str]:
     where, entry = item.location, item.entry
     head = [f"{where.namespace}/{where.deployment}", where.name.revision, where.name.role.value]
@@ -204,7 +222,7 @@ def _row(item: IndexItem) -> list[str]:
         f"{entry.meta.engine} {entry.meta.dtype}",
         str(len(entry.prompts)),
         hidden or "-",
-        _size(entry.size_bytes),
+        size_text(entry.size_bytes),
         str(where.name),
     ]
 
@@ -240,7 +258,30 @@ def _document(item: IndexItem) -> dict[str, Any]:
     return document
 
 
+def _run_recorded(args: argparse.Namespace) -> int:
+    """`list` without --store: what the checks of the namespace recorded (module doc)."""
+    from infergate.golden.recorded import listing_json, listing_text, recorded_golden
+    from infergate.kube.golden_reads import GoldenReads
+
+    try:
+        reads = GoldenReads.from_kubeconfig(args.kubeconfig, args.context)
+        try:
+            namespace = None if args.all_namespaces else args.namespace or reads.default_namespace
+            checks = reads.parity_checks(namespace)
+        finally:
+            reads.close()
+    except KubeError as err:
+        print(f"error: cannot list the ParityChecks: {err}", file=sys.stderr)
+        return EXIT_STORE
+    where = "every namespace" if namespace is None else f"namespace {namespace}"
+    listing = recorded_golden(checks, deployment=args.deployment, revision=args.revision)
+    print(listing_json(listing, where) if args.output == "json" else listing_text(listing, where))
+    return EXIT_OK
+
+
 def _run_list(args: argparse.Namespace) -> int:
+    if not args.store:
+        return _run_recorded(args)
     store = _store(args)
     items = _items(store, args)
     if args.output == "json":
@@ -289,8 +330,8 @@ def _describe(entry: GoldenEntry) -> list[str]:
         f"{counts['summary']}, none {counts['none']}"
         + (f" (projection {entry.sketch.dims} dims)" if entry.sketch else ""),
         (
-            f"size:         {_size(entry.size_bytes)} of maxBytes {_size(entry.max_bytes)}, "
-            f"{len(entry.blobs)} blobs"
+            f"size:         {size_text(entry.size_bytes)} of maxBytes "
+            f"{size_text(entry.max_bytes)}, {len(entry.blobs)} blobs"
         ),
         "prompts:",
     ]
@@ -315,7 +356,7 @@ def _run_verify(args: argparse.Namespace) -> int:
             bad += 1
             print(f"CORRUPT  {item.location}: {err}")
             continue
-        blobs, size = len(item.entry.blobs), _size(item.entry.size_bytes)
+        blobs, size = len(item.entry.blobs), size_text(item.entry.size_bytes)
         print(f"ok       {item.location} ({blobs} blobs, {size})")
     print(f"{len(items) - bad} ok, {bad} corrupt or missing, in {store.describe()}")
     return EXIT_OK if bad == 0 else EXIT_BAD_RECORD
@@ -345,9 +386,9 @@ def _retention(args: argparse.Namespace) -> GoldenRetention:
 def _inference_deployments(args: argparse.Namespace) -> list[JSON]:
     """The cluster's InferenceDeployments (all namespaces or -n's); `KubeError` if it
     cannot tell."""
-    from infergate.kube.deployment_reads import DeploymentReads
+    from infergate.kube.golden_reads import GoldenReads
 
-    reads = DeploymentReads.from_kubeconfig(args.kubeconfig, args.context)
+    reads = GoldenReads.from_kubeconfig(args.kubeconfig, args.context)
     try:
         return reads.inference_deployments(args.namespace)
     finally:

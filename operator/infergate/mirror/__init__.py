@@ -12,6 +12,8 @@
 - `scoring`: a worker scores each copy teacher-forced on both sides (the stable's
   answer under stable and under the canary, vLLM `prompt_logprobs`), and greedy
   requests also as the canary's own greedy answer;
-- `session`: the scored pairs feed the parity core's comparison; only its metrics
-  (no prompt, no answer unless the check asks to store them) leave the process.
+- `session`: the scored pairs are kept (bounded) for the runner, which compares the
+  pairs of every mirror pod in one comparison;
+- `pairs`: how a scored pair travels to the runner: token ids and scores, never the
+  prompt's or the answer's text.
 """

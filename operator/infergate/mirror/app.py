@@ -10,7 +10,8 @@ the client, and nothing of the session's work runs before the client's last byte
 
 Control (port `control`): `GET /mirror/health`; `POST /mirror/sessions` (a
 `SessionRequest`), `GET /mirror/sessions/{id}` (counts), `GET
-/mirror/sessions/{id}/result` (the comparisons' results), `DELETE /mirror/sessions/{id}`.
+/mirror/sessions/{id}/result` (the session and its scored pairs), `DELETE
+/mirror/sessions/{id}`.
 """
 
 from __future__ import annotations

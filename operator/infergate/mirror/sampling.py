@@ -18,6 +18,8 @@ class Refusal(StrEnum):
     RATE_LIMITED = "rateLimited"
     QUEUE_FULL = "queueFull"
     UNUSABLE = "unusable"
+    POOL_FULL = "poolFull"
+    """The session's scored pairs reached its byte budget: nothing more is kept."""
 
 
 @dataclass

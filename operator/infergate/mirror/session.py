@@ -1,15 +1,20 @@
-"""A shadow session: copies admitted while a shadow check runs, scored and compared.
+"""A shadow session: copies admitted while a shadow check runs, scored on both sides.
 
 The runner of a `source: shadow` ParityCheck opens one session per mirror pod, with the
-candidate revision, the sampling bounds and what the comparison needs (both sides'
-record metadata and the thresholds); it polls the counts, then takes the result:
-the parity core's `ParityResult` of every copy (teacher-forced), and of the greedy
-copies alone (token by token too). Prompt ids are sequence numbers; answers' tokens
-and text leave the process only when the check asked to store prompts.
+candidate revision, the sampling bounds and both sides' record metadata; it polls the
+counts, then takes the result: the counts, the session it belongs to (id, candidate
+revision, both sides' record metadata, echoed so the runner can refuse a result of
+another session), and every scored pair (`mirror.pairs`: both sides' token ids and
+scores of each copy, no text). The runner compares the pairs of all mirror pods in one
+comparison, so the evidence is pooled over every pod. Prompt ids are sequence numbers
+(the runner prefixes them by pod); no prompt or answer text is kept.
 
 One worker scores the queue in order, so at most `maxQueue` copies (each bounded by
 the proxy's body limit) wait in memory, and the canary sees at most one scoring
-request at a time from each mirror pod.
+request at a time from each mirror pod. Scored pairs are kept up to `maxPairBytes`
+of arrays: the pair that would pass it is dropped and nothing more is copied for the
+session (both counted as `poolFull`), so a long window with heavy traffic stops
+collecting instead of growing; the runner then decides on what was kept.
 """
 
 from __future__ import annotations
@@ -29,15 +34,16 @@ from pydantic import Field
 
 from infergate.api.base import KubeModel
 from infergate.mirror.capture import Captured, capture
+from infergate.mirror.pairs import encode_pair, pair_bytes
 from infergate.mirror.sampling import Refusal, Sampler
 from infergate.mirror.scoring import CanaryFailedError, ScoredPair, StableFailedError
-from infergate.parity.compare import ParityComparison
 from infergate.parity.record import RecordMeta
-from infergate.parity.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
 SESSION_GRACE_SECONDS = 600
 """A session nobody asks about for this long past its window is closed (a runner gone)."""
+MAX_PAIR_BYTES_DEFAULT = 64 * 1024 * 1024
+MAX_PAIR_BYTES_LIMIT = 256 * 1024 * 1024
 
 
 class SessionRequest(KubeModel):
@@ -56,11 +62,14 @@ class SessionRequest(KubeModel):
     store_prompts: bool = False
     top_logprobs: int = Field(default=5, ge=1, le=20)
     baseline: RecordMeta
+    """The stable side's record metadata, as the runner compares it (echoed in the result)."""
     candidate: RecordMeta
-    thresholds: Thresholds
-    allowed_config_differences: list[str] = Field(default_factory=list)
-    disabled: dict[str, str] = Field(default_factory=dict)
-    """Threshold keys not part of the verdict, and why (the runner's gate)."""
+    """The canary side's record metadata, as the runner compares it (echoed in the result)."""
+    max_pair_bytes: int = Field(
+        default=MAX_PAIR_BYTES_DEFAULT, ge=64 * 1024, le=MAX_PAIR_BYTES_LIMIT
+    )
+    """Array bytes of scored pairs this pod keeps for the runner; past it, nothing more is
+    copied for the session (refused as poolFull)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ Scorer = Callable[[str, Captured], Awaitable[ScoredPair | None]]
 
 @dataclass
 class Session:
-    """Counts, queue and the two comparisons of one shadow check on this pod."""
+    """Counts, queue and the scored pairs of one shadow check on this pod."""
 
     request: SessionRequest
     scorer: Scorer
@@ -94,8 +103,9 @@ class Session:
     last_error: str | None = None
     sampler: Sampler = field(init=False)
     queue: asyncio.Queue[Copy] = field(init=False)
-    forced: ParityComparison = field(init=False)
-    greedy_comparison: ParityComparison = field(init=False)
+    pairs: list[ScoredPair] = field(default_factory=list)
+    pair_bytes: int = 0
+    pool_full: bool = False
     worker: asyncio.Task[None] | None = None
     _draw: Callable[[], float] = field(default=random.random)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -104,13 +114,6 @@ class Session:
         r = self.request
         self.sampler = Sampler.of(r.sample_rate, r.max_requests_per_second, r.max_queue)
         self.queue = asyncio.Queue(maxsize=r.max_queue)
-        allowed = tuple(r.allowed_config_differences)
-        self.forced = ParityComparison(
-            r.baseline, r.candidate, r.thresholds, allowed, disabled=r.disabled
-        )
-        self.greedy_comparison = ParityComparison(
-            r.baseline, r.candidate, r.thresholds, allowed, disabled=r.disabled
-        )
 
     # -- the client's path: O(1), never waits --------------------------------------------
 
@@ -122,6 +125,9 @@ class Session:
         """Admit a finished exchange, or count why not; never blocks, never raises."""
         self.mirrored += 1
         if not self.collecting:
+            return
+        if self.pool_full:
+            self.sampler.refuse(Refusal.POOL_FULL)
             return
         refusal = self.sampler.admit(
             now=time.monotonic(), draw=self._draw(), queued=self.queue.qsize()
@@ -176,10 +182,15 @@ class Session:
             await asyncio.to_thread(self._add, pair)
 
     def _add(self, pair: ScoredPair) -> None:
+        size = pair_bytes(pair)
         with self._lock:
-            self.forced.add(pair.baseline, pair.forced)
+            if self.pool_full or self.pair_bytes + size > self.request.max_pair_bytes:
+                self.pool_full = True
+                self.sampler.refuse(Refusal.POOL_FULL)
+                return
+            self.pairs.append(pair)
+            self.pair_bytes += size
             if pair.greedy is not None:
-                self.greedy_comparison.add(pair.baseline, pair.greedy)
                 self.greedy += 1
             self.scored += 1
 
@@ -198,6 +209,7 @@ class Session:
             "queued": self.queue.qsize(),
             "scored": self.scored,
             "greedy": self.greedy,
+            "poolFull": self.pool_full,
             "refused": refused,
             "stableFailures": self.stable_failures,
             "canaryFailures": self.canary_failures,
@@ -205,25 +217,21 @@ class Session:
         }
 
     def result(self) -> dict[str, Any]:
-        """The comparisons' results; prompts' tokens and text only when asked to store them.
-        CPU work: call it off the event loop."""
+        """The counts, the session they belong to, and every scored pair (token ids and
+        scores, no text). CPU work: call it off the event loop."""
         with self._lock:
-            return self._result()
-
-    def _result(self) -> dict[str, Any]:
-        results: dict[str, Any] = {"counts": self.counts()}
-        for key, comparison, count in (
-            ("forced", self.forced, self.scored),
-            ("greedy", self.greedy_comparison, self.greedy),
-        ):
-            if not count:
-                results[key] = None
-                continue
-            result = comparison.finalize()
-            if not self.request.store_prompts:
-                result = result.model_copy(update={"outputs": []})
-            results[key] = result.model_dump(mode="json", by_alias=True)
-        return results
+            r = self.request
+            return {
+                "counts": self.counts(),
+                "session": {
+                    "id": r.id,
+                    "candidateRevision": r.candidate_revision,
+                    "baseline": r.baseline.model_dump(mode="json", by_alias=True),
+                    "candidate": r.candidate.model_dump(mode="json", by_alias=True),
+                },
+                "pairBytes": self.pair_bytes,
+                "pairs": [encode_pair(p) for p in self.pairs],
+            }
 
     @property
     def abandoned(self) -> bool:

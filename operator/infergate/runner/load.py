@@ -41,7 +41,13 @@ from infergate.runner.load_drive import (
     drive_both,
     read_preemptions,
 )
-from infergate.runner.performance import Figures, Limits, figures, judge_performance
+from infergate.runner.performance import (
+    Figures,
+    Limits,
+    figures,
+    judge_performance,
+    side_figures,
+)
 from infergate.runner.shadow import without_hidden
 from infergate.runner.sides import SideTarget
 from infergate.runner.summary import judgement
@@ -246,6 +252,11 @@ def run_load(
                     "level": level.model_dump(mode="json", by_alias=True, exclude_none=True),
                     "metrics": dict(verdict.metrics),
                     "outputTokensPerSecond": run.output_tokens / run.seconds,
+                    # The candidate's serving figures at this level (the baseline is not
+                    # driven at the levels; paired figures come from spec.performance).
+                    "candidate": side_figures([figures(run)]).model_dump(
+                        mode="json", by_alias=True, exclude_none=True
+                    ),
                     "reasons": [r.message for r in verdict.reasons],
                 }
             )
@@ -273,6 +284,9 @@ def run_load(
                     ],
                     requests,
                     concurrency,
+                    # Which side starts first alternates: its head start cancels over an
+                    # even number of repeats instead of always favouring the baseline.
+                    first=repeat % 2,
                     transport=transport,
                 )
             )

@@ -151,7 +151,8 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return float(np.mean(known)) if known else None
 
 
-def _side(runs: Sequence[Figures]) -> SideFigures:
+def side_figures(runs: Sequence[Figures]) -> SideFigures:
+    """One side's figures as shown: means over its runs."""
     return SideFigures(
         output_tokens_per_second=_mean([r.tokens_per_second for r in runs]),
         ttft_p50_seconds=_mean([r.ttft_p50 for r in runs]),
@@ -214,8 +215,8 @@ def judge_performance(
         phase=phase,
         concurrency=concurrency,
         repeats=len(pairs),
-        baseline=_side([b for b, _ in pairs]),
-        candidate=_side([c for _, c in pairs]),
+        baseline=side_figures([b for b, _ in pairs]),
+        candidate=side_figures([c for _, c in pairs]),
         throughput_drop=changes["throughput_drop"],
         ttft_p99_increase=changes["ttft_p99_increase"],
         itl_p99_increase=changes["itl_p99_increase"],

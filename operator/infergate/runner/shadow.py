@@ -2,22 +2,25 @@
 
 The runner resolves both sides as for a suite (their revisions pinned, their record
 metadata for the hygiene checks), opens a session on every ready pod of the
-deployment's mirror (`<name>-mirror`, port `control`), shows the scored count as the
-check's progress, and at `minRequests` scored copies (or when `windowSeconds` ran out)
-takes each pod's results: the parity core's result of every copy (teacher-forced on
-the stable's answer) and of the greedy copies (token by token too). Each result is
-judged by the core with the check's thresholds (hidden-state limits left out: nothing
-here has hidden states); the worst judgement is the verdict, save one case: greedy
-copies too few for the profile's evidence floor on their own are a warning, not an
-Inconclusive, since every copy (greedy ones too) is already judged teacher-forced, and
-that comparison carries its own floor. Fewer than `minRequests`
-scored copies is Inconclusive; a canary that failed to answer or score a copy is
-Error; neither promotes.
+deployment's mirror (`<name>-mirror`, port `control`), shows the scored count (summed
+over the pods) as the check's progress, and at `minRequests` scored copies (or when
+`windowSeconds` ran out) takes each pod's scored pairs. The pairs of every pod are
+compared in one comparison (`runner.shadow_pool`): every copy teacher-forced on the
+stable's answer, and the greedy copies token by token too, so the profile's evidence
+floor is met by all mirror pods together. Each pooled result is judged by the core
+with the check's thresholds (hidden-state limits left out: nothing here has hidden
+states); the worst judgement is the verdict, save one case: greedy copies too few for
+the profile's evidence floor on their own are a warning, not an Inconclusive, since
+every copy (greedy ones too) is already judged teacher-forced, and that comparison
+carries its own floor. Fewer than `minRequests` scored copies is Inconclusive; a
+canary that failed to answer or score a copy is Error, and so is a mirror pod whose
+result is not this session's or does not read; none of them promotes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,6 +47,7 @@ from infergate.plan.observed import parse_time
 from infergate.render.mirror import mirror_name
 from infergate.runner.combine import combined, judged
 from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints
+from infergate.runner.shadow_pool import PoolSpec, pair_budget, pool_results, response_limit
 from infergate.runner.sides import SideTarget
 from infergate.runner.summary import judgement
 from infergate.suite import Suite
@@ -129,14 +133,35 @@ class MirrorSessions:
             found.append(answer.json())
         return found
 
-    def results(self) -> list[dict[str, Any]]:
+    def results(self, limit: int) -> list[Any]:
+        """Every pod's result document, each read up to `limit` bytes."""
         out = []
         for url in self.urls:
-            answer = self.http.get(
-                f"{url}/mirror/sessions/{self.session}/result", timeout=_TIMEOUT * 10
-            )
-            answer.raise_for_status()
-            out.append(answer.json())
+            path = f"{url}/mirror/sessions/{self.session}/result"
+            with self.http.stream("GET", path, timeout=_TIMEOUT * 10) as answer:
+                if answer.status_code != 200:
+                    raise ShadowError(
+                        reasons.CHECK_SIDE_UNREACHABLE,
+                        f"mirror {url} gave no result (HTTP {answer.status_code}): restarted?",
+                        retry=True,
+                    )
+                body = bytearray()
+                for chunk in answer.iter_bytes():
+                    body.extend(chunk)
+                    if len(body) > limit:
+                        raise ShadowError(
+                            reasons.CHECK_SIDE_UNREACHABLE,
+                            f"mirror {url}: its result is larger than {limit} bytes",
+                            retry=False,
+                        )
+            try:
+                out.append(json.loads(body))
+            except ValueError as err:
+                raise ShadowError(
+                    reasons.CHECK_SIDE_UNREACHABLE,
+                    f"mirror {url}: its result is not JSON: {err}",
+                    retry=True,
+                ) from err
         return out
 
     def close(self) -> None:
@@ -169,60 +194,64 @@ def mirror_urls(
 
 
 def judge_results(
-    results: Sequence[Mapping[str, Any]],
+    results: Sequence[Any],
     settings: ShadowSettings,
+    pool: PoolSpec,
     *,
     profile: str,
     warn: Thresholds,
 ) -> tuple[Judgement, ParityResult | None, ShadowStatus]:
-    """The verdict of every pod's results, the result shown in the report, and the counts."""
+    """The verdict of every pod's copies pooled, the result shown in the report, the counts."""
+    totals, refused_full, canary_errors, unreadable = _sum_counts(results)
+    pooled = pool_results(results, pool)
+    problems = [*unreadable, *pooled.problems]
+    if problems:
+        pooled = replace(pooled, forced=None, greedy=None)
+    where = f"{len(results)} mirror pods" if len(results) > 1 else "the mirror pod"
     judgements: list[tuple[str, Judgement]] = []
-    shown: ParityResult | None = None
-    totals = ShadowStatus()
-    canary_errors: list[str] = []
-    metrics: dict[str, float] = {}
     notes: list[str] = []
-    for index, pod in enumerate(results):
-        counts = pod.get("counts") or {}
-        totals = _add_counts(totals, counts)
-        if counts.get("canaryFailures"):
-            canary_errors.append(
-                f"mirror pod {index}: the canary failed {counts['canaryFailures']} copies "
-                f"(last: {counts.get('lastError')})"
+    metrics: dict[str, float] = {}
+    if pooled.forced is not None:
+        forced = judgement(pooled.forced, decide(pooled.forced, warn), profile)
+        judgements.append((f"teacher-forced copies ({where})", forced))
+        metrics = {k: v for k, v in forced.metrics.items() if "oken" not in k}
+    if pooled.greedy is not None:
+        greedy = judgement(pooled.greedy, decide(pooled.greedy, warn), profile)
+        if greedy.phase is CheckPhase.INCONCLUSIVE and pooled.forced is not None:
+            # Every copy, greedy ones included, is already judged teacher-forced on the
+            # stable's answer; greedy copies add token-by-token agreement. Too few of
+            # them for the profile's evidence floor says nothing against the canary, so
+            # it is shown, never the verdict. A Failed or Error on them still counts.
+            notes.append(
+                f"greedy copies ({where}): {greedy.summary}; token match not judged, the "
+                "teacher-forced comparison of every copy decides"
             )
-        for key, label in (("forced", "teacher-forced"), ("greedy", "greedy")):
-            document = pod.get(key)
-            if not document:
-                continue
-            result = ParityResult.model_validate(document)
-            verdict = decide(result, warn)
-            judged_here = judgement(result, verdict, profile)
-            if key == "greedy" and _greedy_subset_too_small(judged_here, pod):
-                # Every copy, greedy ones included, is already judged teacher-forced on the
-                # stable's answer; greedy copies add token-by-token agreement. Too few of
-                # them for the profile's evidence floor says nothing against the canary, so
-                # it is shown, never the verdict. A Failed or Error on them still counts.
-                notes.append(
-                    f"greedy copies (pod {index}): {judged_here.summary}; token match not "
-                    "judged, the teacher-forced comparison of every copy decides"
-                )
-            else:
-                judgements.append((f"{label} copies (pod {index})", judged_here))
-            if key == "forced" and (
-                shown is None or result.metrics.prompts > shown.metrics.prompts
-            ):
-                shown = result
-                metrics = {k: v for k, v in judgements[-1][1].metrics.items() if "oken" not in k}
-            if key == "greedy":
-                rate = result.metrics.tokens.match_rate.value
-                if rate is not None:
-                    metrics["greedyTokenMatchRate"] = float(rate)
+        else:
+            judgements.append((f"greedy copies ({where})", greedy))
+        rate = pooled.greedy.metrics.tokens.match_rate.value
+        if rate is not None:
+            metrics["greedyTokenMatchRate"] = float(rate)
     metrics |= {
         "shadowScored": float(totals.scored),
         "shadowGreedy": float(totals.greedy),
         "shadowSampled": float(totals.sampled),
     }
     extra: list[tuple[str, Judgement]] = []
+    if problems:
+        extra.append(
+            (
+                "mirror",
+                judged(
+                    CheckPhase.ERROR,
+                    "a mirror pod's result cannot be used, so no copy was judged",
+                    [
+                        VerdictReason(metric="shadow.podResult", message=m[:500])
+                        for m in problems[:16]
+                    ],
+                    profile,
+                ),
+            )
+        )
     if canary_errors:
         extra.append(
             (
@@ -244,6 +273,11 @@ def judge_results(
             f"(shadow.minRequests) a verdict needs ({totals.sampled} copied, {totals.mirrored} "
             "seen); let more traffic reach the mirror or raise windowSeconds or sampleRate"
         )
+        if refused_full:
+            message += (
+                f"; {refused_full} copies were refused because the mirror pods' memory for "
+                "scored copies was full (poolFull): lower minRequests or add mirror replicas"
+            )
         extra.append(
             (
                 "evidence",
@@ -270,13 +304,32 @@ def judge_results(
     overall = combined(main, extra, metrics=metrics)
     if notes:
         overall = replace(overall, warnings=[*overall.warnings, *notes][:64])
-    return overall, shown, totals
+    return overall, pooled.forced, totals
 
 
-def _greedy_subset_too_small(greedy: Judgement, pod: Mapping[str, Any]) -> bool:
-    """Greedy copies Inconclusive on their own while the pod's copies were all scored
-    teacher-forced (the `forced` result), so the verdict rests on those."""
-    return greedy.phase is CheckPhase.INCONCLUSIVE and bool(pod.get("forced"))
+def _sum_counts(results: Sequence[Any]) -> tuple[ShadowStatus, int, list[str], list[str]]:
+    """Every pod's counts summed, copies refused as poolFull, the canary's failures per
+    pod, and the pods whose counts do not read."""
+    totals = ShadowStatus()
+    canary_errors: list[str] = []
+    refused_full = 0
+    unreadable: list[str] = []
+    for index, pod in enumerate(results):
+        counts = pod.get("counts") if isinstance(pod, Mapping) else None
+        if not isinstance(counts, Mapping):
+            continue  # an unusable result: pool_results names it
+        try:
+            totals = _add_counts(totals, counts)
+            refused_full += int((counts.get("refused") or {}).get("poolFull") or 0)
+        except (AttributeError, TypeError, ValueError) as err:
+            unreadable.append(f"mirror pod {index}: its counts do not read: {err}")
+            continue
+        if counts.get("canaryFailures"):
+            canary_errors.append(
+                f"mirror pod {index}: the canary failed {counts['canaryFailures']} copies "
+                f"(last: {counts.get('lastError')})"
+            )
+    return totals, refused_full, canary_errors, unreadable
 
 
 def _add_counts(totals: ShadowStatus, counts: Mapping[str, Any]) -> ShadowStatus:
@@ -341,7 +394,19 @@ def run_shadow(
     service_name = mirror_name(deployment)
     service, slices = runner.mirror_service(service_name)
     session_id = f"{runner.namespace}/{runner.name}"
-    sessions = MirrorSessions(mirror_urls(service, slices, service_name), session_id)
+    urls = mirror_urls(service, slices, service_name)
+    sessions = MirrorSessions(urls, session_id)
+    pool = PoolSpec(
+        session=session_id,
+        candidate_revision=candidate.revision,
+        baseline=meta_b,
+        candidate=meta_c,
+        thresholds=thresholds,
+        pair_bytes_per_pod=pair_budget(len(urls)),
+        allowed_config_differences=tuple(sorted(gate.expected_differences)),
+        disabled=dict(gate.disabled),
+        store_prompts=settings.store_prompts,
+    )
     body = {
         "id": session_id,
         "candidateRevision": candidate.revision,
@@ -354,9 +419,7 @@ def run_shadow(
         "topLogprobs": spec.sampling.top_logprobs,
         "baseline": meta_b.model_dump(mode="json"),
         "candidate": meta_c.model_dump(mode="json"),
-        "thresholds": thresholds.model_dump(mode="json"),
-        "allowedConfigDifferences": sorted(gate.expected_differences),
-        "disabled": dict(gate.disabled),
+        "maxPairBytes": pool.pair_bytes_per_pod,
     }
     try:
         try:
@@ -370,14 +433,16 @@ def run_shadow(
                 if scored >= settings.min_requests or clock() >= end:
                     break
                 sleep(POLL_SECONDS)
-            results = sessions.results()
+            results = sessions.results(response_limit(pool.pair_bytes_per_pod))
         except httpx.HTTPError as err:
             raise ShadowError(
                 reasons.CHECK_SIDE_UNREACHABLE, f"mirror: {type(err).__name__}: {err}", retry=True
             ) from err
     finally:
         sessions.close()
-    verdict, shown, totals = judge_results(results, settings, profile=profile.value, warn=gate.warn)
+    verdict, shown, totals = judge_results(
+        results, settings, pool, profile=profile.value, warn=gate.warn
+    )
     document: dict[str, Any] = {
         "check": {"namespace": runner.namespace, "name": runner.name},
         "status": verdict.phase.value,

@@ -23,7 +23,6 @@ from infergate.mirror.app import Mirror, proxy_app
 from infergate.mirror.capture import Captured
 from infergate.mirror.scoring import ScoredPair
 from infergate.mirror.session import Session, SessionRequest
-from infergate.parity.thresholds import Thresholds
 from tests.unit.parity.builders import meta
 
 ANSWER = {"id": "x", "choices": [{"index": 0, "text": " is sunny", "finish_reason": "length"}]}
@@ -76,7 +75,6 @@ def _session(
         window_seconds=600,
         baseline=meta(),
         candidate=meta(),
-        thresholds=Thresholds(),
     )
     return Session(request, scorer)
 

@@ -1,9 +1,9 @@
 """The load check through the runner's own drive, against engines served in process.
 
-No real engine configuration whose answers change only under concurrency was built
-(experiments/TRAFFIC.md), so one is simulated here: it picks another
-token once more than two requests are in flight, as a kernel chosen by batch size
-would. The stable engine never does. Both speak the OpenAI completions API as vLLM
+A simulated engine that picks another token once more than two requests are in flight,
+as a kernel chosen by batch size would, keeps these tests fast; the stable engine never
+does. The same catch on a real vLLM engine (a logits processor that flips near-ties in
+batches of two or more, tests/faults/batch_drift.py) is tests/e2e/test_load_check.py. Both speak the OpenAI completions API as vLLM
 does (streamed, token ids, top-k logprobs, prompt_logprobs for teacher forcing).
 """
 
@@ -28,6 +28,7 @@ from infergate.parity.profiles import plan_gate
 from infergate.parity.record import PromptRecord, RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName
 from infergate.runner.load import level_requests, run_load
+from infergate.runner.load_drive import drive_both
 from infergate.runner.sides import SideTarget
 from tests.unit.parity.builders import meta
 
@@ -193,6 +194,16 @@ def test_a_candidate_that_changes_only_under_concurrency_is_caught_at_that_level
     assert phases == {"load c=1": CheckPhase.PASSED, "load c=8": CheckPhase.FAILED}
 
 
+def test_each_level_reports_the_candidate_serving_figures() -> None:
+    outcome = _run(_spec(load=LOAD), sensitive=False)
+    reported = {level["concurrency"]: level["candidate"] for level in outcome.document["load"]}
+    assert sorted(reported) == [1, 8]
+    for figures in reported.values():
+        assert figures["outputTokensPerSecond"] > 0
+        assert figures["ttftP50Seconds"] <= figures["ttftP99Seconds"]
+        assert figures["itlP50Seconds"] <= figures["itlP99Seconds"]
+
+
 def test_an_invariant_candidate_passes_every_level() -> None:
     outcome = _run(_spec(load=LOAD), sensitive=False)
     assert {j.phase for _, j in outcome.judgements} == {CheckPhase.PASSED}
@@ -221,3 +232,21 @@ def test_suite_prompts_are_spread_among_the_background(background: int) -> None:
         # Neither bunched at the start nor at the end: strangers before and after.
         assert suite[0] > 0
         assert suite[-1] < len(requests) - 1
+
+
+@pytest.mark.parametrize(("first", "starter"), [(0, "stable"), (1, "candidate")])
+def test_paired_runs_start_the_chosen_side_first(first: int, starter: str) -> None:
+    arrivals: list[str] = []
+    router = _router(Engine(), Engine(), sensitive=False)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        arrivals.append(dict(scope["headers"]).get(b"host", b"").decode())
+        await router(scope, receive, send)
+
+    requests = level_requests(_baseline(), _spec(load=LOAD).load, 5, 42)[:4]  # type: ignore[arg-type]
+    sides = [("baseline", "http://stable", "fixture"), ("candidate", "http://candidate", "fixture")]
+    runs = asyncio.run(
+        drive_both(sides, requests, 1, first=first, transport=httpx.ASGITransport(app=app))
+    )
+    assert arrivals[0] == starter
+    assert [len(run.answers) for run in runs] == [4, 4]

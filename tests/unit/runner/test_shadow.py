@@ -4,23 +4,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import httpx
 import pytest
 
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import ShadowSettings
-from infergate.parity.compare import ParityComparison
+from infergate.mirror.pairs import decode_pair, encode_pair, pair_bytes
+from infergate.mirror.scoring import ScoredPair
 from infergate.parity.profiles import PROFILES
-from infergate.parity.record import RecordMeta
+from infergate.parity.record import RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName, Thresholds
 from infergate.plan.check_status import Judgement
 from infergate.runner import shadow
 from infergate.runner.shadow import judge_results, without_hidden
+from infergate.runner.shadow_pool import (
+    POOL_BYTES,
+    PoolSpec,
+    pair_budget,
+    pool_results,
+    response_limit,
+)
 from infergate.runner.sides import SideTarget
 from infergate.suite import Suite
 from tests.unit.parity.builders import meta, prompt, replace, teacher_forced_on
@@ -32,37 +42,77 @@ PROFILE = ProfileName.BF16_KERNEL
 THRESHOLDS = without_hidden(PROFILES[PROFILE].block.model_copy(update={"min_long_prompts": 0}))
 # Copies of 12 prompt and 128 output tokens: 40 of them score 5,560 positions.
 COPIES = 40
+MIB = 1024 * 1024
+SESSION = "llm/qwen-check"
+REVISION = "bbbbbbbbbb"
+BASELINE, CANDIDATE = meta(config_hash="rev-a"), meta(config_hash="rev-a")
 
 
-def _result(copies: int, shift: float = 0.0) -> dict[str, Any]:
-    comparison = ParityComparison(meta(), meta(), THRESHOLDS)
-    for i in range(copies):
-        base = prompt(f"m{i:06d}", seed=i, hidden=None, output_tokens=128)
-        forced = teacher_forced_on(base, shift)
-        comparison.add(base, replace(base, top_logprobs=forced.top, teacher_forced=forced))
-    return comparison.finalize().model_dump(mode="json", by_alias=True)
+def _spec(pods: int = 1, **changes: Any) -> PoolSpec:
+    fields: dict[str, Any] = {
+        "session": SESSION, "candidate_revision": REVISION, "baseline": BASELINE,
+        "candidate": CANDIDATE, "thresholds": THRESHOLDS, "pair_bytes_per_pod": pair_budget(pods),
+    }  # fmt: skip
+    return PoolSpec(**(fields | changes))
 
 
-def _pod(scored: int, *, shift: float = 0.0, canary_failures: int = 0) -> dict[str, Any]:
+def _pair(i: int, shift: float = 0.0, greedy_shift: float | None = None) -> ScoredPair:
+    """Copy i: the stable's record, the canary forced along it (logprobs moved by `shift`),
+    and, when `greedy_shift` is given, the canary's own greedy answer (the same tokens)."""
+    base = prompt(f"m{i:06d}", seed=i, hidden=None, output_tokens=128)
+    forced = teacher_forced_on(base, shift)
+    on_canary = replace(base, top_logprobs=forced.top, teacher_forced=forced)
+    greedy = None
+    if greedy_shift is not None:
+        own = teacher_forced_on(base, greedy_shift)
+        greedy = replace(base, top_logprobs=own.top, teacher_forced=own)
+    return ScoredPair(base, on_canary, greedy)
+
+
+def _session_echo() -> dict[str, Any]:
+    return {
+        "id": SESSION,
+        "candidateRevision": REVISION,
+        "baseline": BASELINE.model_dump(mode="json", by_alias=True),
+        "candidate": CANDIDATE.model_dump(mode="json", by_alias=True),
+    }
+
+
+def _pod(
+    scored: int,
+    *,
+    shift: float = 0.0,
+    canary_failures: int = 0,
+    first: int = 0,
+    greedy: int = 0,
+    greedy_shift: float = 0.0,
+) -> dict[str, Any]:
+    """A mirror pod's result: `scored` copies numbered from `first`, the first `greedy` of
+    them greedy requests."""
+    pairs = [
+        _pair(i, shift, greedy_shift if i - first < greedy else None)
+        for i in range(first, first + scored)
+    ]
     return {
         "counts": {
             "mirrored": scored * 5,
             "sampled": scored + canary_failures,
             "scored": scored,
-            "greedy": 0,
+            "greedy": greedy,
             "refused": {"notSampled": scored * 4},
             "canaryFailures": canary_failures,
             "lastError": "canary: HTTP 500" if canary_failures else None,
         },
-        "forced": _result(scored, shift) if scored else None,
-        "greedy": None,
+        "session": _session_echo(),
+        "pairs": [encode_pair(p) for p in pairs],
     }
 
 
-def _judge(pods: list[dict[str, Any]], minimum: int = COPIES) -> CheckPhase:
+def _judge(pods: list[Any], minimum: int = COPIES) -> CheckPhase:
     verdict, _, _ = judge_results(
         pods,
         ShadowSettings(min_requests=minimum),
+        _spec(len(pods)),
         profile=PROFILE.value,
         warn=PROFILES[PROFILE].warn,
     )
@@ -75,7 +125,7 @@ def test_enough_agreeing_copies_pass() -> None:
 
 def test_below_the_minimum_evidence_it_is_inconclusive_never_passed() -> None:
     verdict, _, totals = judge_results(
-        [_pod(12)], ShadowSettings(min_requests=COPIES), profile=PROFILE.value,
+        [_pod(12)], ShadowSettings(min_requests=COPIES), _spec(), profile=PROFILE.value,
         warn=PROFILES[PROFILE].warn,
     )  # fmt: skip
     assert verdict.phase is CheckPhase.INCONCLUSIVE
@@ -83,39 +133,39 @@ def test_below_the_minimum_evidence_it_is_inconclusive_never_passed() -> None:
     assert any(r.metric == "shadow.minRequests" for r in verdict.reasons)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each mirror pod's copies are compared and judged on their own evidence; with "
-    "several mirror pods every pod needs the profile's minimum: pooling the pods' copies "
-    "into one comparison is not built (the default and the e2e run one mirror pod)",
-)
 def test_evidence_is_counted_over_every_mirror_pod() -> None:
-    assert _judge([_pod(COPIES // 2), _pod(COPIES // 2)]) is CheckPhase.PASSED
-
-
-def _with_greedy(pod: dict[str, Any], copies: int, shift: float = 0.0) -> dict[str, Any]:
-    """`pod` where `copies` of its scored copies were greedy requests."""
-    counts = {**pod["counts"], "greedy": copies}
-    return {**pod, "counts": counts, "greedy": _result(copies, shift)}
+    """Half the copies on each of two pods: neither meets the profile's floor alone, both
+    together do, and the verdict stands on one comparison of all of them."""
+    halves = [_pod(COPIES // 2), _pod(COPIES // 2, first=COPIES // 2)]
+    assert _judge(halves[:1], minimum=COPIES // 2) is CheckPhase.INCONCLUSIVE
+    verdict, shown, totals = judge_results(
+        halves, ShadowSettings(min_requests=COPIES), _spec(2), profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert verdict.phase is CheckPhase.PASSED
+    assert totals.scored == COPIES
+    assert shown is not None
+    assert shown.metrics.prompts == COPIES
 
 
 def test_too_few_greedy_copies_warn_and_the_teacher_forced_copies_decide() -> None:
     verdict, _, totals = judge_results(
-        [_with_greedy(_pod(COPIES), 5)], ShadowSettings(min_requests=COPIES),
+        [_pod(COPIES, greedy=5)], ShadowSettings(min_requests=COPIES), _spec(),
         profile=PROFILE.value, warn=PROFILES[PROFILE].warn,
     )  # fmt: skip
     assert verdict.phase is CheckPhase.PASSED
     assert totals.greedy == 5
-    assert any("greedy copies (pod 0)" in w and "Inconclusive" in w for w in verdict.warnings)
+    assert any("greedy copies" in w and "Inconclusive" in w for w in verdict.warnings)
 
 
 def test_too_few_greedy_copies_that_disagree_still_fail() -> None:
-    assert _judge([_with_greedy(_pod(COPIES), 5, shift=-1.5)]) is CheckPhase.FAILED
+    assert _judge([_pod(COPIES, greedy=5, greedy_shift=-1.5)]) is CheckPhase.FAILED
 
 
 def test_greedy_copies_alone_below_the_floor_stay_inconclusive() -> None:
-    pod = {**_with_greedy(_pod(COPIES), 5), "forced": None}
-    assert _judge([pod]) is CheckPhase.INCONCLUSIVE
+    """Five copies, all greedy: the teacher-forced comparison of every copy is below the
+    floor too, so nothing decides and the check is Inconclusive."""
+    assert _judge([_pod(5, greedy=5)], minimum=5) is CheckPhase.INCONCLUSIVE
 
 
 def test_a_canary_drifting_on_live_requests_fails() -> None:
@@ -137,7 +187,8 @@ def test_hidden_state_limits_are_left_out() -> None:
 
 
 class _Sessions:
-    """The mirror pods' control API, as run_shadow sees it: one pod with `pod`'s results."""
+    """The mirror pods' control API, as run_shadow sees it: one pod with `pod`'s copies,
+    in the session the runner opened."""
 
     opened: ClassVar[list[dict[str, Any]]] = []
 
@@ -150,8 +201,10 @@ class _Sessions:
     def counts(self) -> list[dict[str, Any]]:
         return [self.pod["counts"]]
 
-    def results(self) -> list[dict[str, Any]]:
-        return [self.pod]
+    def results(self, limit: int) -> list[dict[str, Any]]:
+        [body] = _Sessions.opened
+        echo = {k: body[k] for k in ("id", "candidateRevision", "baseline", "candidate")}
+        return [{**self.pod, "session": echo}]
 
     def close(self) -> None:
         pass
@@ -165,6 +218,7 @@ class _Runner:
     check: dict[str, Any] = field(default_factory=dict)
     namespace: str = "llm"
     finished: list[tuple[Judgement, dict[str, Any]]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
 
     def mark_running(self, total: int) -> bool:
         return True
@@ -206,6 +260,7 @@ class _Runner:
         return service, slices
 
     def write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference:
+        self.reports.append(document)
         return ConfigMapKeyReference(name=f"{self.name}-report", key="result.json")
 
     def finish(
@@ -230,9 +285,10 @@ def _shadow_spec() -> ParityCheckSpec:
 
 
 def test_a_shadow_check_runs_under_the_suites_gate(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The session gets the gate's thresholds (no hidden-state limit, the stated long-prompt
-    minimum) and disabled checks; both sides' records carry the runner's sampling
-    fingerprints; enough agreeing copies pass."""
+    """The copies are judged under the gate's thresholds (no hidden-state limit, the stated
+    long-prompt minimum) and disabled checks; both sides' records carry the runner's
+    sampling fingerprints; the pod is given its share of the pair budget; enough agreeing
+    copies pass."""
     pod = _pod(COPIES)
     _Sessions.opened.clear()
     monkeypatch.setattr(
@@ -241,11 +297,240 @@ def test_a_shadow_check_runs_under_the_suites_gate(monkeypatch: pytest.MonkeyPat
     runner, spec = _Runner(), _shadow_spec()
     shadow.run_shadow(runner, spec, sleep=lambda _: None)
     [body] = _Sessions.opened
-    assert body["thresholds"]["min_long_prompts"] == 0
-    assert all(v is None for k, v in body["thresholds"].items() if "hidden" in k)
-    assert "maxLogPerplexityRatio" in body["disabled"]
+    assert body["maxPairBytes"] == pair_budget(1)
+    [report] = runner.reports
+    judged_under = report["result"]["thresholds"]
+    assert judged_under["minLongPrompts"] == 0
+    assert all(v is None for k, v in judged_under.items() if "hidden" in k.lower())
+    assert "maxLogPerplexityRatio" in report["result"]["disabled"]
+    assert report["result"]["outputs"] == []  # no token ids in the report unless asked
     for side in ("baseline", "candidate"):
         assert body[side]["fingerprints"]["sampling.top_logprobs"] == spec.sampling.top_logprobs
     [(verdict, extra)] = runner.finished
     assert verdict.phase is CheckPhase.PASSED
     assert extra["shadow"]["scored"] == COPIES
+
+
+# -- pooling: what one comparison over every pod decides, and what it refuses -------------
+
+
+def _forged(change: Callable[[dict[str, Any]], Any]) -> Any:
+    pod = copy.deepcopy(_pod(4, first=100, greedy=1))
+    return change(pod)
+
+
+def _set(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], Any]:
+    def change(pod: dict[str, Any]) -> Any:
+        target: Any = pod
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        return pod
+
+    return change
+
+
+def _pair_doc(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], Any]:
+    def changed(pod: dict[str, Any]) -> Any:
+        change(pod["pairs"][0])
+        return pod
+
+    return changed
+
+
+def _drop_last_pair(pod: dict[str, Any]) -> Any:
+    pod["pairs"].pop()
+    return pod
+
+
+def _duplicate_id(pod: dict[str, Any]) -> Any:
+    pod["pairs"][1] = copy.deepcopy(pod["pairs"][0])
+    return pod
+
+
+def _other_prompt(pair: dict[str, Any]) -> None:
+    pair["forced"]["promptId"] = "m999999"
+
+
+def _bad_base64(pair: dict[str, Any]) -> None:
+    pair["baseline"]["output"]["data"] = "not base64!"
+
+
+def _short_data(pair: dict[str, Any]) -> None:
+    pair["baseline"]["prompt"]["shape"] = [13]
+
+
+def _float_ids(pair: dict[str, Any]) -> None:
+    pair["baseline"]["prompt"]["dtype"] = "float64"
+
+
+def _not_forced(pair: dict[str, Any]) -> None:
+    pair["forced"]["teacherForced"] = None
+
+
+FORGED = {
+    "not an object": lambda _: None,
+    "a list": lambda pod: [pod],
+    "no session": _set(("session",), None),
+    "another session": _set(("session", "id"), "llm/other-check"),
+    "another revision": _set(("session", "candidateRevision"), "cccccccccc"),
+    "another baseline": _set(("session", "baseline"), meta(dtype="float16").model_dump()),
+    "no candidate metadata": _set(("session", "candidate"), None),
+    "more scored than pairs": _set(("counts", "scored"), 5),
+    "a pair missing": _drop_last_pair,
+    "a scored count that is no count": _set(("counts", "scored"), "4"),
+    "a seen count that does not read": _set(("counts", "mirrored"), "many"),
+    "refusals that do not read": _set(("counts", "refused"), ["poolFull"]),
+    "greedy count forged": _set(("counts", "greedy"), 3),
+    "no pairs": _set(("pairs",), None),
+    "a prompt id twice": _duplicate_id,
+    "a pair of two prompts": _pair_doc(_other_prompt),
+    "bad base64": _pair_doc(_bad_base64),
+    "data shorter than its shape": _pair_doc(_short_data),
+    "token ids as floats": _pair_doc(_float_ids),
+    "forced record not teacher-forced": _pair_doc(_not_forced),
+}
+
+
+@pytest.mark.parametrize("change", FORGED.values(), ids=FORGED.keys())
+def test_a_pod_result_that_cannot_be_used_is_an_error_never_a_pass(
+    change: Callable[[dict[str, Any]], Any],
+) -> None:
+    """Pod 0 alone has enough agreeing copies to pass; pod 1's result is forged, of another
+    session or malformed: the check is Error, naming the pod, and nothing is judged."""
+    verdict, shown, _ = judge_results(
+        [_pod(COPIES), _forged(change)], ShadowSettings(min_requests=COPIES), _spec(2),
+        profile=PROFILE.value, warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert verdict.phase is CheckPhase.ERROR
+    [reason] = [r for r in verdict.reasons if r.metric == "shadow.podResult"]
+    assert reason.message is not None
+    assert "mirror pod 1:" in reason.message
+    assert "mirror pod 0" not in reason.message
+    assert shown is None
+
+
+def test_pairs_past_the_pods_budget_are_refused() -> None:
+    pods = [_pod(COPIES)]
+    used = sum(pair_bytes(decode_pair(p)) for p in pods[0]["pairs"])
+    assert _judge_with(pods, _spec(pair_bytes_per_pod=used)) is CheckPhase.PASSED
+    assert _judge_with(pods, _spec(pair_bytes_per_pod=used - 1)) is CheckPhase.ERROR
+
+
+def _judge_with(pods: list[Any], spec: PoolSpec) -> CheckPhase:
+    verdict, _, _ = judge_results(
+        pods, ShadowSettings(min_requests=COPIES), spec, profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    return verdict.phase
+
+
+def test_the_same_sequence_numbers_on_two_pods_are_two_prompts() -> None:
+    """Each pod numbers its copies from m000000; the runner keeps them apart by pod."""
+    pooled = pool_results([_pod(COPIES // 2), _pod(COPIES // 2)], _spec(2))
+    assert pooled.problems == []
+    assert pooled.forced is not None
+    ids = [p.prompt_id for p in pooled.forced.prompts]
+    assert len(ids) == len(set(ids)) == COPIES
+    assert {"p0/m000000", "p1/m000000"} <= set(ids)
+    assert pooled.forced.errors == []
+
+
+def test_counts_are_summed_over_the_pods() -> None:
+    pods = [_pod(COPIES // 2, greedy=3), _pod(COPIES // 2, first=COPIES // 2, canary_failures=1)]
+    _, _, totals = judge_results(
+        pods, ShadowSettings(min_requests=COPIES), _spec(2), profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert (totals.mirrored, totals.sampled, totals.scored, totals.greedy) == (
+        COPIES * 5, COPIES + 1, COPIES, 3,
+    )  # fmt: skip
+    assert totals.dropped == 1
+
+
+def test_greedy_copies_are_pooled_too() -> None:
+    """20 greedy copies per pod: too few on one pod (a warning), enough on two, where the
+    token-by-token comparison is judged and reported."""
+    one = judge_results(
+        [_pod(COPIES, greedy=COPIES // 2)], ShadowSettings(min_requests=COPIES), _spec(),
+        profile=PROFILE.value, warn=PROFILES[PROFILE].warn,
+    )[0]  # fmt: skip
+    assert any("greedy copies" in w for w in one.warnings)
+    both = judge_results(
+        [_pod(COPIES // 2, greedy=COPIES // 2),
+         _pod(COPIES // 2, first=COPIES // 2, greedy=COPIES // 2)],
+        ShadowSettings(min_requests=COPIES), _spec(2), profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )[0]  # fmt: skip
+    assert both.phase is CheckPhase.PASSED
+    assert not any("greedy copies" in w for w in both.warnings)
+    assert both.metrics["greedyTokenMatchRate"] == 1.0
+
+
+def test_a_drifting_canary_on_one_pod_fails_the_pooled_check() -> None:
+    pods = [_pod(COPIES // 2), _pod(COPIES // 2, first=COPIES // 2, shift=-1.5)]
+    assert _judge(pods) is CheckPhase.FAILED
+
+
+def test_a_nan_on_one_pod_reaches_the_hygiene_check() -> None:
+    nan = _pod(COPIES // 2, first=COPIES // 2)
+    pair = decode_pair(nan["pairs"][0])
+    forced = pair.forced.teacher_forced
+    assert forced is not None
+    scores = forced.top.logprobs.copy()
+    scores[3, 0] = float("nan")
+    broken = replace(pair.forced, top_logprobs=TopLogprobs(forced.top.token_ids, scores))
+    nan["pairs"][0] = encode_pair(ScoredPair(pair.baseline, broken, None))
+    assert _judge([_pod(COPIES // 2), nan]) is CheckPhase.FAILED
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_worst_outputs_reach_the_report_only_when_asked(store: bool) -> None:
+    pods = [_pod(COPIES, shift=-1.5)]
+    pooled = pool_results(pods, _spec(store_prompts=store))
+    assert pooled.forced is not None
+    assert bool(pooled.forced.outputs) is store
+
+
+def test_running_out_of_pair_budget_says_so_when_evidence_is_short() -> None:
+    pod = _pod(12)
+    pod["counts"]["refused"]["poolFull"] = 30
+    verdict, _, _ = judge_results(
+        [pod], ShadowSettings(min_requests=COPIES), _spec(), profile=PROFILE.value,
+        warn=PROFILES[PROFILE].warn,
+    )  # fmt: skip
+    assert verdict.phase is CheckPhase.INCONCLUSIVE
+    [reason] = [r for r in verdict.reasons if r.metric == "shadow.minRequests"]
+    assert reason.message is not None
+    assert "poolFull" in reason.message
+
+
+@pytest.mark.parametrize(
+    ("pods", "each"),
+    [(1, 32 * MIB), (4, 32 * MIB), (8, 16 * MIB), (16, 8 * MIB)],
+)
+def test_the_pair_budget_is_shared_by_the_pods(pods: int, each: int) -> None:
+    assert pair_budget(pods) == each
+    assert pods * pair_budget(pods) <= POOL_BYTES
+    # base64 of the whole budget fits what the runner reads of a pod's result.
+    assert response_limit(each) > each * 4 // 3
+
+
+@pytest.mark.parametrize(
+    ("answer", "retry"),
+    [
+        (httpx.Response(200, content=b"x" * 2048), False),  # larger than the runner reads
+        (httpx.Response(404, json={"error": "no such session"}), True),  # a restarted pod
+        (httpx.Response(200, content=b"{not json"), True),
+    ],
+    ids=["too large", "session lost", "not JSON"],
+)
+def test_a_pod_result_that_does_not_read_ends_the_attempt(
+    answer: httpx.Response, retry: bool
+) -> None:
+    http = httpx.Client(transport=httpx.MockTransport(lambda _: answer))
+    sessions = shadow.MirrorSessions(["http://10.0.0.9:9000"], SESSION, http)
+    with pytest.raises(shadow.ShadowError) as raised:
+        sessions.results(limit=1024)
+    assert raised.value.retry is retry
+    sessions.close()
