@@ -1,20 +1,26 @@
 """Re-observation of every object of a kind: on a timer, at once when woken, and after a
 failure under the one retry policy.
 
-One loop per kind for the whole process (not a kopf daemon or timer per object: kopf
-guards those with a finalizer, and a finalizer would hang deletion while the operator is
-down). Each known object is reconciled every `interval` seconds (a safety net), sooner
-when something it depends on changed (`wake`, at once or after a short debounce, as
-`plan.wake` decides) or at the time the reconcile asked for (a deadline, the end of a
-pause: scheduled, not polled), never twice at the same time, and at most `concurrency`
-at once: a burst of hundreds of changes queues here, earliest due first, instead of
-crowding the event loop and the API client's threads. A failed reconcile runs again
-after the backoff of `infergate.retry.RECONCILES` (jittered, doubling per consecutive
-failure, a server's Retry-After as a floor), and no wake-up cuts that wait short: a
-change seen meanwhile is reconciled when the backoff ends. A permanent error (a spec
-problem, a refused request) waits for the next change or the usual interval: repeating
-it now would repeat the refusal. Nothing here is rollout truth: a restarted process
-starts with an empty schedule and reconciles everything once.
+One loop per kind for the whole process (not a kopf
+daemon or timer per object: kopf guards those with a finalizer, and a finalizer would
+hang deletion while the operator is down). Each known object is reconciled every
+`interval` seconds (a safety net), sooner when something it depends on changed (`wake`,
+at once or after a short debounce, as `plan.wake` decides) or at the time the reconcile
+asked for (a deadline, the end of a pause: scheduled, not polled), never twice at the
+same time, and at most `concurrency` at once: a burst of hundreds of changes queues here,
+earliest due first, instead of crowding the event loop and the API client's threads. A
+change the rollout acts on at once (a spec change, a manual control, a new object: woken
+with no delay) goes ahead of the queue by `urgent_lead` seconds: in a burst, every new
+spec is acted on before the follow-up reconciles that only record its children's
+progress, and those then see more of that progress at once (fewer reconciles, fewer
+status writes). The lead is bounded, so a stream of spec changes delays a follow-up by at
+most that long past its due time. A failed reconcile runs again after the backoff of
+`infergate.retry.RECONCILES` (jittered, doubling per consecutive failure, a server's
+Retry-After as a floor), and no wake-up cuts that wait short: a change seen meanwhile is
+reconciled when the backoff ends. A permanent error (a spec problem, a refused request)
+waits for the next change or the usual interval: repeating it now would repeat the
+refusal. Nothing here is rollout truth: a restarted process starts with an empty schedule
+and reconciles everything once.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from infergate.retry import RECONCILES
 # interval; it raises `infergate.errors` when it failed.
 Reconcile = Callable[[OwnerKey], Awaitable[float | None]]
 _MIN_WAIT = 0.05
+URGENT_LEAD_SECONDS = 30.0
+"""How far ahead of the queue a change woken at once goes (see the module's docstring)."""
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +56,12 @@ class Resyncer:
         *,
         wake_delay: float = 0.5,
         concurrency: int = 16,
+        urgent_lead: float = URGENT_LEAD_SECONDS,
         draw: Callable[[], float] = random.random,
         on_start: Callable[[float], None] | None = None,
     ) -> None:
         self._reconcile = reconcile
+        self.urgent_lead = urgent_lead
         # Told how long each reconcile waited past its due time (the concurrency cap).
         self._on_start = on_start
         self.interval = interval
@@ -61,6 +71,8 @@ class Resyncer:
         self.wake_delay = wake_delay
         self._draw = draw
         self._due: dict[OwnerKey, float] = {}
+        # Woken at once since its last start: goes ahead of the queue by `urgent_lead`.
+        self._urgent: set[OwnerKey] = set()
         self._failures: dict[OwnerKey, int] = {}
         # After a failure: not before this time, whatever wakes the key (the backoff, and a
         # server's Retry-After, hold for every trigger).
@@ -70,8 +82,10 @@ class Resyncer:
 
     def wake(self, key: OwnerKey, *, delay: float | None = None) -> None:
         """Reconcile this object after `delay` seconds (default: the debounce `wake_delay`;
-        0: at once), after the one in flight, if any."""
+        0: at once, ahead of the queue), after the one in flight, if any."""
         wait = self.wake_delay if delay is None else max(0.0, delay)
+        if wait == 0.0:
+            self._urgent.add(key)
         soon = asyncio.get_running_loop().time() + wait
         self._due[key] = max(min(self._due.get(key, soon), soon), self._hold.get(key, soon))
         self._changed.set()
@@ -90,17 +104,19 @@ class Resyncer:
             keys = set(known())
             for key in set(self._due) - keys:
                 self._due.pop(key, None)
+                self._urgent.discard(key)
                 self._failures.pop(key, None)
                 self._hold.pop(key, None)
             for key in keys:
                 self._due.setdefault(key, now)
             ready = sorted(
                 (key for key, due in self._due.items() if due <= now and key not in self._running),
-                key=self._due.__getitem__,
+                key=self._queue_position,
             )
             for key in ready[: max(0, self.concurrency - len(self._running))]:
                 if self._on_start is not None:
                     self._on_start(now - self._due[key])
+                self._urgent.discard(key)
                 self._due[key] = now + self.interval
                 self._running[key] = asyncio.create_task(self._one(key))
             if len(self._running) >= self.concurrency:
@@ -110,6 +126,10 @@ class Resyncer:
                 timeout = max(_MIN_WAIT, min(idle, default=self.interval))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
+
+    def _queue_position(self, key: OwnerKey) -> float:
+        """Earliest first; a key woken at once counts as due `urgent_lead` seconds earlier."""
+        return self._due[key] - (self.urgent_lead if key in self._urgent else 0.0)
 
     def _again_in(self, key: OwnerKey, seconds: float) -> None:
         again = asyncio.get_running_loop().time() + seconds

@@ -494,3 +494,50 @@ def test_a_reconcile_runs_again_when_it_asked_to_without_any_wake_up() -> None:
 
     # Twice asked to run again: three reconciles, then none until the 60 s resync.
     assert asyncio.run(scenario()) == [0.05, 0.05, None]
+
+
+def _order_after_a_spec_change(*, urgent_lead: float, backlog_age: float) -> list[str]:
+    """One reconcile at a time: five follow-ups wait behind the one in flight, then a spec
+    change arrives (woken at once) `backlog_age` seconds after they became due."""
+
+    async def scenario() -> list[str]:
+        keys = [OwnerKey("ns", f"follow-up-{i}") for i in range(5)]
+        changed = OwnerKey("ns", "changed-spec")
+        known = list(keys)
+        calls: list[str] = []
+        gate = asyncio.Event()
+
+        async def reconcile(key: OwnerKey) -> float | None:
+            calls.append(key.name)
+            if len(calls) == 1:
+                await gate.wait()
+            return None
+
+        resyncer = Resyncer(reconcile, interval=60, concurrency=1, urgent_lead=urgent_lead)
+        task = asyncio.create_task(resyncer.run(lambda: known))
+        while not calls:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(backlog_age)
+        known.append(changed)
+        resyncer.wake(changed, delay=0)
+        gate.set()
+        while len(calls) < 6:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await resyncer.stop()
+        return calls
+
+    return asyncio.run(scenario())
+
+
+def test_a_spec_change_goes_ahead_of_the_follow_ups_queued_before_it() -> None:
+    calls = _order_after_a_spec_change(urgent_lead=30.0, backlog_age=0.1)
+    # The one in flight ends, then the change the rollout acts on, then the backlog.
+    assert calls[1] == "changed-spec"
+    assert sorted(calls[2:]) == sorted(set(calls[2:]))
+
+
+def test_a_follow_up_waits_past_its_due_time_at_most_the_lead() -> None:
+    calls = _order_after_a_spec_change(urgent_lead=0.05, backlog_age=0.3)
+    # The follow-ups were due 0.3 s before the change: more than its 0.05 s lead.
+    assert calls[-1] == "changed-spec"
