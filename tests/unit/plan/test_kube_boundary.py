@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from infergate.kube.client import (
 from infergate.kube.events import event_manifest
 from infergate.kube.writer import PlanWriter
 from infergate.plan.observed import OwnerKey
+from infergate.plan.sync import Create, Delete, ObjectRef, Update
 from infergate.retry import RetryPolicy, retry_call
 from tests.unit.plan.world import NAME, NAMESPACE, World
 
@@ -186,7 +188,7 @@ def test_a_canarys_children_are_written_at_once_and_every_one_is_tried() -> None
         writer = PlanWriter(client, NAMESPACE, NAME, pool=pool)  # type: ignore[arg-type]
         with pytest.raises(RetriableKubeError):
             writer.write(plan, _body())  # type: ignore[arg-type]
-    assert client.calls[0] == ("status", "InferenceDeployment", NAME)
+    assert ("status", "InferenceDeployment", NAME) in client.calls
     # The failing Service create did not keep the others from being sent.
     assert sorted(kind for verb, kind, _ in client.calls if verb == "create") == [
         "ConfigMap", "Deployment", "Service", "Service",
@@ -541,3 +543,47 @@ def test_a_follow_up_waits_past_its_due_time_at_most_the_lead() -> None:
     calls = _order_after_a_spec_change(urgent_lead=0.05, backlog_age=0.3)
     # The follow-ups were due 0.3 s before the change: more than its 0.05 s lead.
     assert calls[-1] == "changed-spec"
+
+
+class MeetingStatusClient(MeetingClient):
+    """The status write also waits for every create: sent after them, it would wait in vain."""
+
+    def replace_status(self, resource: Any, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        self.meeting.wait()
+        return super().replace_status(resource, namespace, name, body)
+
+
+def test_a_wave_of_creates_goes_out_beside_the_status_write() -> None:
+    world = World()
+    plan = world.reconcile()
+    creates = [w for w in plan.sync.writes if isinstance(w, Create)]
+    assert creates
+    assert len(creates) == len(plan.sync.writes)
+    client = MeetingStatusClient(len(creates) + 1, {})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        result = PlanWriter(client, NAMESPACE, NAME, pool=pool).write(plan, _body())  # type: ignore[arg-type]
+    assert result.status_written
+    assert result.created == [str(w.ref) for w in creates]
+
+
+def test_a_stale_status_beside_creates_still_stops_the_write_and_says_stale() -> None:
+    world = World()
+    plan = world.reconcile()
+    client = FakeClient({("status", NAME): ConflictError("stale", status=409)})
+    with ThreadPoolExecutor(max_workers=8) as pool, pytest.raises(StaleObjectError):
+        PlanWriter(client, NAMESPACE, NAME, pool=pool).write(plan, _body())  # type: ignore[arg-type]
+    # The creates were sent (a revision the fresh state does not keep is deleted then);
+    # nothing else was.
+    assert {verb for verb, _, _ in client.calls} == {"status", "create"}
+
+
+def test_a_wave_that_deletes_or_updates_waits_for_the_status_write() -> None:
+    world = World()
+    plan = world.reconcile()
+    old = ObjectRef("Deployment", f"{NAME}-old")
+    for extra in (Delete(old), Update({"kind": "Deployment", "metadata": {"name": old.name}}, "7")):
+        mixed = replace(plan, sync=replace(plan.sync, writes=[*plan.sync.writes, extra]))
+        client = FakeClient({("status", NAME): ConflictError("stale", status=409)})
+        with ThreadPoolExecutor(max_workers=8) as pool, pytest.raises(StaleObjectError):
+            PlanWriter(client, NAMESPACE, NAME, pool=pool).write(mixed, _body())  # type: ignore[arg-type]
+        assert client.calls == [("status", "InferenceDeployment", NAME)]
