@@ -53,7 +53,7 @@ pytestmark = pytest.mark.slow
 
 SMALL_KV = ["--enforce-eager", "--num-gpu-blocks-override", "8"]
 LOAD = {"concurrency": [1, 16], "backgroundRequests": 32, "backgroundMaxTokens": 96}
-PERFORMANCE = {"maxThroughputDrop": 0.1, "repeats": 3, "requests": 24}
+PERFORMANCE = {"maxThroughputDrop": 0.1, "repeats": 4, "requests": 48}
 RUNNER = {"activeDeadlineSeconds": 2400, "backoffLimit": 0}
 # The injected fault (tests/faults/batch_drift.py): vLLM loads the logits processor from
 # the repository, which the pod mounts at the same path and puts on its PYTHONPATH.
