@@ -19,7 +19,8 @@ answers the suite's tokens identically at 16 in flight, preempted, as at 1, and 
 real engine whose answers change only in a batch is caught at the level that batches it
 (experiments/TRAFFIC.md has the per-level figures). tests/unit/runner/test_load.py shows
 the same catch on a simulated engine, fast. On 2026-12-05 the two performance-limit tests
-ended Inconclusive on 2 shared cores (experiments/TRAFFIC.md says why).
+ended Inconclusive on 2 shared cores, twice (the second time with the first side
+alternating and four repeats; experiments/TRAFFIC.md has the bounds and says why).
 
     flock /tmp/heavy.lock env INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 \
         .venv/bin/pytest tests/e2e/test_load_check.py -m slow -s -p no:cacheprovider
