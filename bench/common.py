@@ -181,17 +181,17 @@ def patch_all(
     patches: dict[str, JSON],
     *,
     workers: int = 16,
-) -> None:
-    """Merge-patch every named object at once (`workers` requests in flight): a burst."""
+) -> dict[str, float]:
+    """Merge-patch every named object at once (`workers` requests in flight): a burst. When
+    each PATCH was answered (time.monotonic()), by name."""
+
+    def patch(name: str, body: JSON) -> float:
+        _retrying(functools.partial(client.merge_patch, resource, namespace, name, body))
+        return time.monotonic()
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="burst") as pool:
-        done = [
-            pool.submit(
-                _retrying, functools.partial(client.merge_patch, resource, namespace, name, patch)
-            )
-            for name, patch in patches.items()
-        ]
-        for future in done:
-            future.result()
+        done = {name: pool.submit(patch, name, body) for name, body in patches.items()}
+        return {name: future.result() for name, future in done.items()}
 
 
 def create_all(
@@ -374,6 +374,35 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+def histogram_totals(text: str, name: str, *labels: str) -> dict[str, list[float]]:
+    """[sum, count] of the histogram `name` per value of `labels` (joined with a space)."""
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name not in (f"{name}_sum", f"{name}_count"):
+                continue
+            key = " ".join(sample.labels.get(k, "") for k in labels)
+            slot = totals.setdefault(key, [0.0, 0.0])
+            slot[0 if sample.name.endswith("_sum") else 1] += sample.value
+    return totals
+
+
+def histogram_means(
+    before: dict[str, list[float]] | None, after: dict[str, list[float]] | None
+) -> dict[str, dict[str, float]]:
+    """Per key: how many observations between two `histogram_totals`, their mean and sum."""
+    if before is None or after is None:
+        return {}
+    means = {}
+    for key, (total, count) in sorted(after.items()):
+        earlier_total, earlier_count = before.get(key, [0.0, 0.0])
+        n = count - earlier_count
+        if n > 0:
+            spent = total - earlier_total
+            means[key] = {"count": int(n), "mean_s": round(spent / n, 4), "sum_s": round(spent, 1)}
+    return means
 
 
 @dataclass(frozen=True)

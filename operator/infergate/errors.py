@@ -6,6 +6,7 @@ InfergateError                  anything the operator raises on purpose
 └── KubeError                   the API server refused or failed a request
     ├── RetriableKubeError      409, 429, 5xx, timeouts, broken connections: try again later
     │   └── ConflictError       409 Conflict: the object changed under us (stale resourceVersion)
+    │       └── StaleObjectError  the owner's status write found it changed: nothing was written
     └── PermanentKubeError      any other 4xx: the request itself is wrong; retrying repeats it
         ├── NotFoundError       404: the object (or its namespace) does not exist
         ├── ForbiddenError      403: the operator's ServiceAccount lacks a permission
@@ -51,6 +52,12 @@ class RetriableKubeError(KubeError):
 
 class ConflictError(RetriableKubeError):
     """409 Conflict: a stale resourceVersion; read again and retry."""
+
+
+class StaleObjectError(ConflictError):
+    """409 on the status write that opens a reconcile's writes: the object changed since the
+    copy the decision was made from, and nothing else was written; decide again from a
+    fresh read."""
 
 
 class PermanentKubeError(KubeError):

@@ -71,6 +71,14 @@ RECONCILE_DURATION = Histogram(
     ["result"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+RECONCILE_STEP = Histogram(
+    "infergate_reconcile_step_seconds",
+    "Where an InferenceDeployment reconcile's time goes, by step: queued (due until started: "
+    "the cap on reconciles at once), lock (waiting for the same deployment's reconcile in "
+    "flight), read (the object from the API), write (decide, write status, children, checks).",
+    ["step"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 LEADER = Gauge(
     "infergate_leader",
     "1 while this operator replica holds the leader Lease and acts, 0 while it follows.",
@@ -80,6 +88,13 @@ API_REQUESTS = Counter(
     "Requests the operator's reconciles made to the Kubernetes API server (kopf's watches "
     "not included), by verb and resource: near zero while nothing changes.",
     ["verb", "resource"],
+)
+API_REQUEST_DURATION = Histogram(
+    "infergate_api_request_duration_seconds",
+    "Time of one request of the operator's reconciles to the API server, answer read, by verb "
+    "and resource.",
+    ["verb", "resource"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 API_ERRORS = Counter(
     "infergate_api_errors_total",

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from infergate.api.golden import GoldenSpec
 from infergate.controllers._resync import Schedule
+from infergate.kube.background import BackgroundWrites, QueuedWrite
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.observed import OwnerKey
@@ -29,11 +31,21 @@ class OperatorOptions:
     net (changes wake a reconcile, deadlines and pauses are scheduled at their time)."""
     kubeconfig: str | None = None
     """Kubeconfig for the API client; None: in-cluster credentials, else the default file."""
-    workers: int = 16
-    """Threads for blocking API calls: reconciles of different deployments overlap their waits."""
-    concurrent_reconciles: int = 16
+    workers: int = 64
+    """Threads for blocking API calls: reconciles of different deployments overlap their waits
+    (at least `concurrent_reconciles`, else the cap is the thread count)."""
+    write_workers: int = 64
+    """Threads for the independent writes of one reconcile (a canary's ConfigMap, Deployment
+    and Services), sent at once instead of one after another."""
+    background_workers: int = 4
+    """Threads sending the writes no reconcile waits for (a Service's create and delete: the
+    API server allocates cluster IPs one at a time, so more threads would only queue there)."""
+    concurrent_reconciles: int = 32
     """Most deployment reconciles in flight at once: a burst of changes queues in the resync
-    loop (earliest due first) instead of crowding the event loop and the threads."""
+    loop (earliest due first) instead of crowding the event loop and the threads. A reconcile
+    in flight mostly waits for the API server, so the cap is what the API server takes at
+    once beside the cluster's other clients (each reconcile sends up to a few writes at
+    once; the API server's default limit is 200 mutating requests in flight), not the CPU."""
     check_resync_seconds: float = 300.0
     """Longest time between two reconciles of a ParityCheck when nothing wakes it (its own
     changes, its children's and its sides' wake it at once; its deadline is scheduled)."""
@@ -62,6 +74,8 @@ OPTIONS = OperatorOptions()
 # kopf's progress and diff-base annotations live under KOPF_PREFIX (controllers/startup.py).
 _client: KubeClient | None = None
 _events: EventPoster | None = None
+_writes: ThreadPoolExecutor | None = None
+_background: BackgroundWrites | None = None
 
 
 def client() -> KubeClient:
@@ -80,8 +94,42 @@ def events() -> EventPoster:
     return _events
 
 
+def write_pool() -> ThreadPoolExecutor:
+    """The process's threads for a reconcile's independent writes, started on first use
+    (apart from the reconciles' own threads: a reconcile waits on them while holding one)."""
+    global _writes  # noqa: PLW0603 - one pool per process, started lazily
+    if _writes is None:
+        _writes = ThreadPoolExecutor(
+            max_workers=OPTIONS.write_workers, thread_name_prefix="infergate-write"
+        )
+    return _writes
+
+
+def start_background_writes(loop: asyncio.AbstractEventLoop) -> None:
+    """Start the queue of writes no reconcile waits for; a failed one backs its owner off
+    and reconciles it again (through `loop`, the resync loop's)."""
+    global _background  # noqa: PLW0603 - one queue per process, started with the resync loop
+
+    def failed(write: QueuedWrite, error: Exception) -> None:
+        loop.call_soon_threadsafe(SCHEDULE.failed, OwnerKey(write.namespace, write.owner), error)
+
+    if _background is None:
+        _background = BackgroundWrites(OPTIONS.background_workers, failed)
+
+
+def background_writes() -> BackgroundWrites | None:
+    """The queue of writes no reconcile waits for, once started."""
+    return _background
+
+
 def close_client() -> None:
-    global _client, _events  # noqa: PLW0603 - see client() and events()
+    global _client, _events, _writes, _background  # noqa: PLW0603 - see the functions above
+    if _background is not None:
+        _background.close()
+        _background = None
+    if _writes is not None:
+        _writes.shutdown(wait=True)
+        _writes = None
     if _events is not None:
         _events.close()
         _events = None

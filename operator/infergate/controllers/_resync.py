@@ -1,20 +1,26 @@
 """Re-observation of every object of a kind: on a timer, at once when woken, and after a
 failure under the one retry policy.
 
-One loop per kind for the whole process (not a kopf daemon or timer per object: kopf
-guards those with a finalizer, and a finalizer would hang deletion while the operator is
-down). Each known object is reconciled every `interval` seconds (a safety net), sooner
-when something it depends on changed (`wake`, at once or after a short debounce, as
-`plan.wake` decides) or at the time the reconcile asked for (a deadline, the end of a
-pause: scheduled, not polled), never twice at the same time, and at most `concurrency`
-at once: a burst of hundreds of changes queues here, earliest due first, instead of
-crowding the event loop and the API client's threads. A failed reconcile runs again
-after the backoff of `infergate.retry.RECONCILES` (jittered, doubling per consecutive
-failure, a server's Retry-After as a floor), and no wake-up cuts that wait short: a
-change seen meanwhile is reconciled when the backoff ends. A permanent error (a spec
-problem, a refused request) waits for the next change or the usual interval: repeating
-it now would repeat the refusal. Nothing here is rollout truth: a restarted process
-starts with an empty schedule and reconciles everything once.
+One loop per kind for the whole process (not a kopf
+daemon or timer per object: kopf guards those with a finalizer, and a finalizer would
+hang deletion while the operator is down). Each known object is reconciled every
+`interval` seconds (a safety net), sooner when something it depends on changed (`wake`,
+at once or after a short debounce, as `plan.wake` decides) or at the time the reconcile
+asked for (a deadline, the end of a pause: scheduled, not polled), never twice at the
+same time, and at most `concurrency` at once: a burst of hundreds of changes queues here,
+earliest due first, instead of crowding the event loop and the API client's threads. A
+change the rollout acts on at once (a spec change, a manual control, a new object: woken
+with no delay) goes ahead of the queue by `urgent_lead` seconds: in a burst, every new
+spec is acted on before the follow-up reconciles that only record its children's
+progress, and those then see more of that progress at once (fewer reconciles, fewer
+status writes). The lead is bounded, so a stream of spec changes delays a follow-up by at
+most that long past its due time. A failed reconcile runs again after the backoff of
+`infergate.retry.RECONCILES` (jittered, doubling per consecutive failure, a server's
+Retry-After as a floor), and no wake-up cuts that wait short: a change seen meanwhile is
+reconciled when the backoff ends. A permanent error (a spec problem, a refused request)
+waits for the next change or the usual interval: repeating it now would repeat the
+refusal. Nothing here is rollout truth: a restarted process starts with an empty schedule
+and reconciles everything once.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from infergate.retry import RECONCILES
 # interval; it raises `infergate.errors` when it failed.
 Reconcile = Callable[[OwnerKey], Awaitable[float | None]]
 _MIN_WAIT = 0.05
+URGENT_LEAD_SECONDS = 30.0
+"""How far ahead of the queue a change woken at once goes (see the module's docstring)."""
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +56,14 @@ class Resyncer:
         *,
         wake_delay: float = 0.5,
         concurrency: int = 16,
+        urgent_lead: float = URGENT_LEAD_SECONDS,
         draw: Callable[[], float] = random.random,
+        on_start: Callable[[float], None] | None = None,
     ) -> None:
         self._reconcile = reconcile
+        self.urgent_lead = urgent_lead
+        # Told how long each reconcile waited past its due time (the concurrency cap).
+        self._on_start = on_start
         self.interval = interval
         self.concurrency = max(1, concurrency)
         # A change of one child comes with changes of others (a Deployment, its pods, the
@@ -58,6 +71,8 @@ class Resyncer:
         self.wake_delay = wake_delay
         self._draw = draw
         self._due: dict[OwnerKey, float] = {}
+        # Woken at once since its last start: goes ahead of the queue by `urgent_lead`.
+        self._urgent: set[OwnerKey] = set()
         self._failures: dict[OwnerKey, int] = {}
         # After a failure: not before this time, whatever wakes the key (the backoff, and a
         # server's Retry-After, hold for every trigger).
@@ -67,8 +82,10 @@ class Resyncer:
 
     def wake(self, key: OwnerKey, *, delay: float | None = None) -> None:
         """Reconcile this object after `delay` seconds (default: the debounce `wake_delay`;
-        0: at once), after the one in flight, if any."""
+        0: at once, ahead of the queue), after the one in flight, if any."""
         wait = self.wake_delay if delay is None else max(0.0, delay)
+        if wait == 0.0:
+            self._urgent.add(key)
         soon = asyncio.get_running_loop().time() + wait
         self._due[key] = max(min(self._due.get(key, soon), soon), self._hold.get(key, soon))
         self._changed.set()
@@ -87,15 +104,19 @@ class Resyncer:
             keys = set(known())
             for key in set(self._due) - keys:
                 self._due.pop(key, None)
+                self._urgent.discard(key)
                 self._failures.pop(key, None)
                 self._hold.pop(key, None)
             for key in keys:
                 self._due.setdefault(key, now)
             ready = sorted(
                 (key for key, due in self._due.items() if due <= now and key not in self._running),
-                key=self._due.__getitem__,
+                key=self._queue_position,
             )
             for key in ready[: max(0, self.concurrency - len(self._running))]:
+                if self._on_start is not None:
+                    self._on_start(now - self._due[key])
+                self._urgent.discard(key)
                 self._due[key] = now + self.interval
                 self._running[key] = asyncio.create_task(self._one(key))
             if len(self._running) >= self.concurrency:
@@ -106,6 +127,10 @@ class Resyncer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
+    def _queue_position(self, key: OwnerKey) -> float:
+        """Earliest first; a key woken at once counts as due `urgent_lead` seconds earlier."""
+        return self._due[key] - (self.urgent_lead if key in self._urgent else 0.0)
+
     def _again_in(self, key: OwnerKey, seconds: float) -> None:
         again = asyncio.get_running_loop().time() + seconds
         self._due[key] = min(self._due.get(key, again), again)
@@ -113,27 +138,8 @@ class Resyncer:
     async def _one(self, key: OwnerKey) -> None:
         try:
             wanted = await self._reconcile(key)
-        except (SpecError, PermanentKubeError) as error:
-            self._failures.pop(key, None)
-            self._hold.pop(key, None)
-            log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
-        except (InfergateError, Exception) as error:
-            failures = self._failures.get(key, 0) + 1
-            self._failures[key] = failures
-            retry_after = error.retry_after if isinstance(error, KubeError) else None
-            delay = RECONCILES.delay(failures, retry_after=retry_after, draw=self._draw)
-            if isinstance(error, InfergateError):
-                log.warning(
-                    "%s/%s: reconcile failed (%d in a row), again in %.1fs: %s",
-                    key.namespace, key.name, failures, delay, error,
-                )  # fmt: skip
-            else:
-                log.exception(
-                    "%s/%s: reconcile crashed, again in %.1fs", key.namespace, key.name, delay
-                )
-            # The backoff replaces whatever was due (a wake-up while it ran included).
-            self._hold[key] = asyncio.get_running_loop().time() + delay
-            self._due[key] = self._hold[key]
+        except Exception as error:  # noqa: BLE001 - every failure goes to the retry policy
+            self.failed(key, error)
         else:
             self._failures.pop(key, None)
             self._hold.pop(key, None)
@@ -142,6 +148,33 @@ class Resyncer:
         finally:
             self._running.pop(key, None)
             self._changed.set()
+
+    def failed(self, key: OwnerKey, error: Exception) -> None:
+        """A reconcile of `key` failed, or a write it left to run after it did: reconcile it
+        again after the backoff (a permanent error: at the next change or interval)."""
+        if isinstance(error, (SpecError, PermanentKubeError)):
+            self._failures.pop(key, None)
+            self._hold.pop(key, None)
+            log.warning("%s/%s not reconciled: %s", key.namespace, key.name, error)
+            return
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        retry_after = error.retry_after if isinstance(error, KubeError) else None
+        delay = RECONCILES.delay(failures, retry_after=retry_after, draw=self._draw)
+        if isinstance(error, InfergateError):
+            log.warning(
+                "%s/%s: reconcile failed (%d in a row), again in %.1fs: %s",
+                key.namespace, key.name, failures, delay, error,
+            )  # fmt: skip
+        else:
+            log.error(
+                "%s/%s: reconcile crashed, again in %.1fs",
+                key.namespace, key.name, delay, exc_info=error,
+            )  # fmt: skip
+        # The backoff replaces whatever was due (a wake-up while it ran included).
+        self._hold[key] = asyncio.get_running_loop().time() + delay
+        self._due[key] = self._hold[key]
+        self._changed.set()
 
     async def stop(self) -> None:
         """Cancel the reconciles in flight."""
@@ -167,21 +200,27 @@ class Schedule:
         indexes: Mapping[str, Any],
         *,
         concurrency: int = 16,
+        on_start: Callable[[float], None] | None = None,
     ) -> None:
         """Reconcile every key of the kopf index `index` every `interval` seconds, at most
-        `concurrency` at once."""
+        `concurrency` at once (`on_start`: told each one's wait past its due time)."""
 
         def known() -> list[OwnerKey]:
             found = indexes.get(index)
             return list(found) if found is not None else []
 
-        self.resyncer = Resyncer(reconcile, interval, concurrency=concurrency)
+        self.resyncer = Resyncer(reconcile, interval, concurrency=concurrency, on_start=on_start)
         self.task = asyncio.create_task(self.resyncer.run(known), name=f"resync-{index}")
 
     def wake(self, key: OwnerKey, *, delay: float | None = None) -> None:
         """Reconcile `key` after `delay` seconds (default: the debounce), when the loop runs."""
         if self.resyncer is not None:
             self.resyncer.wake(key, delay=delay)
+
+    def failed(self, key: OwnerKey, error: Exception) -> None:
+        """A write `key`'s reconcile left to run after it failed: back off, then again."""
+        if self.resyncer is not None:
+            self.resyncer.failed(key, error)
 
     def wake_all(self) -> None:
         """Reconcile every known key soon (this replica just became the leader)."""

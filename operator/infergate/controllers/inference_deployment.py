@@ -1,8 +1,12 @@
 """kopf handlers of InferenceDeployments: one reconcile, run by one resync loop.
 
-Gather (the object from the API, its children from the indexes), decide
-(`plan.plan_reconcile`, pure), write (`kube.writer`), then post the Events and count the
-outcomes. One resync loop for the process reconciles a deployment at once when its spec
+Gather (the object as the watch delivered it, its children from the indexes), decide
+(`plan.plan_reconcile`, pure), write (`kube.writer`, a plan's independent child writes at
+once), then post the Events and count the outcomes. The watch's copy is read again from
+the API only when it is older than this process's own last write of it
+(`plan.freshness`), or when the status write, guarded by its resourceVersion, finds that
+somebody else changed the object since; then the reconcile decides again from the read.
+One resync loop for the process reconciles a deployment at once when its spec
 or a control annotation changes, after a short debounce when a child changes (a canary
 becoming available, a verdict, a drifting edit; `plan.wake` decides), at the time the
 decision asked for (a deadline, the end of a pause: `ReconcilePlan.due`), and otherwise
@@ -32,13 +36,22 @@ from infergate.api.base import GROUP, INFERENCE_DEPLOYMENTS_PLURAL, VERSION
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.enums import ConditionStatus
 from infergate.api.inference_deployment import InferenceDeploymentSpec, check_deployment_name
-from infergate.controllers._context import LOCKS, OPTIONS, SCHEDULE, client
+from infergate.controllers._context import (
+    LOCKS,
+    OPTIONS,
+    SCHEDULE,
+    background_writes,
+    client,
+    start_background_writes,
+    write_pool,
+)
 from infergate.controllers._context import events as post_events
 from infergate.controllers._leader import LEADER
 from infergate.errors import (
     InfergateError,
     NotFoundError,
     SpecError,
+    StaleObjectError,
 )
 from infergate.jsontypes import JSON
 from infergate.kube.client import INFERENCE_DEPLOYMENTS
@@ -46,6 +59,7 @@ from infergate.kube.writer import PlanWriter, WriteResult
 from infergate.plan import reasons
 from infergate.plan.control import manual_requests
 from infergate.plan.desired import Owner
+from infergate.plan.freshness import watched_copy_is_current
 from infergate.plan.observed import Observed, OwnerKey, collect
 from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.rollout import DeploymentState, Notice
@@ -136,25 +150,38 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
     )
 
 
-def _quiet(body: JSON, observed: Observed) -> tuple[bool, float | None]:
-    """Whether a reconcile from this (cached, maybe stale) body would write nothing, and
-    then the seconds until it wants to run again (None: no time-based step waits).
+@dataclass(frozen=True)
+class _Quiet:
+    """A decision that writes nothing; `again`: seconds until it wants to run again."""
 
-    A resync that would write nothing costs no API call; one that would write reads the
-    object fresh first, so no write is ever decided from a stale copy.
-    """
+    again: float | None
+
+
+def _from_watched(
+    body: JSON, observed: Observed, *, may_write: bool
+) -> ReconcileResult | _Quiet | None:
+    """Decide from the watch's copy of the object: quiet, or (when `may_write`) the result
+    of writing the decision; None: read the object and decide again (a spec problem, which
+    is reported from a fresh read, a copy older than this process's last write, or one
+    that the status write found stale: then nothing was written)."""
     now = datetime.now(UTC)
     try:
         plan = plan_reconcile(_state(body, observed, now))
     except (InfergateError, ValueError):
-        return False, None
-    return plan.quiet, again_in(plan.due, now)
+        return None
+    if plan.quiet:
+        return _Quiet(again_in(plan.due, now))
+    if not may_write:
+        return None
+    try:
+        return _write(plan, body, now)
+    except StaleObjectError:
+        return None
 
 
 def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
-    """Decide and write (runs in a worker thread: the API client blocks)."""
+    """Decide and write from a fresh read (runs in a worker thread: the API client blocks)."""
     metadata = body["metadata"]
-    writer = PlanWriter(client(), metadata["namespace"], metadata["name"])
     now = datetime.now(UTC)
     try:
         state = _state(body, observed, now)
@@ -162,10 +189,27 @@ def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
         status = _parse_status(body)
         invalid = invalid_spec_status(status, int(metadata.get("generation") or 0), str(error), now)
         if invalid.to_kube() != status.to_kube():
-            writer.write_status(invalid, body)
+            _writer(body).write_status(invalid, body)
         raise
-    plan = plan_reconcile(state)
-    written = writer.write(plan, body)
+    return _write(plan_reconcile(state), body, now)
+
+
+def _writer(body: JSON) -> PlanWriter:
+    metadata = body["metadata"]
+    key = OwnerKey(metadata["namespace"], metadata["name"])
+    return PlanWriter(
+        client(),
+        key.namespace,
+        key.name,
+        pool=write_pool(),
+        background=background_writes(),
+        on_status_written=lambda version: _note_version(key, version),
+    )
+
+
+def _write(plan: ReconcilePlan, body: JSON, now: datetime) -> ReconcileResult:
+    """Write `plan`, decided from `body`, then post its Events."""
+    written = _writer(body).write(plan, body)
     events = [*plan.events, *(_created_notice(m) for m in plan.create_checks
                               if m["metadata"]["name"] in written.created_checks)]  # fmt: skip
     for event in events:
@@ -208,20 +252,27 @@ async def reconcile(
         read = started
         try:
             cached = _cached(indexes, key) if trigger == "resync" else None
+            outcome: ReconcileResult | None = None
             if cached is not None:
                 seen = _snapshot(key, str(cached["metadata"]["uid"]), indexes)
-                quiet, again = await asyncio.to_thread(_quiet, cached, seen)
-                if quiet:
+                may_write = watched_copy_is_current(_version(cached), _NEWEST.get(key))
+                attempt = await asyncio.to_thread(_from_watched, cached, seen, may_write=may_write)
+                if isinstance(attempt, _Quiet):
                     result = "quiet"
-                    return again
-            try:
-                body = await asyncio.to_thread(client().get, INFERENCE_DEPLOYMENTS, namespace, name)
-            except NotFoundError:
-                result = "gone"
-                return None
-            read = time.monotonic()
-            observed = _snapshot(key, str(body["metadata"]["uid"]), indexes)
-            outcome = await asyncio.to_thread(_reconcile_blocking, body, observed)
+                    return attempt.again
+                outcome = attempt
+            if outcome is None:
+                try:
+                    body = await asyncio.to_thread(
+                        client().get, INFERENCE_DEPLOYMENTS, namespace, name
+                    )
+                except NotFoundError:
+                    result = "gone"
+                    return None
+                read = time.monotonic()
+                _note_version(key, _version(body))
+                observed = _snapshot(key, str(body["metadata"]["uid"]), indexes)
+                outcome = await asyncio.to_thread(_reconcile_blocking, body, observed)
             result = "ok"
             plan = outcome.plan
             metrics.record_outcomes(namespace, name, [(o.kind, o.reason) for o in plan.outcomes])
@@ -236,6 +287,11 @@ async def reconcile(
         finally:
             done = time.monotonic()
             metrics.RECONCILE_DURATION.labels(result).observe(done - started)
+            metrics.RECONCILE_STEP.labels("lock").observe(started - queued)
+            if read > started:
+                metrics.RECONCILE_STEP.labels("read").observe(read - started)
+            if result == "ok":
+                metrics.RECONCILE_STEP.labels("write").observe(done - read)
             log.debug(
                 "%s/%s reconciled on %s (%s): lock %.3fs, read %.3fs, decide and write %.3fs",
                 namespace, name, trigger, result, started - queued, read - started, done - read,
@@ -244,6 +300,19 @@ async def reconcile(
 
 # What each deployment last looked like to `plan.wake.deployment_wake`.
 _MARKS: dict[OwnerKey, DeploymentMark] = {}
+# The newest resourceVersion of each deployment this process read or wrote itself: a
+# watched copy older than it is not decided from (`plan.freshness`).
+_NEWEST: dict[OwnerKey, str] = {}
+
+
+def _version(body: JSON) -> str | None:
+    version = (body.get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else None
+
+
+def _note_version(key: OwnerKey, version: str | None) -> None:
+    if version is not None and watched_copy_is_current(version, _NEWEST.get(key)):
+        _NEWEST[key] = version
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -267,6 +336,7 @@ async def changed(
     if type == "DELETED":
         LOCKS.pop(key, None)
         _MARKS.pop(key, None)
+        _NEWEST.pop(key, None)
         metrics.forget(key.namespace, name)
         return
     mark = deployment_mark(body)
@@ -324,6 +394,7 @@ async def start_resync(**kwargs: Any) -> None:
         return await _resync_one(key, indexes)
 
     # Blocking API calls run in threads; many deployments reconcile at once in a burst.
+    start_background_writes(asyncio.get_running_loop())
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=OPTIONS.workers, thread_name_prefix="infergate")
     )
@@ -333,6 +404,7 @@ async def start_resync(**kwargs: Any) -> None:
         "known_deployments",
         indexes,
         concurrency=OPTIONS.concurrent_reconciles,
+        on_start=metrics.RECONCILE_STEP.labels("queued").observe,
     )
 
 

@@ -136,10 +136,11 @@ def _side(check: ObservedParityCheck, side: SideName, indexes: Mapping[str, Any]
     uid = str(body.get("metadata", {}).get("uid") or "")
     config_maps: list[ObservedObject] = _values(indexes, "owned_config_maps", owner)
     deployments: list[ObservedDeployment] = _values(indexes, "owned_deployments", owner)
+    services: list[ObservedObject] = _values(indexes, "owned_services", owner)
 
     def seen(revision: str) -> RevisionSeen:
         name = revision_object_name(deployment, revision)
-        found = RevisionSeen()
+        found = RevisionSeen(service=any(s.name == name and s.owner_uid == uid for s in services))
         config_map = next((c for c in config_maps if c.name == name and c.owner_uid == uid), None)
         if config_map is not None:
             try:

@@ -9,6 +9,7 @@ request path, so every kind goes through one function that maps failures:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +104,7 @@ BY_KIND: Mapping[str, Resource] = {
 }
 
 
-_POOL_SIZE = 32
+_POOL_SIZE = 128
 # urllib3's default would retry a 429 or 503 carrying Retry-After three times inside one
 # call, sleeping in the worker thread, unseen by `infergate.retry`: answers reach the one
 # retry policy instead. Only a connection that could not be opened is tried once more.
@@ -115,7 +116,8 @@ _TRANSPORT_RETRIES = urllib3.Retry(
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
     """Credentials from the pod's ServiceAccount when in a cluster, else from kubeconfig."""
     configuration = k8s_client.Configuration()
-    # One connection per worker thread, not the default 5 per CPU.
+    # One connection per thread that calls the API (reconciles, their writes, Events), not
+    # the default 5 per CPU: a connection beyond the pool is opened and thrown away.
     configuration.connection_pool_maxsize = _POOL_SIZE
     configuration.retries = _TRANSPORT_RETRIES
     if kubeconfig is None:
@@ -239,6 +241,7 @@ class KubeClient:
         """One request; the decoded JSON answer (empty for an empty answer)."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
         metrics.API_REQUESTS.labels(verb, resource).inc()
+        started = time.monotonic()
         try:
             serialized = self._api.param_serialize(
                 method=verb,
@@ -256,6 +259,8 @@ class KubeClient:
         except (urllib3.exceptions.HTTPError, OSError) as error:
             metrics.API_ERRORS.labels(verb, resource, "0").inc()
             raise RetriableKubeError(f"{verb} {what}: no answer: {error}") from error
+        finally:
+            metrics.API_REQUEST_DURATION.labels(verb, resource).observe(time.monotonic() - started)
         if not data:
             return {}
         decoded: JSON = json.loads(data)

@@ -119,6 +119,9 @@ class RevisionSeen:
     """Available pods of its Deployment; None while the Deployment is missing."""
     template: JSONMap | None = None
     """Its Deployment (a probe copies the pod template)."""
+    service: bool = False
+    """Whether its Service exists: the runner reaches the side through it, and the operator
+    creates it without waiting (`kube.background`), so it may come after the pods."""
 
 
 def side_view(
@@ -151,6 +154,8 @@ def side_view(
     if not found.available:
         pods = "its Deployment does not exist (yet)" if found.available is None else "no pod ready"
         return replace(base, waiting=f"Service {name} has no ready endpoint: {pods}")
+    if not found.service:
+        return replace(base, waiting=f"Service {name} does not exist (yet)")
     probe = needs_probe(found.config.engine)
     if probe and found.template is None:
         return replace(base, waiting=f"Deployment {name} does not exist (yet)")

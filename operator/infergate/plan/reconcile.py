@@ -67,8 +67,12 @@ class ReconcilePlan:
 
 
 def condition_events(before: Sequence[Condition], after: Sequence[Condition]) -> list[Notice]:
-    """One Event per condition whose status or reason changed; Warning when it turned bad."""
-    events: list[Notice] = []
+    """The Events of the conditions whose status or reason changed: one for the rollout's
+    transition (Progressing), which also tells the other conditions that changed with it
+    and are not bad news, and one per condition that turned bad (a Warning of its own)."""
+    warnings: list[Notice] = []
+    normal: list[Notice] = []
+    progressing: Notice | None = None
     known = {c.type for c in before}
     for condition in changed_conditions(before, after):
         if condition.type == reasons.DRIFTED:
@@ -84,8 +88,18 @@ def condition_events(before: Sequence[Condition], after: Sequence[Condition]) ->
         # A condition's first appearance is news only when it is bad, or says what started.
         if condition.type not in known and not warning and condition.type != reasons.PROGRESSING:
             continue
-        events.append(Notice(warning, condition.reason, f"{condition.type}: {condition.message}"))
-    return events
+        notice = Notice(warning, condition.reason, f"{condition.type}: {condition.message}")
+        if condition.type == reasons.PROGRESSING:
+            progressing = notice
+        elif warning:
+            warnings.append(notice)
+        else:
+            normal.append(notice)
+    if progressing is None:
+        return [*normal, *warnings]
+    # One transition, one Event: what changed with it rides along in its message.
+    message = "; ".join(n.message for n in (progressing, *normal))
+    return [Notice(progressing.warning, progressing.reason, message), *warnings]
 
 
 def plan_reconcile(state: DeploymentState) -> ReconcilePlan:

@@ -94,3 +94,41 @@ def test_invalid_spec_status_says_why_and_keeps_the_rest() -> None:
         "Progressing": "InvalidSpec",
         "Degraded": "InvalidSpec",
     }
+
+
+def test_one_event_per_transition_with_what_changed_alongside_and_warnings_apart() -> None:
+    before = set_condition(
+        [], ConditionUpdate("Progressing", FALSE, "RolloutComplete", "stable a"), generation=1,
+        now=T0,
+    )  # fmt: skip
+    before = set_condition(
+        before, ConditionUpdate("ParityPassed", TRUE, "Passed", "a passed"), generation=1, now=T0
+    )
+    before = set_condition(
+        before, ConditionUpdate("Degraded", FALSE, "Healthy", "ok"), generation=1, now=T0
+    )
+    after = set_condition(
+        before, ConditionUpdate("Progressing", TRUE, "CanaryStarted", "canary b starting"),
+        generation=2, now=T0,
+    )  # fmt: skip
+    after = set_condition(
+        after, ConditionUpdate("ParityPassed", ConditionStatus.UNKNOWN, "CheckPending", "b waits"),
+        generation=2, now=T0,
+    )  # fmt: skip
+    [started] = condition_events(before, after)
+    assert (started.warning, started.reason) == (False, "CanaryStarted")
+    assert started.message == "Progressing: canary b starting; ParityPassed: b waits"
+
+    degraded = set_condition(
+        after, ConditionUpdate("Degraded", TRUE, "Unschedulable", "no node"), generation=2, now=T0
+    )
+    events = condition_events(before, degraded)
+    assert [(e.warning, e.reason) for e in events] == [
+        (False, "CanaryStarted"),
+        (True, "Unschedulable"),
+    ]
+    # Without a rollout transition each change is its own Event.
+    quiet = set_condition(
+        before, ConditionUpdate("ParityPassed", FALSE, "Failed", "a failed"), generation=1, now=T0
+    )
+    assert [(e.warning, e.reason) for e in condition_events(before, quiet)] == [(True, "Failed")]

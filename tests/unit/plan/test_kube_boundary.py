@@ -10,6 +10,8 @@ import itertools
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from infergate.errors import (
     NotFoundError,
     PermanentKubeError,
     RetriableKubeError,
+    StaleObjectError,
     error_for_status,
     parse_retry_after,
 )
@@ -39,6 +42,7 @@ from infergate.kube.client import (
 from infergate.kube.events import event_manifest
 from infergate.kube.writer import PlanWriter
 from infergate.plan.observed import OwnerKey
+from infergate.plan.sync import Create, Delete, ObjectRef, Update
 from infergate.retry import RetryPolicy, retry_call
 from tests.unit.plan.world import NAME, NAMESPACE, World
 
@@ -144,6 +148,58 @@ def test_a_stale_status_write_stops_the_whole_write() -> None:
     with pytest.raises(ConflictError):
         PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
     assert len(client.calls) == 1
+
+
+def test_a_stale_status_write_is_told_apart_from_a_child_conflict() -> None:
+    world = World()
+    plan = world.reconcile()
+    client = FakeClient({("status", NAME): ConflictError("stale", status=409)})
+    with pytest.raises(StaleObjectError):
+        PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
+    canary = f"{NAME}-{plan.status.revisions[0].hash}"
+    client = FakeClient({("create", canary): ConflictError("taken", status=409)})
+    with pytest.raises(ConflictError) as raised:
+        PlanWriter(client, NAMESPACE, NAME).write(plan, _body())  # type: ignore[arg-type]
+    assert not isinstance(raised.value, StaleObjectError)
+
+
+class MeetingClient(FakeClient):
+    """Every create waits until all `parties` creates have been sent: written one after
+    another, the first would wait for the others in vain (BrokenBarrierError)."""
+
+    def __init__(self, parties: int, failures: dict[tuple[str, str], Exception]) -> None:
+        super().__init__(failures)
+        self.meeting = threading.Barrier(parties, timeout=10)
+
+    def create(self, resource: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.meeting.wait()
+        return super().create(resource, namespace, body)
+
+
+def test_a_canarys_children_are_written_at_once_and_every_one_is_tried() -> None:
+    world = World()
+    plan = world.reconcile()
+    creates = [w for w in plan.sync.writes if type(w).__name__ == "Create"]
+    assert len(creates) == 4  # ConfigMap, Deployment, its Service, the stable Service
+    deployment = next(w.ref.name for w in creates if w.ref.kind == "Deployment")
+    broken = RetriableKubeError("busy", status=503)
+    client = MeetingClient(len(creates), {("create", NAME): broken})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        writer = PlanWriter(client, NAMESPACE, NAME, pool=pool)  # type: ignore[arg-type]
+        with pytest.raises(RetriableKubeError):
+            writer.write(plan, _body())  # type: ignore[arg-type]
+    assert ("status", "InferenceDeployment", NAME) in client.calls
+    # The failing Service create did not keep the others from being sent.
+    assert sorted(kind for verb, kind, _ in client.calls if verb == "create") == [
+        "ConfigMap", "Deployment", "Service", "Service",
+    ]  # fmt: skip
+    assert ("create", "Deployment", deployment) in client.calls
+
+    client = MeetingClient(len(creates), {})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        result = PlanWriter(client, NAMESPACE, NAME, pool=pool).write(plan, _body())  # type: ignore[arg-type]
+    # Reported in plan order, whatever order the answers came in.
+    assert result.created == [str(w.ref) for w in creates]
 
 
 def test_repeated_creates_and_deletes_count_as_done() -> None:
@@ -440,3 +496,94 @@ def test_a_reconcile_runs_again_when_it_asked_to_without_any_wake_up() -> None:
 
     # Twice asked to run again: three reconciles, then none until the 60 s resync.
     assert asyncio.run(scenario()) == [0.05, 0.05, None]
+
+
+def _order_after_a_spec_change(*, urgent_lead: float, backlog_age: float) -> list[str]:
+    """One reconcile at a time: five follow-ups wait behind the one in flight, then a spec
+    change arrives (woken at once) `backlog_age` seconds after they became due."""
+
+    async def scenario() -> list[str]:
+        keys = [OwnerKey("ns", f"follow-up-{i}") for i in range(5)]
+        changed = OwnerKey("ns", "changed-spec")
+        known = list(keys)
+        calls: list[str] = []
+        gate = asyncio.Event()
+
+        async def reconcile(key: OwnerKey) -> float | None:
+            calls.append(key.name)
+            if len(calls) == 1:
+                await gate.wait()
+            return None
+
+        resyncer = Resyncer(reconcile, interval=60, concurrency=1, urgent_lead=urgent_lead)
+        task = asyncio.create_task(resyncer.run(lambda: known))
+        while not calls:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(backlog_age)
+        known.append(changed)
+        resyncer.wake(changed, delay=0)
+        gate.set()
+        while len(calls) < 6:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await resyncer.stop()
+        return calls
+
+    return asyncio.run(scenario())
+
+
+def test_a_spec_change_goes_ahead_of_the_follow_ups_queued_before_it() -> None:
+    calls = _order_after_a_spec_change(urgent_lead=30.0, backlog_age=0.1)
+    # The one in flight ends, then the change the rollout acts on, then the backlog.
+    assert calls[1] == "changed-spec"
+    assert sorted(calls[2:]) == sorted(set(calls[2:]))
+
+
+def test_a_follow_up_waits_past_its_due_time_at_most_the_lead() -> None:
+    calls = _order_after_a_spec_change(urgent_lead=0.05, backlog_age=0.3)
+    # The follow-ups were due 0.3 s before the change: more than its 0.05 s lead.
+    assert calls[-1] == "changed-spec"
+
+
+class MeetingStatusClient(MeetingClient):
+    """The status write also waits for every create: sent after them, it would wait in vain."""
+
+    def replace_status(self, resource: Any, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        self.meeting.wait()
+        return super().replace_status(resource, namespace, name, body)
+
+
+def test_a_wave_of_creates_goes_out_beside_the_status_write() -> None:
+    world = World()
+    plan = world.reconcile()
+    creates = [w for w in plan.sync.writes if isinstance(w, Create)]
+    assert creates
+    assert len(creates) == len(plan.sync.writes)
+    client = MeetingStatusClient(len(creates) + 1, {})
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        result = PlanWriter(client, NAMESPACE, NAME, pool=pool).write(plan, _body())  # type: ignore[arg-type]
+    assert result.status_written
+    assert result.created == [str(w.ref) for w in creates]
+
+
+def test_a_stale_status_beside_creates_still_stops_the_write_and_says_stale() -> None:
+    world = World()
+    plan = world.reconcile()
+    client = FakeClient({("status", NAME): ConflictError("stale", status=409)})
+    with ThreadPoolExecutor(max_workers=8) as pool, pytest.raises(StaleObjectError):
+        PlanWriter(client, NAMESPACE, NAME, pool=pool).write(plan, _body())  # type: ignore[arg-type]
+    # The creates were sent (a revision the fresh state does not keep is deleted then);
+    # nothing else was.
+    assert {verb for verb, _, _ in client.calls} == {"status", "create"}
+
+
+def test_a_wave_that_deletes_or_updates_waits_for_the_status_write() -> None:
+    world = World()
+    plan = world.reconcile()
+    old = ObjectRef("Deployment", f"{NAME}-old")
+    for extra in (Delete(old), Update({"kind": "Deployment", "metadata": {"name": old.name}}, "7")):
+        mixed = replace(plan, sync=replace(plan.sync, writes=[*plan.sync.writes, extra]))
+        client = FakeClient({("status", NAME): ConflictError("stale", status=409)})
+        with ThreadPoolExecutor(max_workers=8) as pool, pytest.raises(StaleObjectError):
+            PlanWriter(client, NAMESPACE, NAME, pool=pool).write(mixed, _body())  # type: ignore[arg-type]
+        assert client.calls == [("status", "InferenceDeployment", NAME)]

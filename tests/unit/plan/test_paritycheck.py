@@ -162,6 +162,12 @@ def kinds(manifests: list[dict[str, Any]]) -> list[str]:
         (RevisionSeen(), True, "aaaaaaaaaa", "ConfigMap qwen-aaaaaaaaaa of revision aaaaaaaaaa"),
         (RevisionSeen(config=VLLM), True, "aaaaaaaaaa", "its Deployment does not exist (yet)"),
         (RevisionSeen(config=VLLM, available=0), True, "aaaaaaaaaa", "no pod ready"),
+        (
+            RevisionSeen(config=VLLM, available=1, template=TEMPLATE),
+            True,
+            "aaaaaaaaaa",
+            "Service qwen-aaaaaaaaaa does not exist (yet)",
+        ),
     ],
 )
 def test_a_side_waits_saying_for_what(
@@ -182,7 +188,7 @@ def test_a_vllm_side_needs_a_probe_and_a_mindformers_side_does_not() -> None:
     spec = observe_parity_check(check()).spec
     assert spec is not None
     for config, probe_wanted in ((VLLM, True), (MINDFORMERS, False)):
-        seen = RevisionSeen(config=config, available=1, template=TEMPLATE)
+        seen = RevisionSeen(config=config, available=1, template=TEMPLATE, service=True)
         view = side_view(
             spec, "baseline", pinned=None, deployment_exists=True, stable=None,
             seen=lambda _, s=seen: s,  # type: ignore[misc]
@@ -209,7 +215,7 @@ def test_an_unreadable_pinned_config_is_invalid_not_waited_on() -> None:
 def test_the_stable_side_is_pinned_when_the_check_starts() -> None:
     spec = observe_parity_check(check(baseline={"inferenceDeploymentRef": {"name": "qwen"}})).spec
     assert spec is not None
-    seen = RevisionSeen(config=MINDFORMERS, available=1)
+    seen = RevisionSeen(config=MINDFORMERS, available=1, service=True)
     pinned = side_view(
         spec, "baseline", pinned="1111111111", deployment_exists=True, stable="2222222222",
         seen=lambda _: seen,
