@@ -16,7 +16,8 @@ live engine pod. Then N completions of CLIENT_TOKENS tokens go through Traefik, 
 engine's own /metrics says how many it finished (vLLM's generated-tokens histogram: the
 parity runner's requests never reach that bucket, tests/e2e/traffic.py). A user checks:
 
-- weight 0, the canary Ready and its check under way: no request reaches the canary;
+- weight 0, the canary Ready and its check asked for (Pending or Running; the phases at
+  the batch's start and end are printed): no request reaches the canary;
 - at 30%: the canary's count lies inside the 99.9% binomial interval of N at 0.3;
 - promoted: every request reaches the new stable;
 - every answer is a real completion: 200, non-empty text, CLIENT_TOKENS tokens.
