@@ -14,7 +14,8 @@ rollouts (the engines are shared: each step starts one canary, nothing more).
 Here the HTTPRoutes are real objects of the Gateway API CRDs (installed from the
 sigs.k8s.io/gateway-api module) and the tests read the weights a Gateway would apply;
 tests/integration/test_gateway_traefik.py shows a real Gateway (Traefik) routing requests
-by the weights the operator writes.
+by the weights the operator writes, and tests/e2e/test_gateway_real_engines.py the same
+Gateway in front of real vLLM engine pods.
 """
 
 from __future__ import annotations

@@ -15,18 +15,14 @@ interval; after promotion every request reaches the new stable.
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from infergate.plan.desired import recheck_name
-from infergate.render.launch import HTTP_PORT
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
@@ -36,17 +32,19 @@ from tests.integration.controller_support import (
 )
 from tests.integration.test_controller_rollout import route_weights
 from tests.integration.traefik import (
-    CONTROLLER_NAME,
     WHOAMI,
     RevisionBackends,
     Traefik,
     binomial_interval,
-    gateway_objects,
-    traefik_binary,
+    route_accepted,
+    serve_gateway,
+    slice_endpoints,
+    traefik_path,
+    traefik_route,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-__all__ = ["idep_namespace", "operator"]
+__all__ = ["idep_namespace", "operator", "traefik_path"]
 
 REQUESTS = 200
 CONFIDENCE = 0.999
@@ -54,104 +52,13 @@ GATEWAY = "public"
 NAME = "qwen"
 
 
-@pytest.fixture(scope="session")
-def traefik_path() -> Path:
-    """The Traefik binary; a skip saying how to build it (a failure under make test-gateway)."""
-    binary = traefik_binary()
-    if not binary.exists():
-        reason = f"no Traefik binary at {binary}: `make traefik` builds it from its Go module"
-        if os.environ.get("INFERGATE_REQUIRE_GATEWAY") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return binary
-
-
 @pytest.fixture
 def gateway(
     traefik_path: Path, cluster: Cluster, idep_namespace: str, tmp_path: Path
 ) -> Iterator[Traefik]:
-    """Traefik on loopback ports, the GatewayClass it takes and the Gateway `public` it
-    programs in the test's namespace, both Accepted/Programmed by Traefik itself."""
-    nonce = uuid.uuid4().hex[:6]
-    label = f"infergate.io/gateway-test={nonce}"
-    gateway_class = f"infergate-traefik-{nonce}"
-    traefik = Traefik(traefik_path, cluster.kubeconfig, idep_namespace, label, tmp_path)
-    try:
-        for document in gateway_objects(
-            gateway_class, label, GATEWAY, idep_namespace, traefik.web_port
-        ):
-            cluster.apply(document)
-        with traefik:
-            wait_for(
-                lambda: _condition(cluster, "gatewayclasses", gateway_class, None, "Accepted"),
-                60,
-                f"GatewayClass {gateway_class} Accepted by Traefik",
-            )
-            wait_for(
-                lambda: _condition(cluster, "gateways", GATEWAY, idep_namespace, "Programmed"),
-                60,
-                f"Gateway {GATEWAY} Programmed by Traefik",
-            )
-            yield traefik
-    finally:
-        cluster.kubectl("delete", "gatewayclass", gateway_class, "--wait=false", check=False)
-
-
-def _condition(cluster: Cluster, kind: str, name: str, namespace: str | None, type_: str) -> bool:
-    where = ["-n", namespace] if namespace else []
-    found = cluster.get_json(f"{kind}.gateway.networking.k8s.io", name, *where)
-    conditions = (found.get("status") or {}).get("conditions") or []
-    return any(c["type"] == type_ and c["status"] == "True" for c in conditions)
-
-
-def _route_accepted(cluster: Cluster, namespace: str) -> bool:
-    """Traefik's own status on the HTTPRoute: attached to the Gateway, every backend resolved."""
-    route = cluster.get_json("httproutes.gateway.networking.k8s.io", NAME, "-n", namespace)
-    for parent in (route.get("status") or {}).get("parents") or []:
-        if parent.get("controllerName") == CONTROLLER_NAME:
-            states = {c["type"]: c["status"] for c in parent.get("conditions") or []}
-            return states.get("Accepted") == "True" and states.get("ResolvedRefs") == "True"
-    return False
-
-
-def _slice_endpoints(cluster: Cluster, namespace: str, service: str) -> set[str]:
-    """host:port of the ready endpoints in every EndpointSlice of a Service, on its port
-    `http` (all a Gateway may dial for it)."""
-    slices = cluster.get_json(
-        "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}"
-    )["items"]
-    return {
-        f"{address}:{port['port']}"
-        for endpoint_slice in slices
-        for port in endpoint_slice.get("ports") or []
-        if port.get("name") == "http"
-        for endpoint in endpoint_slice.get("endpoints") or []
-        if (endpoint.get("conditions") or {}).get("ready") is not False
-        for address in endpoint["addresses"]
-    }
-
-
-def _traefik_route(traefik: Traefik, namespace: str) -> dict[str, tuple[int, set[str]]]:
-    """Revision -> (weight, servers as host:port) of the route as Traefik routes it now."""
-    services = {s["name"].split("@")[0]: s for s in traefik.services()}
-    # Traefik names a route rule's weighted service httproute-<namespace>-<route>-...-wrr.
-    route = f"httproute-{namespace}-{NAME}-"
-    weighted = [s for n, s in services.items() if "weighted" in s and n.startswith(route)]
-    if len(weighted) != 1:
-        return {}
-    routed = {}
-    for child in weighted[0]["weighted"].get("services") or []:
-        child_name = child["name"].split("@")[0]
-        # Traefik names a Service backend <namespace>-<service>-http-<port>.
-        revision = child_name.removeprefix(f"{namespace}-{NAME}-").removesuffix(
-            f"-http-{HTTP_PORT}"
-        )
-        servers = (services.get(child_name) or {}).get("loadBalancer", {}).get("servers") or []
-        routed[revision] = (
-            int(child.get("weight", 1)),
-            {urlsplit(s["url"]).netloc for s in servers},
-        )
-    return routed
+    """Traefik serving the Gateway `public` of the test's namespace."""
+    with serve_gateway(traefik_path, cluster, idep_namespace, GATEWAY, tmp_path) as traefik:
+        yield traefik
 
 
 def _serving(
@@ -172,14 +79,14 @@ def _serving(
 
     def in_traefik() -> bool:
         served = backends.sync()
-        routed = _traefik_route(traefik, namespace)
+        routed = traefik_route(traefik, namespace, NAME)
         if {r: w for r, (w, _) in routed.items()} != weights:
             return False
         for revision, (_, servers) in routed.items():
-            endpoints = _slice_endpoints(cluster, namespace, f"{NAME}-{revision}")
+            endpoints = slice_endpoints(cluster, namespace, f"{NAME}-{revision}")
             if servers != endpoints or {served.get(e) for e in endpoints} != {revision}:
                 return False
-        return _route_accepted(cluster, namespace)
+        return route_accepted(cluster, namespace, NAME)
 
     try:
         wait_for(in_traefik, 120, f"Traefik routing with {weights}")

@@ -14,7 +14,12 @@ engine pods land on KWOK's simulated nodes, where nothing listens and no slice l
 (the API server refuses their loopback IPs in IPv4 slices). `RevisionBackends` gives each
 revision Service one slice of its own instead: 127.0.0.1 and the port of a small server
 that answers with the revision's name. So every request Traefik forwards lands on
-127.0.0.1, and its answer says which revision the route sent it to.
+127.0.0.1, and its answer says which revision the route sent it to. (In the e2e tests the
+engine pods run for real on the local executor, which publishes their loopback pod IPs in
+FQDN slices of its own: Traefik then reaches the engines themselves.)
+
+`traefik_path` (a fixture), `serve_gateway` and the route readers below are shared by
+tests/integration/test_gateway_traefik.py and tests/e2e/test_gateway_real_engines.py.
 """
 
 from __future__ import annotations
@@ -26,16 +31,22 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, ClassVar, Self
+from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_REVISION
-from tests.harness import Cluster, ServerProcess
+from infergate.render.launch import HTTP_PORT
+from tests.harness import Cluster, ServerProcess, wait_for
 
 TRAEFIK_VERSION = "v3.6.12"
 CONTROLLER_NAME = "traefik.io/gateway-controller"
@@ -54,6 +65,19 @@ def traefik_binary() -> Path:
         return Path(named)
     cache = Path(os.environ.get("INFERGATE_CACHE", Path.home() / ".cache" / "infergate"))
     return cache / "bin" / f"traefik-{TRAEFIK_VERSION}" / "traefik"
+
+
+@pytest.fixture(scope="session")
+def traefik_path() -> Path:
+    """The Traefik binary; a skip saying how to build it (a failure with
+    INFERGATE_REQUIRE_GATEWAY=1, as under make test-gateway)."""
+    binary = traefik_binary()
+    if not binary.exists():
+        reason = f"no Traefik binary at {binary}: `make traefik` builds it from its Go module"
+        if os.environ.get("INFERGATE_REQUIRE_GATEWAY") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return binary
 
 
 def free_port() -> int:
@@ -172,6 +196,99 @@ def gateway_objects(
             },
         },
     ]
+
+
+def gateway_condition(
+    cluster: Cluster, kind: str, name: str, namespace: str | None, type_: str
+) -> bool:
+    """Whether a Gateway API object (`gatewayclasses`, `gateways`) has condition `type_` True."""
+    where = ["-n", namespace] if namespace else []
+    found = cluster.get_json(f"{kind}.gateway.networking.k8s.io", name, *where)
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return any(c["type"] == type_ and c["status"] == "True" for c in conditions)
+
+
+@contextmanager
+def serve_gateway(
+    binary: Path, cluster: Cluster, namespace: str, gateway: str, root: Path
+) -> Iterator[Traefik]:
+    """Traefik on loopback ports, the GatewayClass it takes and the Gateway `gateway` it
+    programs in `namespace`, both Accepted/Programmed by Traefik itself; Traefik stopped and
+    the GatewayClass deleted after."""
+    nonce = uuid.uuid4().hex[:6]
+    label = f"infergate.io/gateway-test={nonce}"
+    gateway_class = f"infergate-traefik-{nonce}"
+    traefik = Traefik(binary, cluster.kubeconfig, namespace, label, root)
+    try:
+        for document in gateway_objects(gateway_class, label, gateway, namespace, traefik.web_port):
+            cluster.apply(document)
+        with traefik:
+            wait_for(
+                lambda: gateway_condition(
+                    cluster, "gatewayclasses", gateway_class, None, "Accepted"
+                ),
+                60,
+                f"GatewayClass {gateway_class} Accepted by Traefik",
+            )
+            wait_for(
+                lambda: gateway_condition(cluster, "gateways", gateway, namespace, "Programmed"),
+                60,
+                f"Gateway {gateway} Programmed by Traefik",
+            )
+            yield traefik
+    finally:
+        cluster.kubectl("delete", "gatewayclass", gateway_class, "--wait=false", check=False)
+
+
+def route_accepted(cluster: Cluster, namespace: str, route: str) -> bool:
+    """Traefik's own status on the HTTPRoute: attached to the Gateway, every backend resolved."""
+    found = cluster.get_json("httproutes.gateway.networking.k8s.io", route, "-n", namespace)
+    for parent in (found.get("status") or {}).get("parents") or []:
+        if parent.get("controllerName") == CONTROLLER_NAME:
+            states = {c["type"]: c["status"] for c in parent.get("conditions") or []}
+            return states.get("Accepted") == "True" and states.get("ResolvedRefs") == "True"
+    return False
+
+
+def slice_endpoints(cluster: Cluster, namespace: str, service: str) -> set[str]:
+    """host:port of the ready endpoints in every EndpointSlice of a Service, on its port
+    `http` (all a Gateway may dial for it)."""
+    slices = cluster.get_json(
+        "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}"
+    )["items"]
+    return {
+        f"{address}:{port['port']}"
+        for endpoint_slice in slices
+        for port in endpoint_slice.get("ports") or []
+        if port.get("name") == "http"
+        for endpoint in endpoint_slice.get("endpoints") or []
+        if (endpoint.get("conditions") or {}).get("ready") is not False
+        for address in endpoint["addresses"]
+    }
+
+
+def traefik_route(traefik: Traefik, namespace: str, route: str) -> dict[str, tuple[int, set[str]]]:
+    """Revision -> (weight, servers as host:port) of the operator's HTTPRoute `route` (its
+    backends are the revision Services `<route>-<revision>`) as Traefik routes it now."""
+    services = {s["name"].split("@")[0]: s for s in traefik.services()}
+    # Traefik names a route rule's weighted service httproute-<namespace>-<route>-...-wrr.
+    prefix = f"httproute-{namespace}-{route}-"
+    weighted = [s for n, s in services.items() if "weighted" in s and n.startswith(prefix)]
+    if len(weighted) != 1:
+        return {}
+    routed = {}
+    for child in weighted[0]["weighted"].get("services") or []:
+        child_name = child["name"].split("@")[0]
+        # Traefik names a Service backend <namespace>-<service>-http-<port>.
+        revision = child_name.removeprefix(f"{namespace}-{route}-").removesuffix(
+            f"-http-{HTTP_PORT}"
+        )
+        servers = (services.get(child_name) or {}).get("loadBalancer", {}).get("servers") or []
+        routed[revision] = (
+            int(child.get("weight", 1)),
+            {urlsplit(s["url"]).netloc for s in servers},
+        )
+    return routed
 
 
 class _RevisionHandler(BaseHTTPRequestHandler):
