@@ -529,7 +529,7 @@ def test_a_pod_result_that_does_not_read_ends_the_attempt(
     answer: httpx.Response, retry: bool
 ) -> None:
     http = httpx.Client(transport=httpx.MockTransport(lambda _: answer))
-    sessions = shadow.MirrorSessions(["http://10.0.0.9:9000"], SESSION, http)
+    sessions = shadow.MirrorSessions(["http://127.0.0.9:9000"], SESSION, http)
     with pytest.raises(shadow.ShadowError) as raised:
         sessions.results(limit=1024)
     assert raised.value.retry is retry
