@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -74,14 +75,7 @@ def with_prompt_id(pair: ScoredPair, prompt_id: str) -> ScoredPair:
     """`pair` with every record renamed (the runner namespaces ids by mirror pod)."""
 
     def renamed(record: PromptRecord) -> PromptRecord:
-        return PromptRecord(
-            prompt_id=prompt_id,
-            prompt_token_ids=record.prompt_token_ids,
-            output_token_ids=record.output_token_ids,
-            top_logprobs=record.top_logprobs,
-            teacher_forced=record.teacher_forced,
-            tags=record.tags,
-        )
+        return replace(record, prompt_id=prompt_id)
 
     greedy = None if pair.greedy is None else renamed(pair.greedy)
     return ScoredPair(renamed(pair.baseline), renamed(pair.forced), greedy)
