@@ -1,26 +1,25 @@
 """Re-observation of every object of a kind: on a timer, at once when woken, and after a
 failure under the one retry policy.
 
-One loop per kind for the whole process (not a kopf
-daemon or timer per object: kopf guards those with a finalizer, and a finalizer would
-hang deletion while the operator is down). Each known object is reconciled every
-`interval` seconds (a safety net), sooner when something it depends on changed (`wake`,
-at once or after a short debounce, as `plan.wake` decides) or at the time the reconcile
-asked for (a deadline, the end of a pause: scheduled, not polled), never twice at the
-same time, and at most `concurrency` at once: a burst of hundreds of changes queues here,
-earliest due first, instead of crowding the event loop and the API client's threads. A
-change the rollout acts on at once (a spec change, a manual control, a new object: woken
-with no delay) goes ahead of the queue by `urgent_lead` seconds: in a burst, every new
-spec is acted on before the follow-up reconciles that only record its children's
-progress, and those then see more of that progress at once (fewer reconciles, fewer
-status writes). The lead is bounded, so a stream of spec changes delays a follow-up by at
-most that long past its due time. A failed reconcile runs again after the backoff of
-`infergate.retry.RECONCILES` (jittered, doubling per consecutive failure, a server's
-Retry-After as a floor), and no wake-up cuts that wait short: a change seen meanwhile is
-reconciled when the backoff ends. A permanent error (a spec problem, a refused request)
-waits for the next change or the usual interval: repeating it now would repeat the
-refusal. Nothing here is rollout truth: a restarted process starts with an empty schedule
-and reconciles everything once.
+One loop per kind for the whole process (not a kopf daemon or timer per object: kopf
+guards those with a finalizer, and a finalizer would hang deletion while the operator is
+down). Each known object is reconciled every `interval` seconds (a safety net), sooner
+when something it depends on changed (`wake`, at once or after a short debounce, as
+`plan.wake` decides) or at the time the reconcile asked for (a deadline, the end of a
+pause: scheduled, not polled), never twice at the same time, and at most `concurrency` at
+once: a burst of hundreds of changes queues here, earliest due first, instead of crowding
+the event loop and the API client's threads. A change the rollout acts on at once (a spec
+change, a manual control, a new object: woken with no delay) goes ahead of the queue by
+`urgent_lead` seconds: in a burst, every new spec is acted on before the follow-up
+reconciles that only record its children's progress, and those then see more of that
+progress at once (fewer reconciles, fewer status writes). The lead is bounded, so a
+stream of spec changes delays a follow-up by at most that long past its due time. A
+failed reconcile runs again after the backoff of `infergate.retry.RECONCILES` (jittered,
+doubling per consecutive failure, a server's Retry-After as a floor), and no wake-up cuts
+that wait short: a change seen meanwhile is reconciled when the backoff ends. A permanent
+error (a spec problem, a refused request) waits for the next change or the usual
+interval: repeating it now would repeat the refusal. Nothing here is rollout truth: a
+restarted process starts with an empty schedule and reconciles everything once.
 """
 
 from __future__ import annotations
