@@ -3,7 +3,9 @@
 Two vLLM servers of the fixture model run as pods with a KV cache of 8 blocks (1,024
 tokens) for up to 16 sequences, so long background answers at concurrency 16 preempt
 requests (vLLM's own `vllm:num_preemptions_total` says so): `base`, and `slow`, the
-same with at most 2 sequences in a batch. Hand-written ParityChecks compare them:
+same with an injected fault (tests/faults/slow_step.py, a vLLM logits processor that adds
+10 ms to every model step and changes no logit): the same answers, fewer tokens a second.
+Hand-written ParityChecks compare them:
 
 - `slow` with load levels and no performance limit: Passed (slower is not different);
 - `slow` with a throughput limit: Failed on the bound of the paired throughput drop;
@@ -18,9 +20,10 @@ The level comparisons are judged as replays (`strict`): these tests assert that 
 answers the suite's tokens identically at 16 in flight, preempted, as at 1, and that a
 real engine whose answers change only in a batch is caught at the level that batches it
 (experiments/TRAFFIC.md has the per-level figures). tests/unit/runner/test_load.py shows
-the same catch on a simulated engine, fast. On 2026-12-05 the two performance-limit tests
-ended Inconclusive on 2 shared cores, twice (the second time with the first side
-alternating and four repeats; experiments/TRAFFIC.md has the bounds and says why).
+the same catch on a simulated engine, fast. The slower candidate is a fault rather than a
+smaller max batch: on CPU with the fixture model a batch of 2 is not measurably slower
+than one of 16 (step time grows with the batch), measured three times
+(experiments/TRAFFIC.md, "Performance limits on pinned cores").
 
     flock /tmp/heavy.lock env INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 \
         .venv/bin/pytest tests/e2e/test_load_check.py -m slow -s -p no:cacheprovider
@@ -55,14 +58,25 @@ pytestmark = pytest.mark.slow
 SMALL_KV = ["--enforce-eager", "--num-gpu-blocks-override", "8"]
 LOAD = {"concurrency": [1, 16], "backgroundRequests": 32, "backgroundMaxTokens": 96}
 PERFORMANCE = {"maxThroughputDrop": 0.1, "repeats": 4, "requests": 48}
+# A paired performance run drives both sides at the same moment and assumes each has its
+# own accelerator, as canary and stable pods do on a cluster. Here the two engines' model
+# threads get a core each (vLLM's own OpenMP binding); unbound, both engines' threads
+# share both cores and each side's throughput is the CPU the other leaves it, not its
+# batch (experiments/TRAFFIC.md, "The whole file, and why its performance checks did not
+# decide").
+BASE_CORE, SLOW_CORE = "0", "1"
 RUNNER = {"activeDeadlineSeconds": 2400, "backoffLimit": 0}
-# The injected fault (tests/faults/batch_drift.py): vLLM loads the logits processor from
-# the repository, which the pod mounts at the same path and puts on its PYTHONPATH.
+# The injected faults (tests/faults/): vLLM loads a logits processor from the repository,
+# which the pod mounts at the same path and puts on its PYTHONPATH.
 REPO = Path(__file__).resolve().parents[2]
 BATCH_DRIFT = ["--logits-processors", "tests.faults.batch_drift:BatchDrift"]
+SLOW_STEP = ["--logits-processors", "tests.faults.slow_step:SlowStep"]
 
 
-def vllm_pod(name: str, extra: list[str], *, fault: bool = False) -> dict[str, Any]:
+def vllm_pod(
+    name: str, extra: list[str], *, fault: bool = False, cores: str = "nobind"
+) -> dict[str, Any]:
+    """A vLLM pod of the fixture model; `cores` is its VLLM_CPU_OMP_THREADS_BIND."""
     model = str(fixture_model())
     mounts = [{"name": "model", "mountPath": model, "readOnly": True}]
     volumes: list[dict[str, Any]] = [
@@ -96,6 +110,7 @@ def vllm_pod(name: str, extra: list[str], *, fault: bool = False) -> dict[str, A
                             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                         },
                         *SLOW_MACHINE_ENV,
+                        {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": cores},
                         *fault_env,
                     ],
                     "ports": [{"name": "http", "containerPort": 8000}],
@@ -116,8 +131,10 @@ def engines(operator: Operator, cluster: Cluster) -> Iterator[tuple[str, dict[st
     namespace = f"e2e-{operator.session}-load-{uuid.uuid4().hex[:4]}"
     cluster.kubectl("create", "namespace", namespace)
     pods = {
-        "base": vllm_pod("base", [*SMALL_KV, "--max-num-seqs", "16"]),
-        "slow": vllm_pod("slow", [*SMALL_KV, "--max-num-seqs", "2"]),
+        "base": vllm_pod("base", [*SMALL_KV, "--max-num-seqs", "16"], cores=BASE_CORE),
+        "slow": vllm_pod(
+            "slow", [*SMALL_KV, "--max-num-seqs", "16", *SLOW_STEP], fault=True, cores=SLOW_CORE
+        ),
     }
     for pod in pods.values():
         cluster.apply(pod, namespace)
