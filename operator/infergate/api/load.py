@@ -14,11 +14,12 @@ from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
-from infergate.api.base import KubeModel
+from infergate.api.base import KubeModel, cel, cel_rules
 from infergate.api.enums import CheckPhase
 
 LEVELS_MAX = 8
 CONCURRENCY_MAX = 512
+_INCREASING = f"give increasing levels between 1 and {CONCURRENCY_MAX}, each once"
 
 
 class Load(KubeModel):
@@ -28,7 +29,16 @@ class Load(KubeModel):
         default_factory=lambda: [1, 8, 32],
         min_length=1,
         max_length=LEVELS_MAX,
-        json_schema_extra={"default": [1, 8, 32]},
+        json_schema_extra={
+            "default": [1, 8, 32],
+            # The Kubernetes CEL list library: sorted, and no level twice.
+            **cel_rules(
+                cel(
+                    "self.isSorted() && self.all(c, self.indexOf(c) == self.lastIndexOf(c))",
+                    _INCREASING,
+                )
+            ),
+        },
     )
     """Requests in flight at once at each level (increasing). At each level the suite's prompts
     are mixed among the background requests, so they are batched with strangers."""
@@ -44,10 +54,7 @@ class Load(KubeModel):
         if any(c < 1 or c > CONCURRENCY_MAX for c in levels) or any(
             b <= a for a, b in pairwise(levels)
         ):
-            raise ValueError(
-                f"load.concurrency: {levels} is not allowed; give increasing levels between 1 "
-                f"and {CONCURRENCY_MAX}"
-            )
+            raise ValueError(f"load.concurrency: {levels} is not allowed; {_INCREASING}")
         return self
 
 
@@ -63,9 +70,11 @@ class Performance(KubeModel):
     max_itl_p99_increase: float | None = Field(default=None, ge=0.0, le=100.0)
     """Largest allowed rise of the 99th percentile inter-token latency, as a share of the
     baseline's. Unset: not limited."""
-    repeats: int = Field(default=3, ge=2, le=20)
-    """Paired runs of the load at the highest concurrency level (2..20); the limits are judged on
-    the confidence bounds of the mean over them (Student t), never on one run."""
+    repeats: int = Field(default=4, ge=2, le=20, multiple_of=2)
+    """Paired runs of the load at the highest concurrency level, an even number (2..20): the
+    side whose requests start first gets ahead of the other, so each side starts first in
+    half of them. The limits are judged on the confidence bounds of the mean over them
+    (Student t), never on one run."""
     requests: int = Field(default=64, ge=8, le=100000)
     """Requests per run and side (8..100000)."""
     confidence: float = Field(default=0.9, ge=0.5, lt=1.0)

@@ -46,8 +46,11 @@ def _limits(node: dict[str, Any]) -> str:
                       ("minItems", "items >="), ("maxItems", "items <=")):  # fmt: skip
         if key in node:
             facts.append(f"{word} {node[key]}")
+    if "multipleOf" in node:
+        facts.append(f"a multiple of {node['multipleOf']}")
     if "pattern" in node:
         facts.append(f"matches `{node['pattern']}`")
+    facts += [f"rule: {rule['message']}" for rule in node.get("x-kubernetes-validations") or []]
     return "; ".join(facts)
 
 

@@ -37,6 +37,7 @@ _COPIED_KEYS = (
     "enum",
     "minimum",
     "maximum",
+    "multipleOf",
     "minLength",
     "maxLength",
     "pattern",

@@ -13,7 +13,7 @@ from typing import Any
 ALLOWED_KEYS = frozenset(
     {
         "description", "type", "format", "nullable", "default", "enum",
-        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
         "minLength", "maxLength", "pattern", "minItems", "maxItems",
         "minProperties", "maxProperties", "properties", "required", "items",
         "additionalProperties", "anyOf",
