@@ -82,5 +82,8 @@ class ShadowStatus(KubeModel):
     dropped: int = Field(default=0, ge=0)
     """Copies dropped: queue full, rate limit, unusable request, a side failing to score, or a
     mirror pod's budget for scored copies spent (no unit: a count)."""
+    pods: int = Field(default=0, ge=0)
+    """Mirror pods whose copies were pooled into these counts and the verdict (no unit: a
+    count)."""
     started_at: datetime | None = None
     """When the mirror started copying for this check."""

@@ -314,12 +314,14 @@ def _sum_counts(results: Sequence[Any]) -> tuple[ShadowStatus, int, list[str], l
     canary_errors: list[str] = []
     refused_full = 0
     unreadable: list[str] = []
+    pods = 0
     for index, pod in enumerate(results):
         counts = pod.get("counts") if isinstance(pod, Mapping) else None
         if not isinstance(counts, Mapping):
             continue  # an unusable result: pool_results names it
         try:
             totals = _add_counts(totals, counts)
+            pods += 1
             refused_full += int((counts.get("refused") or {}).get("poolFull") or 0)
         except (AttributeError, TypeError, ValueError) as err:
             unreadable.append(f"mirror pod {index}: its counts do not read: {err}")
@@ -329,7 +331,7 @@ def _sum_counts(results: Sequence[Any]) -> tuple[ShadowStatus, int, list[str], l
                 f"mirror pod {index}: the canary failed {counts['canaryFailures']} copies "
                 f"(last: {counts.get('lastError')})"
             )
-    return totals, refused_full, canary_errors, unreadable
+    return totals.model_copy(update={"pods": pods}), refused_full, canary_errors, unreadable
 
 
 def _add_counts(totals: ShadowStatus, counts: Mapping[str, Any]) -> ShadowStatus:

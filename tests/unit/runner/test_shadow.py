@@ -130,6 +130,7 @@ def test_below_the_minimum_evidence_it_is_inconclusive_never_passed() -> None:
     )  # fmt: skip
     assert verdict.phase is CheckPhase.INCONCLUSIVE
     assert totals.scored == 12
+    assert totals.pods == 1
     assert any(r.metric == "shadow.minRequests" for r in verdict.reasons)
 
 
@@ -144,6 +145,7 @@ def test_evidence_is_counted_over_every_mirror_pod() -> None:
     )  # fmt: skip
     assert verdict.phase is CheckPhase.PASSED
     assert totals.scored == COPIES
+    assert totals.pods == 2
     assert shown is not None
     assert shown.metrics.prompts == COPIES
 

@@ -206,6 +206,7 @@ def test_two_mirror_pods_with_half_the_copies_each_pass_together(
     [(verdict, extra)] = runner.finished
     assert extra["shadow"]["scored"] == COPIES
     assert extra["shadow"]["greedy"] == COPIES
+    assert extra["shadow"]["pods"] == 2
     # Each pod alone is below the profile's floor of 32 prompts, and both number their
     # copies alike: the runner tells them apart.
     assert [pod["counts"]["scored"] for pod in taken] == [COPIES // 2, COPIES // 2]
