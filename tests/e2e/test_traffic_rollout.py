@@ -5,7 +5,8 @@ rollouts (the engines are shared: each step starts one canary, nothing more).
    canary (RoPE base 1e4 for the model's 1e6) is checked and rolled back; the engines'
    own counters show that the canary answered none of the client's requests;
 2. gateway with shadow parity: a benign canary is judged on requests a client sends
-   through the mirror (copied to the dark canary and scored there teacher-forced), then
+   through two mirror pods (copied to the dark canary and scored there teacher-forced;
+   the verdict pools both pods' copies), then
    the HTTPRoute's weights follow the steps (20% with a shadow re-check, 60%) up to the
    promotion; the client's latency through the mirror is measured beside direct calls;
 3. a failed step: the next canary passes its shadow check and takes 20%; its pod then
@@ -76,6 +77,9 @@ SHADOW_PARITY = {
     "runner": {"activeDeadlineSeconds": 1500, "backoffLimit": 0},
     "deadlineSeconds": 1800,
 }
+# Two mirror pods: the client's requests alternate between them, so each scores about half
+# the copies, fewer than the profile's floor, and the verdict stands on both pooled.
+MIRRORS = 2
 FIGURES = Path(os.environ.get("INFERGATE_TRAFFIC_FIGURES", REPO / "out" / "traffic"))
 
 
@@ -101,7 +105,7 @@ def story(operator: Operator, cluster: Cluster) -> Iterator[Story]:
     namespace = namespace_for("traffic", f"e2e-{operator.session}", 12)
     cluster.kubectl("create", "namespace", namespace)
     story = Story(cluster, namespace, Rollout(cluster, namespace, NAME), Stopwatch())
-    story.apply(mirror=True)
+    story.apply(mirror=MIRRORS)
     stable = story.rollout.wait_stable(timeout=1800)
     story.clock.mark(f"stable revision {stable}")
     yield story
@@ -118,7 +122,7 @@ def test_dark_a_harmful_canary_never_serves_a_client(story: Story) -> None:
     [stable_url] = story.stable_urls()
     served_before = client_requests_served(stable_url) or 0
     client = Client({"stable": story.stable_urls}).start()
-    story.apply(mirror=True, config={"rope_theta": 10000.0})
+    story.apply(mirror=MIRRORS, config={"rope_theta": 10000.0})
     canary = story.rollout.wait_canary(timeout=300)
     story.clock.mark(f"harmful canary {canary}")
     canary_counts: list[int] = []
@@ -165,7 +169,7 @@ def test_gateway_steps_after_a_shadow_verdict_and_the_mirror_costs_the_client_li
     # Both routes alone first (no session: the mirror only forwards).
     time.sleep(30)
     quiet_until = time.time()
-    story.apply(mirror=True, seed=43, traffic=GATEWAY, parity=SHADOW_PARITY)
+    story.apply(mirror=MIRRORS, seed=43, traffic=GATEWAY, parity=SHADOW_PARITY)
     canary = story.rollout.wait_canary(timeout=300)
     story.clock.mark(f"benign canary {canary}")
     weights_seen: list[int] = []
@@ -207,6 +211,7 @@ def test_gateway_steps_after_a_shadow_verdict_and_the_mirror_costs_the_client_li
     # and none is dropped (a copy the mirror could not score would be).
     assert check["shadow"]["greedy"] > 0, check["shadow"]
     assert check["shadow"]["dropped"] == 0, check["shadow"]
+    assert check["shadow"]["pods"] == MIRRORS, check["shadow"]
     assert recheck["phase"] == "Passed", recheck
     # Promotion moves the route to the new revision alone, then the status: a poll may see
     # the 100 before the new stableRevision.
@@ -217,6 +222,7 @@ def test_gateway_steps_after_a_shadow_verdict_and_the_mirror_costs_the_client_li
     mirrored = [s for s in client.samples if s.route == "mirror"]
     assert mirrored
     assert all(s.ok for s in mirrored)
+    assert len({s.url for s in mirrored}) == MIRRORS
     for window in ("without session", "during the shadow checks"):
         through, direct = figures[window]["mirror"], figures[window]["direct"]  # type: ignore[index]
         assert through["median_ms"] < 2 * direct["median_ms"] + 200, figures
@@ -229,7 +235,7 @@ def test_gateway_a_failed_step_sends_the_weight_back_to_stable(story: Story) -> 
     holding = {**GATEWAY, "gateway": {**GATEWAY["gateway"], "steps": [  # type: ignore[dict-item]
         {"weight": 20, "pauseSeconds": 1800},
     ]}}  # fmt: skip
-    story.apply(mirror=True, seed=44, traffic=holding, parity=SHADOW_PARITY)
+    story.apply(mirror=MIRRORS, seed=44, traffic=holding, parity=SHADOW_PARITY)
     canary = story.rollout.wait_canary(timeout=300)
     wait_for(
         lambda: (route_weights(story.cluster, story.namespace, NAME) or {}).get(canary) == 20,

@@ -96,9 +96,10 @@ def vllm_deployment(
     config: dict[str, Any] | None = None,
     traffic: dict[str, Any] | None = None,
     parity: dict[str, Any] | None = None,
-    mirror: bool = False,
+    mirror: int = 0,
 ) -> dict[str, Any]:
-    """A vLLM bfloat16 deployment of the fixture model on the simulated GPU nodes."""
+    """A vLLM bfloat16 deployment of the fixture model on the simulated GPU nodes, with
+    `mirror` mirror pods in front of its stable revision (0: no mirror)."""
     rollout: dict[str, Any] = {
         "canaryReplicas": 1,
         "autoPromote": True,
@@ -108,7 +109,7 @@ def vllm_deployment(
         "traffic": traffic or {"mode": "dark"},
     }
     if mirror:
-        rollout["mirror"] = {"replicas": 1}
+        rollout["mirror"] = {"replicas": mirror}
     return {
         "apiVersion": "infergate.io/v1alpha1",
         "kind": "InferenceDeployment",
