@@ -12,6 +12,9 @@ from infergate.render.model_weights import ModelWeights
 
 HTTP_PORT = 8000
 HEALTH_PATH = "/health"
+ENGINE_GRACE_SECONDS = 60
+"""An engine pod's terminationGracePeriodSeconds: the kubelet's SIGTERM comes first, then
+this long to finish the requests in flight before SIGKILL."""
 CONFIG_DIR = "/etc/infergate/engine"
 CONFIG_KEY = "engine.json"
 CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"

@@ -28,6 +28,7 @@ from infergate.render.launch import (
     CONFIG_DIR,
     CONFIG_KEY,
     CONFIG_PATH,
+    ENGINE_GRACE_SECONDS,
     HEALTH_PATH,
     HTTP_PORT,
     EngineLaunch,
@@ -199,7 +200,7 @@ def _pod_template(
         "volumes": volumes,
         "nodeSelector": {**preset.node_selector, **placement.node_selector},
         "tolerations": [*preset.tolerations, *(t.to_kube() for t in placement.tolerations)],
-        "terminationGracePeriodSeconds": 60,
+        "terminationGracePeriodSeconds": ENGINE_GRACE_SECONDS,
         # An engine never calls the API server: no ServiceAccount token in its pods.
         "automountServiceAccountToken": False,
         "securityContext": _pod_security(image),

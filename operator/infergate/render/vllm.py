@@ -15,6 +15,7 @@ from typing import Any
 
 from infergate.api.model_uri import UriScheme
 from infergate.render.launch import (
+    ENGINE_GRACE_SECONDS,
     HTTP_PORT,
     POD_IP_REF,
     EngineLaunch,
@@ -25,6 +26,11 @@ from infergate.render.launch import (
 
 # vLLM's default cap; parity requests up to 20 top logprobs per step.
 MAX_LOGPROBS = 20
+DRAIN_SECONDS = ENGINE_GRACE_SECONDS - 15
+"""How long a stopping vLLM server lets its requests in flight finish (`--shutdown-timeout`).
+vLLM's default, 0, aborts them on SIGTERM: every promotion and rollback scales a revision
+down while it serves, and its clients' requests in flight failed with 500. Below the pod's
+grace period, so the kubelet does not kill the server mid-drain."""
 
 POOLER_CONFIG: dict[str, object] = {
     "task": "token_embed",
@@ -108,6 +114,8 @@ def vllm_serve_args(serve: VllmServe) -> list[str]:
         serve.host,
         "--port",
         str(serve.port),
+        "--shutdown-timeout",
+        str(DRAIN_SECONDS),
     ]
     if serve.revision is not None:
         args += ["--revision", serve.revision]

@@ -97,6 +97,15 @@ def test_vllm_gets_gpus_nodes_tolerations_shm_and_health() -> None:
     assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
 
 
+def test_a_stopping_vllm_finishes_its_requests_in_flight_within_the_grace_period() -> None:
+    """A promotion scales the old revision down while it serves: vLLM's default (0) aborts
+    the requests in flight; the rendered server drains them, and stops before the kubelet's
+    SIGKILL at the end of the pod's grace period."""
+    objects = _render(_spec())
+    drain = int(_flag(_container(objects)["args"], "--shutdown-timeout"))
+    assert 0 < drain < _pod(objects)["terminationGracePeriodSeconds"]
+
+
 def test_deterministic_mode_switches_batch_invariance() -> None:
     on = _container(_render(_spec()))["env"]
     off = _container(_render(_spec(engine__deterministic=False)))["env"]
