@@ -221,7 +221,9 @@ def test_gateway_steps_after_a_shadow_verdict_and_the_mirror_costs_the_client_li
     # bound (the figures, not this bound, are the measurement).
     mirrored = [s for s in client.samples if s.route == "mirror"]
     assert mirrored
-    assert all(s.ok for s in mirrored)
+    # Not one failed, at promotion either (the old stable revision drains its requests).
+    failed = [s for s in client.samples if not s.ok]
+    assert not failed, failed
     assert len({s.url for s in mirrored}) == MIRRORS
     for window in ("without session", "during the shadow checks"):
         through, direct = figures[window]["mirror"], figures[window]["direct"]  # type: ignore[index]
