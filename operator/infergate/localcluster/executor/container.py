@@ -122,14 +122,22 @@ class ContainerProcess:
         self.popen = None
 
     def stop(self, grace_seconds: float) -> None:
+        """Stop as a container runtime does: SIGTERM to the container's main process alone
+        (its PID 1), up to `grace_seconds` for it to end, then SIGKILL to whatever of the
+        container is left. A server that drains on SIGTERM (vLLM with --shutdown-timeout)
+        stops its own workers once its requests in flight are done; signalling the whole
+        process group killed those workers at once, mid-request, which no kubelet does."""
         if self.popen is None:
             return
-        _signal_group(self.popen.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.popen.pid, signal.SIGTERM)
         try:
             self.popen.wait(timeout=grace_seconds)
         except subprocess.TimeoutExpired:
             _signal_group(self.popen.pid, signal.SIGKILL)
             self.popen.wait(timeout=10)
+        # The container ends with its main process: nothing it started outlives it.
+        _signal_group(self.popen.pid, signal.SIGKILL)
         code = self.popen.returncode
         self.record_exit(128 - code if code < 0 else code)
 
