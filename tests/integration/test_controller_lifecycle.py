@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
+from infergate.render.launch import HTTP_PORT
+from infergate.render.mirror import CONTROL_PORT
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
@@ -175,6 +178,55 @@ def test_deletion_takes_everything_owned_with_it(
     finally:
         if not operator_running:
             operator.scale(1)
+
+
+def test_the_mirrors_control_port_is_fenced_and_the_fence_goes_with_the_mirror(
+    cluster: Cluster, idep_namespace: str, operator: OperatorInstall
+) -> None:
+    """The mirror's NetworkPolicy as the API server stores it (the local cluster runs no
+    network plugin that enforces it): clients reach `http`, only parity runner pods of the
+    namespace reach `control`; opened by hand, it is closed again; it goes with the mirror."""
+    manifest = deployment_manifest()
+    rollout = manifest["spec"]["rollout"]
+    idep = Idep(cluster, idep_namespace, manifest)
+    idep.apply(rollout={**rollout, "mirror": {"replicas": 1}})
+    name = "qwen-mirror"
+
+    def stored() -> dict[str, Any] | None:
+        found = cluster.kubectl(
+            "get", "networkpolicy", name, "-n", idep_namespace, "-o", "json", check=False
+        )
+        return json.loads(found.stdout) if found.returncode == 0 else None
+
+    policy = wait_for(stored, 60, "the mirror's NetworkPolicy")
+    mirror = cluster.get_json("deployment", name, "-n", idep_namespace)
+    pod_labels = mirror["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": pod_labels}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    http, control = policy["spec"]["ingress"]
+    assert http == {"ports": [{"protocol": "TCP", "port": HTTP_PORT}]}
+    assert control["ports"] == [{"protocol": "TCP", "port": CONTROL_PORT}]
+    runners = {
+        "app.kubernetes.io/managed-by": "infergate",
+        "app.kubernetes.io/component": "parity-runner",
+        "infergate.io/paritycheck-role": "runner",
+    }
+    assert control["from"] == [{"podSelector": {"matchLabels": runners}}]
+    [owner] = policy["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("InferenceDeployment", idep.get()["metadata"]["uid"])
+
+    cluster.kubectl(
+        "patch", "networkpolicy", name, "-n", idep_namespace, "--type=json",
+        "-p", '[{"op": "remove", "path": "/spec/ingress/1/from"}]',
+    )  # fmt: skip
+    wait_for(
+        lambda: (found := stored()) is not None and found["spec"]["ingress"] == [http, control],
+        30,
+        "the control port closed again",
+    )
+
+    idep.apply(rollout=rollout)
+    wait_for(lambda: stored() is None, 60, "the mirror's NetworkPolicy removed with the mirror")
 
 
 def _sample(metrics: str, metric: str, **labels: str) -> float | None:

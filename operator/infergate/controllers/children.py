@@ -112,6 +112,15 @@ async def owned_role_bindings(body: kopf.Body, **_: Any) -> dict[OwnerKey, Obser
     return {key: record} if key is not None and record is not None else None
 
 
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=MIRROR)
+async def owned_network_policies(
+    body: kopf.Body, **_: Any
+) -> dict[OwnerKey, ObservedObject] | None:
+    """The mirror's NetworkPolicy by owning deployment."""
+    key, record = owner_key(body), observe_object(body)
+    return {key: record} if key is not None and record is not None else None
+
+
 @kopf.index("", "v1", "pods", labels=MANAGED)
 async def owned_pods(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedPod] | None:
     """Engine pods (whether the scheduler placed them) by owning deployment."""
@@ -127,6 +136,7 @@ _OBSERVERS: dict[str, Callable[[kopf.Body], object | None]] = {
     "ServiceAccount": observe_object,
     "Role": observe_object,
     "RoleBinding": observe_object,
+    "NetworkPolicy": observe_object,
     "Pod": observe_pod,
     "ParityCheck": observe_check,
 }
@@ -140,6 +150,9 @@ _LAST_SEEN: dict[tuple[str, str, str], object] = {}
 @kopf.on.event("", "v1", "services", labels=MANAGED)
 @kopf.on.event("", "v1", "pods", labels=MANAGED)
 @kopf.on.event("gateway.networking.k8s.io", "v1", "httproutes", labels=MANAGED)
+# The mirror's NetworkPolicy: one edited or deleted by hand is put back within the
+# debounce, not at the next resync (until then `control` may be open to every pod).
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MIRROR)
 @kopf.on.event(*PARITY_CHECKS)
 async def wake_owner(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
     """Wake the owning deployment's resync loop when the child changed in a way that counts."""

@@ -108,6 +108,7 @@ def _snapshot(key: OwnerKey, uid: str, indexes: Mapping[str, Any]) -> Observed:
             *values("owned_service_accounts"),
             *values("owned_roles"),
             *values("owned_role_bindings"),
+            *values("owned_network_policies"),
         ],
     )
 

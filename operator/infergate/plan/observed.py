@@ -184,8 +184,8 @@ class Observed:
     """By object name: every check named `<deployment>-<revision>`, whoever made it."""
     pods: tuple[ObservedPod, ...] = ()
     extras: Mapping[tuple[str, str], ObservedObject] = field(default_factory=dict)
-    """By (kind, name): the HTTPRoute and the mirror's Deployment, ServiceAccount, Role and
-    RoleBinding (its Service is among `services`)."""
+    """By (kind, name): the HTTPRoute and the mirror's Deployment, ServiceAccount, Role,
+    RoleBinding and NetworkPolicy (its Service is among `services`)."""
 
 
 def owner_key(body: JSONMap) -> OwnerKey | None:

@@ -61,6 +61,7 @@ from infergate.render.check_names import (
 from infergate.render.labels import engine_pod_selector
 from infergate.render.launch import HTTP_PORT
 from infergate.render.layer_stand_in import LAYERS_PORT, StandInDecision, decide_stand_in
+from infergate.render.mirror import CONTROL_PORT, mirror_labels
 from infergate.render.network import Peer
 
 RELEASED_MESSAGE = (
@@ -427,11 +428,15 @@ def _stand_in(view: SideView) -> StandInDecision:
 def _runner_peers(state: CheckState) -> list[Peer]:
     """What the runner may connect to: each side's revision pods on the engine port, its
     probe on the ports the probe serves (the engine's, for hidden states, the fingerprint
-    server's, and the layer stand-in's where it runs), and the API server. Endpoint sides
-    get nothing (see check_children)."""
+    server's, and the layer stand-in's where it runs), a shadow check's mirror pods on
+    their control port (whose NetworkPolicy admits runner pods there), and the API server.
+    Endpoint sides get nothing (see check_children)."""
     check = state.check
     hidden = check.spec.hidden_states if check.spec is not None else True
     peers: list[Peer] = []
+    spec = check.spec
+    if spec is not None and spec.mirror_service is not None and spec.candidate.deployment:
+        peers.append(Peer(CONTROL_PORT, pods=mirror_labels(spec.candidate.deployment)))
     for side, view in state.sides.items():
         if view.deployment is not None and view.revision is not None:
             peers.append(Peer(HTTP_PORT, pods=engine_pod_selector(view.deployment, view.revision)))

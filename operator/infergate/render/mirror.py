@@ -1,11 +1,14 @@
 """The mirroring proxy of an InferenceDeployment, as manifests (pure).
 
 `<name>-mirror`: a Deployment running `infergate mirror serve` (the operator's own image),
-its Service (port `http` forwards to stable, port `control` takes shadow sessions), and a
+its Service (port `http` forwards to stable, port `control` takes shadow sessions), a
 ServiceAccount with a Role that may only read Services and EndpointSlices of the
 namespace: the proxy resolves the stable Service's ready endpoints itself (it never
 dials a ClusterIP) and, for a shadow session, the endpoints of a revision Service of its
-own deployment.
+own deployment; and a NetworkPolicy that opens `http` to everyone but `control` only to
+the parity runners of its namespace. A session's result carries the prompt and answer
+token ids of live traffic, and a session is named after its check (predictable): any
+other pod that could reach `control` could read users' text or end the runner's session.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from infergate.api.shadow import Mirror
+from infergate.render.check_names import LABEL_CHECK, ROLE_RUNNER, child_labels
 from infergate.render.labels import (
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
@@ -34,7 +38,8 @@ _RESOURCES: dict[str, Any] = {
 
 
 def mirror_name(name: str) -> str:
-    """Name of the mirror's Deployment, Service, ServiceAccount, Role and RoleBinding."""
+    """Name of the mirror's Deployment, Service, ServiceAccount, Role, RoleBinding and
+    NetworkPolicy."""
     return f"{name}-mirror"
 
 
@@ -63,7 +68,8 @@ def _probe(period: int, failures: int) -> dict[str, Any]:
 
 
 def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> list[dict[str, Any]]:
-    """ServiceAccount, Role, RoleBinding, Deployment and Service of the mirror, in apply order."""
+    """ServiceAccount, Role, RoleBinding, NetworkPolicy, Deployment and Service of the mirror,
+    in apply order (the policy before the pods: `control` is never open to all)."""
     labels = mirror_labels(name)
     account = mirror_name(name)
     container = {
@@ -143,7 +149,43 @@ def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> l
             ],
         },
     }
-    return [*mirror_rbac(name, namespace), deployment, service]
+    policy = mirror_network_policy(name, namespace)
+    return [*mirror_rbac(name, namespace), policy, deployment, service]
+
+
+def runner_pod_labels() -> dict[str, str]:
+    """The labels every parity runner pod carries, whatever its check (`child_labels` of
+    the runner role without the check's own label): checks come and go, the policy stays."""
+    labels = child_labels("", ROLE_RUNNER)
+    del labels[LABEL_CHECK]
+    return labels
+
+
+def mirror_network_policy(name: str, namespace: str) -> dict[str, Any]:
+    """Ingress of the mirror's pods: `http` (what clients and gateways call) from anywhere,
+    `control` (shadow sessions and their results) only from the parity runner pods of the
+    same namespace. A peer without a namespaceSelector is a pod of the policy's namespace.
+
+    The kubelet's probes also call `control` (HEALTH_PATH); they need no rule: traffic
+    from the node a pod runs on is always allowed, whatever the policies say (Kubernetes'
+    NetworkPolicy documentation), so a probe is never cut off by this policy.
+    """
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(name, namespace),
+        "spec": {
+            "podSelector": {"matchLabels": mirror_labels(name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [{"protocol": "TCP", "port": HTTP_PORT}]},
+                {
+                    "from": [{"podSelector": {"matchLabels": runner_pod_labels()}}],
+                    "ports": [{"protocol": "TCP", "port": CONTROL_PORT}],
+                },
+            ],
+        },
+    }
 
 
 def mirror_rbac(name: str, namespace: str) -> list[dict[str, Any]]:

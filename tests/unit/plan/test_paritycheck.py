@@ -20,6 +20,7 @@ from infergate.plan.check_observed import (
 from infergate.plan.check_sides import RevisionConfig, RevisionSeen, SideView, side_view
 from infergate.plan.paritycheck import CheckState, decide
 from infergate.render.check_names import child_labels
+from infergate.render.mirror import CONTROL_PORT, mirror_network_policy
 from infergate.render.network import Peer, api_server_peers
 
 CREATED = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -508,6 +509,34 @@ def test_the_runner_may_reach_only_its_sides_the_api_server_and_dns() -> None:
         "app.kubernetes.io/component": "engine",
     }
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == UID
+
+
+def test_a_shadow_checks_runner_may_reach_the_mirrors_control_port() -> None:
+    body = check(source="shadow", shadow={"minRequests": 10})
+    del body["spec"]["suite"]
+    baseline = replace(READY_SIDES["baseline"], needs_probe=False)
+    sides = {"baseline": baseline, "candidate": READY_SIDES["candidate"]}
+    plan = decide(state(body, sides=sides))
+    manifest = next(m for m in plan.create if m["kind"] == "NetworkPolicy")
+    job_manifest = next(m for m in plan.create if m["kind"] == "Job")
+    mirror = mirror_network_policy("qwen", "llm")
+    mirror_pods = mirror["spec"]["podSelector"]["matchLabels"]
+    to_mirror = [
+        rule["ports"]
+        for rule in manifest["spec"]["egress"]
+        if rule["to"] == [{"podSelector": {"matchLabels": mirror_pods}}]
+    ]
+    assert to_mirror == [[{"protocol": "TCP", "port": CONTROL_PORT}]]
+    # The mirror's policy lets this runner's pods in on that port (same namespace, labels).
+    [control] = [r for r in mirror["spec"]["ingress"] if r["ports"][0]["port"] == CONTROL_PORT]
+    [peer] = control["from"]
+    runner_pods = job_manifest["spec"]["template"]["metadata"]["labels"]
+    assert peer["podSelector"]["matchLabels"].items() <= runner_pods.items()
+    # A suite check's runner gets no way to the mirror.
+    suite = decide(state(check(), children=[probe(ready=True)]))
+    policy = next(m for m in suite.create if m["kind"] == "NetworkPolicy")
+    targets = [rule["to"][0].get("podSelector", {}) for rule in policy["spec"]["egress"]]
+    assert {"matchLabels": mirror_pods} not in targets
 
 
 def test_an_endpoint_side_gets_no_way_out() -> None:

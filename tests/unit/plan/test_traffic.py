@@ -3,6 +3,7 @@ stable Service selects, the HTTPRoute's weights step by step, and status.traffic
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -249,13 +250,19 @@ def test_leaving_gateway_mode_deletes_the_route() -> None:
 # -- mirror -------------------------------------------------------------------------------------
 
 
+MIRROR_KINDS = ("ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "Deployment", "Service")
+
+
 def test_a_mirror_is_rendered_with_its_own_identity_and_removed_with_it() -> None:
     world, _ = _world()
     world.set("rollout.mirror", {"replicas": 1})
     world.reconcile()
     name = f"{NAME}-mirror"
-    for kind in ("ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"):
+    for kind in MIRROR_KINDS:
         assert world.get(kind, name) is not None, kind
+    policy = world.get("NetworkPolicy", name)
+    assert policy is not None
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "InferenceDeployment"
     assert world.status.endpoints is not None
     assert world.status.endpoints.mirror is not None
     assert world.status.endpoints.mirror.service == name
@@ -263,5 +270,27 @@ def test_a_mirror_is_rendered_with_its_own_identity_and_removed_with_it() -> Non
     assert world.reconcile().quiet
     world.set("rollout.mirror", None)
     world.reconcile()
-    for kind in ("ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"):
+    for kind in MIRROR_KINDS:
         assert world.get(kind, name) is None, kind
+
+
+def test_a_mirror_policy_opened_by_hand_is_closed_again() -> None:
+    world, _ = _world()
+    world.set("rollout.mirror", {"replicas": 1})
+    world.reconcile()
+    name = f"{NAME}-mirror"
+    policy = world.get("NetworkPolicy", name)
+    assert policy is not None
+    wanted = copy.deepcopy(policy["spec"])
+    # Someone drops the control port's source restriction: every pod could read sessions.
+    for rule in policy["spec"]["ingress"]:
+        rule.pop("from", None)
+    plan = world.reconcile()
+    assert [w.ref.kind for w in plan.sync.writes if isinstance(w, Update)] == ["NetworkPolicy"]
+    restored = world.get("NetworkPolicy", name)
+    assert restored is not None
+    assert restored["spec"] == wanted
+    # Deleted by hand: made again.
+    world.objects.pop(("NetworkPolicy", name))
+    world.reconcile()
+    assert world.get("NetworkPolicy", name) is not None

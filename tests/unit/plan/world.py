@@ -112,6 +112,7 @@ class World:
                 *self.of("ServiceAccount"),
                 *self.of("Role"),
                 *self.of("RoleBinding"),
+                *self.of("NetworkPolicy"),
                 *(
                     d
                     for d in self.of("Deployment")
