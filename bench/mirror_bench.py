@@ -18,6 +18,9 @@ mirror, one request at a time, in two windows:
 - `session`: a shadow session is open (every exchange offered, under a rate and a
   bounded queue), so copies are scored on both engines while the client runs.
 
+Before each window a few turns are sent and not counted (the engines' first generation,
+and in the session window their first scoring calls, warm up once).
+
 Per window and route it reports median, P90, P99 and mean latency, and the difference
 mirror - direct of the median and of the P99 with a bootstrap 95% interval over the
 client's turns (each turn calls both routes, so the pairs share the machine's moment);
@@ -189,6 +192,19 @@ def window_figures(samples: Sequence[Sample]) -> dict[str, Any]:
 def dropped(counts: JSON) -> int:
     """Copies the session refused, for any reason (not sampled, rate, queue, unusable...)."""
     return sum(int(n) for n in (counts.get("refused") or {}).values())
+
+
+def unfinished(counts: JSON) -> int:
+    """Admitted copies neither scored, failed nor found unusable yet: queued or being
+    scored."""
+    refused = counts.get("refused") or {}
+    done = (
+        int(counts.get("scored") or 0)
+        + int(counts.get("stableFailures") or 0)
+        + int(counts.get("canaryFailures") or 0)
+        + int(refused.get("unusable") or 0)
+    )
+    return max(0, int(counts.get("sampled") or 0) - done)
 
 
 def table(windows: dict[str, Any]) -> str:
@@ -446,22 +462,24 @@ def session_request(args: argparse.Namespace) -> SessionRequest:
 
 
 def completion(turn: int) -> JSON:
-    """The turn's request: greedy on odd turns, sampled (0.7) on even ones, exactly
-    CLIENT_TOKENS tokens, as the traffic e2e client asks."""
+    """The turn's request, exactly CLIENT_TOKENS tokens as the traffic e2e client asks:
+    two turns sampled (0.7), two greedy, and so on."""
     return {
         "model": MODEL_NAME,
         "prompt": PROMPTS[turn % len(PROMPTS)],
         "max_tokens": CLIENT_TOKENS,
         "min_tokens": CLIENT_TOKENS,
-        "temperature": 0 if turn % 2 else 0.7,
+        "temperature": 0 if (turn // 2) % 2 else 0.7,
         "ignore_eos": True,
     }
 
 
 def route_order(turn: int) -> tuple[str, ...]:
-    """Which route goes first in a turn: alternating every two turns, so neither route
-    is always first, nor first only for greedy (odd) or only for sampled (even) turns."""
-    return ROUTES if (turn // 2) % 2 == 0 else ROUTES[::-1]
+    """Which route goes first in a turn: alternating every turn, so each route follows
+    each route equally often (a copy is scored right after its proxied request, so
+    what follows a proxied request meets the scoring), and, with `completion`'s two-turn
+    rhythm, each route goes first for greedy and for sampled requests alike."""
+    return ROUTES if turn % 2 == 0 else ROUTES[::-1]
 
 
 def run_window(
@@ -527,6 +545,37 @@ def _terminated_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def session_counts(http: httpx.Client, url: str) -> JSON:
+    counts: JSON = http.get(url).json()
+    return counts
+
+
+def wait_scored(http: httpx.Client, url: str, until: float) -> JSON:
+    """The session's counts once every copy it admitted is done (or at `until`)."""
+    counts = session_counts(http, url)
+    while unfinished(counts) and time.monotonic() < until:
+        time.sleep(1.0)
+        counts = session_counts(http, url)
+    return counts
+
+
+def close_session(http: httpx.Client, url: str, before: JSON, drain_until: float) -> dict[str, Any]:
+    """The session's counts before the window, at its end and once what it admitted is
+    scored (off the client's path; or at `drain_until`); then the session is closed."""
+    at_end = session_counts(http, url)
+    began = time.monotonic()
+    drained = wait_scored(http, url, drain_until)
+    http.delete(url)
+    return {
+        "session_before_window": before,
+        "session_at_window_end": at_end,
+        "session_drained": drained,
+        "drain_seconds": round(time.monotonic() - began, 1),
+        "scored_in_window": int(drained.get("scored") or 0) - int(before.get("scored") or 0),
+        "dropped_in_window": dropped(drained) - dropped(before),
+    }
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     began = time.monotonic()
     deadline = began + args.max_minutes * 60
@@ -570,17 +619,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         mirror.start()
         mirror.wait_ready(time.monotonic() + 30)
         urls = {"direct": engines["stable"].url, "mirror": mirror.proxy_url}
+        counts_url = f"{mirror.control_url}/mirror/sessions/{session_request(args).id}"
         # Every engine generates once before the figures count (the first call warms up).
         with httpx.Client(timeout=120.0) as http:
             httpx.post(f"{engines['canary'].url}/v1/completions", json=completion(1), timeout=120)
             run_window(http, urls, args.warmup, deadline, first_turn=0)
             turn = args.warmup
             for window in WINDOWS:
-                session: JSON | None = None
+                before: JSON = {}
                 if window == "session":
                     body = session_request(args).model_dump(mode="json", by_alias=True)
                     opened = http.post(f"{mirror.control_url}/mirror/sessions", json=body)
                     opened.raise_for_status()
+                    # The engines' first scoring calls warm up once: a few turns, not
+                    # counted, and their copies scored before the window begins.
+                    run_window(http, urls, args.warmup, deadline, first_turn=turn)
+                    turn += args.warmup
+                    before = wait_scored(http, counts_url, time.monotonic() + args.drain_s)
                 started = time.monotonic()
                 samples = run_window(
                     http, urls, args.requests, deadline - 30, first_turn=turn,
@@ -592,19 +647,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 figures["cut_by_deadline"] = figures["turns"] < args.requests
                 figures["load_at_end"] = _load()
                 if window == "session":
-                    counts_url = f"{mirror.control_url}/mirror/sessions/{body['id']}"
-                    session = http.get(counts_url).json()
-                    # The queue left at the window's end drains off the client's path;
-                    # counted again once it is empty (or after `drain_s`).
-                    drain_until = min(deadline, time.monotonic() + args.drain_s)
-                    drained = session
-                    while drained.get("queued") and time.monotonic() < drain_until:
-                        time.sleep(1.0)
-                        drained = http.get(counts_url).json()
-                    http.delete(counts_url)
-                    figures["session_at_window_end"] = session
-                    figures["session_drained"] = drained
-                    figures["dropped_at_window_end"] = dropped(session)
+                    figures.update(
+                        close_session(
+                            http, counts_url, before,
+                            min(deadline, time.monotonic() + args.drain_s),
+                        )
+                    )  # fmt: skip
                 result["windows"][window] = figures
                 turn += args.requests
     result["machine"]["load_at_end"] = _load()
@@ -632,9 +680,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     say(table(result["windows"]))
-    session = result["windows"].get("session", {}).get("session_drained") or {}
+    window = result["windows"].get("session", {})
+    session = window.get("session_drained") or {}
     say(
-        f"session: {session.get('sampled')} sampled, {session.get('scored')} scored "
+        f"session window: {window.get('scored_in_window')} copies scored, "
+        f"{window.get('dropped_in_window')} dropped; whole session (warm-up included): "
+        f"{session.get('sampled')} sampled, {session.get('scored')} scored "
         f"({session.get('greedy')} greedy), refused {session.get('refused')}, "
         f"failures stable {session.get('stableFailures')} canary {session.get('canaryFailures')}"
     )

@@ -3,6 +3,8 @@ difference, the order of routes, and the Service table the mirror reads (no engi
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from types import ModuleType
 
 import pytest
@@ -90,6 +92,17 @@ def test_neither_route_is_always_first_nor_first_only_for_one_kind_of_request(
     sampled_first = [first[t] for t in first if bench.completion(t)["temperature"] != 0]
     for firsts in (greedy_first, sampled_first):
         assert sorted(firsts) == ["direct", "direct", "mirror", "mirror"]
+    sent = [route for turn in range(8) for route in bench.route_order(turn)]
+    follows = Counter(itertools.pairwise(sent))
+    assert follows[("mirror", "direct")] == follows[("mirror", "mirror")] > 0
+
+
+def test_the_drain_waits_for_copies_queued_or_being_scored(bench: ModuleType) -> None:
+    counts = {"sampled": 10, "queued": 0, "scored": 7, "stableFailures": 1,
+              "canaryFailures": 0, "refused": {"unusable": 1, "queueFull": 5}}  # fmt: skip
+    assert bench.unfinished(counts) == 1, "queue empty, one copy still being scored"
+    assert bench.unfinished({**counts, "scored": 8}) == 0
+    assert bench.dropped(counts) == 6
 
 
 def test_the_mirror_reads_the_stable_and_the_canary_at_the_local_engines(
