@@ -533,16 +533,18 @@ def _progress(window: str, turns: int) -> Callable[[int], None]:
 
 @contextmanager
 def _terminated_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends the run as Ctrl-C does: through the `finally`s that stop the engines."""
+    """SIGTERM and SIGINT end the run as Ctrl-C does: through the `finally`s that stop the
+    engines (SIGINT too, since a shell starts background commands with it ignored)."""
 
     def interrupt(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def session_counts(http: httpx.Client, url: str) -> JSON:
