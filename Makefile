@@ -21,12 +21,12 @@ OPERATOR_LOCK := runtime_images/operator/requirements.txt
 VENV_STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(OPERATOR_LOCK) | sha256sum | cut -c1-12)
 
 .PHONY: help setup venv control-plane test test-slow test-unit test-cluster lint fmt crds crds-check \
-        cluster-up cluster-down demo bench bench-parity clean
+        cluster-up cluster-down demo bench bench-parity bench-mirror clean
 
 help:
 	@echo "make demo    bring up the local cluster and show infergate at work"
 	@echo "make test    lint, unit, cluster integration and end-to-end tests"
-	@echo "other: test-slow test-gateway setup lint crds crds-check cluster-up cluster-down bench clean"
+	@echo "other: test-slow test-gateway setup lint crds crds-check cluster-up cluster-down bench bench-mirror clean"
 
 $(VENV_STAMP): pyproject.toml $(OPERATOR_LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -95,6 +95,16 @@ bench: bench-parity bench-rollout
 
 bench-parity: venv
 	$(PY) bench/parity_bench.py
+
+# The mirror's cost on the client (bench/mirror_bench.py; figures in experiments/TRAFFIC.md):
+# two local vLLM engines, the mirror in process, about 15 minutes, under the machine's lock
+# for engine work. Not part of `make test` nor of `make bench` (it needs the engines).
+#   make bench-mirror MIRROR_BENCH_REQUESTS=200     requests per route per window
+MIRROR_BENCH_REQUESTS ?= 200
+HEAVY_LOCK ?= /tmp/heavy.lock
+
+bench-mirror: venv engines
+	flock $(HEAVY_LOCK) $(PY) bench/mirror_bench.py --requests $(MIRROR_BENCH_REQUESTS)
 
 clean: cluster-down
 	rm -rf $(VENV) .cluster

@@ -15,7 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from uvicorn import Server
+
+    from infergate.mirror.app import Mirror
 
 
 def register(subparsers: Any) -> None:
@@ -45,34 +50,46 @@ def serve_command(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
     from infergate.kube.client import KubeClient
     from infergate.kube.paritycheck_api import CheckClient
-    from infergate.mirror.app import Mirror, control_app, proxy_app
+    from infergate.mirror.app import Mirror
     from infergate.mirror.upstream import Endpoints
 
     reads = CheckClient(KubeClient.from_environment(args.kubeconfig), args.namespace)
     upstream = Endpoints(reads, args.upstream or args.deployment)
     mirror = Mirror(args.deployment, reads, upstream, max_body=args.max_body_bytes)
-    await asyncio.to_thread(upstream.read)
-    upstream.start()
-    servers = [
+    await serve_mirror(mirror, mirror_servers(mirror, args.host, args.port, args.control_port))
+
+
+def mirror_servers(mirror: Mirror, host: str, port: int, control_port: int) -> list[Server]:
+    """The proxy's and the control API's servers, as a mirror pod runs them (a benchmark
+    runs the same ones before local engines; set `should_exit` on each to stop them)."""
+    import uvicorn
+
+    from infergate.mirror.app import control_app, proxy_app
+
+    return [
         uvicorn.Server(
             uvicorn.Config(
                 app,
-                host=args.host,
-                port=port,
+                host=host,
+                port=listen,
                 log_level="warning",
                 access_log=False,
                 # The proxy holds a connection per client; keep idle ones a while.
                 timeout_keep_alive=30,
             )
         )
-        for app, port in ((proxy_app(mirror), args.port), (control_app(mirror), args.control_port))
+        for app, listen in ((proxy_app(mirror), port), (control_app(mirror), control_port))
     ]
+
+
+async def serve_mirror(mirror: Mirror, servers: list[Server]) -> None:
+    """Read the stable endpoints once, keep them fresh, serve until the servers exit."""
+    await asyncio.to_thread(mirror.upstream.read)
+    mirror.upstream.start()
     try:
         await asyncio.gather(*(server.serve() for server in servers))
     finally:
-        await upstream.stop()
+        await mirror.upstream.stop()
         await mirror.close()
