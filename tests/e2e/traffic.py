@@ -191,6 +191,8 @@ class Sample:
     seconds: float
     ok: bool
     at: float
+    answer: str = ""
+    """The status and the start of the body, or the transport error (to tell a failure's cause)."""
 
 
 @dataclass
@@ -242,11 +244,15 @@ class Client:
                     }
                     started = time.monotonic()
                     try:
-                        ok = http.post(f"{url}/v1/completions", json=body).status_code == 200
-                    except httpx.HTTPError:
-                        ok = False
+                        answer = http.post(f"{url}/v1/completions", json=body)
+                        ok, why = (
+                            answer.status_code == 200,
+                            f"{answer.status_code} {answer.text[:200]}",
+                        )
+                    except httpx.HTTPError as err:
+                        ok, why = False, f"{type(err).__name__}: {err}"
                     self.samples.append(
-                        Sample(name, url, time.monotonic() - started, ok, time.time())
+                        Sample(name, url, time.monotonic() - started, ok, time.time(), why)
                     )
                 turn += 1
                 self._stop.wait(self.pause)

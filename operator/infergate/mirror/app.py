@@ -97,6 +97,7 @@ class Mirror:
     async def proxy(self, request: Request) -> Response:
         target = self.upstream.pick()
         if target is None:
+            log.warning("no stable endpoint for %s: %s", request.url.path, self.upstream.problem)
             return JSONResponse(
                 {"error": f"no stable endpoint: {self.upstream.problem}"}, status_code=503
             )
@@ -109,6 +110,7 @@ class Mirror:
         try:
             answer = await self.proxy_http.send(outgoing, stream=True)
         except httpx.TransportError as err:
+            log.warning("stable endpoint %s failed for %s: %s", target, path, err)
             return JSONResponse({"error": f"stable endpoint {target}: {err}"}, status_code=502)
         session = self.active()
         keep = session is not None and route_of(path) is not None and len(body) <= self.max_body
