@@ -217,8 +217,7 @@ def test_gateway_steps_after_a_shadow_verdict_and_the_mirror_costs_the_client_li
     # the 100 before the new stableRevision.
     assert weights_seen in ([0, 20, 60], [0, 20, 60, 100]), weights_seen
     assert route_weights(story.cluster, story.namespace, NAME) == {canary: 100}
-    # No client request failed through the mirror, and its cost stays within a generous
-    # bound (the figures, not this bound, are the measurement).
+    # No client request failed through the mirror.
     mirrored = [s for s in client.samples if s.route == "mirror"]
     assert mirrored
     # Not one failed, at promotion either (the old stable revision drains its requests),
@@ -234,9 +233,8 @@ def test_gateway_steps_after_a_shadow_verdict_and_the_mirror_costs_the_client_li
     ]  # fmt: skip
     assert [s for s in failed if s not in stable_down] == [], failed
     assert len({s.url for s in mirrored}) == MIRRORS
-    for window in ("without session", "during the shadow checks"):
-        through, direct = figures[window]["mirror"], figures[window]["direct"]  # type: ignore[index]
-        assert through["median_ms"] < 2 * direct["median_ms"] + 200, figures
+    # The latencies are figures, not assertions (no timings in tests): bench/mirror_bench.py
+    # measures the mirror's cost with hundreds of requests; here a window holds a few.
     del stable
 
 
