@@ -58,14 +58,14 @@ def report_name(check: str) -> str:
     return child_name(check, "report")
 
 
+def role_labels(role: str) -> dict[str, str]:
+    """Labels every check's children of `role` share, whatever their check."""
+    return {LABEL_ROLE: role, LABEL_COMPONENT: f"parity-{role}", LABEL_MANAGED_BY: MANAGED_BY}
+
+
 def child_labels(check: str, role: str) -> dict[str, str]:
     """Labels of every child of a check; `role` is runner or probe."""
-    return {
-        LABEL_CHECK: check_label_value(check),
-        LABEL_ROLE: role,
-        LABEL_COMPONENT: f"parity-{role}",
-        LABEL_MANAGED_BY: MANAGED_BY,
-    }
+    return {LABEL_CHECK: check_label_value(check), **role_labels(role)}
 
 
 def check_selector(check: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from infergate.api.shadow import Mirror
-from infergate.render.check_names import LABEL_CHECK, ROLE_RUNNER, child_labels
+from infergate.render.check_names import ROLE_RUNNER, role_labels
 from infergate.render.labels import (
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
@@ -153,14 +153,6 @@ def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> l
     return [*mirror_rbac(name, namespace), policy, deployment, service]
 
 
-def runner_pod_labels() -> dict[str, str]:
-    """The labels every parity runner pod carries, whatever its check (`child_labels` of
-    the runner role without the check's own label): checks come and go, the policy stays."""
-    labels = child_labels("", ROLE_RUNNER)
-    del labels[LABEL_CHECK]
-    return labels
-
-
 def mirror_network_policy(name: str, namespace: str) -> dict[str, Any]:
     """Ingress of the mirror's pods: `http` (what clients and gateways call) from anywhere,
     `control` (shadow sessions and their results) only from the parity runner pods of the
@@ -180,7 +172,8 @@ def mirror_network_policy(name: str, namespace: str) -> dict[str, Any]:
             "ingress": [
                 {"ports": [{"protocol": "TCP", "port": HTTP_PORT}]},
                 {
-                    "from": [{"podSelector": {"matchLabels": runner_pod_labels()}}],
+                    # Every runner pod, whatever its check: checks come and go, the policy stays.
+                    "from": [{"podSelector": {"matchLabels": role_labels(ROLE_RUNNER)}}],
                     "ports": [{"protocol": "TCP", "port": CONTROL_PORT}],
                 },
             ],
