@@ -131,13 +131,12 @@ class ContainerProcess:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.popen.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=grace_seconds)
-        except subprocess.TimeoutExpired:
-            _signal_group(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout=10)
-        # The container ends with its main process: nothing it started outlives it.
+        # The container ends with its main process, or at the end of its grace: nothing it
+        # started outlives it.
         _signal_group(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
         code = self.popen.returncode
         self.record_exit(128 - code if code < 0 else code)
 
