@@ -259,3 +259,92 @@ def test_gateway_weights_wait_for_the_verdict_then_follow_the_steps(
         60,
         "the route on the promoted revision alone",
     )
+
+
+def test_a_route_someone_else_made_under_the_name_is_left_alone_and_holds_the_steps(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """An HTTPRoute `qwen` made by hand before the deployment: infergate never writes it,
+    says so in Degraded, and moves no canary weight until the name is free."""
+    theirs = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "qwen"},
+        "spec": {"parentRefs": [{"name": "public"}],
+                 "rules": [{"backendRefs": [{"name": "legacy", "port": 8000}]}]},
+    }  # fmt: skip
+    cluster.apply(theirs, idep_namespace)
+    manifest = deployment_manifest()
+    manifest["spec"]["rollout"]["traffic"] = {
+        "mode": "gateway",
+        "gateway": {
+            "parentRefs": [{"name": "public"}],
+            "steps": [{"weight": 30, "pauseSeconds": 5}],
+        },
+    }
+    idep = Idep(cluster, idep_namespace, manifest)
+    idep.apply()
+    stable = idep.wait_stable()
+    degraded = idep.wait(
+        "Degraded NameTaken",
+        lambda s: any(c["type"] == "Degraded" and c["reason"] == "NameTaken"
+                      for c in s.get("conditions") or []),
+    )  # fmt: skip
+    message = next(c["message"] for c in degraded["conditions"] if c["type"] == "Degraded")
+    assert "HTTPRoute qwen already exists and was not made by infergate" in message
+    assert idep.wait_event("NameTaken")["type"] == "Warning"
+
+    idep.apply(dtype="float16")
+    canary, check = idep.wait_check()
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+    idep.wait(
+        "the passed canary held",
+        lambda s: any(c["type"] == "Progressing" and c["reason"] == "TrafficHeld"
+                      for c in s.get("conditions") or []),
+    )  # fmt: skip
+    settle()
+    status = idep.status()
+    assert status["stableRevision"] == stable
+    route = cluster.get_json("httproutes.gateway.networking.k8s.io", "qwen", "-n", idep_namespace)
+    assert [b["name"] for b in route["spec"]["rules"][0]["backendRefs"]] == ["legacy"]
+    assert not route["metadata"].get("ownerReferences")
+
+    cluster.kubectl("delete", "httproutes.gateway.networking.k8s.io", "qwen", "-n", idep_namespace)
+    idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=120)
+    assert route_weights(cluster, idep_namespace) == {canary: 100}
+    assert idep.condition("Degraded")["reason"] == "Healthy"
+
+
+def test_a_stable_service_someone_else_made_is_left_alone_and_said(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """A Service `qwen` made by hand: its create (sent by the background queue) finds it,
+    Degraded says whose it is, and its selector stays theirs."""
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "qwen"},
+        "spec": {"selector": {"app": "legacy"}, "ports": [{"port": 8000}]},
+    }
+    cluster.apply(theirs, idep_namespace)
+    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep.apply()
+    idep.wait_stable()
+    degraded = idep.wait(
+        "Degraded NameTaken",
+        lambda s: any(c["type"] == "Degraded" and c["reason"] == "NameTaken"
+                      for c in s.get("conditions") or []),
+    )  # fmt: skip
+    message = next(c["message"] for c in degraded["conditions"] if c["type"] == "Degraded")
+    assert "Service qwen already exists and was not made by infergate" in message
+    service = cluster.get_json("service", "qwen", "-n", idep_namespace)
+    assert service["spec"]["selector"] == {"app": "legacy"}
+    cluster.kubectl("delete", "service", "qwen", "-n", idep_namespace)
+    idep.wait(
+        "Degraded cleared",
+        lambda s: any(c["type"] == "Degraded" and c["reason"] == "Healthy"
+                      for c in s.get("conditions") or []),
+        timeout=90,
+    )  # fmt: skip
+    service = cluster.get_json("service", "qwen", "-n", idep_namespace)
+    assert service["metadata"]["ownerReferences"][0]["kind"] == "InferenceDeployment"

@@ -8,7 +8,10 @@ connection pool. A restarted process starts with all of it empty.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -71,6 +74,7 @@ class OperatorOptions:
 
 
 OPTIONS = OperatorOptions()
+log = logging.getLogger(__name__)
 # kopf's progress and diff-base annotations live under KOPF_PREFIX (controllers/startup.py).
 _client: KubeClient | None = None
 _events: EventPoster | None = None
@@ -105,13 +109,61 @@ def write_pool() -> ThreadPoolExecutor:
     return _writes
 
 
+class TakenNames:
+    """Children's names that someone else's objects hold, by owning deployment, as each
+    one's last create found (`kube.writer`'s `on_name`). Not rollout truth: a restarted
+    process learns them again from its first creates, which keep failing until then."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[OwnerKey, dict[str, str]] = {}
+        self.changed: Callable[[OwnerKey], None] | None = None
+        """Called (from any thread) when a deployment's taken names change."""
+
+    def note(self, key: OwnerKey, ref: str, holder: str | None) -> None:
+        """`ref` ("Service web") is held by `holder`, or (None) free for ours."""
+        with self._lock:
+            names = self._names.setdefault(key, {})
+            before = names.get(ref)
+            if holder is None:
+                names.pop(ref, None)
+            else:
+                names[ref] = holder
+            if not names:
+                del self._names[key]
+        if before == holder:
+            return
+        if holder is not None:
+            log.warning("%s/%s: %s exists and was not made by infergate: %s",
+                        key.namespace, key.name, ref, holder)  # fmt: skip
+        if self.changed is not None:
+            self.changed(key)
+
+    def of(self, key: OwnerKey) -> dict[str, str]:
+        with self._lock:
+            return dict(self._names.get(key, {}))
+
+    def forget(self, key: OwnerKey) -> None:
+        with self._lock:
+            self._names.pop(key, None)
+
+
+TAKEN = TakenNames()
+
+
 def start_background_writes(loop: asyncio.AbstractEventLoop) -> None:
     """Start the queue of writes no reconcile waits for; a failed one backs its owner off
-    and reconciles it again (through `loop`, the resync loop's)."""
+    and reconciles it again (through `loop`, the resync loop's). A name found taken (or
+    freed) by any write reconciles its owner too, to say so."""
     global _background  # noqa: PLW0603 - one queue per process, started with the resync loop
 
     def failed(write: QueuedWrite, error: Exception) -> None:
         loop.call_soon_threadsafe(SCHEDULE.failed, OwnerKey(write.namespace, write.owner), error)
+
+    def name_changed(key: OwnerKey) -> None:
+        loop.call_soon_threadsafe(SCHEDULE.wake, key)
+
+    TAKEN.changed = name_changed
 
     if _background is None:
         _background = BackgroundWrites(OPTIONS.background_workers, failed)

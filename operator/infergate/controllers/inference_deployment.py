@@ -40,6 +40,7 @@ from infergate.controllers._context import (
     LOCKS,
     OPTIONS,
     SCHEDULE,
+    TAKEN,
     background_writes,
     client,
     start_background_writes,
@@ -148,6 +149,7 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
         now=now,
         mirror_image=OPTIONS.runner_image,
         golden=OPTIONS.golden,
+        taken=TAKEN.of(OwnerKey(metadata["namespace"], metadata["name"])),
     )
 
 
@@ -205,6 +207,7 @@ def _writer(body: JSON) -> PlanWriter:
         pool=write_pool(),
         background=background_writes(),
         on_status_written=lambda version: _note_version(key, version),
+        on_name=lambda ref, holder: TAKEN.note(key, ref, holder),
     )
 
 
@@ -338,6 +341,7 @@ async def changed(
         LOCKS.pop(key, None)
         _MARKS.pop(key, None)
         _NEWEST.pop(key, None)
+        TAKEN.forget(key)
         metrics.forget(key.namespace, name)
         return
     mark = deployment_mark(body)

@@ -37,6 +37,7 @@ from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.errors import (
     AlreadyExistsError,
     ConflictError,
+    KubeError,
     NotFoundError,
     StaleObjectError,
 )
@@ -49,6 +50,7 @@ from infergate.kube.client import (
     SERVICES,
     KubeClient,
 )
+from infergate.plan.observed import holder_of
 from infergate.plan.reconcile import ReconcilePlan, with_check_uids
 from infergate.plan.sync import Create, Delete, Recreate, Update, Write
 
@@ -120,6 +122,7 @@ class PlanWriter:
         pool: Executor | None = None,
         background: BackgroundWrites | None = None,
         on_status_written: Callable[[str], None] | None = None,
+        on_name: Callable[[str, str | None], None] | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -129,6 +132,9 @@ class PlanWriter:
         # Told the owner's resourceVersion after each status write (the copy to decide from
         # next must be at least as new: `plan.freshness`).
         self.on_status_written = on_status_written
+        # Told, after each child create, whether its name is someone else's ("Service web",
+        # who made it) or free for ours ("Service web", None): `DeploymentState.taken`.
+        self.on_name = on_name
 
     def write(self, plan: ReconcilePlan, body: JSON) -> WriteResult:
         """Status, children, checks (and their uids, into status), then the consumed control
@@ -252,13 +258,36 @@ class PlanWriter:
         return False, False
 
     def _create(self, kind: str, manifest: JSON) -> JSON | None:
-        """Create; None when the name is taken (a repeated write after a stale read, or
-        someone else's object: the next reconcile sees which from the indexes)."""
+        """Create; None when the name is taken: a repeated write after a stale read, or
+        someone else's object, which is read to tell which and never overwritten."""
+        name = manifest["metadata"]["name"]
         try:
-            return self.client.create(BY_KIND[kind], self.namespace, manifest)
+            created = self.client.create(BY_KIND[kind], self.namespace, manifest)
         except AlreadyExistsError:
-            log.debug("%s %s already exists", kind, manifest["metadata"]["name"])
+            log.debug("%s %s already exists", kind, name)
+            if self.on_name is not None and kind != PARITY_CHECKS.kind:
+                self._note_holder(kind, manifest)
             return None
+        if self.on_name is not None:
+            self.on_name(f"{kind} {name}", None)
+        return created
+
+    def _note_holder(self, kind: str, manifest: JSON) -> None:
+        """Tell `on_name` who holds the name a create found taken (None: ours already)."""
+        assert self.on_name is not None  # noqa: S101 - only called with a listener
+        name = manifest["metadata"]["name"]
+        try:
+            existing = self.client.get(BY_KIND[kind], self.namespace, name)
+        except NotFoundError:
+            return  # gone meanwhile: the next reconcile's create takes the name
+        except KubeError as error:
+            # Unread, nothing is known: the next reconcile's create asks again.
+            log.warning("%s %s exists and could not be read: %s", kind, name, error)
+            return
+        holder = holder_of(existing, manifest)
+        if holder is not None:
+            log.debug("%s %s exists and was not made by infergate: %s", kind, name, holder)
+        self.on_name(f"{kind} {name}", holder)
 
     def _create_check(self, manifest: JSON) -> JSON | None:
         return self._create(PARITY_CHECKS.kind, manifest)

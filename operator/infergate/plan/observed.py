@@ -207,6 +207,19 @@ def controller_uid(body: JSONMap) -> str | None:
     return None
 
 
+def holder_of(existing: JSONMap, wanted: JSONMap) -> str | None:
+    """Who holds a name a create found taken: None when `existing` is the object `wanted`
+    would be (same controlling owner: an earlier write of ours), else who made it, in
+    words for a condition ("its controller is Deployment web", "it has no controller")."""
+    owner = controller_uid(wanted)
+    if owner is not None and controller_uid(existing) == owner:
+        return None
+    for ref in (existing.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f"its controller is {ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
+    return "it has no controller"
+
+
 def parse_time(value: object) -> datetime | None:
     """An RFC 3339 timestamp as the API server writes it."""
     if not isinstance(value, str) or not value:

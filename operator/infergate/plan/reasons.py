@@ -32,6 +32,8 @@ AWAITING_PARITY: Final = "AwaitingParity"
 AWAITING_PROMOTION: Final = "AwaitingPromotion"
 PROMOTING: Final = "Promoting"
 TRAFFIC_STEPPING: Final = "TrafficStepping"
+# A passed canary waits: the Service or HTTPRoute clients use is someone else's object.
+TRAFFIC_HELD: Final = "TrafficHeld"
 # Progressing: False once it stopped, for good or bad.
 ROLLOUT_COMPLETE: Final = "RolloutComplete"
 ROLLED_BACK: Final = "RolledBack"
@@ -55,6 +57,7 @@ NO_DRIFT: Final = "NoDrift"
 
 # Degraded.
 HEALTHY: Final = "Healthy"
+NAME_TAKEN: Final = "NameTaken"
 
 # Drifted (only while rollout.parity.watch is set): what the latest drift run of the
 # stable revision found against its own golden record, or why none can run.

@@ -24,11 +24,13 @@ from infergate.plan.desired import desired_extras, desired_revision, desired_sta
 from infergate.plan.drift_watch import DriftPlan
 from infergate.plan.phases import deployment_phase
 from infergate.plan.rollout import DeploymentState, Notice, Outcome, decide
-from infergate.plan.rollout_state import Context
+from infergate.plan.rollout_state import Context, taken_message
 from infergate.plan.status import StatusInput, build_status
-from infergate.plan.sync import SyncPlan, sync_children
+from infergate.plan.sync import Create, SyncPlan, sync_children
 
 FALSE = ConditionStatus.FALSE
+# How soon a create whose name someone else's object held is tried again.
+NAME_RETRY = timedelta(seconds=30)
 _BAD_WHEN_TRUE = (reasons.DEGRADED, reasons.CONFIG_DRIFTED)
 _BAD_PROGRESS = (
     reasons.ROLLED_BACK,
@@ -125,6 +127,10 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         ),
     )
     previous = state.status
+    # Only names this reconcile still tries to create count: one freed, or no longer
+    # wanted (a mode without a route), stops being reported.
+    creating = {str(w.ref) for w in sync.writes if isinstance(w, Create)}
+    taken = {ref: holder for ref, holder in state.taken.items() if ref in creating}
     status = build_status(
         StatusInput(
             name=state.owner.name,
@@ -135,6 +141,7 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
             drift=sync.drift,
             observed=state.observed,
             now=state.now,
+            taken=taken_message(taken),
         )
     )
     events = [*decision.notices, *condition_events(previous.conditions, status.conditions)]
@@ -155,8 +162,18 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         remove_annotations=state.manual.present,
         events=events,
         outcomes=decision.outcomes,
-        due=_earliest(decision.due, decision.drift, state.now),
+        due=_earliest(
+            # Nothing wakes the deployment when someone else's object is deleted (only its
+            # own children are watched), so a taken name is tried again after a while.
+            decision.due if not taken else _sooner(decision.due, state.now + NAME_RETRY),
+            decision.drift,
+            state.now,
+        ),
     )
+
+
+def _sooner(due: datetime | None, at: datetime) -> datetime:
+    return at if due is None else min(due, at)
 
 
 def _earliest(due: datetime | None, drift: DriftPlan | None, now: datetime) -> datetime | None:

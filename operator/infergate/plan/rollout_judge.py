@@ -247,6 +247,9 @@ def _passed(ctx: Context, rollout: Rollout, canary: str, name: str, summary: str
             f"ParityCheck {name} passed: {summary}",
         ),
     )
+    held = ctx.serving_taken()
+    if ctx.spec.rollout.auto_promote and held is not None:
+        return replace(rollout, progress=traffic_held(canary, f"ParityCheck {name} passed", held))
     if ctx.spec.rollout.auto_promote and ctx.spec.rollout.traffic.mode is TrafficMode.GATEWAY:
         # Traffic moves in steps from here (plan.rollout_traffic); the first begins now.
         state = StepState(canary, 0, ctx.now)
@@ -270,6 +273,16 @@ def _passed(ctx: Context, rollout: Rollout, canary: str, name: str, summary: str
             f"ParityCheck {name} passed; autoPromote is off, so canary {canary} waits for a "
             "person: infergate promote or infergate abort",
         ),
+    )
+
+
+def traffic_held(canary: str, done: str, held: str) -> ConditionUpdate:
+    """Progressing while a canary that may move on cannot: `held` says what blocks it."""
+    return ConditionUpdate(
+        reasons.PROGRESSING,
+        ConditionStatus.TRUE,
+        reasons.TRAFFIC_HELD,
+        f"{done}; canary {canary} takes no more traffic until this is resolved: {held}",
     )
 
 

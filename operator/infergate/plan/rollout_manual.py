@@ -133,6 +133,11 @@ def manual_promote(ctx: Context, rollout: Rollout) -> Rollout:
             f"promote: canary {canary} is not available yet ({ctx.availability(canary)})",
             warning=True,
         )
+    taken = ctx.serving_taken()
+    if taken is not None:
+        return rollout.noting(
+            reasons.MANUAL_ACTION_REFUSED, f"promote: canary {canary}: {taken}", warning=True
+        )
     verdict = rollout.record(ctx, canary).verdict
     said = verdict.value if verdict else "none"
     rollout = rollout.promote(

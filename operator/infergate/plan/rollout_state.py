@@ -18,6 +18,7 @@ from infergate.api.deployment_status import InferenceDeploymentStatus, RevisionR
 from infergate.api.enums import ConditionStatus
 from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.api.traffic import TrafficMode
 from infergate.errors import SpecError
 from infergate.jsontypes import JSON
 from infergate.plan import reasons
@@ -31,6 +32,7 @@ from infergate.plan.observed import (
     ObservedCheck,
 )
 from infergate.render.images import DEFAULT_RUNNER_IMAGE, resolved_image
+from infergate.render.labels import revision_object_name
 
 if TYPE_CHECKING:
     from infergate.plan.drift_watch import DriftPlan
@@ -39,6 +41,18 @@ ROLE_STABLE = "stable"
 ROLE_CANARY = "canary"
 ROLE_PENDING = "pending"
 ROLE_RETIRED = "retired"
+
+
+def taken_message(taken: Mapping[str, str]) -> str | None:
+    """What a condition says of children whose names someone else's objects hold."""
+    if not taken:
+        return None
+    found = "; ".join(f"{ref} already exists and was not made by infergate ({holder})"
+                      for ref, holder in sorted(taken.items()))  # fmt: skip
+    return (
+        f"{found}. infergate never overwrites an object it did not make: delete or rename "
+        "it, and the rollout goes on"
+    )
 
 
 def clock(at: datetime) -> str:
@@ -62,6 +76,10 @@ class DeploymentState:
     """Image of the mirror (rollout.mirror): the operator's own, like the runner's."""
     golden: GoldenSpec | None = None
     """The operator's golden record store (--golden-config), for the drift watch."""
+    taken: Mapping[str, str] = field(default_factory=dict)
+    """Children whose name someone else's object holds ("Service web" -> who made it, as
+    `plan.observed.holder_of` says): their create answered AlreadyExists with an object
+    this deployment did not make, which infergate never overwrites."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +197,32 @@ class Context:
         for pod in self.observed.pods:
             if pod.revision == revision and pod.unschedulable_message:
                 return f"pod {pod.name} cannot be scheduled: {pod.unschedulable_message}"
+        return None
+
+    def serving_taken(self) -> str | None:
+        """Why no traffic can move: an object clients reach the revisions through (the
+        stable Service, and the HTTPRoute in gateway mode) is someone else's under its
+        name, so promoting or stepping would change nothing they are served by."""
+        name = self.state.owner.name
+        refs = [] if name in self.observed.services else [f"Service {name}"]
+        gateway = self.spec.rollout.traffic.mode is TrafficMode.GATEWAY
+        if gateway and ("HTTPRoute", name) not in self.observed.extras:
+            refs.append(f"HTTPRoute {name}")
+        # What is seen as ours is ours, whatever an earlier create found.
+        return taken_message({r: self.state.taken[r] for r in refs if r in self.state.taken})
+
+    def route_weight(self, revision: str) -> int | None:
+        """The weight the deployment's own HTTPRoute, as observed, gives `revision`'s
+        Service (None: no route of ours is seen, or it names no such backend)."""
+        name = self.state.owner.name
+        route = self.observed.extras.get(("HTTPRoute", name))
+        if route is None:
+            return None
+        service = revision_object_name(name, revision)
+        for rule in route.content.get("rules") or []:
+            for backend in rule.get("backendRefs") or []:
+                if backend.get("name") == service and isinstance(backend.get("weight"), int):
+                    return int(backend["weight"])
         return None
 
     def step_weight(self, state: StepState | None) -> int:

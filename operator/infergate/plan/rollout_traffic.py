@@ -22,7 +22,12 @@ from infergate.api.traffic import TrafficMode, TrafficStep
 from infergate.plan import reasons
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.desired import recheck_name
-from infergate.plan.rollout_judge import bound_verdict, fail_or_wait, request_check
+from infergate.plan.rollout_judge import (
+    bound_verdict,
+    fail_or_wait,
+    request_check,
+    traffic_held,
+)
 from infergate.plan.rollout_state import Context, Rollout, StepState, clock
 
 _NOT_PASSED = {
@@ -98,10 +103,24 @@ def advance_steps(ctx: Context, rollout: Rollout, canary: str, state: StepState)
     """Hold the step's weight for its pause, re-check if asked, then the next step or promote."""
     steps = _steps(ctx)
     step = steps[state.step]
+    taken = ctx.serving_taken()
+    if taken is not None:
+        done = f"step {state.step + 1} of its gateway steps"
+        return replace(rollout, step=state, progress=traffic_held(canary, done, taken))
     held = ctx.now - state.started_at
     pause = timedelta(seconds=step.pause_seconds)
     if held < pause:
         return _holding(ctx, rollout, state, f"holding until {clock(state.started_at + pause)}")
+    # A step counts once the route carries it: the weight is read back, not assumed.
+    carried, weight = ctx.route_weight(canary), ctx.step_weight(state)
+    if carried != weight:
+        seen = "no weight" if carried is None else f"{carried}%"
+        return _holding(
+            ctx,
+            rollout,
+            state,
+            f"waiting for HTTPRoute {ctx.state.owner.name} to give it {weight}% (it gives {seen})",
+        )
     if step.recheck:
         rollout, outcome, said = _recheck(ctx, rollout, canary, state)
         state = replace(state, recheck=recheck_name(ctx.state.owner.name, canary, state.step))

@@ -66,6 +66,8 @@ class StatusInput:
     drift: Sequence[tuple[ObjectRef, Sequence[FieldDrift]]]
     observed: Observed
     now: datetime
+    taken: str | None = None
+    """What the condition says of children whose names someone else's objects hold."""
 
 
 def drift_condition(
@@ -128,13 +130,19 @@ def available_condition(
 
 
 def degraded_condition(
-    progressing: ConditionUpdate, available: ConditionUpdate, spec: InferenceDeploymentSpec
+    progressing: ConditionUpdate,
+    available: ConditionUpdate,
+    spec: InferenceDeploymentSpec,
+    taken: str | None = None,
 ) -> ConditionUpdate:
-    """Degraded: something needs a person (a failed rollout, or nothing of stable serving)."""
+    """Degraded: something needs a person (a failed rollout, a child's name held by someone
+    else's object, or nothing of stable serving)."""
     if progressing.status is ConditionStatus.FALSE and progressing.reason in _FAILED_PROGRESS:
         return ConditionUpdate(
             reasons.DEGRADED, ConditionStatus.TRUE, progressing.reason, progressing.message
         )
+    if taken is not None:
+        return ConditionUpdate(reasons.DEGRADED, ConditionStatus.TRUE, reasons.NAME_TAKEN, taken)
     if (
         spec.replicas > 0
         and available.status is ConditionStatus.FALSE
@@ -189,7 +197,7 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
         decision.progressing,
         parity,
         drift_condition(previous.conditions, inputs.drift, inputs.now),
-        degraded_condition(decision.progressing, available, inputs.spec),
+        degraded_condition(decision.progressing, available, inputs.spec, inputs.taken),
     ]
     drift = decision.drift
     if drift is not None and drift.condition is not None:

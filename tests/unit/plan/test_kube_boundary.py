@@ -218,6 +218,47 @@ def test_repeated_creates_and_deletes_count_as_done() -> None:
     assert client.calls == [("delete", "Deployment", "anything")]
 
 
+class HeldNamesClient(FakeClient):
+    """Answers AlreadyExists for names in `held`, and a GET with the object holding each."""
+
+    def __init__(self, held: dict[str, dict[str, Any]]) -> None:
+        exists = AlreadyExistsError("exists", status=409, reason="AlreadyExists")
+        super().__init__({("create", name): exists for name in held})
+        self.held = held
+
+    def get(self, resource: Any, namespace: str, name: str) -> dict[str, Any]:
+        self._do("get", resource.kind, name, namespace)
+        return self.held[name]
+
+
+def test_a_create_tells_whose_object_holds_the_name_and_frees_it_once_made() -> None:
+    world = World()
+    plan = world.reconcile()
+    revision = f"{NAME}-{plan.status.revisions[0].hash}"
+    ours = next(w.manifest for w in plan.sync.writes if w.ref == ObjectRef("Service", revision))
+    held = {
+        # Someone's own Service under the stable Service's name, with no owner at all.
+        NAME: {"kind": "Service", "metadata": {"name": NAME}},
+        # An earlier write of ours (a repeated create after a stale read): not taken.
+        revision: ours,
+    }
+    said: list[tuple[str, str | None]] = []
+    writer = PlanWriter(HeldNamesClient(held), NAMESPACE, NAME,  # type: ignore[arg-type]
+                        on_name=lambda ref, holder: said.append((ref, holder)))  # fmt: skip
+    writer.write(plan, _body())  # type: ignore[arg-type]
+    assert (f"Service {NAME}", "it has no controller") in said
+    assert (f"Service {revision}", None) in said
+    config_map = next(str(w.ref) for w in plan.sync.writes if w.ref.kind == "ConfigMap")
+    assert (config_map, None) in said  # created: its name is ours
+
+    held = {NAME: {"kind": "Service", "metadata": {"name": NAME, "ownerReferences": [
+        {"kind": "Deployment", "name": "web", "uid": "w1", "controller": True}]}}}  # fmt: skip
+    said.clear()
+    PlanWriter(HeldNamesClient(held), NAMESPACE, NAME,  # type: ignore[arg-type]
+               on_name=lambda ref, holder: said.append((ref, holder))).write(plan, _body())  # type: ignore[arg-type]  # fmt: skip
+    assert (f"Service {NAME}", "its controller is Deployment web (uid w1)") in said
+
+
 def test_event_manifest_names_the_object_and_cuts_long_messages() -> None:
     manifest = event_manifest(
         _body(), warning=True, reason="DriftReverted", message="x" * 5000,

@@ -4,6 +4,7 @@ stable Service selects, the HTTPRoute's weights step by step, and status.traffic
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -237,6 +238,112 @@ def test_a_manual_promote_skips_the_remaining_steps() -> None:
     assert world.status.stable_revision == canary
     assert _weights(world) == {canary: 100}
     del stable
+
+
+def test_a_step_counts_only_once_the_route_is_seen_carrying_its_weight() -> None:
+    world, stable = _world(GATEWAY)
+    canary, check = _checked_canary(world)
+    world.set_check(check, "Passed", passed=True)
+    world.reconcile()
+    route = world.get("HTTPRoute", NAME)
+    assert route is not None
+    # The route still says 0 for the canary (an update not seen yet, or undone by hand).
+    route["spec"]["rules"][0]["backendRefs"][1]["weight"] = 0
+    route["spec"]["rules"][0]["backendRefs"][0]["weight"] = 100
+    world.tick(61)
+    world.reconcile()
+    assert world.get("ParityCheck", f"{check}-step1") is None
+    assert world.condition("Progressing") == ("True", "TrafficStepping")
+    progressing = next(c for c in world.status.conditions if c.type == "Progressing")
+    assert f"waiting for HTTPRoute {NAME} to give it 10% (it gives 0%)" in progressing.message
+    assert _weights(world) == {stable: 90, canary: 10}  # written back
+    world.reconcile()
+    assert world.get("ParityCheck", f"{check}-step1") is not None
+
+
+# -- names held by someone else's objects --------------------------------------------------
+
+
+def _message(world: World, type_: str) -> str:
+    return next(c.message for c in world.status.conditions if c.type == type_)
+
+
+def test_a_route_someone_else_made_under_the_name_holds_the_steps_and_is_left_alone() -> None:
+    world = World()
+    world.foreign("HTTPRoute", NAME, spec={"rules": [{"backendRefs": [{"name": "theirs"}]}]})
+    world.set("rollout.traffic", GATEWAY)
+    world.settle()
+    stable = world.status.stable_revision
+    assert stable is not None
+    assert world.condition("Degraded") == ("True", "NameTaken")
+    assert (
+        f"HTTPRoute {NAME} already exists and was not made by infergate (it has no controller)"
+        in _message(world, "Degraded")
+    )
+    assert "NameTaken" in world.events()
+    canary, check = _checked_canary(world)
+    world.set_check(check, "Passed", passed=True)
+    world.reconcile()
+    world.tick(3600)
+    world.reconcile()
+    assert world.condition("Progressing") == ("True", "TrafficHeld")
+    assert f"HTTPRoute {NAME} already exists" in _message(world, "Progressing")
+    assert world.status.stable_revision == stable
+    assert world.status.traffic is not None
+    assert world.status.traffic.canary_weight == 0
+    assert world.get("ParityCheck", f"{check}-step1") is None
+    # Nothing is watched of theirs: the name is tried again soon, not at the next resync.
+    assert world.plans[-1].due is not None
+    assert world.plans[-1].due <= world.now + timedelta(seconds=30)
+    # Theirs is never written.
+    route = world.get("HTTPRoute", NAME)
+    assert route is not None
+    assert route["spec"] == {"rules": [{"backendRefs": [{"name": "theirs"}]}]}
+    # Once the name is free, the route is ours and the steps begin.
+    world.objects.pop(("HTTPRoute", NAME))
+    world.reconcile()
+    world.reconcile()
+    assert world.condition("Degraded") == ("False", "Healthy")
+    assert _weights(world) == {stable: 90, canary: 10}
+    assert world.condition("Progressing") == ("True", "TrafficStepping")
+
+
+def test_a_stable_service_someone_else_made_holds_promotion_even_by_hand() -> None:
+    world = World()
+    world.foreign("Service", NAME, spec={"selector": {"app": "theirs"}})
+    world.settle()
+    stable = world.status.stable_revision
+    assert stable is not None
+    assert world.condition("Degraded") == ("True", "NameTaken")
+    canary, check = _checked_canary(world)
+    world.set_check(check, "Passed", passed=True)
+    world.reconcile()
+    assert world.condition("Progressing") == ("True", "TrafficHeld")
+    assert world.status.stable_revision == stable
+    world.annotations["infergate.io/promote"] = "true"
+    world.reconcile()
+    assert world.status.stable_revision == stable
+    assert "ManualActionRefused" in world.events()
+    service = world.get("Service", NAME)
+    assert service is not None
+    assert service["spec"] == {"selector": {"app": "theirs"}}
+    world.objects.pop(("Service", NAME))
+    world.reconcile()
+    world.reconcile()
+    assert world.status.stable_revision == canary
+    assert _selected(world) == {canary}
+    assert world.condition("Degraded") == ("False", "Healthy")
+
+
+def test_a_name_no_longer_wanted_stops_being_reported() -> None:
+    world = World()
+    world.foreign("HTTPRoute", NAME)
+    world.set("rollout.traffic", GATEWAY)
+    world.settle()
+    assert world.condition("Degraded") == ("True", "NameTaken")
+    world.set("rollout.traffic", {"mode": "dark"})
+    world.reconcile()
+    assert world.condition("Degraded") == ("False", "Healthy")
 
 
 def test_leaving_gateway_mode_deletes_the_route() -> None:

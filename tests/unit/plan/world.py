@@ -18,6 +18,7 @@ from infergate.plan.control import manual_requests
 from infergate.plan.desired import Owner
 from infergate.plan.observed import (
     collect,
+    holder_of,
     observe_check,
     observe_deployment,
     observe_object,
@@ -70,6 +71,8 @@ class World:
     plans: list[ReconcilePlan] = field(default_factory=list)
     golden: GoldenSpec | None = None
     """The operator's golden record store (--golden-config)."""
+    taken: dict[str, str] = field(default_factory=dict)
+    """What the writer's creates found of names held by others' objects (`on_name`)."""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # -- the user's side -------------------------------------------------------------------
@@ -130,6 +133,7 @@ class World:
             observed=collect(UID, deployments, others, checks, pods, extras=extras),
             now=self.now,
             golden=self.golden,
+            taken=dict(self.taken),
         )
         plan = plan_reconcile(state)
         self._apply(plan)
@@ -147,7 +151,7 @@ class World:
     def _apply(self, plan: ReconcilePlan) -> None:
         for write in plan.sync.writes:
             if isinstance(write, Create):
-                self._create(write.manifest)
+                self._create_child(write.manifest)
             elif isinstance(write, Update):
                 self._update(write.manifest)
             elif isinstance(write, Recreate):
@@ -166,6 +170,23 @@ class World:
         self.status = with_check_uids(self.status, created)
         for key in plan.remove_annotations:
             self.annotations.pop(key, None)
+
+    def _create_child(self, manifest: dict[str, Any]) -> None:
+        """As the writer creates a child: a name someone else's object holds is left alone,
+        and who holds it is noted; a create that takes its name frees it."""
+        ref = f"{manifest['kind']} {manifest['metadata']['name']}"
+        existing = self.objects.get((manifest["kind"], manifest["metadata"]["name"]))
+        holder = holder_of(existing, manifest) if existing is not None else None
+        if holder is not None:
+            self.taken[ref] = holder
+            return
+        self._create(manifest)
+        self.taken.pop(ref, None)
+
+    def foreign(self, kind: str, name: str, **fields: Any) -> None:
+        """Someone else's object under `name` (no owner reference to the deployment)."""
+        metadata = {"name": name, "namespace": NAMESPACE, "uid": f"foreign-{name}"}
+        self.objects[(kind, name)] = {"kind": kind, "metadata": metadata, **fields}
 
     def _create(self, manifest: dict[str, Any]) -> dict[str, Any]:
         body = copy.deepcopy(manifest)
