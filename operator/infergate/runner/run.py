@@ -536,19 +536,20 @@ class _Runner:
             "baseline": status.get("baselineRevision"),
             "candidate": status.get("candidateRevision"),
         }
+        uid = str(self.check["metadata"]["uid"])
         deadline = time.monotonic() + self.options.wait_for_sides
         while True:
             try:
                 return [
                     resolve_side(
                         side, self.name, spec, reads=self.api, info=self.connector.info,
-                        pinned_revision=pinned[side],
+                        check_uid=uid, pinned_revision=pinned[side],
                     )
                     for side in sides
                 ]  # fmt: skip
             except SideResolutionError as err:
                 if not err.transient:
-                    raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
+                    raise CheckEndedError(err.reason or reasons.CHECK_INVALID, str(err)) from err
                 if time.monotonic() > deadline:
                     raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
                 _say(f"waiting: {err}")
@@ -1004,6 +1005,7 @@ def _revision_changes(baseline: SideTarget, candidate: SideTarget) -> list[str] 
 def _side_summary(target: SideTarget) -> dict[str, Any]:
     summary = asdict(target)
     summary.pop("effective_config", None)
+    summary.pop("deployment_uid", None)
     return {to_camel(k): v for k, v in summary.items() if v is not None}
 
 
