@@ -207,3 +207,13 @@ def test_only_forged_slices_never_pass_and_the_retry_says_they_were_ignored() ->
         in (runner["message"])
     )
     assert f"EndpointSlice llm/{service}-forged is managed by None" in runner["message"]
+
+
+def test_a_forged_canary_ends_the_check_even_while_the_stable_is_not_ready() -> None:
+    """A refusal is for good: it does not wait behind the other side's pods (nor end,
+    after the Job's retries, as a mere SideUnreachable)."""
+    api = cluster()
+    api.slices[f"qwen-{STABLE}"][0]["endpoints"][0]["conditions"]["ready"] = False
+    api.config_maps[f"qwen-{CANARY}"]["metadata"]["ownerReferences"] = [TENANT]
+    message = ended_not_ours(api, harmful_canary())
+    assert f"ConfigMap llm/qwen-{CANARY} is not controlled by {OWNER}" in message
