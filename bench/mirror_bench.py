@@ -67,6 +67,7 @@ from infergate.mirror.upstream import Endpoints
 from infergate.parity.record import RecordMeta
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, LABEL_REVISION, MANAGED_BY
 from infergate.render.vllm import VllmServe, vllm_serve_args
+from infergate.runner.endpoints import ENDPOINTSLICE_CONTROLLER
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "out" / "bench" / "mirror-overhead.json"
@@ -333,14 +334,24 @@ class Engine:
 
 def _service(name: str, labels: dict[str, str]) -> JSON:
     return {
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": labels},
         "spec": {"ports": [{"name": "http", "port": 8000}]},
     }
 
 
 def _endpoint_slice(service: str, port: int) -> JSON:
+    """The slice the cluster publishes for `service` (the mirror reads no other)."""
+    owner = {"apiVersion": "v1", "kind": "Service", "name": service, "uid": f"uid-{service}",
+             "controller": True}  # fmt: skip
     return {
-        "metadata": {"labels": {"kubernetes.io/service-name": service}},
+        "metadata": {
+            "name": f"{service}-bench",
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": ENDPOINTSLICE_CONTROLLER,
+            },
+            "ownerReferences": [owner],
+        },
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": port}],
         "endpoints": [{"addresses": [HOST], "conditions": {"ready": True}}],

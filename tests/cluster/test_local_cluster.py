@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from infergate.localcluster import controlplane, processes
+from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.localcluster.layout import EXECUTOR_POD_CIDR, K8S_VERSION, KWOK_POD_CIDR
+from infergate.runner.endpoints import first_ready_url, trusted_slices
 from tests.harness import Cluster, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -274,6 +276,19 @@ def test_service_endpointslice_lists_a_loopback_pod_ip_that_answers(
         response = httpx.get(f"http://{address}:8080/index.html", timeout=5)
         assert response.status_code == 200
         assert response.text == page
+    # The parity runner and the mirror read only slices the cluster published: the
+    # executor's are among them, so what it publishes is what they call.
+    service = cluster.get_json("service", "web", "-n", namespace)
+    listed = cluster.get_json(
+        "endpointslices", "-n", namespace, "-l", "kubernetes.io/service-name=web"
+    )["items"]
+    trusted, ignored = trusted_slices(service, listed)
+    assert ignored == []
+    assert any(
+        s["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] == LOCAL_EXECUTOR
+        for s in trusted
+    )
+    assert first_ready_url(service, listed, port=80) in {f"http://{a}:8080" for a in addresses}
 
 
 def test_pod_service_account_token_is_allowed_and_denied_as_its_role_says(

@@ -36,7 +36,13 @@ from infergate.render.objects import render_revision
 from infergate.runner.report_store import read_report
 from infergate.runner.run import EXIT_DONE, Connector, RunOptions, run_check
 from infergate.suite import load_suite
-from tests.unit.runner.fakes import FakeApi
+from tests.unit.runner.fakes import (
+    FakeApi,
+    check_owner,
+    controller_ref,
+    deployment_owner,
+    uid_of,
+)
 
 pytestmark = pytest.mark.engines
 
@@ -98,14 +104,30 @@ def revision(model: Path) -> tuple[str, dict[str, Any]]:
     return config_map["metadata"]["name"].removeprefix("qwen-"), config_map
 
 
-def service(api: FakeApi, name: str, ports: dict[str, int], **annotations: str) -> None:
+def service(
+    api: FakeApi, name: str, ports: dict[str, int], owner: dict[str, Any], **annotations: str
+) -> None:
+    """A Service controlled by `owner`, with the slice the cluster publishes for it."""
     api.services[name] = {
-        "metadata": {"name": name, "namespace": api.namespace, "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "namespace": api.namespace,
+            "uid": uid_of(name),
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
         "spec": {"ports": [{"name": n, "port": p, "targetPort": n} for n, p in ports.items()]},
     }
     api.slices[name] = [
         {
-            "metadata": {"name": f"{name}-x", "labels": {"kubernetes.io/service-name": name}},
+            "metadata": {
+                "name": f"{name}-x",
+                "labels": {
+                    "kubernetes.io/service-name": name,
+                    "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                },
+                "ownerReferences": [controller_ref("Service", name)],
+            },
             "addressType": "IPv4",
             "endpoints": [{"addresses": [HOST], "conditions": {"ready": True}}],
             "ports": [{"name": n, "port": p} for n, p in ports.items()],
@@ -126,6 +148,7 @@ def sides(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         for side, model in (("baseline", fixture_model), ("candidate", corrupted)):
             rev, config_map = revision(model)
             revisions[side] = rev
+            config_map["metadata"]["ownerReferences"] = [deployment_owner("qwen")]
             api.config_maps[config_map["metadata"]["name"]] = config_map
             engine_json = work / f"{side}-engine.json"
             engine_json.write_text(config_map["data"]["engine.json"])
@@ -142,15 +165,18 @@ def sides(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 work / f"{side}-stand-in.log",
             )
             started.append(stand_in)
-            service(api, config_map["metadata"]["name"], {"http": vllm.port})
+            service(
+                api, config_map["metadata"]["name"], {"http": vllm.port}, deployment_owner("qwen")
+            )
             service(
                 api,
                 f"check-probe-{side}",
                 {"fingerprints": fingerprints.port, "layers": stand_in.port},
+                check_owner("check"),
                 **{ANNOTATION_LAYER_STAND_IN: "transformers"},
             )
         api.deployments["qwen"] = {
-            "metadata": {"name": "qwen"},
+            "metadata": {"name": "qwen", "uid": "uid-qwen"},
             "status": {"stableRevision": revisions["baseline"]},
         }
         prompts = load_suite("default").select(long=False).prompts[:12]

@@ -278,3 +278,77 @@ def test_a_phase_passed_without_a_bound_verdict_never_promotes(
     assert record["verdict"] == "Error"
     assert idep.condition("ParityPassed")["reason"] == "CheckNotBound"
     assert idep.wait_event("CheckNotBound")["type"] == "Warning"
+
+
+class _Described:
+    """What the sides' engines say of themselves: the simulated pods never answer, so the
+    runner is told that each serves our adapter (it then needs no probe of its own)."""
+
+    def describe(self, url: str) -> Any:  # noqa: ARG002
+        from infergate.runner.sides import EndpointDescription
+
+        return EndpointDescription("vllm", "0.32.0", "bfloat16", effective_config={})
+
+    def fingerprints(self, url: str) -> dict[str, Any]:  # noqa: ARG002
+        return {}
+
+    def probe_ids(self, url: str, model: str) -> list[int]:  # noqa: ARG002
+        return []
+
+
+def test_a_canary_configmap_someone_else_made_ends_the_check_in_error_and_keeps_the_stable(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """A tenant who may create ConfigMaps, not edit the InferenceDeployment, makes
+    `qwen-<canary>` first, pinning what the stable pins. The operator leaves it alone
+    (NameTaken); the parity runner, run here against the real API server (the runner Job
+    the controller starts stays unscheduled), reads the stable's objects and the slices
+    Kubernetes published for its pods, refuses the tenant's ConfigMap, and ends the check
+    in Error, SideObjectNotOurs; the canary is rolled back, the stable untouched."""
+    from infergate.kube.client import KubeClient, load_api_client
+    from infergate.kube.paritycheck_api import CheckClient
+    from infergate.runner.run import EXIT_DONE, Connector, RunOptions, run_check
+
+    manifest = deployment_manifest()
+    idep = Idep(cluster, idep_namespace, manifest)
+    idep.apply()
+    stable = idep.wait_stable()
+    changed = json.loads(json.dumps(manifest["spec"]))
+    changed["engine"]["dtype"] = "float16"
+    canary = revision_of(InferenceDeploymentSpec.model_validate(changed))
+    pinned = cluster.get_json("configmap", f"qwen-{stable}", "-n", idep_namespace)
+    forged: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"qwen-{canary}", "labels": dict(pinned["metadata"]["labels"])},
+        "data": dict(pinned["data"]),
+    }
+    forged["metadata"]["labels"]["infergate.io/revision"] = canary
+    cluster.apply(forged, idep_namespace)
+    idep.apply(dtype="float16")
+    assert idep.wait_check(timeout=90)[0] == canary
+    name = f"qwen-{canary}"
+
+    api = CheckClient(KubeClient(load_api_client(str(cluster.kubeconfig))), idep_namespace)
+    options = RunOptions(wait_for_sides=60.0, progress_interval=0.0)
+    connector = Connector(info=_Described())
+    assert run_check(api, name, options, connector=connector) == EXIT_DONE
+
+    body = _check(cluster, idep_namespace, name)
+    assert body["status"]["phase"] == "Error"
+    error = _condition(body, "Error")
+    assert error["reason"] == "SideObjectNotOurs"
+    assert (
+        f"ConfigMap {idep_namespace}/qwen-{canary} is not controlled by InferenceDeployment qwen"
+        in error["message"]
+    )
+    assert "it has no controller" in error["message"]
+    status = idep.wait_phase("RolledBack", timeout=90)
+    assert status["stableRevision"] == stable
+    assert {r["hash"]: r for r in status["revisions"]}[canary]["verdict"] == "Error"
+    idep.wait("canary removed", lambda _: idep.revisions() == {stable: 2})
+    kept = cluster.get_json("configmap", f"qwen-{stable}", "-n", idep_namespace)
+    assert kept["data"] == pinned["data"]
+    assert kept["metadata"]["ownerReferences"] == pinned["metadata"]["ownerReferences"]
+    theirs = cluster.get_json("configmap", f"qwen-{canary}", "-n", idep_namespace)
+    assert "ownerReferences" not in theirs["metadata"]  # left alone

@@ -33,7 +33,7 @@ from infergate.mirror.capture import Captured, route_of
 from infergate.mirror.scoring import ScoredPair, SideScorer, score_copy
 from infergate.mirror.session import Copy, Session, SessionRequest
 from infergate.mirror.upstream import Endpoints, NotARevisionError, ServiceReads, revision_service
-from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints
+from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints, trusted_slices
 
 log = logging.getLogger(__name__)
 MAX_BODY_DEFAULT = 1024 * 1024
@@ -174,13 +174,19 @@ class Mirror:
             slices = await asyncio.to_thread(
                 self.reads.endpoint_slices, service["metadata"]["name"]
             )
-            canary = ready_endpoints(service, slices)
+            # Copies go only to pods the cluster published for the Service: a slice
+            # anyone else made could send them to a pod serving the stable model.
+            trusted, ignored = trusted_slices(service, slices)
+            canary = ready_endpoints(service, trusted)
         except NotARevisionError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
         except EndpointResolutionError as err:
             return JSONResponse({"error": str(err)}, status_code=503)
         if not canary:
-            return JSONResponse({"error": "the canary has no ready endpoint"}, status_code=503)
+            error = "the canary has no ready endpoint"
+            if ignored:
+                error += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
+            return JSONResponse({"error": error}, status_code=503)
         canary_scorer = SideScorer(self.score_http, canary[0].url, asked.model)
 
         async def score(prompt_id: str, captured: Captured) -> ScoredPair | None:

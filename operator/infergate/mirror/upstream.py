@@ -3,7 +3,8 @@
 The mirror never dials a ClusterIP (there may be no kube-proxy): like the runner it
 reads the Service's EndpointSlices and picks a ready endpoint itself, round robin. A
 read that fails keeps the last endpoints known, so an API server hiccup never fails a
-client's request.
+client's request. Like the runner, it reads only the slices the cluster published for
+the Service (`runner.endpoints.trusted_slices`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Protocol
 
 from infergate.jsontypes import JSON
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, LABEL_REVISION, MANAGED_BY
-from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints
+from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints, trusted_slices
 
 log = logging.getLogger(__name__)
 REVISION_PATTERN = re.compile(r"^[0-9a-f]{10}$")
@@ -70,12 +71,15 @@ class Endpoints:
             self.urls, self.problem = [], f"Service {self.service} does not exist"
             return
         try:
-            found = ready_endpoints(service, self.reads.endpoint_slices(self.service))
+            trusted, ignored = trusted_slices(service, self.reads.endpoint_slices(self.service))
+            found = ready_endpoints(service, trusted)
         except EndpointResolutionError as err:
             self.urls, self.problem = [], str(err)
             return
         self.urls = [e.url for e in found]
         self.problem = None if self.urls else f"Service {self.service} has no ready endpoint"
+        if self.problem and ignored:
+            self.problem += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
 
     def pick(self) -> str | None:
         """A ready URL, round robin; None when there is none."""

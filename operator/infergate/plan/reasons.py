@@ -133,5 +133,9 @@ CHECK_PROBE_FAILED: Final = "ProbeFailed"
 CHECK_SIDE_UNREACHABLE: Final = "SideUnreachable"
 CHECK_INVALID: Final = "InvalidCheck"
 CHECK_CHILD_NOT_OURS: Final = "ChildNotOurs"
+# An object the runner reads to reach or describe a side (a revision's ConfigMap or
+# Service, a probe or mirror Service) is not controlled by the owner infergate made it
+# for: someone else made it, and what it says cannot be trusted (plan.ownership).
+CHECK_SIDE_OBJECT_NOT_OURS: Final = "SideObjectNotOurs"
 # Event-only reasons.
 CHECK_PROBE_STARTED: Final = "ProbeStarted"

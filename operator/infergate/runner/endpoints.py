@@ -6,6 +6,15 @@ EndpointSlices and calls a ready endpoint directly. Slices of every address type
 count: IPv4 and IPv6 as published by the EndpointSlice controller, and FQDN, as
 published for the local executor, whose loopback pod IPs the API server refuses in
 IPv4 slices (there the FQDN is the dotted IP itself).
+
+Only slices made by whoever publishes endpoints for the cluster are read
+(`trusted_slices`): managed by the EndpointSlice controller or by the local executor
+(label `endpointslice.kubernetes.io/managed-by`) and controlled by the Service itself
+(its uid). Anyone who may create EndpointSlices in the namespace could otherwise add one
+to a revision's Service that points at any pod, say one serving the stable model under
+the canary's name. Each of those two publishers rewrites or deletes every slice that
+carries its label and that it did not want, so a forgery that copies the label lives
+until its next sync at most.
 """
 
 from __future__ import annotations
@@ -14,8 +23,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from infergate.jsontypes import JSONMap
+from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
+from infergate.plan.ownership import Controller, describe_object, not_controlled_by
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+ENDPOINTSLICE_CONTROLLER = "endpointslice-controller.k8s.io"
+TRUSTED_MANAGERS = (ENDPOINTSLICE_CONTROLLER, LOCAL_EXECUTOR)
+"""Who may publish the endpoints the runner calls: Kubernetes' EndpointSlice controller,
+and the local executor for its loopback pods (`infergate.localcluster.executor`)."""
 ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
 
 
@@ -51,6 +67,33 @@ def service_port_name(service: JSONMap, port: str | int) -> str:
     raise EndpointResolutionError(
         f"Service {_name(service)}: no port {port!r}; it declares {listed or 'no ports'}"
     )
+
+
+def untrusted_slice(service: JSONMap, endpoint_slice: JSONMap) -> str | None:
+    """None for a slice the Service's endpoint publisher made; else why it is not trusted."""
+    meta = service.get("metadata") or {}
+    labels = (endpoint_slice.get("metadata") or {}).get("labels") or {}
+    manager = labels.get(MANAGED_BY_LABEL)
+    if manager not in TRUSTED_MANAGERS:
+        return (
+            f"{describe_object(endpoint_slice, 'EndpointSlice')} is managed by "
+            f"{manager!r} ({MANAGED_BY_LABEL}); only {' and '.join(TRUSTED_MANAGERS)} are trusted"
+        )
+    owner = Controller("Service", str(meta.get("name")), str(meta.get("uid")))
+    return not_controlled_by(endpoint_slice, owner, kind="EndpointSlice")
+
+
+def trusted_slices(service: JSONMap, slices: Iterable[JSONMap]) -> tuple[list[JSONMap], list[str]]:
+    """The slices of `service` to read, and why each other one is ignored."""
+    trusted: list[JSONMap] = []
+    ignored: list[str] = []
+    for endpoint_slice in slices:
+        why = untrusted_slice(service, endpoint_slice)
+        if why is None:
+            trusted.append(endpoint_slice)
+        else:
+            ignored.append(why)
+    return trusted, ignored
 
 
 def ready_endpoints(
@@ -89,16 +132,24 @@ def ready_endpoints(
 
 
 def first_ready_url(service: JSONMap, slices: Iterable[JSONMap], port: str | int = "http") -> str:
-    """The URL of the first ready endpoint (stable order), or an error saying what is missing."""
-    materialised = list(slices)
+    """The URL of the first ready endpoint of a trusted slice (stable order), or an error
+    saying what is missing; untrusted slices are never read, only counted in the error."""
+    materialised, ignored = trusted_slices(service, slices)
     endpoints = ready_endpoints(service, materialised, port)
     if endpoints:
         return endpoints[0].url
-    if not materialised:
+    if ignored and not materialised:
+        why = (
+            f"{len(ignored)} EndpointSlices, none trusted, all ignored ({ignored[0]}); "
+            "waiting for the cluster to publish the Service's own"
+        )
+    elif not materialised:
         why = "no EndpointSlices (no pod selected yet, or none has an IP)"
     else:
         total = sum(len(s.get("endpoints") or []) for s in materialised)
         why = f"{total} endpoints in {len(materialised)} EndpointSlices, none ready"
+        if ignored:
+            why += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
     raise EndpointResolutionError(f"Service {_name(service)} has no ready endpoint: {why}")
 
 

@@ -531,33 +531,44 @@ class _Runner:
         return found
 
     def _resolve(self, spec: ParityCheckSpec, sides: tuple[SideName, ...]) -> list[SideTarget]:
+        """Every side resolved, waiting a while for those whose pods are not ready yet.
+
+        Each round tries every side, so a side that can never be measured (an object
+        someone else made, a revision that does not exist) ends the check at once, even
+        while the other side is still starting.
+        """
         status = self.check.get("status") or {}
         pinned = {
             "baseline": status.get("baselineRevision"),
             "candidate": status.get("candidateRevision"),
         }
+        uid = str(self.check["metadata"]["uid"])
         deadline = time.monotonic() + self.options.wait_for_sides
         while True:
-            try:
-                return [
-                    resolve_side(
-                        side, self.name, spec, reads=self.api, info=self.connector.info,
-                        pinned_revision=pinned[side],
-                    )
-                    for side in sides
-                ]  # fmt: skip
-            except SideResolutionError as err:
-                if not err.transient:
-                    raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
-                if time.monotonic() > deadline:
-                    raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
-                _say(f"waiting: {err}")
-            except SideUnavailableError as err:
-                if time.monotonic() > deadline:
-                    raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(err)) from err
-                _say(f"waiting: {err}")
-            except KubeError as err:
-                raise _api_failure(err) from err
+            resolved: list[SideTarget] = []
+            waiting: Exception | None = None
+            for side in sides:
+                try:
+                    resolved.append(
+                        resolve_side(
+                            side, self.name, spec, reads=self.api, info=self.connector.info,
+                            check_uid=uid, pinned_revision=pinned[side],
+                        )
+                    )  # fmt: skip
+                except SideResolutionError as err:
+                    if not err.transient:
+                        reason = err.reason or reasons.CHECK_INVALID
+                        raise CheckEndedError(reason, str(err)) from err
+                    waiting = waiting or err
+                except SideUnavailableError as err:
+                    waiting = waiting or err
+                except KubeError as err:
+                    raise _api_failure(err) from err
+            if waiting is None:
+                return resolved
+            if time.monotonic() > deadline:
+                raise RetryableRunError(reasons.CHECK_SIDE_UNREACHABLE, str(waiting)) from waiting
+            _say(f"waiting: {waiting}")
             time.sleep(2.0)
 
     def _health(self, baseline: SideTarget, candidate: SideTarget) -> None:
@@ -1004,6 +1015,7 @@ def _revision_changes(baseline: SideTarget, candidate: SideTarget) -> list[str] 
 def _side_summary(target: SideTarget) -> dict[str, Any]:
     summary = asdict(target)
     summary.pop("effective_config", None)
+    summary.pop("deployment_uid", None)
     return {to_camel(k): v for k, v in summary.items() if v is not None}
 
 

@@ -15,6 +15,12 @@ every copy (greedy ones too) is already judged teacher-forced, and that comparis
 carries its own floor. Fewer than `minRequests` scored copies is Inconclusive; a
 canary that failed to answer or score a copy is Error, and so is a mirror pod whose
 result is not this session's or does not read; none of them promotes.
+
+The mirror's Service must be controlled by the candidate's InferenceDeployment (the uid
+read when the sides were resolved), and only EndpointSlices the cluster published for it
+are read: a Service or slice someone else made could point the runner at a "mirror"
+that reports whatever its maker likes. A Service not ours ends the check in Error
+(`SideObjectNotOurs`).
 """
 
 from __future__ import annotations
@@ -44,11 +50,12 @@ from infergate.parity.verdict import decide
 from infergate.plan import reasons
 from infergate.plan.check_status import Judgement
 from infergate.plan.observed import parse_time
+from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.mirror import mirror_name
 from infergate.runner.combine import combined, judged
-from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints
+from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints, trusted_slices
 from infergate.runner.shadow_pool import PoolSpec, pair_budget, pool_results, response_limit
-from infergate.runner.sides import SideTarget
+from infergate.runner.sides import INFERENCE_DEPLOYMENT_KIND, SideTarget
 from infergate.runner.summary import judgement
 from infergate.suite import Suite
 
@@ -173,23 +180,37 @@ class MirrorSessions:
 
 
 def mirror_urls(
-    service: Mapping[str, Any] | None, slices: list[dict[str, Any]], name: str
+    service: Mapping[str, Any] | None,
+    slices: list[dict[str, Any]],
+    name: str,
+    *,
+    owner: Controller,
 ) -> list[str]:
-    """Control URLs of every ready mirror pod."""
+    """Control URLs of every ready mirror pod, read from the trusted slices of a Service
+    `owner` controls."""
     if service is None:
         raise ShadowError(
             reasons.CHECK_SIDE_UNREACHABLE,
             f"Service {name} does not exist: set spec.rollout.mirror on the deployment",
             retry=True,
         )
+    refused = not_controlled_by(service, owner, kind="Service")
+    if refused is not None:
+        raise ShadowError(
+            reasons.CHECK_SIDE_OBJECT_NOT_OURS,
+            f"mirror: {refused}; it is not read",
+            retry=False,
+        )
+    trusted, ignored = trusted_slices(service, slices)
     try:
-        urls = [e.url for e in ready_endpoints(service, slices, "control")]
+        urls = [e.url for e in ready_endpoints(service, trusted, "control")]
     except EndpointResolutionError as err:
         raise ShadowError(reasons.CHECK_SIDE_UNREACHABLE, str(err), retry=True) from err
     if not urls:
-        raise ShadowError(
-            reasons.CHECK_SIDE_UNREACHABLE, f"Service {name} has no ready mirror pod", retry=True
-        )
+        message = f"Service {name} has no ready mirror pod"
+        if ignored:
+            message += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
+        raise ShadowError(reasons.CHECK_SIDE_UNREACHABLE, message, retry=True)
     return urls
 
 
@@ -387,7 +408,7 @@ def run_shadow(
     profile, why = gate.profile, gate.reason
     thresholds = without_hidden(gate.thresholds)
     deployment = candidate.deployment
-    if deployment is None or candidate.revision is None:
+    if deployment is None or candidate.revision is None or candidate.deployment_uid is None:
         raise ShadowError(
             reasons.CHECK_INVALID,
             "a shadow check's candidate must be a revision of an InferenceDeployment with a mirror",
@@ -396,7 +417,8 @@ def run_shadow(
     service_name = mirror_name(deployment)
     service, slices = runner.mirror_service(service_name)
     session_id = f"{runner.namespace}/{runner.name}"
-    urls = mirror_urls(service, slices, service_name)
+    owner = Controller(INFERENCE_DEPLOYMENT_KIND, deployment, candidate.deployment_uid)
+    urls = mirror_urls(service, slices, service_name, owner=owner)
     sessions = MirrorSessions(urls, session_id)
     pool = PoolSpec(
         session=session_id,

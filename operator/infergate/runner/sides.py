@@ -13,6 +13,12 @@ A side is a revision of an InferenceDeployment or an explicit endpoint:
 - an endpoint is taken as given; if it serves our adapter's `/v1/parity/config`, its
   hidden states and effective configuration come from there.
 
+Nothing read by name is believed for its name alone: a revision's ConfigMap and Service
+must be controlled by the InferenceDeployment (its uid, as read here), a probe Service
+by the check itself (`plan.ownership`), and only EndpointSlices the cluster published
+for the Service are read (`runner.endpoints.trusted_slices`). An object someone else
+made is refused, for good (`SideObjectNotOurs`): waiting would not change who made it.
+
 Reads go through `ClusterReads` (implemented in `infergate.kube`), engine questions
 through `EngineInfo`, so this module is tested without a cluster or a server.
 """
@@ -24,10 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from infergate.api.base import PARITY_CHECK_KIND
 from infergate.api.parity_check import ParityCheckSpec, Side
 from infergate.engines.client import ProbeKind
 from infergate.jsontypes import JSON
 from infergate.parity.layers import LAYER_PROBE_ENGINES
+from infergate.plan import reasons
 from infergate.plan.check_sides import (
     RevisionConfig,
     RevisionConfigError,
@@ -36,6 +44,7 @@ from infergate.plan.check_sides import (
     parse_revision_config,
 )
 from infergate.plan.observed import ANNOTATION_REVISION_SPEC
+from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.check_names import SideName, probe_name
 from infergate.render.labels import revision_object_name
 from infergate.render.layer_stand_in import (
@@ -46,6 +55,7 @@ from infergate.render.layer_stand_in import (
 from infergate.runner.endpoints import EndpointResolutionError, first_ready_url
 
 UNKNOWN = "unknown"
+INFERENCE_DEPLOYMENT_KIND = "InferenceDeployment"
 
 
 class SideResolutionError(RuntimeError):
@@ -53,12 +63,24 @@ class SideResolutionError(RuntimeError):
 
     `transient` says whether waiting may help (a pod not ready yet) or not (an object
     that names a revision that does not exist is a spec problem, as is a missing probe
-    where hidden states are required).
+    where hidden states are required). `reason` is the check's Error reason when it is
+    not the generic one (`InvalidCheck`).
     """
 
-    def __init__(self, message: str, *, transient: bool) -> None:
+    def __init__(self, message: str, *, transient: bool, reason: str | None = None) -> None:
         super().__init__(message)
         self.transient = transient
+        self.reason = reason
+
+
+def refuse_unless_controlled(obj: Mapping[str, Any], owner: Controller, what: str) -> None:
+    """Raise, for good, unless `owner` controls `obj`: someone else made it."""
+    refused = not_controlled_by(obj, owner)
+    if refused is not None:
+        raise SideResolutionError(
+            f"{what}: {refused}; it is not read", transient=False,
+            reason=reasons.CHECK_SIDE_OBJECT_NOT_OURS,
+        )  # fmt: skip
 
 
 class ClusterReads(Protocol):
@@ -115,6 +137,8 @@ class SideTarget:
     description: str
     revision: str | None = None
     deployment: str | None = None
+    deployment_uid: str | None = None
+    """The uid of the InferenceDeployment read (what the mirror's Service must name)."""
     effective_config: dict[str, Any] = field(default_factory=dict)
     probe_url: str | None = None
     probe_kind: ProbeKind | None = None
@@ -145,11 +169,15 @@ def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str 
     return revision
 
 
-def service_url(reads: ClusterReads, service_name: str, what: str, *, port: str = "http") -> str:
-    """The first ready endpoint of a Service on `port`; transient errors while pods start."""
+def service_url(
+    reads: ClusterReads, service_name: str, what: str, *, owner: Controller, port: str = "http"
+) -> str:
+    """The first ready endpoint of a Service on `port`; transient errors while pods start.
+    A Service `owner` does not control is refused, for good."""
     service = reads.service(service_name)
     if service is None:
         raise SideResolutionError(f"{what}: Service {service_name} does not exist", transient=True)
+    refuse_unless_controlled(service, owner, what)
     try:
         return first_ready_url(service, reads.endpoint_slices(service_name), port)
     except EndpointResolutionError as err:
@@ -163,9 +191,13 @@ def resolve_side(
     *,
     reads: ClusterReads,
     info: EngineInfo,
+    check_uid: str,
     pinned_revision: str | None = None,
 ) -> SideTarget:
-    """Everything the runner needs to drive one side, or an error saying what is missing."""
+    """Everything the runner needs to drive one side, or an error saying what is missing.
+
+    `check` and `check_uid` name the ParityCheck, which controls the probe Services.
+    """
     side: Side = getattr(spec, side_name)
     hidden = spec.hidden_states.enabled
     if side.endpoint is not None:
@@ -176,6 +208,13 @@ def resolve_side(
     revision = side_revision(side, deployment, pinned_revision)
     object_name = revision_object_name(ref.name, revision)
     what = f"{side_name} (InferenceDeployment {ref.name} revision {revision})"
+    deployment_uid = str(((deployment or {}).get("metadata") or {}).get("uid") or "")
+    if not deployment_uid:
+        raise SideResolutionError(
+            f"{what}: InferenceDeployment {ref.name} was not read", transient=True
+        )
+    owner = Controller(INFERENCE_DEPLOYMENT_KIND, ref.name, deployment_uid)
+    probe_owner = Controller(PARITY_CHECK_KIND, check, check_uid)
     config_map = reads.config_map(object_name)
     if config_map is None:
         raise SideResolutionError(
@@ -183,11 +222,12 @@ def resolve_side(
             f"{ref.name}? (see its status.revisions)",
             transient=True,
         )
+    refuse_unless_controlled(config_map, owner, what)
     try:
         pinned = parse_revision_config(object_name, config_map.get("data"))
     except RevisionConfigError as err:
         raise SideResolutionError(str(err), transient=False) from err
-    url = service_url(reads, object_name, what)
+    url = service_url(reads, object_name, what, owner=owner)
     described = info.describe(url)
     effective = described.effective_config or _pinned_effective(pinned)
     probe_url: str | None = None
@@ -197,19 +237,23 @@ def resolve_side(
         # vLLM: the fingerprint server in the probe reads the files it loaded; the ids
         # its own tokenizer gives come from the serving engine itself.
         probe = probe_name(check, side_name)
-        served = service_url(reads, probe, f"{what} probe", port="fingerprints")
+        served = service_url(reads, probe, f"{what} probe", owner=probe_owner, port="fingerprints")
         fingerprints = {
             **info.fingerprints(served),
             "tokenizer.probe_ids": info.probe_ids(url, pinned.served_model_name),
         }
-    layer_url, layer_missing = _layer_probe(reads, check, side_name, pinned.engine, what)
+    layer_url, layer_missing = _layer_probe(
+        reads, (check, probe_owner), side_name, pinned.engine, what
+    )
     if described.serves_probe and pinned.engine in LAYER_PROBE_ENGINES:
         layer_url, layer_missing = url, None
     if hidden:
         if described.serves_probe:
             probe_url, probe_kind = url, "adapter"
         elif needs_probe(pinned.engine):
-            probe_url = service_url(reads, probe_name(check, side_name), f"{what} probe")
+            probe_url = service_url(
+                reads, probe_name(check, side_name), f"{what} probe", owner=probe_owner
+            )
             probe_kind = "vllm-pooling"
         else:
             raise SideResolutionError(
@@ -227,6 +271,7 @@ def resolve_side(
         description=f"{ref.name} revision {revision} ({pinned.engine}, {pinned.dtype})",
         revision=revision,
         deployment=ref.name,
+        deployment_uid=deployment_uid,
         effective_config=effective,
         probe_url=probe_url,
         probe_kind=probe_kind,
@@ -238,18 +283,26 @@ def resolve_side(
 
 
 def _layer_probe(
-    reads: ClusterReads, check: str, side_name: SideName, engine: str, what: str
+    reads: ClusterReads,
+    check: tuple[str, Controller],
+    side_name: SideName,
+    engine: str,
+    what: str,
 ) -> tuple[str | None, str | None]:
     """(where the side's layer probe answers, why none does) as its probe Service says.
 
     A vLLM side's probe Service names the transformers stand-in's port when it runs, and
     says in an annotation why it does not otherwise. Only a failed check asks, so a
-    stand-in that cannot be reached is a note in the report, never a failed resolution.
+    stand-in that cannot be reached is a note in the report, never a failed resolution;
+    a probe Service the check does not control is refused, as everywhere.
     """
     if not needs_probe(engine):
         return None, f"engine {engine} does not serve our adapter's layer probe"
-    probe = probe_name(check, side_name)
+    name, owner = check
+    probe = probe_name(name, side_name)
     service = reads.service(probe)
+    if service is not None:
+        refuse_unless_controlled(service, owner, f"{what} probe")
     annotations = ((service or {}).get("metadata") or {}).get("annotations") or {}
     said = annotations.get(ANNOTATION_LAYER_STAND_IN)
     if said is None:
@@ -258,9 +311,14 @@ def _layer_probe(
         why = said.removeprefix("none: ")
         return None, f"its probe {probe} runs no transformers stand-in: {why}"
     try:
-        return service_url(reads, probe, f"{what} layer stand-in", port=LAYERS_PORT_NAME), None
+        url = service_url(
+            reads, probe, f"{what} layer stand-in", owner=owner, port=LAYERS_PORT_NAME
+        )
     except SideResolutionError as err:
+        if err.reason == reasons.CHECK_SIDE_OBJECT_NOT_OURS:
+            raise
         return None, str(err)
+    return url, None
 
 
 def _revision_spec(config_map: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -25,10 +25,12 @@ from numpy.typing import NDArray
 from infergate.engines.client import Completion
 from infergate.engines.layer_probe import LayerStates
 from infergate.errors import ConflictError, NotFoundError
+from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.parity.layers import layer_state_names
 from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
 from infergate.plan.observed import ANNOTATION_REVISION_SPEC
+from infergate.render.check_names import SideName, probe_name
 from infergate.runner.drive import Channels
 from infergate.runner.overhead import RequestLog
 from infergate.runner.run import Connector
@@ -42,8 +44,41 @@ SECONDS_PER_REQUEST = 0.001
 """What a toy engine says each request took (its clock, not the test's)."""
 
 
+def uid_of(name: str) -> str:
+    """The uid the fake gives the object `name` (a ParityCheck, InferenceDeployment, Service)."""
+    return f"uid-{name}"
+
+
+def controller_ref(kind: str, name: str) -> dict[str, Any]:
+    """A controlling owner reference to the fake's object `name`, as infergate writes it."""
+    api_version = "v1" if kind == "Service" else "infergate.io/v1alpha1"
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid_of(name),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def deployment_owner(name: str) -> dict[str, Any]:
+    """The InferenceDeployment `name` as controller of its revision objects."""
+    return controller_ref("InferenceDeployment", name)
+
+
+def check_owner(name: str) -> dict[str, Any]:
+    """The ParityCheck `name` as controller of its probes."""
+    return controller_ref("ParityCheck", name)
+
+
 class FakeApi:
-    """A namespace of the API server, in memory."""
+    """A namespace of the API server, in memory.
+
+    Its builders make objects as infergate and the cluster do: a revision's ConfigMap and
+    Service controlled by their InferenceDeployment, a probe Service by its check, and
+    EndpointSlices published by the local executor and controlled by their Service.
+    """
 
     def __init__(self, namespace: str = NS) -> None:
         self.namespace = namespace
@@ -72,7 +107,7 @@ class FakeApi:
             "metadata": {
                 "name": name,
                 "namespace": self.namespace,
-                "uid": f"uid-{name}",
+                "uid": uid_of(name),
                 "generation": 1,
             },
             "spec": dict(spec),
@@ -155,6 +190,16 @@ class FakeApi:
 
     # -- builders ----------------------------------------------------------------------
 
+    def add_deployment(self, name: str, status: Mapping[str, Any] | None = None) -> None:
+        self.deployments[name] = {
+            "metadata": {"name": name, "uid": uid_of(name)},
+            "status": dict(status or {}),
+        }
+
+    def add_probe(self, check: str, side: SideName, ip: str | None) -> None:
+        """The probe Service of one side of `check`, as its controller makes it."""
+        self.add_service(probe_name(check, side), ip, owner=check_owner(check))
+
     def add_revision(
         self,
         deployment: str,
@@ -183,17 +228,31 @@ class FakeApi:
             "accelerator": {"kind": "ascend-npu" if engine == "mindformers" else "nvidia-gpu"},
         }
         self.config_maps[name] = {
+            "kind": "ConfigMap",
             "metadata": {
                 "name": name,
+                "namespace": self.namespace,
+                "uid": uid_of(name),
                 "annotations": {ANNOTATION_REVISION_SPEC: json.dumps(revision_spec)},
+                "ownerReferences": [deployment_owner(deployment)],
             },
             "data": {"engine.json": json.dumps(config)},
         }
-        self.add_service(name, ip)
+        self.add_service(name, ip, owner=deployment_owner(deployment))
 
-    def add_service(self, name: str, ip: str | None, *, ready: bool = True) -> None:
+    def add_service(
+        self, name: str, ip: str | None, *, owner: Mapping[str, Any], ready: bool = True
+    ) -> None:
+        """A Service controlled by `owner`, and the slice the local executor publishes
+        for it."""
         self.services[name] = {
-            "metadata": {"name": name, "namespace": self.namespace},
+            "kind": "Service",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "uid": uid_of(name),
+                "ownerReferences": [dict(owner)],
+            },
             "spec": {
                 "ports": [
                     {"name": "http", "port": 8000, "targetPort": "http"},
@@ -206,7 +265,12 @@ class FakeApi:
             {
                 "metadata": {
                     "name": f"{name}-local",
-                    "labels": {"kubernetes.io/service-name": name},
+                    "namespace": self.namespace,
+                    "labels": {
+                        "kubernetes.io/service-name": name,
+                        "endpointslice.kubernetes.io/managed-by": LOCAL_EXECUTOR,
+                    },
+                    "ownerReferences": [controller_ref("Service", name)],
                 },
                 "addressType": "FQDN",
                 "endpoints": endpoints,

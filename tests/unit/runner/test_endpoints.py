@@ -1,4 +1,5 @@
-"""Endpoint resolution from EndpointSlices: every address type, readiness, ports."""
+"""Endpoint resolution from EndpointSlices: every address type, readiness, ports, and
+which slices are trusted at all."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ from typing import Any
 
 import pytest
 
+from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.runner.endpoints import (
+    ENDPOINTSLICE_CONTROLLER,
     EndpointResolutionError,
     first_ready_url,
     ready_endpoints,
     service_port_name,
+    trusted_slices,
 )
 
 
 def service(name: str = "qwen-abc", ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "namespace": "llm"},
+        "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}"},
         "spec": {"ports": ports or [{"name": "http", "port": 8000, "targetPort": "http"}]},
     }
 
@@ -28,9 +32,30 @@ def endpoint_slice(
     service_name: str = "qwen-abc",
     ports: list[dict[str, Any]] | None = None,
     name: str = "s",
+    manager: str | None = LOCAL_EXECUTOR,
+    owner: tuple[str, str, str] | None = None,
 ) -> dict[str, Any]:
+    """A slice of `service_name`; by default as the local executor publishes it (its
+    manager label, controlled by the Service: `owner` is (kind, name, uid) otherwise)."""
+    kind, owner_name, uid = owner or ("Service", service_name, f"uid-{service_name}")
+    labels = {"kubernetes.io/service-name": service_name}
+    if manager is not None:
+        labels["endpointslice.kubernetes.io/managed-by"] = manager
     return {
-        "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service_name}},
+        "metadata": {
+            "name": name,
+            "namespace": "llm",
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": kind,
+                    "name": owner_name,
+                    "uid": uid,
+                    "controller": True,
+                },
+            ],
+        },
         "addressType": address_type,
         "endpoints": endpoints,
         "ports": ports if ports is not None else [{"name": "http", "port": 8000}],
@@ -131,3 +156,62 @@ def test_only_unready_endpoints_says_how_many_were_seen() -> None:
 def test_unknown_port_lists_the_declared_ones() -> None:
     with pytest.raises(EndpointResolutionError, match=r"no port 'grpc'; it declares http=8000"):
         first_ready_url(service(), [], port="grpc")
+
+
+# -- trust: only the cluster's own publishers, for this very Service ----------------------
+
+
+@pytest.mark.parametrize("manager", [ENDPOINTSLICE_CONTROLLER, LOCAL_EXECUTOR])
+def test_slices_of_the_clusters_publishers_are_trusted(manager: str) -> None:
+    slices = [endpoint_slice("IPv4", [ep("192.0.2.3")], manager=manager)]
+    assert trusted_slices(service(), slices) == (slices, [])
+    assert first_ready_url(service(), slices) == "http://192.0.2.3:8000"
+
+
+FORGED = {
+    "no manager label": {"manager": None},
+    "another manager": {"manager": "tenant.example.com/endpoints"},
+    "the Service of an old uid": {"owner": ("Service", "qwen-abc", "uid-old")},
+    "another Service": {"owner": ("Service", "qwen-stable", "uid-qwen-stable")},
+    "not a Service": {"owner": ("Deployment", "qwen-abc", "uid-qwen-abc")},
+}
+
+
+@pytest.mark.parametrize("forged", FORGED.values(), ids=FORGED.keys())
+def test_a_forged_slice_is_never_read_and_the_service_own_is(forged: dict[str, Any]) -> None:
+    """A tenant's slice pointing the canary's Service at a pod serving the stable model
+    is ignored, whatever it says; the Service's own endpoints are used."""
+    own = endpoint_slice("FQDN", [ep("127.64.0.20")], name="qwen-abc-local")
+    fake = endpoint_slice("FQDN", [ep("127.64.0.3")], name="aaa-forged", **forged)
+    trusted, ignored = trusted_slices(service(), [fake, own])
+    assert trusted == [own]
+    [why] = ignored
+    assert "EndpointSlice llm/aaa-forged" in why
+    assert first_ready_url(service(), [fake, own]) == "http://127.64.0.20:8000"
+
+
+def test_only_forged_slices_resolve_nothing_and_say_they_were_ignored() -> None:
+    fake = endpoint_slice("FQDN", [ep("127.64.0.3")], name="forged", manager="tenant")
+    with pytest.raises(EndpointResolutionError) as raised:
+        first_ready_url(service(), [fake])
+    message = str(raised.value)
+    assert "llm/qwen-abc has no ready endpoint: 1 EndpointSlices, none trusted" in message
+    assert "EndpointSlice llm/forged is managed by 'tenant'" in message
+
+
+def test_the_slice_the_local_executor_publishes_is_trusted() -> None:
+    """The runner's rule must not break the local cluster: what the executor writes for
+    a Service's loopback pods is read."""
+    from infergate.localcluster.executor.endpoints import desired_slice
+
+    svc = {**service(), "spec": {"selector": {"app": "qwen"}, "ports": service()["spec"]["ports"]}}
+    pod = {
+        "metadata": {"name": "engine-0", "namespace": "llm", "uid": "u0", "labels": {"app": "qwen"}},
+        "spec": {"nodeName": "local", "containers": [{"name": "e", "ports": [
+            {"name": "http", "containerPort": 8000}]}]},
+        "status": {"podIP": "127.64.0.7", "conditions": [{"type": "Ready", "status": "True"}]},
+    }  # fmt: skip
+    published = desired_slice(svc, [pod])
+    assert published is not None
+    assert trusted_slices(svc, [published]) == ([published], [])
+    assert first_ready_url(svc, [published]) == "http://127.64.0.7:8000"

@@ -132,7 +132,7 @@ def test_retention_keeps_the_newest_record_per_revision_and_drops_forgotten_revi
     first = status(api)["golden"]["entries"]
     # A second Passed check of the same revisions supersedes the first one's records.
     api.add_check("again", api.checks["check"]["spec"])
-    api.add_service("again-probe-baseline", PROBE_IP)
+    api.add_probe("again", "baseline", PROBE_IP)
     run_check(api, "again", options(tmp_path), connector=connector.connector())
     second = api.checks["again"]["status"]["golden"]
     assert "retention removed 2 older record(s)" in second["message"]
@@ -145,7 +145,7 @@ def test_retention_keeps_the_newest_record_per_revision_and_drops_forgotten_revi
         "revisions": [{"hash": "bbbbbbbbbb"}],
     }
     api.add_check("third", api.checks["check"]["spec"])
-    api.add_service("third-probe-baseline", PROBE_IP)
+    api.add_probe("third", "baseline", PROBE_IP)
     run_check(api, "third", options(tmp_path), connector=connector.connector())
     left = {i.entry.revision for i in store.list_entries() if i.entry is not None}
     assert left == {"bbbbbbbbbb"}
@@ -228,7 +228,7 @@ def test_a_refused_listing_deletes_nothing_of_other_deployments_and_says_so(
     # The check's own deployment still follows its history.
     api.deployments["qwen"]["status"] = {"stableRevision": CANARY, "revisions": [{"hash": CANARY}]}
     api.add_check("again", api.checks["check"]["spec"])
-    api.add_service("again-probe-baseline", PROBE_IP)
+    api.add_probe("again", "baseline", PROBE_IP)
     run_check(api, "again", options(tmp_path, DELETE), connector=engines().connector())
     qwen = {i.entry.revision for i in store.list_entries("llm", "qwen") if i.entry is not None}
     assert qwen == {CANARY}

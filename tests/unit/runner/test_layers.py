@@ -30,7 +30,7 @@ def adapters_cluster() -> FakeApi:
     """Both revisions served by MindFormers (our adapter answers the layer probe)."""
     api = FakeApi()
     api.deployments["qwen"] = {
-        "metadata": {"name": "qwen"},
+        "metadata": {"name": "qwen", "uid": "uid-qwen"},
         "status": {"stableRevision": "aaaaaaaaaa"},
     }
     api.add_revision("qwen", "aaaaaaaaaa", engine="mindformers", dtype="float16", ip=BASE_IP)
@@ -107,12 +107,12 @@ def vllm_candidate_cluster(stand_in: str | None) -> FakeApi:
     whether the transformers stand-in runs (`stand_in`: the annotation's value)."""
     api = FakeApi()
     api.deployments["qwen"] = {
-        "metadata": {"name": "qwen"},
+        "metadata": {"name": "qwen", "uid": "uid-qwen"},
         "status": {"stableRevision": "aaaaaaaaaa"},
     }
     api.add_revision("qwen", "aaaaaaaaaa", engine="mindformers", dtype="float16", ip=BASE_IP)
     api.add_revision("qwen", "bbbbbbbbbb", engine="vllm", dtype="float16", ip=CAND_IP)
-    api.add_service("check-probe-candidate", PROBE_IP)
+    api.add_probe("check", "candidate", PROBE_IP)
     probe = api.services["check-probe-candidate"]
     if stand_in is not None:
         probe["metadata"]["annotations"] = {"infergate.io/layer-stand-in": stand_in}

@@ -24,7 +24,7 @@ from infergate.runner.run import (
     run_check,
 )
 
-from .fakes import FakeApi, ToyConnector, ToyEngine
+from .fakes import FakeApi, ToyConnector, ToyEngine, deployment_owner
 
 BASE_IP, CAND_IP, PROBE_IP = "127.64.0.10", "127.64.0.11", "127.64.0.12"
 BASE_URL, CAND_URL, PROBE_URL = (f"http://{ip}:8000" for ip in (BASE_IP, CAND_IP, PROBE_IP))
@@ -55,7 +55,7 @@ def spec(**overrides: Any) -> dict[str, Any]:
 def cluster(**spec_overrides: Any) -> FakeApi:
     api = FakeApi()
     api.deployments["qwen"] = {
-        "metadata": {"name": "qwen"},
+        "metadata": {"name": "qwen", "uid": "uid-qwen"},
         "status": {
             "stableRevision": "aaaaaaaaaa",
             "revisions": [{"hash": "aaaaaaaaaa"}, {"hash": "bbbbbbbbbb"}],
@@ -63,7 +63,7 @@ def cluster(**spec_overrides: Any) -> FakeApi:
     }
     api.add_revision("qwen", "aaaaaaaaaa", engine="vllm", dtype="bfloat16", ip=BASE_IP)
     api.add_revision("qwen", "bbbbbbbbbb", engine="mindformers", dtype="float16", ip=CAND_IP)
-    api.add_service("check-probe-baseline", PROBE_IP)
+    api.add_probe("check", "baseline", PROBE_IP)
     api.add_check("check", spec(**spec_overrides))
     return api
 
@@ -129,7 +129,7 @@ def test_numerically_different_candidate_fails_with_reasons() -> None:
 
 def test_unreachable_candidate_is_retried_and_never_passes() -> None:
     api = cluster()
-    api.add_service("qwen-bbbbbbbbbb", CAND_IP, ready=False)
+    api.add_service("qwen-bbbbbbbbbb", CAND_IP, owner=deployment_owner("qwen"), ready=False)
     assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_RETRY
     s = status(api)
     assert s.get("phase") != "Passed"
@@ -266,7 +266,7 @@ def test_stable_revision_is_used_when_the_side_names_none() -> None:
 def _passed_report(api: FakeApi, profile: str) -> str:
     """Run an identical-sides check named `old` and return its report ConfigMap."""
     api.add_check("old", spec(profile=profile))
-    api.add_service("old-probe-baseline", PROBE_IP)
+    api.add_probe("old", "baseline", PROBE_IP)
     assert run_check(api, "old", FAST, connector=engines().connector()) == EXIT_DONE
     assert api.checks["old"]["status"]["phase"] == "Passed"
     return str(api.checks["old"]["status"]["reportRef"]["name"])

@@ -16,12 +16,14 @@ from infergate.api.common import ConfigMapKeyReference
 from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import ShadowSettings
+from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.mirror.pairs import decode_pair, encode_pair, pair_bytes
 from infergate.mirror.scoring import ScoredPair
 from infergate.parity.profiles import PROFILES
 from infergate.parity.record import RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName, Thresholds
 from infergate.plan.check_status import Judgement
+from infergate.plan.ownership import Controller
 from infergate.runner import shadow
 from infergate.runner.shadow import judge_results, without_hidden
 from infergate.runner.shadow_pool import (
@@ -34,6 +36,7 @@ from infergate.runner.shadow_pool import (
 from infergate.runner.sides import SideTarget
 from infergate.suite import Suite
 from tests.unit.parity.builders import meta, prompt, replace, teacher_forced_on
+from tests.unit.runner.fakes import controller_ref, deployment_owner, uid_of
 
 PROFILE = ProfileName.BF16_KERNEL
 # The profile's limits and evidence floor (32 prompts, 4,096 scored positions), less the
@@ -221,6 +224,10 @@ class _Runner:
     namespace: str = "llm"
     finished: list[tuple[Judgement, dict[str, Any]]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
+    mirror_owner: dict[str, Any] = field(default_factory=lambda: deployment_owner("qwen"))
+    """The controller of the mirror's Service (the operator makes it for the deployment)."""
+    extra_slices: list[dict[str, Any]] = field(default_factory=list)
+    """EndpointSlices of the mirror's Service besides the one the cluster published."""
 
     def mark_running(self, total: int) -> bool:
         return True
@@ -228,7 +235,7 @@ class _Runner:
     def resolve(self, spec: ParityCheckSpec) -> tuple[SideTarget, SideTarget]:
         common: dict[str, Any] = {
             "model": "tiny-qwen", "engine": "vllm", "engine_version": "0.32.0",
-            "dtype": "bfloat16", "deployment": "qwen",
+            "dtype": "bfloat16", "deployment": "qwen", "deployment_uid": uid_of("qwen"),
         }  # fmt: skip
         return (
             SideTarget(side="baseline", url="http://baseline", description="stable",
@@ -248,18 +255,10 @@ class _Runner:
 
     def mirror_service(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         service = {
-            "metadata": {"name": name},
+            "metadata": {"name": name, "uid": uid_of(name), "ownerReferences": [self.mirror_owner]},
             "spec": {"ports": [{"name": "control", "port": 9000}]},
         }
-        slices = [
-            {
-                "metadata": {"labels": {"kubernetes.io/service-name": name}},
-                "addressType": "IPv4",
-                "ports": [{"name": "control", "port": 9000}],
-                "endpoints": [{"addresses": ["10.0.0.9"], "conditions": {"ready": True}}],
-            }
-        ]
-        return service, slices
+        return service, [mirror_slice(name, "10.0.0.9"), *self.extra_slices]
 
     def write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference:
         self.reports.append(document)
@@ -270,6 +269,26 @@ class _Runner:
         report: ConfigMapKeyReference, extra: Mapping[str, Any],
     ) -> None:  # fmt: skip
         self.finished.append((verdict, dict(extra)))
+
+
+def mirror_slice(
+    service: str, address: str, *, manager: str = LOCAL_EXECUTOR, owner: str | None = None
+) -> dict[str, Any]:
+    """A slice of the mirror's Service with one ready pod; by default as the cluster
+    publishes it (its manager's label, controlled by the Service)."""
+    return {
+        "metadata": {
+            "name": f"{service}-{address}",
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": manager,
+            },
+            "ownerReferences": [controller_ref("Service", owner or service)],
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "control", "port": 9000}],
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+    }
 
 
 def _shadow_spec() -> ParityCheckSpec:
@@ -311,6 +330,49 @@ def test_a_shadow_check_runs_under_the_suites_gate(monkeypatch: pytest.MonkeyPat
     [(verdict, extra)] = runner.finished
     assert verdict.phase is CheckPhase.PASSED
     assert extra["shadow"]["scored"] == COPIES
+
+
+def test_a_mirror_service_someone_else_made_ends_the_check_and_is_never_called(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A "mirror" a tenant put under the deployment's mirror name could report whatever
+    copies it likes: its Service is refused for good, before any session is opened."""
+    _Sessions.opened.clear()
+    monkeypatch.setattr(
+        shadow, "MirrorSessions", lambda urls, session: _Sessions(urls, session, _pod(COPIES))
+    )
+    runner = _Runner(mirror_owner=controller_ref("Deployment", "tenant-mirror"))
+    with pytest.raises(shadow.ShadowError) as raised:
+        shadow.run_shadow(runner, _shadow_spec(), sleep=lambda _: None)
+    assert raised.value.reason == "SideObjectNotOurs"
+    assert raised.value.retry is False
+    message = str(raised.value)
+    assert "Service qwen-mirror is not controlled by InferenceDeployment qwen (uid uid-qwen)" in (
+        message
+    )
+    assert "its controller is Deployment tenant-mirror" in message
+    assert _Sessions.opened == []
+    assert runner.finished == []
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        mirror_slice("qwen-mirror", "10.0.0.66", manager="tenant"),
+        mirror_slice("qwen-mirror", "10.0.0.66", owner="qwen-other"),
+    ],
+    ids=["another manager", "another Service"],
+)
+def test_a_mirror_pod_only_a_forged_slice_names_is_never_called(forged: dict[str, Any]) -> None:
+    trusted = mirror_slice("qwen-mirror", "10.0.0.9")
+    service = _Runner().mirror_service("qwen-mirror")[0]
+    owner = Controller("InferenceDeployment", "qwen", uid_of("qwen"))
+    urls = shadow.mirror_urls(service, [trusted, forged], "qwen-mirror", owner=owner)
+    assert urls == ["http://10.0.0.9:9000"]
+    with pytest.raises(shadow.ShadowError) as raised:
+        shadow.mirror_urls(service, [forged], "qwen-mirror", owner=owner)
+    assert raised.value.reason == "SideUnreachable"
+    assert "1 untrusted EndpointSlices ignored" in str(raised.value)
 
 
 # -- pooling: what one comparison over every pod decides, and what it refuses -------------

@@ -32,7 +32,10 @@ from infergate.jsontypes import JSON
 from infergate.mirror.app import Mirror, control_app, proxy_app
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, LABEL_REVISION, MANAGED_BY
 from infergate.runner import shadow
+from infergate.runner.endpoints import ENDPOINTSLICE_CONTROLLER
 from infergate.runner.shadow import MirrorSessions
+from tests.unit.parity.builders import meta
+from tests.unit.runner.fakes import controller_ref, uid_of
 from tests.unit.runner.test_shadow import COPIES, _Runner, _shadow_spec
 
 WORDS = [f"w{i}" for i in range(60)]
@@ -70,26 +73,41 @@ STABLE = Starlette(routes=[Route("/{path:path}", _served, methods=["POST"])])
 
 
 class _Reads:
-    """The mirror's API reads: the canary's revision Service and its one ready endpoint."""
+    """The mirror's API reads: the canary's revision Service and its one ready endpoint,
+    published by the cluster, and any `forged` slices besides."""
+
+    def __init__(self, *, published: bool = True, forged: tuple[str, ...] = ()) -> None:
+        self.published, self.forged = published, forged
 
     def service(self, name: str) -> JSON | None:
         if name != f"qwen-{CANARY}":
             return None
         labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_DEPLOYMENT: "qwen", LABEL_REVISION: CANARY}
         return {
-            "metadata": {"name": name, "labels": labels},
+            "metadata": {"name": name, "uid": uid_of(name), "labels": labels},
             "spec": {"ports": [{"name": "http", "port": 8000}]},
         }
 
     def endpoint_slices(self, service: str) -> list[JSON]:
-        return [
-            {
-                "metadata": {"labels": {"kubernetes.io/service-name": service}},
-                "addressType": "IPv4",
-                "ports": [{"name": "http", "port": 8000}],
-                "endpoints": [{"addresses": ["10.0.0.20"], "conditions": {"ready": True}}],
-            }
-        ]
+        published = [_slice(service, "10.0.0.20", ENDPOINTSLICE_CONTROLLER)]
+        forged = [_slice(service, address, "tenant") for address in self.forged]
+        return [*(published if self.published else []), *forged]
+
+
+def _slice(service: str, address: str, manager: str) -> JSON:
+    return {
+        "metadata": {
+            "name": f"{service}-{address}",
+            "labels": {
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": manager,
+            },
+            "ownerReferences": [controller_ref("Service", service)],
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8000}],
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+    }
 
 
 class _Stable:
@@ -100,10 +118,10 @@ class _Stable:
         return "http://stable"
 
 
-def _mirror() -> Mirror:
+def _mirror(reads: _Reads | None = None) -> Mirror:
     return Mirror(
         "qwen",
-        reads=_Reads(),
+        reads=reads or _Reads(),
         upstream=_Stable(),  # type: ignore[arg-type]
         proxy_http=httpx.AsyncClient(transport=httpx.ASGITransport(app=STABLE)),
         score_http=httpx.AsyncClient(transport=httpx.MockTransport(_engine)),
@@ -217,3 +235,24 @@ def test_two_mirror_pods_with_half_the_copies_each_pass_together(
     [report] = runner.reports
     assert report["result"]["metrics"]["prompts"] == COPIES
     assert report["result"]["outputs"] == []
+
+
+def test_a_session_never_copies_to_a_pod_only_a_forged_slice_names(pods: _Pods) -> None:
+    """The canary's Service has no pod of its own yet, and a tenant's slice points it at
+    a pod serving the stable model: the mirror refuses the session and says why."""
+    mirror = _mirror(_Reads(published=False, forged=("10.0.0.66",)))
+    side = meta().model_dump(mode="json")
+    body = {
+        "id": "llm/check", "candidateRevision": CANARY, "model": "tiny-qwen",
+        "sampleRate": 1.0, "maxRequestsPerSecond": 10.0, "maxQueue": 8, "windowSeconds": 60,
+        "baseline": side, "candidate": side,
+    }  # fmt: skip
+    answer = pods.call(
+        control_app(mirror), "POST", "http://10.0.0.9:8001/mirror/sessions",
+        json.dumps(body).encode(),
+    )  # fmt: skip
+    asyncio.run_coroutine_threadsafe(mirror.close(), pods.loop).result(timeout=60)
+    assert answer.status_code == 503, answer.text
+    error = answer.json()["error"]
+    assert "the canary has no ready endpoint; 1 untrusted EndpointSlices ignored" in error
+    assert "is managed by 'tenant'" in error
