@@ -6,6 +6,7 @@ placement that cannot be satisfied, and what `kubectl get idep` shows along the 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -218,12 +219,8 @@ def route_weights(cluster: Cluster, namespace: str) -> dict[str, int] | None:
     }
 
 
-def test_gateway_weights_wait_for_the_verdict_then_follow_the_steps(
-    cluster: Cluster, idep_namespace: str
-) -> None:
-    """The HTTPRoute against the Gateway API CRDs installed on the local cluster (no Gateway
-    implementation here: the weights are what one would apply; test_gateway_traefik.py
-    sends requests through Traefik by them)."""
+def gateway_manifest() -> dict[str, Any]:
+    """The test deployment in gateway mode: parent Gateway `public`, one step of 30%."""
     manifest = deployment_manifest()
     manifest["spec"]["rollout"]["traffic"] = {
         "mode": "gateway",
@@ -232,6 +229,16 @@ def test_gateway_weights_wait_for_the_verdict_then_follow_the_steps(
             "steps": [{"weight": 30, "pauseSeconds": 5}],
         },
     }
+    return manifest
+
+
+def test_gateway_weights_wait_for_the_verdict_then_follow_the_steps(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """The HTTPRoute against the Gateway API CRDs installed on the local cluster (no Gateway
+    implementation here: the weights are what one would apply; test_gateway_traefik.py
+    sends requests through Traefik by them)."""
+    manifest = gateway_manifest()
     idep = Idep(cluster, idep_namespace, manifest)
     idep.apply()
     stable = idep.wait_stable()
@@ -274,14 +281,7 @@ def test_a_route_someone_else_made_under_the_name_is_left_alone_and_holds_the_st
                  "rules": [{"backendRefs": [{"name": "legacy", "port": 8000}]}]},
     }  # fmt: skip
     cluster.apply(theirs, idep_namespace)
-    manifest = deployment_manifest()
-    manifest["spec"]["rollout"]["traffic"] = {
-        "mode": "gateway",
-        "gateway": {
-            "parentRefs": [{"name": "public"}],
-            "steps": [{"weight": 30, "pauseSeconds": 5}],
-        },
-    }
+    manifest = gateway_manifest()
     idep = Idep(cluster, idep_namespace, manifest)
     idep.apply()
     stable = idep.wait_stable()
