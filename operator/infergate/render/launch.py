@@ -13,8 +13,22 @@ from infergate.render.model_weights import ModelWeights
 HTTP_PORT = 8000
 HEALTH_PATH = "/health"
 ENGINE_GRACE_SECONDS = 60
-"""An engine pod's terminationGracePeriodSeconds: the kubelet's SIGTERM comes first, then
-this long to finish the requests in flight before SIGKILL."""
+"""An engine pod's terminationGracePeriodSeconds: its preStop hold, then the kubelet's
+SIGTERM, then what is left to finish the requests in flight before SIGKILL."""
+UNROUTE_SECONDS = 5
+"""A serving pod's preStop sleep: once deleted it is no longer ready in its EndpointSlices,
+but whoever routes to it learns that only when it next reads them (kube-proxy and gateway
+controllers through their watches, the mirror every 2 s, `mirror/upstream.py`). A server
+that has had SIGTERM refuses new requests (vLLM draining answers them 500), so the
+SIGTERM waits this long; the pod keeps serving meanwhile. Kubernetes documents the same
+hold for graceful endpoint removal (the `sleep` preStop handler, KEP-3960)."""
+
+
+def pre_stop_hold() -> dict[str, Any]:
+    """A serving container's `lifecycle`: SIGTERM waits `UNROUTE_SECONDS`."""
+    return {"preStop": {"sleep": {"seconds": UNROUTE_SECONDS}}}
+
+
 CONFIG_DIR = "/etc/infergate/engine"
 CONFIG_KEY = "engine.json"
 CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_KEY}"

@@ -25,7 +25,7 @@ from infergate.render.labels import (
     LABEL_NAME,
     MANAGED_BY,
 )
-from infergate.render.launch import HTTP_PORT
+from infergate.render.launch import HTTP_PORT, UNROUTE_SECONDS, pre_stop_hold
 
 COMPONENT_MIRROR = "mirror"
 CONTROL_PORT = 8001
@@ -102,6 +102,9 @@ def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> l
         "resources": mirror.resources.to_kube() if mirror.resources else _RESOURCES,
         "readinessProbe": _probe(2, 3),
         "livenessProbe": _probe(10, 6),
+        # Clients reach the mirror through the stable Service: like an engine, it keeps
+        # serving until they have stopped sending to it, then drains.
+        "lifecycle": pre_stop_hold(),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -121,7 +124,7 @@ def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> l
                 "spec": {
                     "serviceAccountName": account,
                     "containers": [container],
-                    "terminationGracePeriodSeconds": 10,
+                    "terminationGracePeriodSeconds": UNROUTE_SECONDS + 10,
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": 65532,

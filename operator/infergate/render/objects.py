@@ -34,6 +34,7 @@ from infergate.render.launch import (
     EngineLaunch,
     RevisionInput,
     env_value,
+    pre_stop_hold,
 )
 from infergate.render.mindformers import mindformers_launch
 from infergate.render.model_weights import ModelWeights, model_weights
@@ -184,6 +185,7 @@ def _pod_template(
         "startupProbe": _health_probe(STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
         "readinessProbe": _health_probe(5, 3),
         "livenessProbe": _health_probe(10, 6),
+        "lifecycle": pre_stop_hold(),
     }
     volumes = [
         {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name}},

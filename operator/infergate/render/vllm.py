@@ -18,6 +18,7 @@ from infergate.render.launch import (
     ENGINE_GRACE_SECONDS,
     HTTP_PORT,
     POD_IP_REF,
+    UNROUTE_SECONDS,
     EngineLaunch,
     RevisionInput,
     env_value,
@@ -26,11 +27,11 @@ from infergate.render.launch import (
 
 # vLLM's default cap; parity requests up to 20 top logprobs per step.
 MAX_LOGPROBS = 20
-DRAIN_SECONDS = ENGINE_GRACE_SECONDS - 15
+DRAIN_SECONDS = ENGINE_GRACE_SECONDS - UNROUTE_SECONDS - 10
 """How long a stopping vLLM server lets its requests in flight finish (`--shutdown-timeout`).
 vLLM's default, 0, aborts them on SIGTERM: every promotion and rollback scales a revision
 down while it serves, and its clients' requests in flight failed with 500. Below the pod's
-grace period, so the kubelet does not kill the server mid-drain."""
+grace period less its preStop hold, so the kubelet does not kill the server mid-drain."""
 
 POOLER_CONFIG: dict[str, object] = {
     "task": "token_embed",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from infergate.localcluster.executor.podspec import (
     container_env,
     expand,
     image_environment,
+    pre_stop_sleep,
     resolve_port,
 )
 
@@ -102,3 +104,17 @@ def test_named_ports_resolve_from_the_container() -> None:
     assert resolve_port(container, 9000) == 9000
     with pytest.raises(PodSpecError, match="no port named 'metrics'"):
         resolve_port(container, "metrics")
+
+
+@pytest.mark.parametrize(
+    ("container", "seconds"),
+    [
+        ({"name": "c"}, 0.0),
+        ({"name": "c", "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}, 5.0),
+        ({"name": "c", "lifecycle": {"preStop": {"sleep": {"seconds": 0}}}}, 0.0),
+        ({"name": "c", "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}}}, 0.0),
+        ({"name": "c", "lifecycle": {"postStart": {"sleep": {"seconds": 5}}}}, 0.0),
+    ],
+)
+def test_only_a_prestop_sleep_holds_the_stop(container: dict[str, Any], seconds: float) -> None:
+    assert pre_stop_sleep(container) == seconds

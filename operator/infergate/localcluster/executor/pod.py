@@ -20,6 +20,7 @@ from infergate.localcluster.executor.podspec import (
     container_env,
     image_environment,
     image_process_env,
+    pre_stop_sleep,
 )
 from infergate.localcluster.executor.volumes import (
     VolumeSources,
@@ -33,6 +34,8 @@ log = logging.getLogger("infergate.executor")
 _TICK = 0.5
 _MAX_BACKOFF = 30.0
 _MAX_GRACE = 15.0
+_MIN_GRACE_AFTER_HOOK = 2.0
+"""What a kubelet still gives a container after its preStop hook used up the grace period."""
 
 
 class PodApi(VolumeSources, Protocol):
@@ -115,14 +118,41 @@ class PodRunner(threading.Thread):
         except Exception:
             log.exception("pod %s: executor error", self.pod_ref)
         finally:
+            grace = self._grace
+            if self._delete_after_stop:
+                grace = self._pre_stop(grace)
             for container in self._inits + self._containers:
-                container.stop(self._grace)
+                container.stop(grace)
             if self._delete_after_stop:
                 try:
                     self.api.delete_pod_now(self.pod)
                 except Exception:
                     log.exception("pod %s: final delete failed", self.pod_ref)
                 remove_pod_dir(self.pod_dir)
+
+    def _pre_stop(self, grace: float) -> float:
+        """Run the running containers' preStop hooks as a kubelet does before SIGTERM, and
+        give back what is left of the grace period (at least the kubelet's 2 s).
+
+        A `sleep` hook holds the SIGTERM while the pod, already terminating and so no
+        longer ready in its EndpointSlices, is dropped by those who route to it: clients
+        that re-read the slices every few seconds stop sending before the server stops
+        taking requests. The hooks of several containers run at the same time.
+        """
+        running = [c for c in self._containers if c.popen is not None]
+        for container in running:
+            hook = (container.spec.get("lifecycle") or {}).get("preStop") or {}
+            if hook and not pre_stop_sleep(container.spec):
+                log.warning(
+                    "pod %s: container %s: preStop %s is not run by this executor",
+                    self.pod_ref, container.name, sorted(hook),
+                )  # fmt: skip
+        hold = min(max((pre_stop_sleep(c.spec) for c in running), default=0.0), grace)
+        if hold <= 0:
+            return grace
+        log.info("pod %s: preStop sleep %.0f s before SIGTERM", self.pod_ref, hold)
+        time.sleep(hold)
+        return max(grace - hold, _MIN_GRACE_AFTER_HOOK)
 
     @property
     def pod_ref(self) -> str:

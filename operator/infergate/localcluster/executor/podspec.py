@@ -161,3 +161,14 @@ def resolve_port(container: JSON, port: int | str) -> int:
         if declared.get("name") == port:
             return int(declared["containerPort"])
     raise PodSpecError(f"container {container['name']!r} has no port named {port!r}")
+
+
+def pre_stop_sleep(container: JSON) -> float:
+    """Seconds of the container's `lifecycle.preStop.sleep` hook; 0 without one.
+
+    The only handler the executor runs: `exec` and `httpGet` handlers are not run (the
+    caller says so in its log), and the container is stopped without waiting.
+    """
+    hook = ((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+    seconds = hook.get("seconds")
+    return float(seconds) if isinstance(seconds, int) and seconds > 0 else 0.0
