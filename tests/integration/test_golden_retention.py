@@ -264,7 +264,7 @@ def test_the_runners_own_role_decides_whether_deleted_deployments_are_pruned(
     user = _runner_identity(cluster, namespace, "again", list_deployments=True)
     api.inference_deployments = _as(cluster, user, namespace).inference_deployments  # type: ignore[method-assign]
     api.add_check("again", api.checks["check"]["spec"])
-    api.add_service("again-probe-baseline", live.PROBE_IP)
+    api.add_probe("again", "baseline", live.PROBE_IP)
     message = _run(s3, prefix, "Delete", api, "again")
     assert f"of deleted InferenceDeployments {namespace}/gone" in message
     assert _objects(s3, prefix) == {f"{namespace}/qwen", f"{namespace}/kept", f"{other}/gone"}
