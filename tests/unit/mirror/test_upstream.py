@@ -40,15 +40,15 @@ class _Reads:
 
 
 def test_live_traffic_goes_only_to_the_pods_the_cluster_published() -> None:
-    forged = _slice("10.0.0.1", "tenant")  # sorts first: it would be picked first
-    endpoints = Endpoints(_Reads(forged, _slice("10.0.0.9", ENDPOINTSLICE_CONTROLLER)), "qwen")
+    forged = _slice("127.0.0.1", "tenant")  # sorts first: it would be picked first
+    endpoints = Endpoints(_Reads(forged, _slice("127.0.0.9", ENDPOINTSLICE_CONTROLLER)), "qwen")
     endpoints.read()
-    assert endpoints.urls == ["http://10.0.0.9:8000"]
-    assert {endpoints.pick() for _ in range(4)} == {"http://10.0.0.9:8000"}
+    assert endpoints.urls == ["http://127.0.0.9:8000"]
+    assert {endpoints.pick() for _ in range(4)} == {"http://127.0.0.9:8000"}
 
 
 def test_only_forged_slices_leave_no_upstream_and_say_why() -> None:
-    endpoints = Endpoints(_Reads(_slice("10.0.0.1", "tenant")), "qwen")
+    endpoints = Endpoints(_Reads(_slice("127.0.0.1", "tenant")), "qwen")
     endpoints.read()
     assert endpoints.urls == []
     assert endpoints.problem is not None

@@ -163,9 +163,9 @@ def test_unknown_port_lists_the_declared_ones() -> None:
 
 @pytest.mark.parametrize("manager", [ENDPOINTSLICE_CONTROLLER, LOCAL_EXECUTOR])
 def test_slices_of_the_clusters_publishers_are_trusted(manager: str) -> None:
-    slices = [endpoint_slice("IPv4", [ep("192.0.2.3")], manager=manager)]
+    slices = [endpoint_slice("IPv4", [ep("127.0.0.3")], manager=manager)]
     assert trusted_slices(service(), slices) == (slices, [])
-    assert first_ready_url(service(), slices) == "http://192.0.2.3:8000"
+    assert first_ready_url(service(), slices) == "http://127.0.0.3:8000"
 
 
 FORGED = {

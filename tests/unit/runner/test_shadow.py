@@ -258,7 +258,7 @@ class _Runner:
             "metadata": {"name": name, "uid": uid_of(name), "ownerReferences": [self.mirror_owner]},
             "spec": {"ports": [{"name": "control", "port": 9000}]},
         }
-        return service, [mirror_slice(name, "10.0.0.9"), *self.extra_slices]
+        return service, [mirror_slice(name, "127.0.0.9"), *self.extra_slices]
 
     def write_report(self, document: dict[str, Any], html: str) -> ConfigMapKeyReference:
         self.reports.append(document)
@@ -358,17 +358,17 @@ def test_a_mirror_service_someone_else_made_ends_the_check_and_is_never_called(
 @pytest.mark.parametrize(
     "forged",
     [
-        mirror_slice("qwen-mirror", "10.0.0.66", manager="tenant"),
-        mirror_slice("qwen-mirror", "10.0.0.66", owner="qwen-other"),
+        mirror_slice("qwen-mirror", "127.0.0.66", manager="tenant"),
+        mirror_slice("qwen-mirror", "127.0.0.66", owner="qwen-other"),
     ],
     ids=["another manager", "another Service"],
 )
 def test_a_mirror_pod_only_a_forged_slice_names_is_never_called(forged: dict[str, Any]) -> None:
-    trusted = mirror_slice("qwen-mirror", "10.0.0.9")
+    trusted = mirror_slice("qwen-mirror", "127.0.0.9")
     service = _Runner().mirror_service("qwen-mirror")[0]
     owner = Controller("InferenceDeployment", "qwen", uid_of("qwen"))
     urls = shadow.mirror_urls(service, [trusted, forged], "qwen-mirror", owner=owner)
-    assert urls == ["http://10.0.0.9:9000"]
+    assert urls == ["http://127.0.0.9:9000"]
     with pytest.raises(shadow.ShadowError) as raised:
         shadow.mirror_urls(service, [forged], "qwen-mirror", owner=owner)
     assert raised.value.reason == "SideUnreachable"

@@ -41,7 +41,7 @@ from tests.unit.runner.test_shadow import COPIES, _Runner, _shadow_spec
 WORDS = [f"w{i}" for i in range(60)]
 """The engine's vocabulary; id 63 is every position's runner-up, never an answer."""
 CANARY = "bbbbbbbbbb"
-PODS = ("10.0.0.9", "10.0.0.10")
+PODS = ("127.0.0.9", "127.0.0.10")
 MAX_POLLS = 3000
 
 
@@ -89,7 +89,7 @@ class _Reads:
         }
 
     def endpoint_slices(self, service: str) -> list[JSON]:
-        published = [_slice(service, "10.0.0.20", ENDPOINTSLICE_CONTROLLER)]
+        published = [_slice(service, "127.0.0.20", ENDPOINTSLICE_CONTROLLER)]
         forged = [_slice(service, address, "tenant") for address in self.forged]
         return [*(published if self.published else []), *forged]
 
@@ -240,7 +240,7 @@ def test_two_mirror_pods_with_half_the_copies_each_pass_together(
 def test_a_session_never_copies_to_a_pod_only_a_forged_slice_names(pods: _Pods) -> None:
     """The canary's Service has no pod of its own yet, and a tenant's slice points it at
     a pod serving the stable model: the mirror refuses the session and says why."""
-    mirror = _mirror(_Reads(published=False, forged=("10.0.0.66",)))
+    mirror = _mirror(_Reads(published=False, forged=("127.0.0.66",)))
     side = meta().model_dump(mode="json")
     body = {
         "id": "llm/check", "candidateRevision": CANARY, "model": "tiny-qwen",
@@ -248,7 +248,7 @@ def test_a_session_never_copies_to_a_pod_only_a_forged_slice_names(pods: _Pods) 
         "baseline": side, "candidate": side,
     }  # fmt: skip
     answer = pods.call(
-        control_app(mirror), "POST", "http://10.0.0.9:8001/mirror/sessions",
+        control_app(mirror), "POST", "http://127.0.0.9:8001/mirror/sessions",
         json.dumps(body).encode(),
     )  # fmt: skip
     asyncio.run_coroutine_threadsafe(mirror.close(), pods.loop).result(timeout=60)
