@@ -33,7 +33,12 @@ from infergate.mirror.capture import Captured, route_of
 from infergate.mirror.scoring import ScoredPair, SideScorer, score_copy
 from infergate.mirror.session import Copy, Session, SessionRequest
 from infergate.mirror.upstream import Endpoints, NotARevisionError, ServiceReads, revision_service
-from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints, trusted_slices
+from infergate.runner.endpoints import (
+    EndpointResolutionError,
+    ignored_note,
+    ready_endpoints,
+    trusted_slices,
+)
 
 log = logging.getLogger(__name__)
 MAX_BODY_DEFAULT = 1024 * 1024
@@ -183,9 +188,7 @@ class Mirror:
         except EndpointResolutionError as err:
             return JSONResponse({"error": str(err)}, status_code=503)
         if not canary:
-            error = "the canary has no ready endpoint"
-            if ignored:
-                error += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
+            error = f"the canary has no ready endpoint{ignored_note(ignored)}"
             return JSONResponse({"error": error}, status_code=503)
         canary_scorer = SideScorer(self.score_http, canary[0].url, asked.model)
 

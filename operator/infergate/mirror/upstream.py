@@ -18,7 +18,12 @@ from typing import Protocol
 
 from infergate.jsontypes import JSON
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, LABEL_REVISION, MANAGED_BY
-from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints, trusted_slices
+from infergate.runner.endpoints import (
+    EndpointResolutionError,
+    ignored_note,
+    ready_endpoints,
+    trusted_slices,
+)
 
 log = logging.getLogger(__name__)
 REVISION_PATTERN = re.compile(r"^[0-9a-f]{10}$")
@@ -78,8 +83,8 @@ class Endpoints:
             return
         self.urls = [e.url for e in found]
         self.problem = None if self.urls else f"Service {self.service} has no ready endpoint"
-        if self.problem and ignored:
-            self.problem += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
+        if self.problem:
+            self.problem += ignored_note(ignored)
 
     def pick(self) -> str | None:
         """A ready URL, round robin; None when there is none."""

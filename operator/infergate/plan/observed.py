@@ -17,6 +17,7 @@ from datetime import datetime
 from infergate.api.enums import CheckPhase, VerdictOutcome
 from infergate.jsontypes import JSONMap
 from infergate.plan.check_status import spec_digest
+from infergate.plan.ownership import controller_reference, describe_controller
 from infergate.plan.phases import CHECK_TERMINAL_PHASES, check_phase
 from infergate.render.labels import (
     LABEL_CHECK_PURPOSE,
@@ -200,11 +201,8 @@ def owner_key(body: JSONMap) -> OwnerKey | None:
 
 def controller_uid(body: JSONMap) -> str | None:
     """uid of the controlling owner reference."""
-    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            uid = ref.get("uid")
-            return str(uid) if uid else None
-    return None
+    uid = (controller_reference(body) or {}).get("uid")
+    return str(uid) if uid else None
 
 
 def holder_of(existing: JSONMap, wanted: JSONMap) -> str | None:
@@ -214,10 +212,7 @@ def holder_of(existing: JSONMap, wanted: JSONMap) -> str | None:
     owner = controller_uid(wanted)
     if owner is not None and controller_uid(existing) == owner:
         return None
-    for ref in (existing.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return f"its controller is {ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
-    return "it has no controller"
+    return describe_controller(controller_reference(existing))
 
 
 def parse_time(value: object) -> datetime | None:

@@ -34,6 +34,13 @@ def controller_reference(obj: JSONMap) -> JSONMap | None:
     return next((ref for ref in refs if ref.get("controller") is True), None)
 
 
+def describe_controller(ref: JSONMap | None) -> str:
+    """Who controls an object, in words for a message."""
+    if ref is None:
+        return "it has no controller"
+    return f"its controller is {ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
+
+
 def describe_object(obj: JSONMap, kind: str | None = None) -> str:
     """`Kind namespace/name`; `kind` where the object does not carry its own (list items)."""
     meta = obj.get("metadata") or {}
@@ -56,9 +63,7 @@ def not_controlled_by(obj: JSONMap, expected: Controller, *, kind: str | None = 
         f"{describe_object(obj, kind)} is not controlled by {expected.describe()}, "
         "so it was not made by infergate for it"
     )
-    if ref is None:
-        return f"{head}: it has no controller"
-    found = f"{ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
-    if (ref.get("kind"), ref.get("name")) == (expected.kind, expected.name):
-        return f"{head}: its controller is {found}, another object of that name"
-    return f"{head}: its controller is {found}"
+    found = f"{head}: {describe_controller(ref)}"
+    if ref is not None and (ref.get("kind"), ref.get("name")) == (expected.kind, expected.name):
+        return f"{found}, another object of that name"
+    return found

@@ -131,6 +131,11 @@ def ready_endpoints(
     return [found[key] for key in sorted(found)]
 
 
+def ignored_note(ignored: list[str]) -> str:
+    """What an error adds when untrusted slices were left out ("" when none was)."""
+    return f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})" if ignored else ""
+
+
 def first_ready_url(service: JSONMap, slices: Iterable[JSONMap], port: str | int = "http") -> str:
     """The URL of the first ready endpoint of a trusted slice (stable order), or an error
     saying what is missing; untrusted slices are never read, only counted in the error."""
@@ -148,8 +153,7 @@ def first_ready_url(service: JSONMap, slices: Iterable[JSONMap], port: str | int
     else:
         total = sum(len(s.get("endpoints") or []) for s in materialised)
         why = f"{total} endpoints in {len(materialised)} EndpointSlices, none ready"
-        if ignored:
-            why += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
+        why += ignored_note(ignored)
     raise EndpointResolutionError(f"Service {_name(service)} has no ready endpoint: {why}")
 
 

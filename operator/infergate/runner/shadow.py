@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from infergate.api.base import INFERENCE_DEPLOYMENT_KIND
 from infergate.api.check_status import VerdictReason
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.enums import CheckPhase
@@ -53,9 +54,14 @@ from infergate.plan.observed import parse_time
 from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.mirror import mirror_name
 from infergate.runner.combine import combined, judged
-from infergate.runner.endpoints import EndpointResolutionError, ready_endpoints, trusted_slices
+from infergate.runner.endpoints import (
+    EndpointResolutionError,
+    ignored_note,
+    ready_endpoints,
+    trusted_slices,
+)
 from infergate.runner.shadow_pool import PoolSpec, pair_budget, pool_results, response_limit
-from infergate.runner.sides import INFERENCE_DEPLOYMENT_KIND, SideTarget
+from infergate.runner.sides import SideTarget
 from infergate.runner.summary import judgement
 from infergate.suite import Suite
 
@@ -207,9 +213,7 @@ def mirror_urls(
     except EndpointResolutionError as err:
         raise ShadowError(reasons.CHECK_SIDE_UNREACHABLE, str(err), retry=True) from err
     if not urls:
-        message = f"Service {name} has no ready mirror pod"
-        if ignored:
-            message += f"; {len(ignored)} untrusted EndpointSlices ignored ({ignored[0]})"
+        message = f"Service {name} has no ready mirror pod{ignored_note(ignored)}"
         raise ShadowError(reasons.CHECK_SIDE_UNREACHABLE, message, retry=True)
     return urls
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from infergate.api.base import PARITY_CHECK_KIND
+from infergate.api.base import INFERENCE_DEPLOYMENT_KIND, PARITY_CHECK_KIND
 from infergate.api.parity_check import ParityCheckSpec, Side
 from infergate.engines.client import ProbeKind
 from infergate.jsontypes import JSON
@@ -55,7 +55,6 @@ from infergate.render.layer_stand_in import (
 from infergate.runner.endpoints import EndpointResolutionError, first_ready_url
 
 UNKNOWN = "unknown"
-INFERENCE_DEPLOYMENT_KIND = "InferenceDeployment"
 
 
 class SideResolutionError(RuntimeError):
