@@ -231,16 +231,22 @@ def test_a_runner_job_made_by_someone_else_is_not_used_and_not_deleted(
     assert "ownerReferences" not in job["metadata"]  # untouched
 
 
-def test_a_check_pre_created_under_the_canarys_name_is_not_adopted(
-    cluster: Cluster, idep_namespace: str
-) -> None:
+def _stable_and_its_float16_revision(cluster: Cluster, namespace: str) -> tuple[Idep, str, str]:
+    """The test deployment made stable, with that revision and the one a change of its dtype
+    to float16 will make (not applied yet)."""
     manifest = deployment_manifest()
-    idep = Idep(cluster, idep_namespace, manifest)
+    idep = Idep(cluster, namespace, manifest)
     idep.apply()
     stable = idep.wait_stable()
     changed = json.loads(json.dumps(manifest["spec"]))
     changed["engine"]["dtype"] = "float16"
-    canary = revision_of(InferenceDeploymentSpec.model_validate(changed))
+    return idep, stable, revision_of(InferenceDeploymentSpec.model_validate(changed))
+
+
+def test_a_check_pre_created_under_the_canarys_name_is_not_adopted(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    idep, stable, canary = _stable_and_its_float16_revision(cluster, idep_namespace)
     squatter = _standalone(f"qwen-{canary}", "qwen")
     squatter["spec"]["baseline"]["revision"] = stable
     squatter["spec"]["candidate"]["revision"] = stable
@@ -309,13 +315,7 @@ def test_a_canary_configmap_someone_else_made_ends_the_check_in_error_and_keeps_
     from infergate.kube.paritycheck_api import CheckClient
     from infergate.runner.run import EXIT_DONE, Connector, RunOptions, run_check
 
-    manifest = deployment_manifest()
-    idep = Idep(cluster, idep_namespace, manifest)
-    idep.apply()
-    stable = idep.wait_stable()
-    changed = json.loads(json.dumps(manifest["spec"]))
-    changed["engine"]["dtype"] = "float16"
-    canary = revision_of(InferenceDeploymentSpec.model_validate(changed))
+    idep, stable, canary = _stable_and_its_float16_revision(cluster, idep_namespace)
     pinned = cluster.get_json("configmap", f"qwen-{stable}", "-n", idep_namespace)
     forged: dict[str, Any] = {
         "apiVersion": "v1",
