@@ -21,7 +21,7 @@ TORCH_VERSION=2.13.0
 MINDSPORE_VERSION=2.9.0
 MINDFORMERS_VERSION=1.9.0
 # What infergate's runtime adapters and record drivers import on top of the engine.
-ADAPTER_DEPS=(starlette uvicorn httpx pydantic safetensors pyyaml)
+ADAPTER_DEPS=(starlette uvicorn prometheus-client httpx pydantic safetensors pyyaml)
 
 rm -rf "$dest"
 "$python" -m venv "$dest"

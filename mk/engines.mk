@@ -7,7 +7,7 @@
 # Bump the -rN suffix when hack/engine-venv.sh or the MindFormers image lock
 # (runtime_images/mindformers/requirements.txt) changes what a venv holds.
 VLLM_VENV ?= $(INFERGATE_CACHE)/venvs/vllm-0.32.0-torch2.13.0-r1
-MINDFORMERS_VENV ?= $(INFERGATE_CACHE)/venvs/mindformers-1.9.0-ms2.9.0-r1
+MINDFORMERS_VENV ?= $(INFERGATE_CACHE)/venvs/mindformers-1.9.0-ms2.9.0-r2
 ENGINE_PYTHON ?= python3.11
 ENGINE_STAMP := .infergate-installed
 export INFERGATE_VLLM_VENV := $(VLLM_VENV)

@@ -23,7 +23,7 @@ ENGINES: tuple[str, ...] = ("vllm", "mindformers", "transformers")
 
 _DEFAULT_VENVS = {
     "vllm": "vllm-0.32.0-torch2.13.0-r1",
-    "mindformers": "mindformers-1.9.0-ms2.9.0-r1",
+    "mindformers": "mindformers-1.9.0-ms2.9.0-r2",
 }
 _ENV_VARS = {"vllm": "INFERGATE_VLLM_VENV", "mindformers": "INFERGATE_MINDFORMERS_VENV"}
 

@@ -32,14 +32,13 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from infergate.parity.overhead import ENGINE_SECONDS_HEADER
@@ -50,6 +49,7 @@ from infergate.runtime.layer_states import (
     layer_states_answer,
     plan_layer_states,
 )
+from infergate.runtime.metrics import METRICS_CONTENT_TYPE, AdapterMetrics
 from infergate.runtime.protocol import (
     MAX_FULL_LOGPROB_VALUES,
     ChatCompletionRequest,
@@ -73,46 +73,6 @@ class _BadRequestError(Exception):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
-
-
-@dataclass
-class _Metrics:
-    started: float = field(default_factory=time.time)
-    requests: dict[tuple[str, int], int] = field(default_factory=dict)
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    busy_seconds: float = 0.0
-
-    def count(self, route: str, status: int) -> None:
-        key = (route, status)
-        self.requests[key] = self.requests.get(key, 0) + 1
-
-    def render(self, engine: str, model: str) -> str:
-        labels = f'engine="{engine}",model_name="{model}"'
-        lines = [
-            "# HELP infergate_adapter_requests_total Requests served, by route and status.",
-            "# TYPE infergate_adapter_requests_total counter",
-        ]
-        for (route, status), value in sorted(self.requests.items()):
-            lines.append(
-                f'infergate_adapter_requests_total{{{labels},route="{route}",'
-                f'status="{status}"}} {value}'
-            )
-        lines += [
-            "# HELP infergate_adapter_prompt_tokens_total Prompt tokens processed.",
-            "# TYPE infergate_adapter_prompt_tokens_total counter",
-            f"infergate_adapter_prompt_tokens_total{{{labels}}} {self.prompt_tokens}",
-            "# HELP infergate_adapter_generation_tokens_total Tokens generated.",
-            "# TYPE infergate_adapter_generation_tokens_total counter",
-            f"infergate_adapter_generation_tokens_total{{{labels}}} {self.generation_tokens}",
-            "# HELP infergate_adapter_busy_seconds_total Seconds spent in the engine.",
-            "# TYPE infergate_adapter_busy_seconds_total counter",
-            f"infergate_adapter_busy_seconds_total{{{labels}}} {self.busy_seconds:.6f}",
-            "# HELP infergate_adapter_start_time_seconds When the server started (Unix time).",
-            "# TYPE infergate_adapter_start_time_seconds gauge",
-            f"infergate_adapter_start_time_seconds{{{labels}}} {self.started:.3f}",
-        ]
-        return "\n".join(lines) + "\n"
 
 
 class DataJSONResponse(JSONResponse):
@@ -143,7 +103,7 @@ class AdapterServer:
         self._backend = backend
         self._model = served_model_name
         self._lock = asyncio.Lock()
-        self._metrics = _Metrics()
+        self._metrics = AdapterMetrics()
         self.app = Starlette(
             routes=[
                 Route("/health", self._health, methods=["GET"]),
@@ -244,7 +204,7 @@ class AdapterServer:
     async def _metrics_route(self, _request: Request) -> Response:
         text = self._metrics.render(self._backend.engine, self._model)
         self._metrics.count("/metrics", 200)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        return Response(text, media_type=METRICS_CONTENT_TYPE)
 
     async def _fingerprint_values(self) -> dict[str, Any]:
         if self._fingerprint_cache is None:
