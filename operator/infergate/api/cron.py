@@ -10,6 +10,14 @@ Pure, no dependency. `minute hour day-of-month month day-of-week`, in UTC:
 and the macros @yearly (@annually), @monthly, @weekly, @daily (@midnight), @hourly.
 When both day-of-month and day-of-week are restricted, a day matches either (as in
 Vixie cron and Kubernetes); when one is `*`, only the other counts.
+
+Our own rather than croniter or cronsim: both accept more than the CRD admits (seconds and
+year fields, `L`, `W`, `#`, `H`; croniter also wrapping ranges such as `5-1`), so the
+field-by-field check that names what is wrong would stay anyway, and neither gives the same
+next times: cronsim reads a day field that merely starts with `*` (`*/2`) as unrestricted
+(Debian's rule), and croniter 7 answers some valid schedules wrongly (`59-59 10 ...` at
+minute 0, a `7-7` weekday range ignored). What is left is a search over days bounded by
+`_SEARCH_DAYS`, short enough to read whole.
 """
 
 from __future__ import annotations

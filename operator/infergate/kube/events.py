@@ -2,6 +2,13 @@
 
 An Event that cannot be posted is logged and dropped: Events inform people,
 they never decide anything, so a failed post must not fail a reconcile.
+
+Our own poster rather than `kopf.event`: kopf finds its posting queue through context
+variables set in its own tasks, and our Events come from worker threads of the resync
+loops, for ParityChecks as well as the handled InferenceDeployment; kopf would also post
+through its own HTTP client (not ours, with its timeouts and error translation), name the
+Event `kopf-event-...` and cut a long message in the middle. The Kubernetes client has no
+Event recorder, only the typed `CoreV1Event` body, which is this manifest spelled in classes.
 """
 
 from __future__ import annotations
