@@ -447,7 +447,7 @@ def _seconds(stats: Any) -> float:
 
 
 def _record_vllm(sides: list[Side], suite: Suite, out: Path) -> dict[str, dict[str, Any]]:
-    from infergate.commands.calibrate import batched_vllm_channel
+    from infergate.engines.prefetch import batched_vllm_channel
     from infergate.engines.record import make_meta, record_suite
     from infergate.runtime.fingerprints import model_fingerprints
     from infergate.runtime.model_config import load_model_config

@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infergate.cli import main
-from infergate.commands.calibrate import (
+from infergate.calibration.noise import (
     clustered_upper,
     pair_report,
-    propose,
     signed_prompt_measures,
     suite_digest,
     suite_metrics,
 )
+from infergate.calibration.proposals import propose
+from infergate.cli import main
 from infergate.recordio import RecordWriter
 from tests.unit.parity.builders import meta, replace, suite, teacher_forced_on
 
@@ -184,8 +184,8 @@ class _Serving:
 
 
 def test_threaded_prefetch_answers_the_recorder_from_one_concurrent_pass() -> None:
-    from infergate.commands.calibrate import ThreadedPrefetch
     from infergate.engines.client import score_from
+    from infergate.engines.prefetch import ThreadedPrefetch
     from infergate.engines.record import RecordSettings, generate
     from infergate.suite import PromptSpec, Suite
     from tests.unit.parity.builders import record
