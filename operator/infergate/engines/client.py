@@ -27,9 +27,9 @@ on `/pooling` (`vllm serve --runner pooling`), or our adapters' `/v1/parity/hidd
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol, Self, TypedDict, Unpack
 
 import httpx
 import numpy as np
@@ -104,6 +104,37 @@ def parse_completion_choice(choice: Mapping[str, Any], prompt: Sequence[int], k:
         finish_reason=choice.get("finish_reason"),
         logit_scale=_logit_scale(logprobs.get("parity_logit_scale"), len(ids)),
     )
+
+
+def completion_of(
+    prompt_token_ids: Sequence[int],
+    token_ids: Sequence[int],
+    steps: Iterable[Iterable[tuple[int, float]]],
+    *,
+    text: str,
+    finish_reason: str | None,
+    k: int,
+    logit_scale: Sequence[float] | None = None,
+) -> Completion:
+    """A Completion from an engine called in process: its generated ids, the top-k
+    (token id, logprob) pairs of each step, text and finish reason.
+
+    Shaped as the served answer and read by `parse_completion_choice`, so an in-process
+    channel and a server are read alike (the same checks, the same top-k order).
+    """
+    choice = {
+        "token_ids": list(token_ids),
+        "prompt_token_ids": list(prompt_token_ids),
+        "text": text,
+        "finish_reason": finish_reason,
+        "logprobs": {
+            "top_logprobs": [
+                {f"{_TOKEN_ID_PREFIX}{int(t)}": float(lp) for t, lp in step} for step in steps
+            ],
+            "parity_logit_scale": logit_scale,
+        },
+    }
+    return parse_completion_choice(choice, prompt_token_ids, k)
 
 
 def _logit_scale(values: Any, steps: int) -> list[float] | None:
@@ -219,6 +250,51 @@ class ServingChannel(Protocol):
     ) -> TeacherForced: ...
 
 
+@dataclass(frozen=True)
+class Greedy:
+    """The settings of one greedy generation, as every serving channel takes them."""
+
+    max_tokens: int
+    top_logprobs: int
+    seed: int
+    ignore_eos: bool = True
+
+
+class GreedyChannel:
+    """`complete` and `chat` of `ServingChannel` in one place: a channel implements them
+    on one `Greedy` (`_complete`, `_chat`), however it reaches its engine."""
+
+    def complete(
+        self,
+        prompt: Prompt,
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Completion:
+        """Greedy tokens and top-k logprobs of a prompt (text is tokenized by the engine)."""
+        return self._complete(prompt, Greedy(max_tokens, top_logprobs, seed, ignore_eos))
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int,
+        top_logprobs: int,
+        seed: int,
+        ignore_eos: bool = True,
+    ) -> Completion:
+        """Greedy reply to a chat rendered by the engine's chat template."""
+        return self._chat(messages, Greedy(max_tokens, top_logprobs, seed, ignore_eos))
+
+    def _complete(self, prompt: Prompt, greedy: Greedy) -> Completion:
+        raise NotImplementedError
+
+    def _chat(self, messages: Sequence[Mapping[str, str]], greedy: Greedy) -> Completion:
+        raise NotImplementedError
+
+
 class FullVocabScoring(Protocol):
     """A serving channel that can also return full-vocabulary rows of the last positions."""
 
@@ -268,6 +344,16 @@ class ProbeChannel(Protocol):
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]: ...
 
 
+class EndpointOptions(TypedDict, total=False):
+    """How an endpoint connects: the request timeout (seconds, 600 unless given), and hooks
+    told each request's path (`on_request`, to count what an engine served) and each
+    successful answer's path and engine seconds (`on_answer`)."""
+
+    timeout: float
+    on_request: Callable[[str], None] | None
+    on_answer: Callable[[str, str | None], None] | None
+
+
 class _Endpoint:
     """An HTTP connection to one served model; a context manager that closes it."""
 
@@ -276,7 +362,7 @@ class _Endpoint:
         base_url: str,
         model: str,
         *,
-        timeout: float,
+        timeout: float = 600.0,
         on_request: Callable[[str], None] | None = None,
         on_answer: Callable[[str, str | None], None] | None = None,
     ) -> None:
@@ -332,24 +418,9 @@ def _answer_hook(
     return hook
 
 
-class EngineClient(_Endpoint):
-    """The serving channel of one engine endpoint (OpenAI completions, vLLM extensions).
-
-    `on_request` is told the path of every request sent (to count what an engine served).
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        timeout: float = 600.0,
-        on_request: Callable[[str], None] | None = None,
-        on_answer: Callable[[str, str | None], None] | None = None,
-    ) -> None:
-        super().__init__(
-            base_url, model, timeout=timeout, on_request=on_request, on_answer=on_answer
-        )
+class EngineClient(_Endpoint, GreedyChannel):
+    """The serving channel of one engine endpoint (OpenAI completions, vLLM extensions),
+    connected as `EndpointOptions` say."""
 
     def _post(self, path: str, body: Mapping[str, Any]) -> Any:
         response = self._http.post(path, json=dict(body))
@@ -401,41 +472,21 @@ class EngineClient(_Endpoint):
         data: dict[str, Any] = response.json()
         return data
 
-    def complete_raw(
-        self, prompt: Prompt, *, max_tokens: int, top_logprobs: int, seed: int
-    ) -> dict[str, Any]:
-        """The raw JSON answer to a greedy completion request."""
-        body = {
+    def _greedy_body(self, field: str, value: Any, max_tokens: int, seed: int) -> dict[str, Any]:
+        """What every request here starts with: the model, what to run, greedy settings."""
+        return {
             "model": self._model,
-            "prompt": _prompt_field(prompt),
+            field: value,
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "seed": seed,
-            "logprobs": top_logprobs,
-            "return_tokens_as_token_ids": True,
-            "return_token_ids": True,
         }
-        answer: dict[str, Any] = self._post("/v1/completions", body)
-        return answer
 
-    def complete(
-        self,
-        prompt: Prompt,
-        *,
-        max_tokens: int,
-        top_logprobs: int,
-        seed: int,
-        ignore_eos: bool = True,
-    ) -> Completion:
-        """Greedy tokens and top-k logprobs of a prompt (text is tokenized by the engine)."""
-        body = {
-            "model": self._model,
-            "prompt": _prompt_field(prompt),
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "seed": seed,
-            "logprobs": top_logprobs,
-            "ignore_eos": ignore_eos,
+    def _complete(self, prompt: Prompt, greedy: Greedy) -> Completion:
+        body = self._greedy_body("prompt", _prompt_field(prompt), greedy.max_tokens, greedy.seed)
+        body |= {
+            "logprobs": greedy.top_logprobs,
+            "ignore_eos": greedy.ignore_eos,
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
         }
@@ -445,35 +496,24 @@ class EngineClient(_Endpoint):
             if not choice.get("prompt_token_ids"):
                 # An engine that does not return them: its own /tokenize, same defaults.
                 choice = {**choice, "prompt_token_ids": self.tokenize(prompt)}
-            return parse_completion_choice(choice, [], top_logprobs)
-        return parse_completion_choice(choice, prompt, top_logprobs)
+            return parse_completion_choice(choice, [], greedy.top_logprobs)
+        return parse_completion_choice(choice, prompt, greedy.top_logprobs)
 
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int,
-        top_logprobs: int,
-        seed: int,
-        ignore_eos: bool = True,
-    ) -> Completion:
-        """Greedy reply to a chat rendered by the engine's served template."""
-        body = {
-            "model": self._model,
-            "messages": [dict(m) for m in messages],
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "seed": seed,
-            "logprobs": top_logprobs > 0,
-            "top_logprobs": top_logprobs,
-            "ignore_eos": ignore_eos,
+    def _chat(self, messages: Sequence[Mapping[str, str]], greedy: Greedy) -> Completion:
+        body = self._greedy_body(
+            "messages", [dict(m) for m in messages], greedy.max_tokens, greedy.seed
+        )
+        body |= {
+            "logprobs": greedy.top_logprobs > 0,
+            "top_logprobs": greedy.top_logprobs,
+            "ignore_eos": greedy.ignore_eos,
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
         }
         answer = self._post("/v1/chat/completions", body)
         choice = answer["choices"][0]
         prompt_ids = answer.get("prompt_token_ids") or choice.get("prompt_token_ids")
-        return parse_chat_choice(choice, prompt_ids, top_logprobs)
+        return parse_chat_choice(choice, prompt_ids, greedy.top_logprobs)
 
     def score(
         self,
@@ -495,15 +535,8 @@ class EngineClient(_Endpoint):
             return parse_prompt_logprobs(
                 [None] * len(sequence), sequence, len(sequence), top_logprobs
             )
-        body: dict[str, Any] = {
-            "model": self._model,
-            "prompt": sequence,
-            "max_tokens": 1,
-            "temperature": 0.0,
-            "seed": seed,
-            "prompt_logprobs": top_logprobs,
-            "return_token_ids": True,
-        }
+        body = self._greedy_body("prompt", sequence, 1, seed)
+        body |= {"prompt_logprobs": top_logprobs, "return_token_ids": True}
         if full_vocab > 0:
             body["parity_full_logprobs"] = min(full_vocab, len(forced))
         answer = self._post("/v1/completions", body)
@@ -540,18 +573,9 @@ class HiddenStateProbe(_Endpoint):
     """The probe channel: last-layer hidden states [tokens, hidden] of token ids."""
 
     def __init__(
-        self,
-        base_url: str,
-        model: str,
-        kind: ProbeKind,
-        *,
-        timeout: float = 600.0,
-        on_request: Callable[[str], None] | None = None,
-        on_answer: Callable[[str, str | None], None] | None = None,
+        self, base_url: str, model: str, kind: ProbeKind, **options: Unpack[EndpointOptions]
     ) -> None:
-        super().__init__(
-            base_url, model, timeout=timeout, on_request=on_request, on_answer=on_answer
-        )
+        super().__init__(base_url, model, **options)
         self._kind = kind
 
     def hidden_states(self, token_ids: Sequence[int]) -> NDArray[np.float32]:

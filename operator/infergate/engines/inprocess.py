@@ -17,8 +17,10 @@ from numpy.typing import NDArray
 
 from infergate.engines.client import (
     Completion,
+    Greedy,
+    GreedyChannel,
     Prompt,
-    parse_completion_choice,
+    completion_of,
     parse_prompt_logprobs,
 )
 from infergate.parity.record import TeacherForced
@@ -26,7 +28,7 @@ from infergate.render.vllm import POOLER_CONFIG, hf_overrides
 from infergate.runtime.backend import EngineBackend, top_k_rows
 
 
-class BackendChannel:
+class BackendChannel(GreedyChannel):
     """Serving and probe channel over an `EngineBackend`, called directly."""
 
     def __init__(self, backend: EngineBackend) -> None:
@@ -35,49 +37,32 @@ class BackendChannel:
     def tokenize(self, text: str) -> list[int]:
         return self.backend.tokenize(text)
 
-    def complete(
-        self,
-        prompt: Prompt,
-        *,
-        max_tokens: int,
-        top_logprobs: int,
-        seed: int,  # noqa: ARG002 - greedy decoding needs no seed; the protocol passes it
-        ignore_eos: bool = True,
-    ) -> Completion:
+    # Greedy decoding needs no seed: `greedy.seed` is not read.
+    def _complete(self, prompt: Prompt, greedy: Greedy) -> Completion:
         ids = self.backend.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        return self._generate(ids, max_tokens, top_logprobs, ignore_eos)
+        return self._generate(ids, greedy)
 
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int,
-        top_logprobs: int,
-        seed: int,  # noqa: ARG002 - greedy decoding needs no seed; the protocol passes it
-        ignore_eos: bool = True,
-    ) -> Completion:
+    def _chat(self, messages: Sequence[Mapping[str, str]], greedy: Greedy) -> Completion:
         text = self.backend.render_chat(messages)
         ids = self.backend.tokenize(text, add_special_tokens=False)
-        return self._generate(ids, max_tokens, top_logprobs, ignore_eos)
+        return self._generate(ids, greedy)
 
-    def _generate(
-        self, ids: list[int], max_tokens: int, top_logprobs: int, ignore_eos: bool
-    ) -> Completion:
-        out = self.backend.generate_greedy(ids, max_tokens, top_logprobs, ignore_eos=ignore_eos)
-        choice = {
-            "token_ids": out.token_ids,
-            "prompt_token_ids": ids,
-            "text": self.backend.detokenize(out.token_ids),
-            "finish_reason": out.finish_reason,
-            "logprobs": {
-                "top_logprobs": [
-                    {f"token_id:{int(t)}": float(lp) for t, lp in zip(ids_, lps, strict=True)}
-                    for ids_, lps in zip(out.top_ids, out.top_logprobs, strict=True)
-                ],
-                "parity_logit_scale": out.logit_scale,
-            },
-        }
-        return parse_completion_choice(choice, ids, top_logprobs)
+    def _generate(self, ids: list[int], greedy: Greedy) -> Completion:
+        out = self.backend.generate_greedy(
+            ids, greedy.max_tokens, greedy.top_logprobs, ignore_eos=greedy.ignore_eos
+        )
+        return completion_of(
+            ids,
+            out.token_ids,
+            (
+                zip(top, lps, strict=True)
+                for top, lps in zip(out.top_ids, out.top_logprobs, strict=True)
+            ),
+            text=self.backend.detokenize(out.token_ids),
+            finish_reason=out.finish_reason,
+            k=greedy.top_logprobs,
+            logit_scale=out.logit_scale,
+        )
 
     def score(
         self,
@@ -129,7 +114,7 @@ def _logprob_entry(logprobs: Mapping[int, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-class VllmChannel:
+class VllmChannel(GreedyChannel):
     """vLLM's offline engine: generation, prompt logprobs, and pooling for hidden states."""
 
     def __init__(
@@ -169,61 +154,43 @@ class VllmChannel:
         request: Any = prompt if isinstance(prompt, str) else {"prompt_token_ids": list(prompt)}
         return self._llm.generate([request], params, use_tqdm=False)[0]
 
-    def _params(self, max_tokens: int, top_logprobs: int, seed: int, ignore_eos: bool) -> Any:
+    def _params(self, greedy: Greedy) -> Any:
         from vllm import SamplingParams
 
         return SamplingParams(
-            max_tokens=max_tokens,
+            max_tokens=greedy.max_tokens,
             temperature=0.0,
-            seed=seed,
-            logprobs=top_logprobs,
-            ignore_eos=ignore_eos,
+            seed=greedy.seed,
+            logprobs=greedy.top_logprobs,
+            ignore_eos=greedy.ignore_eos,
         )
 
-    def complete(
-        self,
-        prompt: Prompt,
-        *,
-        max_tokens: int,
-        top_logprobs: int,
-        seed: int,
-        ignore_eos: bool = True,
-    ) -> Completion:
-        result = self._generate(prompt, self._params(max_tokens, top_logprobs, seed, ignore_eos))
-        return self._completion(result, top_logprobs)
+    def _complete(self, prompt: Prompt, greedy: Greedy) -> Completion:
+        return self._completion(self._generate(prompt, self._params(greedy)), greedy.top_logprobs)
 
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int,
-        top_logprobs: int,
-        seed: int,
-        ignore_eos: bool = True,
-    ) -> Completion:
-        params = self._params(max_tokens, top_logprobs, seed, ignore_eos)
-        result = self._llm.chat([dict(m) for m in messages], params, use_tqdm=False)[0]
-        return self._completion(result, top_logprobs)
+    def _chat(self, messages: Sequence[Mapping[str, str]], greedy: Greedy) -> Completion:
+        chat = [dict(m) for m in messages]
+        result = self._llm.chat(chat, self._params(greedy), use_tqdm=False)[0]
+        return self._completion(result, greedy.top_logprobs)
 
     def _completion(self, result: Any, top_logprobs: int) -> Completion:
         out = result.outputs[0]
-        choice = {
-            "prompt_token_ids": list(result.prompt_token_ids),
-            "token_ids": list(out.token_ids),
-            "text": out.text,
-            "finish_reason": out.finish_reason,
-            "logprobs": {
-                "top_logprobs": [
-                    {
-                        f"token_id:{tid}": info["logprob"]
-                        for tid, info in _logprob_entry(step).items()
-                        if 0 < info["rank"] <= top_logprobs
-                    }
-                    for step in (out.logprobs or [])
-                ]
-            },
-        }
-        return parse_completion_choice(choice, list(result.prompt_token_ids), top_logprobs)
+        steps = [
+            [
+                (int(tid), info["logprob"])
+                for tid, info in _logprob_entry(step).items()
+                if 0 < info["rank"] <= top_logprobs
+            ]
+            for step in (out.logprobs or [])
+        ]
+        return completion_of(
+            list(result.prompt_token_ids),
+            list(out.token_ids),
+            steps,
+            text=out.text,
+            finish_reason=out.finish_reason,
+            k=top_logprobs,
+        )
 
     def score(
         self, prompt: Sequence[int], forced: Sequence[int], *, top_logprobs: int, seed: int
