@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.runner.endpoints import (
     ENDPOINTSLICE_CONTROLLER,
+    LOCAL_EXECUTOR,
     EndpointResolutionError,
     first_ready_url,
     ready_endpoints,
