@@ -17,8 +17,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # The operator image's lock pins the operator's dependencies in the dev venv too, so
 # the tests run what the image ships and a fresh clone gets the versions last tested.
 OPERATOR_LOCK := runtime_images/operator/requirements.txt
+# The development machinery (local cluster, chart generator) is a package of its own,
+# dev/ (`infergate_dev`), installed beside the product here and in no image.
+DEV_PYPROJECT := dev/pyproject.toml
 # Hashing the dependency declarations re-installs only when they change.
-VENV_STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(OPERATOR_LOCK) | sha256sum | cut -c1-12)
+VENV_STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(DEV_PYPROJECT) $(OPERATOR_LOCK) | sha256sum | cut -c1-12)
 
 .PHONY: help setup venv control-plane test test-slow test-unit test-cluster lint fmt crds crds-check \
         cluster-up cluster-down demo bench bench-parity bench-mirror clean
@@ -28,10 +31,10 @@ help:
 	@echo "make test    lint, unit, cluster integration and end-to-end tests"
 	@echo "other: test-slow test-gateway setup lint crds crds-check cluster-up cluster-down bench bench-mirror clean"
 
-$(VENV_STAMP): pyproject.toml $(OPERATOR_LOCK)
+$(VENV_STAMP): pyproject.toml $(DEV_PYPROJECT) $(OPERATOR_LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -c $(OPERATOR_LOCK)
+	$(PY) -m pip install -q -e '.[dev]' -e ./dev -c $(OPERATOR_LOCK)
 	@rm -f $(VENV)/.installed-*; touch $@
 
 venv: $(VENV_STAMP)
@@ -41,8 +44,8 @@ control-plane:
 
 setup: venv control-plane
 
-# Every Python file in the repo; mypy strict on the package and the scripts beside it.
-PY_DIRS := operator tests demo bench experiments hack
+# Every Python file in the repo; mypy strict on both packages and the scripts beside them.
+PY_DIRS := operator dev tests demo bench experiments hack
 SCRIPTS := demo bench experiments
 
 lint: venv
@@ -81,14 +84,14 @@ test-slow: setup engines
 	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 INFERGATE_REQUIRE_S3=1 $(BIN)/pytest tests -m slow
 
 cluster-up: setup
-	$(BIN)/infergate localcluster up
+	$(BIN)/infergate-dev localcluster up
 
 cluster-down: venv
-	$(BIN)/infergate localcluster down
+	$(BIN)/infergate-dev localcluster down
 
 # The main job: the local cluster with real engines, a canary flow end to end.
 demo: setup engines cluster-up
-	$(BIN)/infergate localcluster show
+	$(BIN)/infergate-dev localcluster show
 	$(MAKE) --no-print-directory demo-flow
 
 bench: bench-parity bench-rollout

@@ -35,10 +35,10 @@ from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.errors import ConflictError, KubeError, RetriableKubeError
 from infergate.jsontypes import JSON
 from infergate.kube.client import KubeClient, Resource
-from infergate.localcluster.layout import ClusterLayout
-from infergate.localcluster.nodes import NodeShape, node_object
-from infergate.localcluster.pki import Pki
 from infergate.plan.desired import revision_of
+from infergate_dev.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster.nodes import NodeShape, node_object
+from infergate_dev.localcluster.pki import Pki
 
 REPO = Path(__file__).resolve().parents[1]
 DTYPES = ("bfloat16", "float16", "float32")
@@ -48,7 +48,7 @@ KWOK_PLACEMENT: dict[str, Any] = {
     "nodeSelector": {"type": "kwok"},
     "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
 }
-GPUS_PER_NODE = 8  # what infergate.localcluster.nodes gives a simulated GPU node
+GPUS_PER_NODE = 8  # what infergate_dev.localcluster.nodes gives a simulated GPU node
 OPERATOR_NAMESPACE = "infergate-system"
 OPERATOR_LABEL = "app.kubernetes.io/name=infergate-operator"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -3,7 +3,7 @@ calls through the mirroring proxy, enough of them for a P99.
 
 Two real vLLM engines of the fixture model run as local processes on loopback ports,
 from the cached vLLM venv (INFERGATE_VLLM_VENV, else its pinned default) with the
-environment the local executor gives vLLM pods (infergate.localcluster.executor.images),
+environment the local executor gives vLLM pods (infergate_dev.localcluster.executor.images),
 each engine's model threads bound to a core of its own (stable: core 0, canary: core 1).
 The product's mirror (`Mirror`, its proxy and control apps, served as `infergate mirror
 serve` serves them) runs in this process under uvicorn on loopback ports, its stable
@@ -60,7 +60,6 @@ from infergate.commands.mirror import mirror_servers, serve_mirror
 from infergate.engines.venvs import engine_venv
 from infergate.fixture.generate import default_model_dir, is_complete
 from infergate.jsontypes import JSON
-from infergate.localcluster.executor.images import default_table
 from infergate.mirror.app import Mirror
 from infergate.mirror.session import SessionRequest
 from infergate.mirror.upstream import Endpoints
@@ -68,6 +67,7 @@ from infergate.parity.record import RecordMeta
 from infergate.render.labels import LABEL_DEPLOYMENT, LABEL_MANAGED_BY, LABEL_REVISION, MANAGED_BY
 from infergate.render.vllm import VllmServe, vllm_serve_args
 from infergate.runner.endpoints import ENDPOINTSLICE_CONTROLLER
+from infergate_dev.localcluster.executor.images import default_table
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "out" / "bench" / "mirror-overhead.json"

@@ -18,7 +18,7 @@ start of `kubectl apply` (what was asked), and from the moment a watch sees the 
 InferenceDeployment (the operator's own share: in the burst, `kubectl apply` updates the
 objects one after another, so the later ones wait for kubectl, not for the operator).
 
-    .venv/bin/infergate localcluster up
+    .venv/bin/infergate-dev localcluster up
     .venv/bin/python bench/rollout_bench.py --deployments 50
 """
 
@@ -48,7 +48,7 @@ from common import (
 )
 
 from infergate.kube.client import DEPLOYMENTS, INFERENCE_DEPLOYMENTS, KubeClient
-from infergate.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster.layout import ClusterLayout
 
 
 def _start_operator(layout: ClusterLayout, namespace: str, resync: float) -> subprocess.Popen[str]:

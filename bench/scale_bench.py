@@ -84,7 +84,7 @@ from infergate.kube.client import (
     PARITY_CHECKS,
     KubeClient,
 )
-from infergate.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster.layout import ClusterLayout
 
 CLUSTER_GPUS = 16  # the local cluster's own two simulated GPU nodes
 NODE_PREFIX = "bench-gpu"

@@ -69,8 +69,8 @@ from infergate.kube.client import (
     KubeClient,
     Resource,
 )
-from infergate.localcluster.layout import ClusterLayout
 from infergate.plan.check_status import spec_digest
+from infergate_dev.localcluster.layout import ClusterLayout
 
 NODE_PREFIX = "soak-gpu"
 TERMINAL = ("Passed", "Failed", "Inconclusive", "Error")

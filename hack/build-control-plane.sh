@@ -4,8 +4,8 @@
 # etcd (go.etcd.io/etcd/server/v3) and kwok (sigs.k8s.io/kwok). Binaries land in
 # $INFERGATE_CACHE/bin/<component>-<version>/ and are reused when present. The Gateway API
 # CRDs (standard channel) come from the sigs.k8s.io/gateway-api module's
-# config/crd/standard into $INFERGATE_CACHE/gateway-api-<version>/ (`localcluster up`
-# installs them).
+# config/crd/standard into $INFERGATE_CACHE/gateway-api-<version>/
+# (`infergate-dev localcluster up` installs them).
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}

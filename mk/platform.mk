@@ -17,10 +17,10 @@ platform-tools:
 setup: platform-tools
 
 chart: venv control-plane
-	$(BIN)/infergate chart --out charts/infergate
+	$(BIN)/infergate-dev chart --out charts/infergate
 
 chart-check: venv control-plane
-	$(BIN)/infergate chart --check charts/infergate
+	$(BIN)/infergate-dev chart --check charts/infergate
 
 test: chart-check
 
@@ -29,4 +29,4 @@ test-platform: setup
 		tests/integration/test_dashboard_queries.py
 
 prometheus: cluster-up platform-tools
-	$(BIN)/infergate localcluster prometheus up
+	$(BIN)/infergate-dev localcluster prometheus up

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from infergate.localcluster import controlplane, processes
-from infergate.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster import controlplane, processes
+from infergate_dev.localcluster.layout import ClusterLayout
 from tests.harness import Cluster, namespace_for, release_namespace
 
 

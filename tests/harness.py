@@ -17,8 +17,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, ClassVar, Self, TypeVar
 
-from infergate.localcluster.layout import ClusterLayout, cache_dir
-from infergate.localcluster.rest import RestClient
+from infergate_dev.localcluster.layout import ClusterLayout, cache_dir
+from infergate_dev.localcluster.rest import RestClient
 
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

@@ -5,10 +5,11 @@ Each subcommand lives in its own module under `infergate.commands` and exposes
 handler returns the process exit code.
 
 A run imports only the module of the subcommand it names: the modules bring very
-different stacks (the benchmark and calibration code numpy, the local cluster an HTTP
-client of its own), and the operator's pod is a long-lived process whose memory is a
-goal of its own (issue 16: <= 200 MB at 500 deployments). Help, `--version` and an
-unknown word still see the whole tree.
+different stacks (the benchmark and calibration code pulls in numpy), and the
+operator's pod is a long-lived process whose memory is a goal of its own (issue 16:
+<= 200 MB at 500 deployments). Help, `--version` and an unknown word still see the
+whole tree. The development commands (local cluster, Helm chart) are not here: they
+are `infergate-dev`, a package of their own that no image installs.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ from infergate import __version__
 # Each subcommand and the module under infergate.commands that adds it (a module may
 # add several), in the order help lists them.
 COMMANDS: dict[str, str] = {
-    "localcluster": "localcluster",
     "crds": "crds",
-    "chart": "chart",
     "parity": "parity",
     "fixture": "fixture",
     "serve": "serve",

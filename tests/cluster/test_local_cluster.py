@@ -11,10 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from infergate.localcluster import controlplane, processes
-from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
-from infergate.localcluster.layout import EXECUTOR_POD_CIDR, K8S_VERSION, KWOK_POD_CIDR
-from infergate.runner.endpoints import first_ready_url, trusted_slices
+from infergate.runner.endpoints import LOCAL_EXECUTOR, first_ready_url, trusted_slices
+from infergate_dev.localcluster import controlplane, processes
+from infergate_dev.localcluster.layout import EXECUTOR_POD_CIDR, K8S_VERSION, KWOK_POD_CIDR
 from tests.harness import Cluster, wait_for
 
 pytestmark = pytest.mark.cluster

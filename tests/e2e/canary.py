@@ -188,9 +188,9 @@ def rendered_engine_problem(cluster: Cluster, manifest: dict[str, Any]) -> str |
     import subprocess
 
     from infergate.api.inference_deployment import InferenceDeploymentSpec
-    from infergate.localcluster.executor.images import load
-    from infergate.localcluster.executor.podspec import image_environment, image_process_env
     from infergate.render.objects import render_revision
+    from infergate_dev.localcluster.executor.images import load
+    from infergate_dev.localcluster.executor.podspec import image_environment, image_process_env
 
     spec = InferenceDeploymentSpec.model_validate(manifest["spec"])
     container = render_revision("probe", "default", spec).deployment["spec"]["template"]["spec"][

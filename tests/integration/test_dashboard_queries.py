@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infergate.localcluster import prometheus
+from infergate_dev.localcluster import prometheus
 from tests.harness import REPO, Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,

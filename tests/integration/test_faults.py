@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from infergate.localcluster import controlplane
+from infergate_dev.localcluster import controlplane
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,

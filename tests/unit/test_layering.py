@@ -3,6 +3,7 @@ the code as it is, and broken by a deliberate violation."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,13 +15,15 @@ REPO = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def _lint(source_root: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+def _lint(workdir: Path) -> subprocess.CompletedProcess[str]:
+    """lint-imports over the copy in `workdir`: the product and the development package."""
+    source_roots = os.pathsep.join(str(workdir / folder) for folder in ("operator", "dev"))
     return subprocess.run(
         [str(LINT_IMPORTS), str(workdir / "pyproject.toml"), "--no-cache"],
         capture_output=True,
         text=True,
         cwd=workdir,
-        env={"PYTHONPATH": str(source_root), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": source_roots, "PATH": "/usr/bin:/bin"},
         timeout=300,
         check=False,
     )
@@ -28,17 +31,16 @@ def _lint(source_root: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def copy_of_the_package(tmp_path: Path) -> Path:
-    shutil.copytree(
-        REPO / "operator" / "infergate",
-        tmp_path / "operator" / "infergate",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    for package in ("operator/infergate", "dev/infergate_dev"):
+        shutil.copytree(
+            REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
 
 def test_the_code_keeps_every_contract(copy_of_the_package: Path) -> None:
-    result = _lint(copy_of_the_package / "operator", copy_of_the_package)
+    result = _lint(copy_of_the_package)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
     assert _verdict(result.stdout, "The operator process pulls in no numpy") == "KEPT"
@@ -51,6 +53,7 @@ def test_the_code_keeps_every_contract(copy_of_the_package: Path) -> None:
         ("render/labels.py", "import infergate.kube.client", "Pure layers"),
         ("kube/events.py", "import infergate.runner.drive", "kube/ only translates"),
         ("plan/paritycheck.py", "import numpy", "The operator process pulls in no numpy"),
+        ("commands/crds.py", "import infergate_dev.helmchart", "The product never imports"),
     ],
 )
 def test_a_deliberate_violation_breaks_a_contract(
@@ -58,7 +61,7 @@ def test_a_deliberate_violation_breaks_a_contract(
 ) -> None:
     path = copy_of_the_package / "operator" / "infergate" / module
     path.write_text(f"{line}  # noqa\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
-    result = _lint(copy_of_the_package / "operator", copy_of_the_package)
+    result = _lint(copy_of_the_package)
     assert result.returncode != 0
     assert _verdict(result.stdout, contract) == "BROKEN", result.stdout
 

@@ -72,7 +72,7 @@ def _check_reference(path: Path) -> int:
         print(f"crds check: {path} matches the models")
         return 0
     print(f"crds check: {path} is stale; run `make crds` and commit", file=sys.stderr)
-    print(_diff_summary(path, current, expected), file=sys.stderr)
+    print(diff_summary(path, current, expected), file=sys.stderr)
     return 1
 
 
@@ -100,7 +100,7 @@ def _check(directory: Path, generated: dict[str, str]) -> int:
             continue
         current = path.read_text(encoding="utf-8")
         if current != text:
-            problems.append(_diff_summary(path, current, text))
+            problems.append(diff_summary(path, current, text))
     problems.extend(
         f"{directory / extra}: not generated from the models (a CRD removed or renamed?)"
         for extra in sorted(_crd_files(directory) - set(generated))
@@ -118,7 +118,8 @@ def _crd_files(directory: Path) -> set[str]:
     return {path.name for path in directory.glob("*.yaml")}
 
 
-def _diff_summary(path: Path, current: str, expected: str) -> str:
+def diff_summary(path: Path, current: str, expected: str) -> str:
+    """A stale generated file in a few lines: counts, then the start of a unified diff."""
     diff = list(
         difflib.unified_diff(
             current.splitlines(),

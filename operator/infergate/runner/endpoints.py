@@ -23,15 +23,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from infergate.jsontypes import JSONMap
-from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.plan.ownership import Controller, describe_object, not_controlled_by
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 ENDPOINTSLICE_CONTROLLER = "endpointslice-controller.k8s.io"
+LOCAL_EXECUTOR = "local-executor.infergate.io"
+"""The managed-by value of the slices the local executor publishes for its loopback pods.
+The product decides whom it trusts, so the value lives here; the development cluster's
+executor (`infergate_dev.localcluster.executor`) labels its slices with it."""
 TRUSTED_MANAGERS = (ENDPOINTSLICE_CONTROLLER, LOCAL_EXECUTOR)
 """Who may publish the endpoints the runner calls: Kubernetes' EndpointSlice controller,
-and the local executor for its loopback pods (`infergate.localcluster.executor`)."""
+and the local executor for its loopback pods."""
 ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from infergate.api.crd import INFERENCE_DEPLOYMENT, crd_document
-from infergate.localcluster.layout import kubernetes_bin
 from infergate.plan import reasons
+from infergate_dev.localcluster.layout import kubernetes_bin
 from tests.unit.api.manifests import full_deployment_status
 
 _SEPARATOR = "|"

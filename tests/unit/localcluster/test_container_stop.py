@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from infergate.localcluster.executor.container import ContainerProcess
-from infergate.localcluster.executor.pod import PodRunner, Site
+from infergate_dev.localcluster.executor.container import ContainerProcess
+from infergate_dev.localcluster.executor.pod import PodRunner, Site
 
 # The container's main process: a server with one worker process, which on SIGTERM waits
 # for its worker to finish the request in flight (a drain) and then exits. The worker

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from infergate.api.enums import EngineKind
-from infergate.localcluster.executor import images
-from infergate.localcluster.executor.podspec import image_environment
-from infergate.localcluster.layout import repo_root
 from infergate.render.images import DEFAULT_IMAGES
+from infergate_dev.localcluster.executor import images
+from infergate_dev.localcluster.executor.podspec import image_environment
+from infergate_dev.localcluster.layout import repo_root
 
 
 def test_engine_images_get_this_checkouts_source_on_pythonpath(tmp_path: Path) -> None:

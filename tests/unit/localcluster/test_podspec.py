@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from infergate.localcluster.executor.podspec import (
+from infergate_dev.localcluster.executor.podspec import (
     ImageEnvironment,
     Lookup,
     PodSpecError,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from infergate.localcluster.executor.pod import PodRunner, Site
-from infergate.localcluster.kwokconfig import pod_ready_again_stage
+from infergate_dev.localcluster.executor.pod import PodRunner, Site
+from infergate_dev.localcluster.kwokconfig import pod_ready_again_stage
 
 POD: dict[str, Any] = {
     "metadata": {"name": "engine-0", "namespace": "llm", "uid": "u-1"},

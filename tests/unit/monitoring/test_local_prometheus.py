@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from infergate.localcluster import prometheus
-from infergate.localcluster.scrape_targets import target_groups, write_targets
+from infergate_dev.localcluster import prometheus
+from infergate_dev.localcluster.scrape_targets import target_groups, write_targets
 from tests.tools import REPO, tool
 
 EXECUTOR = {"executor"}

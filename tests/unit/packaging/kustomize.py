@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infergate.localcluster.layout import kubernetes_bin
+from infergate_dev.localcluster.layout import kubernetes_bin
 from tests.unit.packaging.lockfiles import REPO
 
 MANIFESTS = REPO / "manifests"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infergate.helmchart import ChartError, render_chart, strip_release
+from infergate_dev.helmchart import ChartError, render_chart, strip_release
 from tests.unit.packaging.kustomize import MANIFESTS, build
 from tests.unit.packaging.test_helm_chart import helm
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infergate.commands.chart import find_components, kustomize
-from infergate.helmchart import strip_release
+from infergate_dev.commands.chart import find_components, kustomize
+from infergate_dev.helmchart import strip_release
 from tests.tools import REPO, tool
 from tests.unit.packaging.kustomize import MANIFESTS, build, kubectl_binary
 

@@ -25,13 +25,13 @@ from numpy.typing import NDArray
 from infergate.engines.client import Completion
 from infergate.engines.layer_probe import LayerStates
 from infergate.errors import ConflictError, NotFoundError
-from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.parity.layers import layer_state_names
 from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
 from infergate.plan.observed import ANNOTATION_REVISION_SPEC
 from infergate.render.check_names import SideName, probe_name
 from infergate.runner.drive import Channels
+from infergate.runner.endpoints import LOCAL_EXECUTOR
 from infergate.runner.overhead import RequestLog
 from infergate.runner.run import Connector
 from infergate.runner.sides import EndpointDescription, SideTarget

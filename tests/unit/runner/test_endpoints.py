@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.runner.endpoints import (
     ENDPOINTSLICE_CONTROLLER,
+    LOCAL_EXECUTOR,
     EndpointResolutionError,
     first_ready_url,
     ready_endpoints,
@@ -202,7 +202,7 @@ def test_only_forged_slices_resolve_nothing_and_say_they_were_ignored() -> None:
 def test_the_slice_the_local_executor_publishes_is_trusted() -> None:
     """The runner's rule must not break the local cluster: what the executor writes for
     a Service's loopback pods is read."""
-    from infergate.localcluster.executor.endpoints import desired_slice
+    from infergate_dev.localcluster.executor.endpoints import desired_slice
 
     svc = {**service(), "spec": {"selector": {"app": "qwen"}, "ports": service()["spec"]["ports"]}}
     pod = {

@@ -16,7 +16,6 @@ from infergate.api.common import ConfigMapKeyReference
 from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import ShadowSettings
-from infergate.localcluster.executor.endpoints import MANAGED_BY as LOCAL_EXECUTOR
 from infergate.mirror.pairs import decode_pair, encode_pair, pair_bytes
 from infergate.mirror.scoring import ScoredPair
 from infergate.parity.profiles import PROFILES
@@ -25,6 +24,7 @@ from infergate.parity.thresholds import ProfileName, Thresholds
 from infergate.plan.check_status import Judgement
 from infergate.plan.ownership import Controller
 from infergate.runner import shadow
+from infergate.runner.endpoints import LOCAL_EXECUTOR
 from infergate.runner.shadow import judge_results, without_hidden
 from infergate.runner.shadow_pool import (
     POOL_BYTES,

@@ -8,7 +8,7 @@ import subprocess
 import httpx
 
 from infergate.jsontypes import JSON
-from infergate.localcluster.executor.podspec import resolve_port
+from infergate_dev.localcluster.executor.podspec import resolve_port
 
 
 def check(probe: JSON, container: JSON, pod_ip: str, env: dict[str, str]) -> bool:

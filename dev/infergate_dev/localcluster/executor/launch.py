@@ -1,7 +1,7 @@
 """Start one container process inside its own mount namespace.
 
 Run as `unshare --mount --propagation private -- python -m
-infergate.localcluster.executor.launch SPEC.json`: bind-mounts the pod's
+infergate_dev.localcluster.executor.launch SPEC.json`: bind-mounts the pod's
 volumes where its spec mounts them (visible to this process tree only), then
 replaces itself with the container's command.
 """

@@ -1,4 +1,4 @@
-"""`infergate localcluster up|down|status|show`: the local test cluster."""
+"""`infergate-dev localcluster up|down|status|show`: the local test cluster."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import subprocess
 import sys
 from typing import Any
 
-from infergate.localcluster import controlplane, prometheus
-from infergate.localcluster.executor.container import kill_leftovers
-from infergate.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster import controlplane, prometheus
+from infergate_dev.localcluster.executor.container import kill_leftovers
+from infergate_dev.localcluster.layout import ClusterLayout
 
 
 def register(subparsers: Any) -> None:

@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import yaml
 
-from infergate.localcluster import processes, scrape_targets
-from infergate.localcluster.layout import ClusterLayout, cache_dir, repo_root
+from infergate_dev.localcluster import processes, scrape_targets
+from infergate_dev.localcluster.layout import ClusterLayout, cache_dir, repo_root
 
 PROMETHEUS_VERSION = "2.42.0+ds-5+deb12u1"
 NAME = "prometheus"
@@ -113,7 +113,7 @@ def up(layout: ClusterLayout, *, interval_seconds: float = 5.0, say: bool = True
             f"no prometheus at {binary()} (hack/platform-tools.sh prometheus, or make setup)"
         )
     if not layout.kubeconfig.exists():
-        raise PrometheusError("the local cluster is not set up (infergate localcluster up)")
+        raise PrometheusError("the local cluster is not set up (infergate-dev localcluster up)")
     home = layout.root / "prometheus"
     (home / "data").mkdir(parents=True, exist_ok=True)
     targets = home / "targets"
@@ -127,7 +127,7 @@ def up(layout: ClusterLayout, *, interval_seconds: float = 5.0, say: bool = True
             layout.run,
             layout.logs,
             TARGETS_NAME,
-            [sys.executable, "-m", "infergate.localcluster.scrape_targets",
+            [sys.executable, "-m", "infergate_dev.localcluster.scrape_targets",
              f"--kubeconfig={layout.kubeconfig}", f"--out={targets}",
              f"--interval={min(interval_seconds, 2.0):g}"],
         )  # fmt: skip

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from infergate.localcluster.executor.podspec import ImageEnvironment
-from infergate.localcluster.layout import cache_dir, repo_root
+from infergate_dev.localcluster.executor.podspec import ImageEnvironment
+from infergate_dev.localcluster.layout import cache_dir, repo_root
 
 # Environment every engine process gets here: never reach a model hub.
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import yaml
 
-from infergate.localcluster import processes
-from infergate.localcluster.bootstrap import BootstrapError, bootstrap
-from infergate.localcluster.kwokconfig import write_kwok_config
-from infergate.localcluster.layout import (
+from infergate_dev.localcluster import processes
+from infergate_dev.localcluster.bootstrap import BootstrapError, bootstrap
+from infergate_dev.localcluster.kwokconfig import write_kwok_config
+from infergate_dev.localcluster.layout import (
     K8S_VERSION,
     KWOK_POD_CIDR,
     SERVICE_CIDR,
@@ -36,7 +36,7 @@ from infergate.localcluster.layout import (
     kubernetes_bin,
     kwok_bin,
 )
-from infergate.localcluster.pki import Pki, ensure_pki
+from infergate_dev.localcluster.pki import Pki, ensure_pki
 
 
 class ClusterError(RuntimeError):
@@ -202,7 +202,7 @@ def _argv(layout: ClusterLayout, pki: Pki, ports: Ports, name: str) -> list[str]
         return [
             sys.executable,
             "-m",
-            "infergate.localcluster.executor",
+            "infergate_dev.localcluster.executor",
             f"--kubeconfig={layout.root / 'nodes.kubeconfig'}",
             f"--cluster-dir={layout.root}",
         ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from infergate.localcluster.layout import KWOK_POD_CIDR
+from infergate_dev.localcluster.layout import KWOK_POD_CIDR
 
 STAGE_SETS = ("node/fast", "node/heartbeat-with-lease", "pod/fast")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from infergate.jsontypes import JSON
-from infergate.localcluster.executor.podspec import PodSpecError
+from infergate_dev.localcluster.executor.podspec import PodSpecError
 
 # Paths a process must keep from the host: mounting over them would break it.
 _HOST_ONLY = ("/dev", "/proc", "/sys")
@@ -65,7 +65,7 @@ def _secret_data(secret: JSON) -> dict[str, bytes]:
 
 
 def _downward(pod: JSON, items: list[JSON]) -> list[tuple[str, bytes, int | None]]:
-    from infergate.localcluster.executor.podspec import _field_ref
+    from infergate_dev.localcluster.executor.podspec import _field_ref
 
     out = []
     for item in items:

@@ -1,8 +1,8 @@
-"""`infergate chart`: write the Helm chart generated from manifests/, or check it.
+"""`infergate-dev chart`: write the Helm chart generated from manifests/, or check it.
 
-`infergate chart --out charts/infergate` builds `manifests/` and every kustomize
+`infergate-dev chart --out charts/infergate` builds `manifests/` and every kustomize
 Component under it with kubectl's kustomize and writes the chart
-(infergate.helmchart says how objects become templates). `--check DIR` exits 1
+(infergate_dev.helmchart says how objects become templates). `--check DIR` exits 1
 naming the files that differ, are missing or are not generated.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from infergate import __version__
-from infergate.commands.crds import _diff_summary
-from infergate.helmchart import Component, component_key, render_chart
-from infergate.localcluster.layout import kubernetes_bin, repo_root
+from infergate.commands.crds import diff_summary
+from infergate_dev.helmchart import Component, component_key, render_chart
+from infergate_dev.localcluster.layout import kubernetes_bin, repo_root
 
 JSON = dict[str, Any]
 
@@ -159,7 +159,7 @@ def _check(directory: Path, generated: dict[str, str]) -> int:
         if not path.exists():
             problems.append(f"{path}: missing")
         elif (current := path.read_text(encoding="utf-8")) != text:
-            problems.append(_diff_summary(path, current, text))
+            problems.append(diff_summary(path, current, text))
     problems += [
         f"{directory / extra}: not generated from manifests/"
         for extra in sorted(_files(directory) - set(generated))

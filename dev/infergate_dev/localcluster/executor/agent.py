@@ -13,13 +13,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from infergate.jsontypes import JSON
-from infergate.localcluster import nodes
-from infergate.localcluster.executor import endpoints, images
-from infergate.localcluster.executor.container import kill_leftovers, now_rfc3339
-from infergate.localcluster.executor.pod import PodRunner, Site
-from infergate.localcluster.executor.volumes import remove_pod_dir
-from infergate.localcluster.layout import EXECUTOR_POD_CIDR, cache_dir
-from infergate.localcluster.rest import RestClient
+from infergate_dev.localcluster import nodes
+from infergate_dev.localcluster.executor import endpoints, images
+from infergate_dev.localcluster.executor.container import kill_leftovers, now_rfc3339
+from infergate_dev.localcluster.executor.pod import PodRunner, Site
+from infergate_dev.localcluster.executor.volumes import remove_pod_dir
+from infergate_dev.localcluster.layout import EXECUTOR_POD_CIDR, cache_dir
+from infergate_dev.localcluster.rest import RestClient
 
 log = logging.getLogger("infergate.executor")
 

@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infergate.jsontypes import JSON
-from infergate.localcluster.executor import probes
-from infergate.localcluster.executor.volumes import Mount, ensure_mount_point
+from infergate_dev.localcluster.executor import probes
+from infergate_dev.localcluster.executor.volumes import Mount, ensure_mount_point
+
+# The launcher starts from a bare environment (the container's own is applied at its
+# exec), so it finds this package by its source folder, installed or not.
+_LAUNCHER_PYTHONPATH = str(Path(__file__).resolve().parents[3])
 
 
 def now_rfc3339() -> str:
@@ -76,7 +80,12 @@ class ContainerProcess:
         )
         spec_file.chmod(0o600)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        launcher = [sys.executable, "-m", "infergate.localcluster.executor.launch", str(spec_file)]
+        launcher = [
+            sys.executable,
+            "-m",
+            "infergate_dev.localcluster.executor.launch",
+            str(spec_file),
+        ]
         if mounts:
             launcher = ["unshare", "--mount", "--propagation", "private", "--", *launcher]
         with self.log_path.open("ab") as log:
@@ -87,7 +96,10 @@ class ContainerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                env={
+                    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                    "PYTHONPATH": _LAUNCHER_PYTHONPATH,
+                },
                 start_new_session=True,
             )
         (self.pod_dir / f"{self.name}.pid").write_text(

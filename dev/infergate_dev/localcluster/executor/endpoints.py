@@ -12,8 +12,11 @@ exactly as they would through IPv4 slices on a real cluster.
 from __future__ import annotations
 
 from infergate.jsontypes import JSON
+from infergate.runner.endpoints import LOCAL_EXECUTOR
 
-MANAGED_BY = "local-executor.infergate.io"
+# The label value of the executor's slices: the product's runner decides whom it trusts
+# and names the value; the executor only wears it.
+MANAGED_BY = LOCAL_EXECUTOR
 
 
 def _selected(service: JSON, pod: JSON) -> bool:

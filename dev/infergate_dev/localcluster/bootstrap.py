@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from infergate.localcluster import nodes, processes
-from infergate.localcluster.layout import ClusterLayout
-from infergate.localcluster.rest import RestClient
+from infergate_dev.localcluster import nodes, processes
+from infergate_dev.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster.rest import RestClient
 
 
 class BootstrapError(RuntimeError):

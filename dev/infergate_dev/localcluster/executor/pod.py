@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Protocol
 
 from infergate.jsontypes import JSON
-from infergate.localcluster.executor.container import ContainerProcess, now_rfc3339
-from infergate.localcluster.executor.podspec import (
+from infergate_dev.localcluster.executor.container import ContainerProcess, now_rfc3339
+from infergate_dev.localcluster.executor.podspec import (
     ImageEnvironment,
     Lookup,
     PodSpecError,
@@ -22,7 +22,7 @@ from infergate.localcluster.executor.podspec import (
     image_process_env,
     pre_stop_sleep,
 )
-from infergate.localcluster.executor.volumes import (
+from infergate_dev.localcluster.executor.volumes import (
     VolumeSources,
     container_mounts,
     materialise,

@@ -8,7 +8,7 @@ executor's nodes (loopback pod IPs), are Running and carry
 `prometheus.io/port` and `prometheus.io/path` annotations, as a real cluster's
 annotation-based scrape config does. Prometheus re-reads the files on change.
 
-    python -m infergate.localcluster.scrape_targets --kubeconfig K --out DIR [--interval S]
+    python -m infergate_dev.localcluster.scrape_targets --kubeconfig K --out DIR [--interval S]
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 
 from infergate.errors import KubeError
-from infergate.localcluster import nodes
-from infergate.localcluster.rest import RestClient
+from infergate_dev.localcluster import nodes
+from infergate_dev.localcluster.rest import RestClient
 
 JSON = dict[str, Any]
 OPERATOR_JOB = "infergate-operator"

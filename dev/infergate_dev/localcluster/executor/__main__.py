@@ -1,0 +1,3 @@
+from infergate_dev.localcluster.executor.agent import main
+
+main()

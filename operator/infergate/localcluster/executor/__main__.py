@@ -1,3 +1,0 @@
-from infergate.localcluster.executor.agent import main
-
-main()
