@@ -38,7 +38,7 @@ from infergate.kube.client import KubeClient, Resource
 from infergate.localcluster.layout import ClusterLayout
 from infergate.localcluster.nodes import NodeShape, node_object
 from infergate.localcluster.pki import Pki
-from infergate.plan.desired import revision_of
+from infergate.plan.deployment.desired import revision_of
 
 REPO = Path(__file__).resolve().parents[1]
 DTYPES = ("bfloat16", "float16", "float32")

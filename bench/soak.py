@@ -70,7 +70,7 @@ from infergate.kube.client import (
     Resource,
 )
 from infergate.localcluster.layout import ClusterLayout
-from infergate.plan.check_status import spec_digest
+from infergate.plan.check.status import spec_digest
 
 NODE_PREFIX = "soak-gpu"
 TERMINAL = ("Passed", "Failed", "Inconclusive", "Error")

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from infergate.errors import InfergateError, KubeError, PermanentKubeError, SpecError
-from infergate.plan.observed import OwnerKey
+from infergate.plan.metadata import OwnerKey
 from infergate.retry import RECONCILES
 
 # A reconcile returns how soon it wants to run again (a deadline), or None for the usual

@@ -20,20 +20,19 @@ import kopf
 
 from infergate.api.base import GROUP, PARITY_CHECK_KIND, PARITY_CHECKS_PLURAL, VERSION
 from infergate.controllers._context import wake
-from infergate.plan.observed import (
-    ObservedCheck,
+from infergate.plan.check.owned import ObservedCheck, observe_check
+from infergate.plan.deployment.observed import (
     ObservedDeployment,
     ObservedObject,
     ObservedPod,
-    OwnerKey,
     check_family,
-    observe_check,
     observe_deployment,
     observe_object,
     observe_pod,
     owner_key,
 )
-from infergate.plan.wake import child_wake, delay_seconds, essence
+from infergate.plan.deployment.wake import child_wake, delay_seconds, essence
+from infergate.plan.metadata import OwnerKey
 from infergate.render.labels import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
 from infergate.render.mirror import COMPONENT_MIRROR
 

@@ -58,14 +58,13 @@ from infergate.jsontypes import JSON
 from infergate.kube.client import INFERENCE_DEPLOYMENTS
 from infergate.kube.writer import PlanWriter, WriteResult
 from infergate.plan import reasons
-from infergate.plan.control import manual_requests
-from infergate.plan.desired import Owner
-from infergate.plan.freshness import watched_copy_is_current
-from infergate.plan.observed import Observed, OwnerKey, collect
-from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
-from infergate.plan.rollout import DeploymentState, Notice
-from infergate.plan.status import latest_parity_figures
-from infergate.plan.wake import (
+from infergate.plan.deployment.control import manual_requests
+from infergate.plan.deployment.desired import Owner
+from infergate.plan.deployment.observed import Observed, collect
+from infergate.plan.deployment.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
+from infergate.plan.deployment.rollout import DeploymentState, Notice
+from infergate.plan.deployment.status import latest_parity_figures
+from infergate.plan.deployment.wake import (
     KOPF_PREFIX,
     DeploymentMark,
     again_in,
@@ -73,6 +72,8 @@ from infergate.plan.wake import (
     deployment_mark,
     deployment_wake,
 )
+from infergate.plan.freshness import watched_copy_is_current
+from infergate.plan.metadata import OwnerKey
 from infergate.render.labels import LABEL_CHECK_PURPOSE, PURPOSE_DRIFT
 
 PLURAL = INFERENCE_DEPLOYMENTS_PLURAL

@@ -33,7 +33,8 @@ from infergate.controllers._context import (
 )
 from infergate.controllers._leader import LEADER
 from infergate.kube.check_writer import CheckWriter, ForeignChildError
-from infergate.plan.check_observed import (
+from infergate.plan.check.lifecycle import CheckPlan, CheckState, decide, foreign_child
+from infergate.plan.check.observed import (
     CheckChild,
     ObservedParityCheck,
     check_key,
@@ -42,15 +43,15 @@ from infergate.plan.check_observed import (
     observe_parity_check,
     previous_report,
 )
-from infergate.plan.check_sides import (
+from infergate.plan.check.sides import (
     RevisionConfigError,
     RevisionSeen,
     SideView,
     parse_revision_config,
     side_view,
 )
-from infergate.plan.observed import ObservedDeployment, ObservedObject, OwnerKey
-from infergate.plan.paritycheck import CheckPlan, CheckState, decide, foreign_child
+from infergate.plan.deployment.observed import ObservedDeployment, ObservedObject
+from infergate.plan.metadata import OwnerKey
 from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
 from infergate.render.labels import revision_object_name
 

@@ -50,9 +50,9 @@ from infergate.kube.client import (
     SERVICES,
     KubeClient,
 )
-from infergate.plan.observed import holder_of
-from infergate.plan.reconcile import ReconcilePlan, with_check_uids
-from infergate.plan.sync import Create, Delete, Recreate, Update, Write
+from infergate.plan.deployment.observed import holder_of
+from infergate.plan.deployment.reconcile import ReconcilePlan, with_check_uids
+from infergate.plan.deployment.sync import Create, Delete, Recreate, Update, Write
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

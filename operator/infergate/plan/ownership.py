@@ -34,6 +34,12 @@ def controller_reference(obj: JSONMap) -> JSONMap | None:
     return next((ref for ref in refs if ref.get("controller") is True), None)
 
 
+def controller_uid(obj: JSONMap) -> str | None:
+    """uid of the controlling owner reference."""
+    uid = (controller_reference(obj) or {}).get("uid")
+    return str(uid) if uid else None
+
+
 def describe_controller(ref: JSONMap | None) -> str:
     """Who controls an object, in words for a message."""
     if ref is None:
