@@ -22,7 +22,8 @@ from infergate.plan.conditions import find_condition
 from infergate.plan.deployment.desired import desired_drift_check
 from infergate.plan.deployment.manual import retained_revisions, roll_back
 from infergate.plan.deployment.state import Context, Rollout
-from infergate.plan.drift.watch import DriftInput, DriftPlan, decide_drift
+from infergate.plan.drift.state import DriftInput, DriftPlan
+from infergate.plan.drift.watch import decide_drift
 
 _NO_ACTION = OnDrift()
 

@@ -29,7 +29,7 @@ from infergate.plan.deployment.rollout import DeploymentState, Notice, Outcome, 
 from infergate.plan.deployment.state import Context, taken_message
 from infergate.plan.deployment.status import StatusInput, build_status
 from infergate.plan.deployment.sync import Create, SyncPlan, sync_children
-from infergate.plan.drift.watch import DriftPlan
+from infergate.plan.drift.state import DriftPlan
 from infergate.plan.phases import deployment_phase
 
 FALSE = ConditionStatus.FALSE

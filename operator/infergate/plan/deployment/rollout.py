@@ -44,7 +44,7 @@ from infergate.plan.deployment.state import (
     Rollout,
     StepState,
 )
-from infergate.plan.drift.watch import DriftPlan
+from infergate.plan.drift.state import DriftPlan
 from infergate.plan.notices import Notice, Outcome
 
 __all__ = [

@@ -27,7 +27,7 @@ from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.deployment.control import ManualRequests
 from infergate.plan.deployment.desired import Owner, revision_of, spec_for_revision
 from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC, ANNOTATION_ROLE, Observed
-from infergate.plan.drift.watch import DriftPlan
+from infergate.plan.drift.state import DriftPlan
 from infergate.plan.notices import Notice, Outcome
 from infergate.render.images import DEFAULT_RUNNER_IMAGE, resolved_image
 from infergate.render.labels import revision_object_name

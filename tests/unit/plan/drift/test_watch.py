@@ -14,14 +14,10 @@ from infergate.api.drift import DriftStatus, DriftWatch, OnDrift
 from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
 from infergate.plan.check.owned import ObservedCheck
 from infergate.plan.deployment.observed import check_family
-from infergate.plan.drift.watch import (
-    GRACE,
-    DriftInput,
-    bound_drift_verdict,
-    decide_drift,
-    golden_record_known,
-    verdict_condition,
-)
+from infergate.plan.drift.schedule import golden_record_known
+from infergate.plan.drift.state import GRACE, DriftInput
+from infergate.plan.drift.verdict import bound_drift_verdict, verdict_condition
+from infergate.plan.drift.watch import decide_drift
 
 NAME = "qwen"
 UID = "uid-qwen"
