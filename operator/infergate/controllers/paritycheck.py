@@ -33,7 +33,7 @@ from infergate.controllers._context import (
 )
 from infergate.controllers._leader import LEADER
 from infergate.kube.check_writer import CheckWriter, ForeignChildError
-from infergate.plan.check.lifecycle import CheckPlan, CheckState, decide, foreign_child
+from infergate.plan.check.lifecycle import decide, foreign_child
 from infergate.plan.check.observed import (
     CheckChild,
     ObservedParityCheck,
@@ -50,6 +50,7 @@ from infergate.plan.check.sides import (
     parse_revision_config,
     side_view,
 )
+from infergate.plan.check.state import CheckPlan, CheckState
 from infergate.plan.deployment.observed import ObservedDeployment, ObservedObject
 from infergate.plan.metadata import OwnerKey
 from infergate.render.check_names import LABEL_CHECK, SIDES, SideName

@@ -17,52 +17,43 @@ ttlSecondsAfterFinished), the report ConfigMap for good. Only children the
 check owns are ever deleted or counted as started: an object someone else made under a
 child's name ends the check in Error, untouched. Nothing is kept in memory between
 reconciles: a restarted operator decides the same from the same objects.
+
+`decide(CheckState) -> CheckPlan` is the entry point (the records in
+`plan.check.state`); what the runner is given when it starts is `plan.check.runner`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from infergate.api.enums import CheckPhase, ConditionStatus
-from infergate.api.golden import GoldenSpec
-from infergate.golden.settings import WhenDeleted
 from infergate.jsontypes import JSON
 from infergate.plan import reasons
 from infergate.plan.check.observed import CheckChild, ObservedParityCheck
-from infergate.plan.check.sides import (
-    SideView,
+from infergate.plan.check.runner import (
+    check_body,
+    probe_stand_in,
+    runner_objects,
+    runner_peers,
 )
+from infergate.plan.check.state import CheckPlan, CheckState
 from infergate.plan.check.status import check_conditions, error_status
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.phases import is_check_terminal
 from infergate.render.check_children import (
-    FINGERPRINT_PORT,
-    PROBE_CONTAINER,
     probe_pod,
     probe_service,
-    report_config_map,
-    runner_job,
     runner_network_policy,
-    runner_rbac,
 )
 from infergate.render.check_names import (
-    LABEL_SIDE,
     ROLE_PROBE,
     ROLE_RUNNER,
     SIDES,
-    SideName,
-    child_labels,
     probe_name,
     report_name,
     runner_name,
 )
-from infergate.render.labels import engine_pod_selector
 from infergate.render.launch import HTTP_PORT
-from infergate.render.layer_stand_in import LAYERS_PORT, StandInDecision, decide_stand_in
-from infergate.render.mirror import CONTROL_PORT, mirror_labels
-from infergate.render.network import Peer
 
 RELEASED_MESSAGE = (
     "probes, runner RBAC and NetworkPolicy deleted, runner stopped if it still ran; the "
@@ -70,44 +61,6 @@ RELEASED_MESSAGE = (
     "ConfigMap for good"
 )
 _RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding")
-
-
-@dataclass(frozen=True)
-class CheckState:
-    """Everything one reconcile of a check decides from."""
-
-    check: ObservedParityCheck
-    sides: Mapping[SideName, SideView]
-    children: Sequence[CheckChild]
-    runner_image: str
-    now: datetime
-    previous_report: str | None = None
-    """Report ConfigMap of the last passing check of the same deployment (regression)."""
-    golden: GoldenSpec | None = None
-    """The operator's golden record store, handed to every runner Job (never the tenant's)."""
-    api_server: tuple[Peer, ...] = ()
-    """Where the runner reaches the API server (its NetworkPolicy allows these)."""
-
-
-@dataclass
-class CheckPlan:
-    """What the controller should do now."""
-
-    status: JSON | None = None
-    """Fields to merge into status (non-terminal), only when something changed."""
-    terminal: JSON | None = None
-    """Terminal status fields, written only if the check has not ended meanwhile."""
-    create: list[JSON] = field(default_factory=list)
-    delete: list[CheckChild] = field(default_factory=list)
-    """Children the check owns (deleted only while their uid is still the one seen)."""
-    events: list[tuple[bool, str, str]] = field(default_factory=list)
-    """(warning, reason, message) Events to post on the check."""
-    wake_in: float | None = None
-    """Seconds until something time-based happens (the check's deadline)."""
-
-    @property
-    def quiet(self) -> bool:
-        return not (self.status or self.terminal or self.create or self.delete or self.events)
 
 
 # -- the decision -------------------------------------------------------------------------
@@ -321,7 +274,9 @@ def _with_runner(state: CheckState) -> CheckPlan:
     policy = _child(state, "NetworkPolicy", runner_name(state.check.name))
     if policy is None and not (job.complete or job.failed):
         # Never unconfined for long: made again if it went (or a check predates it).
-        return CheckPlan(create=[runner_network_policy(_body(state.check), _runner_peers(state))])
+        return CheckPlan(
+            create=[runner_network_policy(check_body(state.check), runner_peers(state))]
+        )
     if job.failed:
         return _terminal_error(state, reasons.CHECK_RUNNER_FAILED, _runner_failure(state, job))
     if job.complete:
@@ -371,13 +326,13 @@ def _before_runner(state: CheckState) -> CheckPlan:
         if pod is None:
             assert view.probe_template is not None  # noqa: S101 - a probe side has its template
             hidden = check.spec.hidden_states if check.spec is not None else True
-            stand_in = _stand_in(view)
+            stand_in = probe_stand_in(view)
             plan.create += [
                 probe_service(
-                    _body(check), side, HTTP_PORT, hidden_states=hidden, stand_in=stand_in
+                    check_body(check), side, HTTP_PORT, hidden_states=hidden, stand_in=stand_in
                 ),
                 probe_pod(
-                    _body(check),
+                    check_body(check),
                     side,
                     view.probe_template,
                     hidden_states=hidden,
@@ -405,94 +360,7 @@ def _before_runner(state: CheckState) -> CheckPlan:
             state, reasons.CHECK_WAITING_FOR_PROBES, "; ".join(not_ready), pinned
         )
         return plan
-    plan.create += _runner_objects(state)
+    plan.create += runner_objects(state)
     plan.status = _pending(state, reasons.CHECK_RUNNER_STARTED, "runner Job started", pinned)
     plan.events.append((False, reasons.CHECK_RUNNER_STARTED, "runner Job started"))
     return plan
-
-
-def _body(check: ObservedParityCheck) -> JSON:
-    """The check as the renderers take it (identity only)."""
-    return {
-        "metadata": {"name": check.name, "namespace": check.namespace, "uid": check.uid},
-    }
-
-
-def _stand_in(view: SideView) -> StandInDecision:
-    """Whether a vLLM side's probe runs the transformers stand-in for the layer probe."""
-    assert view.probe_template is not None  # noqa: S101 - a probe side has its template
-    pod_spec = view.probe_template["spec"]["template"]["spec"]
-    return decide_stand_in(pod_spec, PROBE_CONTAINER)
-
-
-def _runner_peers(state: CheckState) -> list[Peer]:
-    """What the runner may connect to: each side's revision pods on the engine port, its
-    probe on the ports the probe serves (the engine's, for hidden states, the fingerprint
-    server's, and the layer stand-in's where it runs), a shadow check's mirror pods on
-    their control port (whose NetworkPolicy admits runner pods there), and the API server.
-    Endpoint sides get nothing (see check_children)."""
-    check = state.check
-    hidden = check.spec.hidden_states if check.spec is not None else True
-    peers: list[Peer] = []
-    spec = check.spec
-    if spec is not None and spec.mirror_service is not None and spec.candidate.deployment:
-        peers.append(Peer(CONTROL_PORT, pods=mirror_labels(spec.candidate.deployment)))
-    for side, view in state.sides.items():
-        if view.deployment is not None and view.revision is not None:
-            peers.append(Peer(HTTP_PORT, pods=engine_pod_selector(view.deployment, view.revision)))
-        if view.needs_probe:
-            probe = {**child_labels(check.name, ROLE_PROBE), LABEL_SIDE: side}
-            ports = (HTTP_PORT, FINGERPRINT_PORT) if hidden else (FINGERPRINT_PORT,)
-            if _stand_in(view).image is not None:
-                ports = (*ports, LAYERS_PORT)
-            peers += [Peer(port, pods=probe) for port in ports]
-    return [*peers, *state.api_server]
-
-
-def _prunes_deleted(golden: GoldenSpec | None) -> bool:
-    """The runner deletes the records of deleted InferenceDeployments (and so must list
-    them) only when the operator keeps golden records under `whenDeleted: Delete`."""
-    return golden is not None and golden.retention.when_deleted is WhenDeleted.DELETE
-
-
-def _runner_objects(state: CheckState) -> list[JSON]:
-    """The NetworkPolicy confining the runner (first: nothing runs unconfined), RBAC
-    naming exactly what it reads, the empty report ConfigMap, the Job."""
-    check = state.check
-    spec = check.spec
-    assert spec is not None  # noqa: S101 - only decided for a valid spec
-    deployments: list[str] = []
-    services: list[str] = []
-    config_maps: list[str] = []
-    for side, view in state.sides.items():
-        if view.deployment is not None and view.object_name is not None:
-            deployments.append(view.deployment)
-            services.append(view.object_name)
-            config_maps.append(view.object_name)
-        if view.needs_probe:
-            services.append(probe_name(check.name, side))
-    if spec.suite_config_map is not None:
-        config_maps.append(spec.suite_config_map)
-    if spec.mirror_service is not None:
-        services.append(spec.mirror_service)
-    if state.previous_report is not None:
-        config_maps.append(state.previous_report)
-    body = _body(check)
-    return [
-        runner_network_policy(body, _runner_peers(state)),
-        *runner_rbac(
-            body,
-            deployments=deployments,
-            services=services,
-            config_maps=config_maps,
-            list_deployments=bool(deployments) and _prunes_deleted(state.golden),
-        ),
-        report_config_map(body),
-        runner_job(
-            body,
-            spec.runner,
-            image=state.runner_image,
-            previous_report=state.previous_report,
-            golden=state.golden,
-        ),
-    ]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from infergate.api.golden import GoldenSpec
-from infergate.plan.check.lifecycle import CheckState, decide
+from infergate.plan.check.lifecycle import decide
 from infergate.plan.check.observed import (
     CheckChild,
     observe_child,
@@ -19,6 +19,7 @@ from infergate.plan.check.observed import (
     previous_report,
 )
 from infergate.plan.check.sides import RevisionConfig, RevisionSeen, SideView, side_view
+from infergate.plan.check.state import CheckState
 from infergate.render.check_names import child_labels
 from infergate.render.mirror import CONTROL_PORT, mirror_network_policy
 from infergate.render.network import Peer, api_server_peers
