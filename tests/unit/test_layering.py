@@ -50,7 +50,7 @@ def test_the_code_keeps_every_contract(copy_of_the_package: Path) -> None:
         ("plan/phases.py", "import kubernetes", "Pure layers"),
         ("render/labels.py", "import infergate.kube.client", "Pure layers"),
         ("kube/events.py", "import infergate.runner.drive", "kube/ only translates"),
-        ("plan/paritycheck.py", "import numpy", "The operator process pulls in no numpy"),
+        ("plan/check/lifecycle.py", "import numpy", "The operator process pulls in no numpy"),
     ],
 )
 def test_a_deliberate_violation_breaks_a_contract(

@@ -1,9 +1,9 @@
 """Indexes of every InferenceDeployment's children, and wake-ups when they change.
 
 Each index maps `OwnerKey(namespace, deployment name)` to small records of the
-children (see `plan.observed`), kept current by kopf from the watch streams, so
+children (see `plan.deployment.observed`), kept current by kopf from the watch streams, so
 a reconcile reads its children from memory instead of listing them. A change
-of a child wakes its deployment's resync loop (`plan.wake.child_wake` decides): a canary
+of a child wakes its deployment's resync loop (`plan.deployment.wake.child_wake` decides): a canary
 becoming available, a verdict, or a drifting edit is acted on within the debounce rather
 than at the next resync.
 

@@ -1,9 +1,9 @@
-"""kopf handlers of ParityChecks: gather from indexes, decide (`plan.paritycheck`), write.
+"""kopf handlers of ParityChecks: gather from indexes, decide (`plan.check.lifecycle`), write.
 
 Every check, its children (probes, runner Job and pods, runner RBAC, report) and the
 InferenceDeployment revisions its sides name are kept current in memory by kopf's
 watches, as small records. A reconcile reads nothing from the API server: it gathers
-those records, `plan.paritycheck.decide` turns them into a plan, and `kube.check_writer`
+those records, `plan.check.lifecycle.decide` turns them into a plan, and `kube.check_writer`
 writes only what the plan says (status guarded by the resourceVersion it was decided
 from). Reconciles run when the check, a child or a side changes, at the check's
 deadline, and otherwise every `check_resync_seconds` as a safety net; a check at rest

@@ -11,7 +11,7 @@ Deployment) is sent beside the status write, not after it, which halves the time
 spec change to its canary. A create changes no object that exists, deletes nothing and
 moves no traffic; if the status write then finds the copy stale, the reconcile decides
 again on fresh state, and a revision that state no longer wants is deleted like any
-other revision it does not keep (`plan.sync`). Updates, deletions, checks and annotations
+other revision it does not keep (`plan.deployment.sync`). Updates, deletions, checks and annotations
 still wait for the status write.
 
 The children of one plan are independent objects (a canary's ConfigMap, Deployment and

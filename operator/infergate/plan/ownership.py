@@ -5,7 +5,7 @@ and Service, a check's probe Services, a deployment's mirror Service) and trusts
 they say. A name is no proof: anyone who may create ConfigMaps or Services there can
 make one first. The controlling owner reference, matched on kind, name and uid, is: a
 uid is the one object the operator rendered the child for, never reused, and the
-operator writes it into every child it makes (`plan.desired.Owner`,
+operator writes it into every child it makes (`plan.deployment.desired.Owner`,
 `render.check_children.owner_reference`).
 """
 

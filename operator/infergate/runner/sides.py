@@ -4,7 +4,7 @@ A side is a revision of an InferenceDeployment or an explicit endpoint:
 
 - a revision answers on its Service `<name>-<revision>` (ready endpoints read from its
   EndpointSlices); its pinned configuration, written by the operator into the
-  ConfigMap of the same name (`engine.json`, read by `plan.check_sides`, which the
+  ConfigMap of the same name (`engine.json`, read by `plan.check.sides`, which the
   controller shares), says which engine and dtype run, and which numeric overrides
   were pinned;
 - its hidden states come from the engine itself where our adapter serves it

@@ -1,4 +1,4 @@
-"""Rollout steps of the drift watch: what `plan.drift_watch` decided, applied to the rollout
+"""Rollout steps of the drift watch: what `plan.drift.watch` decided, applied to the rollout
 (pure).
 
     drift_rollback   a drift run Failed and onDrift.action is rollback: roll back now

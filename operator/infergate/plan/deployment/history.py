@@ -100,7 +100,7 @@ def sizes(
 def prune_checks(ctx: Context, rollout: Rollout, records: list[RevisionRecord]) -> Rollout:
     """Delete the deployment's own checks of revisions out of history, or superseded
     before they ended (a check someone else made is never deleted). Drift runs of a revision
-    in history are the drift watch's to delete (`plan.drift_watch`), never superseded by a
+    in history are the drift watch's to delete (`plan.drift.watch`), never superseded by a
     canary."""
     known = {r.hash for r in records}
     owner = ctx.state.owner.uid

@@ -251,7 +251,7 @@ def _passed(ctx: Context, rollout: Rollout, canary: str, name: str, summary: str
     if ctx.spec.rollout.auto_promote and held is not None:
         return replace(rollout, progress=traffic_held(canary, f"ParityCheck {name} passed", held))
     if ctx.spec.rollout.auto_promote and ctx.spec.rollout.traffic.mode is TrafficMode.GATEWAY:
-        # Traffic moves in steps from here (plan.rollout_traffic); the first begins now.
+        # Traffic moves in steps from here (plan.deployment.traffic); the first begins now.
         state = StepState(canary, 0, ctx.now)
         return replace(
             rollout,

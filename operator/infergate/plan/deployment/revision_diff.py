@@ -1,7 +1,7 @@
 """What changed between two revisions, in the order a person reads it (pure).
 
 A revision is made of the model, the engine with its pinned numerics and the
-accelerator (`plan.desired.revision_spec_annotation`); this module lists the fields
+accelerator (`plan.deployment.desired.revision_spec_annotation`); this module lists the fields
 that differ between two of them, most telling first: what runs (engine kind, image,
 dtype, weights), then the numerics pinned in config, then sizes and extras. The same
 list appears in `infergate diff`, in the canary's Progressing message and in the

@@ -7,16 +7,16 @@ readiness from the Deployments, verdicts from the ParityChecks; so a restarted
 operator decides exactly what the stopped one would have.
 
 `decide` runs small steps, each `(context, rollout so far) -> rollout`, with no state
-shared but what one hands the next (`plan.rollout_state.Rollout`, immutable):
+shared but what one hands the next (`plan.deployment.state.Rollout`, immutable):
 
     choose_canary       the desired revision is the canary when a stable one differs
-    manual_rollback     infergate.io/rollback-to        (plan.rollout_manual)
+    manual_rollback     infergate.io/rollback-to        (plan.deployment.manual)
     manual_abort        infergate.io/abort
     manual_promote      infergate.io/promote
-    drift_rollback      onDrift rollback after a drift  (plan.rollout_drift)
-    advance_canary      wait for it, then judge it      (plan.rollout_canary, rollout_judge)
+    drift_rollback      onDrift rollback after a drift  (plan.deployment.drift)
+    advance_canary      wait for it, then judge it      (plan.deployment.canary, judge)
     advance_initial     the first revision becomes stable once rolled out
-    history, sizes      what stays, at which size       (plan.rollout_history)
+    history, sizes      what stays, at which size       (plan.deployment.history)
     watch_drift         the drift watch's runs on the stable revision
     prune_checks        checks of revisions out of history
     settle              the Progressing condition

@@ -2,7 +2,7 @@
 
 `Context` is what one reconcile observed, with the questions the steps ask of it
 (is this revision rolled out? why can it not be scheduled? what spec made it?).
-`Rollout` is the decision in the making: each step of `plan.rollout` takes it and
+`Rollout` is the decision in the making: each step of `plan.deployment.rollout` takes it and
 returns a new one (`dataclasses.replace`, records copied before any change), so a
 step depends only on what it is given and can be tested alone.
 """
@@ -73,7 +73,7 @@ class DeploymentState:
     """The operator's golden record store (--golden-config), for the drift watch."""
     taken: Mapping[str, str] = field(default_factory=dict)
     """Children whose name someone else's object holds ("Service web" -> who made it, as
-    `plan.observed.holder_of` says): their create answered AlreadyExists with an object
+    `plan.deployment.observed.holder_of` says): their create answered AlreadyExists with an object
     this deployment did not make, which infergate never overwrites."""
 
 
@@ -261,7 +261,7 @@ class Rollout:
     step: StepState | None = None
     """The canary's gateway step, once its check passed (gateway mode only)."""
     drift: DriftPlan | None = None
-    """What the drift watch decided (plan.rollout_drift), once it ran."""
+    """What the drift watch decided (plan.deployment.drift), once it ran."""
     due: datetime | None = None
     """The earliest time at which this decision changes by time alone (a deadline, the end
     of a pause): the reconcile is scheduled then, not polled."""

@@ -1,5 +1,5 @@
 """Which watch events wake a reconcile and how soon, and how long the resync loop sleeps
-after a reconcile (plan/wake.py), on plain data."""
+after a reconcile (plan/deployment/wake.py), on plain data."""
 
 from __future__ import annotations
 
