@@ -35,7 +35,7 @@ from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.errors import ConflictError, KubeError, RetriableKubeError
 from infergate.jsontypes import JSON
 from infergate.kube.client import KubeClient, Resource
-from infergate.plan.desired import revision_of
+from infergate.plan.deployment.desired import revision_of
 from infergate_dev.localcluster.layout import ClusterLayout
 from infergate_dev.localcluster.nodes import NodeShape, node_object
 from infergate_dev.localcluster.pki import Pki

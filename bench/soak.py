@@ -69,7 +69,7 @@ from infergate.kube.client import (
     KubeClient,
     Resource,
 )
-from infergate.plan.check_status import spec_digest
+from infergate.plan.check.status import spec_digest
 from infergate_dev.localcluster.layout import ClusterLayout
 
 NODE_PREFIX = "soak-gpu"

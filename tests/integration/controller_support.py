@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infergate.plan.check_status import spec_digest
+from infergate.plan.check.status import spec_digest
 from tests.harness import (
     REPO,
     Cluster,

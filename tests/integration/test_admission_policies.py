@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from infergate.api import InferenceDeployment, ParityCheckSpec
-from infergate.plan.control import ABORT, PROMOTE, REQUESTED_BY
+from infergate.plan.deployment.control import ABORT, PROMOTE, REQUESTED_BY
 from infergate.render import check_children as children
 from infergate.render import render_revision
 from infergate.render.images import DEFAULT_RUNNER_IMAGE

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infergate.plan.desired import recheck_name
+from infergate.plan.deployment.desired import recheck_name
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from infergate.api.inference_deployment import InferenceDeploymentSpec
-from infergate.plan.desired import revision_of
+from infergate.plan.deployment.desired import revision_of
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,

@@ -52,7 +52,11 @@ def test_the_code_keeps_every_contract(copy_of_the_package: Path) -> None:
         ("plan/phases.py", "import kubernetes", "Pure layers"),
         ("render/labels.py", "import infergate.kube.client", "Pure layers"),
         ("kube/events.py", "import infergate.runner.drive", "kube/ only translates"),
-        ("plan/paritycheck.py", "import numpy", "The operator process pulls in no numpy"),
+        ("plan/check/lifecycle.py", "import numpy", "The operator process pulls in no numpy"),
+        ("plan/check/lifecycle.py", "import infergate.plan.deployment.rollout", "Plan rooms"),
+        ("plan/check/owned.py", "import infergate.plan.drift.state", "Plan rooms"),
+        ("plan/drift/watch.py", "import infergate.plan.deployment.state", "Plan rooms"),
+        ("plan/phases.py", "import infergate.plan.check.status", "Plan rooms"),
         ("commands/crds.py", "import infergate_dev.helmchart", "The product never imports"),
     ],
 )

@@ -23,7 +23,7 @@ from typing import Any
 
 from infergate.errors import InfergateError, NotFoundError
 from infergate.jsontypes import JSON
-from infergate.plan.control import ABORT, PROMOTE, ROLLBACK_TO
+from infergate.plan.deployment.control import ABORT, PROMOTE, ROLLBACK_TO
 
 _POLL_SECONDS = 1.0
 
@@ -82,7 +82,7 @@ class _Target:
     def revision(self, revision: str) -> JSON | None:
         """A revision as its objects recorded it (model, engine, accelerator), or None."""
         from infergate.kube.client import CONFIG_MAPS, DEPLOYMENTS
-        from infergate.plan.observed import ANNOTATION_REVISION_SPEC
+        from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC
 
         for resource in (DEPLOYMENTS, CONFIG_MAPS):
             try:
@@ -279,8 +279,8 @@ def run_status(args: argparse.Namespace) -> int:
 def run_diff(args: argparse.Namespace) -> int:
     """The fields that differ between two revisions: stable and canary by default."""
     from infergate.api.inference_deployment import InferenceDeploymentSpec
-    from infergate.plan.desired import revision_json, revision_of
-    from infergate.plan.revision_diff import revision_changes
+    from infergate.plan.deployment.desired import revision_json, revision_of
+    from infergate.plan.deployment.revision_diff import revision_changes
 
     target = _Target(args)
     body = target.read()

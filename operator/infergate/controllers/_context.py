@@ -20,7 +20,7 @@ from infergate.controllers._resync import Schedule
 from infergate.kube.background import BackgroundWrites, QueuedWrite
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
-from infergate.plan.observed import OwnerKey
+from infergate.plan.metadata import OwnerKey
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
 from infergate.render.network import Peer
 

@@ -5,7 +5,7 @@ One loop per kind for the whole process (not a kopf daemon or timer per object: 
 guards those with a finalizer, and a finalizer would hang deletion while the operator is
 down). Each known object is reconciled every `interval` seconds (a safety net), sooner
 when something it depends on changed (`wake`, at once or after a short debounce, as
-`plan.wake` decides) or at the time the reconcile asked for (a deadline, the end of a
+`plan.deployment.wake` decides) or at the time the reconcile asked for (a deadline, the end of a
 pause: scheduled, not polled), never twice at the same time, and at most `concurrency` at
 once: a burst of hundreds of changes queues here, earliest due first, instead of crowding
 the event loop and the API client's threads. A change the rollout acts on at once (a spec
@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from infergate.errors import InfergateError, KubeError, PermanentKubeError, SpecError
-from infergate.plan.observed import OwnerKey
+from infergate.plan.metadata import OwnerKey
 from infergate.retry import RECONCILES
 
 # A reconcile returns how soon it wants to run again (a deadline), or None for the usual

@@ -1,9 +1,9 @@
 """Indexes of every InferenceDeployment's children, and wake-ups when they change.
 
 Each index maps `OwnerKey(namespace, deployment name)` to small records of the
-children (see `plan.observed`), kept current by kopf from the watch streams, so
+children (see `plan.deployment.observed`), kept current by kopf from the watch streams, so
 a reconcile reads its children from memory instead of listing them. A change
-of a child wakes its deployment's resync loop (`plan.wake.child_wake` decides): a canary
+of a child wakes its deployment's resync loop (`plan.deployment.wake.child_wake` decides): a canary
 becoming available, a verdict, or a drifting edit is acted on within the debounce rather
 than at the next resync.
 
@@ -20,20 +20,19 @@ import kopf
 
 from infergate.api.base import GROUP, PARITY_CHECK_KIND, PARITY_CHECKS_PLURAL, VERSION
 from infergate.controllers._context import wake
-from infergate.plan.observed import (
-    ObservedCheck,
+from infergate.plan.check.owned import ObservedCheck, observe_check
+from infergate.plan.deployment.observed import (
     ObservedDeployment,
     ObservedObject,
     ObservedPod,
-    OwnerKey,
     check_family,
-    observe_check,
     observe_deployment,
     observe_object,
     observe_pod,
     owner_key,
 )
-from infergate.plan.wake import child_wake, delay_seconds, essence
+from infergate.plan.deployment.wake import child_wake, delay_seconds, essence
+from infergate.plan.metadata import OwnerKey
 from infergate.render.labels import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
 from infergate.render.mirror import COMPONENT_MIRROR
 

@@ -8,7 +8,7 @@ the API only when it is older than this process's own last write of it
 somebody else changed the object since; then the reconcile decides again from the read.
 One resync loop for the process reconciles a deployment at once when its spec
 or a control annotation changes, after a short debounce when a child changes (a canary
-becoming available, a verdict, a drifting edit; `plan.wake` decides), at the time the
+becoming available, a verdict, a drifting edit; `plan.deployment.wake` decides), at the time the
 decision asked for (a deadline, the end of a pause: `ReconcilePlan.due`), and otherwise
 every `resync_seconds` as a safety net. kopf only watches (indexes and event handlers):
 it keeps no state on the objects, so a replica that does not lead writes nothing. No
@@ -58,14 +58,13 @@ from infergate.jsontypes import JSON
 from infergate.kube.client import INFERENCE_DEPLOYMENTS
 from infergate.kube.writer import PlanWriter, WriteResult
 from infergate.plan import reasons
-from infergate.plan.control import manual_requests
-from infergate.plan.desired import Owner
-from infergate.plan.freshness import watched_copy_is_current
-from infergate.plan.observed import Observed, OwnerKey, collect
-from infergate.plan.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
-from infergate.plan.rollout import DeploymentState, Notice
-from infergate.plan.status import latest_parity_figures
-from infergate.plan.wake import (
+from infergate.plan.deployment.control import manual_requests
+from infergate.plan.deployment.desired import Owner
+from infergate.plan.deployment.observed import Observed, collect
+from infergate.plan.deployment.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
+from infergate.plan.deployment.rollout import DeploymentState, Notice
+from infergate.plan.deployment.status import latest_parity_figures
+from infergate.plan.deployment.wake import (
     KOPF_PREFIX,
     DeploymentMark,
     again_in,
@@ -73,6 +72,8 @@ from infergate.plan.wake import (
     deployment_mark,
     deployment_wake,
 )
+from infergate.plan.freshness import watched_copy_is_current
+from infergate.plan.metadata import OwnerKey
 from infergate.render.labels import LABEL_CHECK_PURPOSE, PURPOSE_DRIFT
 
 PLURAL = INFERENCE_DEPLOYMENTS_PLURAL
@@ -302,7 +303,7 @@ async def reconcile(
             )  # fmt: skip
 
 
-# What each deployment last looked like to `plan.wake.deployment_wake`.
+# What each deployment last looked like to `plan.deployment.wake.deployment_wake`.
 _MARKS: dict[OwnerKey, DeploymentMark] = {}
 # The newest resourceVersion of each deployment this process read or wrote itself: a
 # watched copy older than it is not decided from (`plan.freshness`).
@@ -329,7 +330,7 @@ async def changed(
 ) -> None:
     """A deployment was created, changed or deleted: reconcile it (through the resync loop,
     with its retry policy) at once when its spec or a control annotation changed, after the
-    debounce when something else a decision reads did (`plan.wake`), or forget it.
+    debounce when something else a decision reads did (`plan.deployment.wake`), or forget it.
 
     An event handler, not kopf's create/update/resume handlers: those keep kopf's state
     (diff-base, progress) in annotations on the object, which every replica would write,

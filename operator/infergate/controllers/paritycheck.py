@@ -1,9 +1,9 @@
-"""kopf handlers of ParityChecks: gather from indexes, decide (`plan.paritycheck`), write.
+"""kopf handlers of ParityChecks: gather from indexes, decide (`plan.check.lifecycle`), write.
 
 Every check, its children (probes, runner Job and pods, runner RBAC, report) and the
 InferenceDeployment revisions its sides name are kept current in memory by kopf's
 watches, as small records. A reconcile reads nothing from the API server: it gathers
-those records, `plan.paritycheck.decide` turns them into a plan, and `kube.check_writer`
+those records, `plan.check.lifecycle.decide` turns them into a plan, and `kube.check_writer`
 writes only what the plan says (status guarded by the resourceVersion it was decided
 from). Reconciles run when the check, a child or a side changes, at the check's
 deadline, and otherwise every `check_resync_seconds` as a safety net; a check at rest
@@ -33,7 +33,8 @@ from infergate.controllers._context import (
 )
 from infergate.controllers._leader import LEADER
 from infergate.kube.check_writer import CheckWriter, ForeignChildError
-from infergate.plan.check_observed import (
+from infergate.plan.check.lifecycle import decide, foreign_child
+from infergate.plan.check.observed import (
     CheckChild,
     ObservedParityCheck,
     check_key,
@@ -42,15 +43,16 @@ from infergate.plan.check_observed import (
     observe_parity_check,
     previous_report,
 )
-from infergate.plan.check_sides import (
+from infergate.plan.check.sides import (
     RevisionConfigError,
     RevisionSeen,
     SideView,
     parse_revision_config,
     side_view,
 )
-from infergate.plan.observed import ObservedDeployment, ObservedObject, OwnerKey
-from infergate.plan.paritycheck import CheckPlan, CheckState, decide, foreign_child
+from infergate.plan.check.state import CheckPlan, CheckState
+from infergate.plan.deployment.observed import ObservedDeployment, ObservedObject
+from infergate.plan.metadata import OwnerKey
 from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
 from infergate.render.labels import revision_object_name
 

@@ -26,7 +26,7 @@ from infergate.controllers._context import (
 from infergate.controllers._leader import LEADER
 from infergate.kube.client import kubeconfig_credentials
 from infergate.kube.lease import LeaseClient
-from infergate.plan.wake import KOPF_PREFIX
+from infergate.plan.deployment.wake import KOPF_PREFIX
 
 
 @kopf.on.startup()

@@ -21,7 +21,7 @@ from infergate.errors import (
 )
 from infergate.jsontypes import JSON
 from infergate.kube.client import BY_KIND, PARITY_CHECKS, KubeClient
-from infergate.plan.check_observed import CheckChild, ObservedParityCheck, observe_child
+from infergate.plan.check.observed import CheckChild, ObservedParityCheck, observe_child
 
 
 class ForeignChildError(InfergateError):

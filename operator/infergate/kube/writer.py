@@ -11,7 +11,7 @@ Deployment) is sent beside the status write, not after it, which halves the time
 spec change to its canary. A create changes no object that exists, deletes nothing and
 moves no traffic; if the status write then finds the copy stale, the reconcile decides
 again on fresh state, and a revision that state no longer wants is deleted like any
-other revision it does not keep (`plan.sync`). Updates, deletions, checks and annotations
+other revision it does not keep (`plan.deployment.sync`). Updates, deletions, checks and annotations
 still wait for the status write.
 
 The children of one plan are independent objects (a canary's ConfigMap, Deployment and
@@ -50,9 +50,9 @@ from infergate.kube.client import (
     SERVICES,
     KubeClient,
 )
-from infergate.plan.observed import holder_of
-from infergate.plan.reconcile import ReconcilePlan, with_check_uids
-from infergate.plan.sync import Create, Delete, Recreate, Update, Write
+from infergate.plan.deployment.observed import holder_of
+from infergate.plan.deployment.reconcile import ReconcilePlan, with_check_uids
+from infergate.plan.deployment.sync import Create, Delete, Recreate, Update, Write
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -70,7 +70,7 @@ def render_report(
     """The whole report page for one parity check.
 
     `changes`: the fields that differ between the two revisions, one line each, in reading
-    order (plan.revision_diff); None when a side is not a revision (an endpoint).
+    order (plan.deployment.revision_diff); None when a side is not a revision (an endpoint).
     `sections`: trusted HTML fragments (already escaped, e.g. the per-layer chart) shown
     after the reasons.
     `overhead`: the runner's overhead as the check's status carries it

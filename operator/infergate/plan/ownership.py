@@ -5,7 +5,7 @@ and Service, a check's probe Services, a deployment's mirror Service) and trusts
 they say. A name is no proof: anyone who may create ConfigMaps or Services there can
 make one first. The controlling owner reference, matched on kind, name and uid, is: a
 uid is the one object the operator rendered the child for, never reused, and the
-operator writes it into every child it makes (`plan.desired.Owner`,
+operator writes it into every child it makes (`plan.deployment.desired.Owner`,
 `render.check_children.owner_reference`).
 """
 
@@ -32,6 +32,12 @@ def controller_reference(obj: JSONMap) -> JSONMap | None:
     """The owner reference marked `controller: true` (the API server allows at most one)."""
     refs: list[JSONMap] = (obj.get("metadata") or {}).get("ownerReferences") or []
     return next((ref for ref in refs if ref.get("controller") is True), None)
+
+
+def controller_uid(obj: JSONMap) -> str | None:
+    """uid of the controlling owner reference."""
+    uid = (controller_reference(obj) or {}).get("uid")
+    return str(uid) if uid else None
 
 
 def describe_controller(ref: JSONMap | None) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from infergate.api.check_status import VerdictReason
 from infergate.api.enums import CheckPhase
-from infergate.plan.check_status import MESSAGE_MAX, Judgement
+from infergate.plan.check.status import MESSAGE_MAX, Judgement
 
 SEVERITY = {
     CheckPhase.PASSED: 0,

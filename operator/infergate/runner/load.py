@@ -32,7 +32,7 @@ from infergate.parity.compare import ParityComparison
 from infergate.parity.profiles import Gate
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.parity.verdict import decide
-from infergate.plan.check_status import Judgement
+from infergate.plan.check.status import Judgement
 from infergate.runner.combine import judged
 from infergate.runner.load_drive import (
     LoadRequest,

@@ -57,11 +57,11 @@ from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
-from infergate.plan import check_status as st
 from infergate.plan import reasons
-from infergate.plan.check_status import Judgement
+from infergate.plan.check import status as st
+from infergate.plan.check.status import Judgement
+from infergate.plan.deployment.revision_diff import revision_changes
 from infergate.plan.phases import is_check_terminal
-from infergate.plan.revision_diff import revision_changes
 from infergate.render.check_names import (
     REPORT_HTML_KEY,
     SIDES,

@@ -49,8 +49,8 @@ from infergate.parity.report import render_report
 from infergate.parity.thresholds import Thresholds
 from infergate.parity.verdict import decide
 from infergate.plan import reasons
-from infergate.plan.check_status import Judgement
-from infergate.plan.observed import parse_time
+from infergate.plan.check.status import Judgement
+from infergate.plan.metadata import parse_time
 from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.mirror import mirror_name
 from infergate.runner.combine import combined, judged

@@ -4,7 +4,7 @@ A side is a revision of an InferenceDeployment or an explicit endpoint:
 
 - a revision answers on its Service `<name>-<revision>` (ready endpoints read from its
   EndpointSlices); its pinned configuration, written by the operator into the
-  ConfigMap of the same name (`engine.json`, read by `plan.check_sides`, which the
+  ConfigMap of the same name (`engine.json`, read by `plan.check.sides`, which the
   controller shares), says which engine and dtype run, and which numeric overrides
   were pinned;
 - its hidden states come from the engine itself where our adapter serves it
@@ -36,14 +36,14 @@ from infergate.engines.client import ProbeKind
 from infergate.jsontypes import JSON
 from infergate.parity.layers import LAYER_PROBE_ENGINES
 from infergate.plan import reasons
-from infergate.plan.check_sides import (
+from infergate.plan.check.sides import (
     RevisionConfig,
     RevisionConfigError,
     choose_revision,
     needs_probe,
     parse_revision_config,
 )
-from infergate.plan.observed import ANNOTATION_REVISION_SPEC
+from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC
 from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.check_names import SideName, probe_name
 from infergate.render.labels import revision_object_name

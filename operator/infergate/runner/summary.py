@@ -1,7 +1,7 @@
 """The runner's report of a verdict: what the core measured, as the check's status says it.
 
 `judgement` turns a parity result and its verdict into the plain `Judgement` that
-`infergate.plan.check_status` writes: the headline metrics (finite values only: JSON
+`infergate.plan.check.status` writes: the headline metrics (finite values only: JSON
 has no NaN), one structured reason per limit passed, evidence missing or thing not
 measured, and a summary line. Pure, but it reads the numeric core's types, so it
 lives with the runner: the operator never imports it.
@@ -16,7 +16,7 @@ from infergate.api.check_status import Comparison, VerdictReason
 from infergate.api.enums import CheckPhase
 from infergate.parity.metrics import HygieneFinding, ParityMetrics, ParityResult
 from infergate.parity.verdict import CheckResult, Verdict, VerdictStatus
-from infergate.plan.check_status import MESSAGE_MAX, Judgement
+from infergate.plan.check.status import MESSAGE_MAX, Judgement
 
 _REASON_PROMPTS_MAX = 100
 

@@ -15,7 +15,7 @@ from infergate.api.access import (
     ALLOWED_HOST_PATHS_ANNOTATION,
     ENGINE_SERVICE_ACCOUNTS_ANNOTATION,
 )
-from infergate.plan.control import CONTROL_ANNOTATIONS, REQUESTED_BY
+from infergate.plan.deployment.control import CONTROL_ANNOTATIONS, REQUESTED_BY
 from infergate.render.accelerators import PRESETS
 from infergate.render.check_names import runner_name
 from tests.unit.packaging.kustomize import MANIFESTS, build, one, operator_service_account

@@ -10,8 +10,8 @@ from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.enums import ConditionStatus, DeploymentPhase
 from infergate.plan import reasons
 from infergate.plan.conditions import ConditionUpdate, set_condition
+from infergate.plan.deployment.reconcile import condition_events, invalid_spec_status
 from infergate.plan.phases import deployment_phase
-from infergate.plan.reconcile import condition_events, invalid_spec_status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE

@@ -10,7 +10,7 @@ from infergate.api.enums import EngineKind
 from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_MOUNT_PATH
-from infergate.plan.check_observed import observe_parity_check
+from infergate.plan.check.observed import observe_parity_check
 from infergate.render.check_children import (
     pooling_args,
     probe_pod,
@@ -252,7 +252,7 @@ def test_long_check_names_give_valid_distinct_child_names() -> None:
 
 
 def test_engine_kinds_the_probe_applies_to() -> None:
-    from infergate.plan.check_sides import needs_probe
+    from infergate.plan.check.sides import needs_probe
 
     # vLLM says neither what it loaded nor (but under pooling) its hidden states.
     assert needs_probe(EngineKind.VLLM.value)

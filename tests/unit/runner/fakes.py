@@ -28,7 +28,7 @@ from infergate.errors import ConflictError, NotFoundError
 from infergate.parity.layers import layer_state_names
 from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
-from infergate.plan.observed import ANNOTATION_REVISION_SPEC
+from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC
 from infergate.render.check_names import SideName, probe_name
 from infergate.runner.drive import Channels
 from infergate.runner.endpoints import LOCAL_EXECUTOR

@@ -21,7 +21,7 @@ from infergate.mirror.scoring import ScoredPair
 from infergate.parity.profiles import PROFILES
 from infergate.parity.record import RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName, Thresholds
-from infergate.plan.check_status import Judgement
+from infergate.plan.check.status import Judgement
 from infergate.plan.ownership import Controller
 from infergate.runner import shadow
 from infergate.runner.endpoints import LOCAL_EXECUTOR

@@ -18,8 +18,8 @@ from infergate.parity.profiles import PROFILES, resolve_thresholds, resolve_warn
 from infergate.parity.record import ParityRecord, PromptRecord
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import Verdict, decide
-from infergate.plan import check_status as st
 from infergate.plan import reasons
+from infergate.plan.check import status as st
 from infergate.plan.conditions import ConditionUpdate
 from infergate.runner.summary import headline_metrics, judgement
 from tests.unit.parity.builders import (

@@ -1,0 +1,206 @@
+"""The drift watch of the stable revision: when to run, and what a run's verdict means (pure).
+
+`rollout.parity.watch` re-runs the suite on the stable revision's live pods and compares
+it with the stable's own golden record (`baseline: {golden: {revision: <stable>}}`): a
+revision whose spec did not change can still drift under a driver, firmware or library
+update. One run is a ParityCheck `<deployment>-<stable>-drift<N>`, labelled
+`infergate.io/check-purpose: drift`; it never promotes or rolls back a canary.
+
+    decide_drift(DriftInput) -> DriftPlan
+
+- One run at a time per deployment, none while a canary is rolled out, none without a
+  golden record of the stable revision (a run against nothing could only end in Error).
+- A run is due one period after the last run started (before the first: after the
+  revision became stable). A run that outlasts the period delays the next; missed slots
+  are skipped, never queued. A run has a deadline: its check's deadlineSeconds (the check
+  ends itself in Error), and a minute on top after which the watch gives up on it.
+- The verdict counts only when it is bound to the run (its spec as the operator made it,
+  judged at its generation, on the stable revision against the stable's record): Passed ->
+  Drifted False; Failed -> Drifted True, a Warning Event and, with onDrift.action
+  rollback, a rollback to onDrift.rollbackTo if that revision is retained; Inconclusive
+  and Error are not a pass: Drifted becomes Unknown (or stays True after a drift was
+  seen) and status says why.
+
+`decide_drift` (here) reads the runs and hands over to `plan.drift.verdict` (the latest
+run's verdict) and `plan.drift.schedule` (the next run); `plan.drift.state` holds the
+records they share. Nothing is remembered but `status.drift`; the runs themselves are
+the truth, so a restarted operator decides the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from infergate.api.drift import DriftStatus
+from infergate.api.enums import ConditionStatus
+from infergate.plan import reasons
+from infergate.plan.check.owned import ObservedCheck
+from infergate.plan.conditions import ConditionUpdate
+from infergate.plan.drift.schedule import schedule_run
+from infergate.plan.drift.state import (
+    GRACE,
+    DriftInput,
+    DriftPlan,
+    Seen,
+    run_number,
+    seconds_until,
+)
+from infergate.plan.drift.verdict import Judged, judge_run
+
+# Drifted reasons that a run's verdict gave: they stand until the next verdict.
+_VERDICT_REASONS = frozenset(
+    {
+        reasons.DRIFT_DETECTED,
+        reasons.NO_DRIFT_DETECTED,
+        reasons.DRIFT_CHECK_INCONCLUSIVE,
+        reasons.DRIFT_CHECK_ERROR,
+        reasons.DRIFT_CHECK_NOT_BOUND,
+    }
+)
+
+
+def decide_drift(inp: DriftInput) -> DriftPlan:
+    """What the drift watch does now (see the module docstring)."""
+    mine = [c for c in inp.checks if c.drift and c.owner_uid == inp.owner_uid]
+    watch, stable = inp.watch, inp.stable
+    if watch is None:
+        return DriftPlan(status=None, condition=None, delete=tuple(_garbage(inp, mine, None)))
+    if stable is None:
+        return DriftPlan(
+            status=DriftStatus(message="no stable revision yet: nothing to watch"),
+            condition=ConditionUpdate(
+                reasons.DRIFTED,
+                ConditionStatus.UNKNOWN,
+                reasons.NO_STABLE_REVISION,
+                "no revision is stable yet: the drift watch starts once one is",
+            ),
+            delete=tuple(_garbage(inp, mine, None)),
+        )
+    seen = _seen(inp, stable, mine)
+    latest = seen.latest
+    previous = seen.previous
+    status = DriftStatus(
+        revision=stable,
+        run=seen.run or None,
+        check=latest.name if latest else (previous.check if previous else None),
+        last_run=seen.last_run,
+        last_verdict=previous.last_verdict if previous else None,
+        last_verdict_check=previous.last_verdict_check if previous else None,
+        last_verdict_time=previous.last_verdict_time if previous else None,
+    )
+    prior = seen.prior
+    condition = (
+        ConditionUpdate(prior.type, prior.status, prior.reason, prior.message) if prior else None
+    )
+    delete = _garbage(inp, mine, latest.name if latest else None)
+    judged = Judged(status, condition)
+    if seen.unseen and previous is not None:
+        # The run asked for last is not in sight yet: wait for it, or once the grace is
+        # over take it as never made (and make it again).
+        started = previous.last_run or inp.now
+        if inp.now < started + GRACE:
+            kept = inp.previous_condition
+            return DriftPlan(
+                status=previous,
+                condition=ConditionUpdate(kept.type, kept.status, kept.reason, kept.message)
+                if kept is not None
+                else ConditionUpdate(
+                    reasons.DRIFTED,
+                    ConditionStatus.UNKNOWN,
+                    reasons.DRIFT_CHECK_PENDING,
+                    f"drift run {previous.check} of stable revision {stable} is under way",
+                ),
+                delete=tuple(delete),
+                wake_in=seconds_until(started + GRACE, inp.now),
+            )
+        latest = None
+        seen = Seen(None, seen.run, None, previous, prior)
+        judged = Judged(status.model_copy(update={"running": None}), condition)
+    judged_run = run_number(previous.last_verdict_check or "") if previous else None
+    if (
+        latest is not None
+        and judged_run is not None
+        and (run_number(latest.name) or 0) < judged_run
+    ):
+        # A newer run was judged and is gone (stopped at its deadline): this one was judged
+        # before it, and says nothing new.
+        latest = None
+    if latest is not None:
+        found = judge_run(inp, stable, seen=seen, latest=latest, status=status, condition=condition)
+        if isinstance(found, DriftPlan):
+            return replace(found, delete=(*delete, *found.delete))
+        judged = found
+        if judged.stopped:
+            delete.append(latest.name)
+        if judged.rollback_to is not None:
+            return DriftPlan(
+                status=judged.status.model_copy(
+                    update={"message": f"drifted: rolled back to revision {judged.rollback_to}"}
+                ),
+                condition=judged.condition,
+                delete=tuple(delete),
+                rollback_to=judged.rollback_to,
+                notices=judged.notices,
+                outcomes=judged.outcomes,
+            )
+    plan = schedule_run(
+        inp, watch=watch, stable=stable, seen=seen, status=judged.status,
+        condition=judged.condition,
+    )  # fmt: skip
+    if judged.refused is not None and plan.status is not None:
+        # Why a drift was not rolled back stays in sight until the next run.
+        plan = replace(plan, status=plan.status.model_copy(update={"message": judged.refused}))
+    return replace(plan, delete=tuple(delete), notices=judged.notices, outcomes=judged.outcomes)
+
+
+def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> Seen:
+    previous = inp.previous if inp.previous and inp.previous.revision == stable else None
+    prior = inp.previous_condition if previous is not None else None
+    if prior is not None and prior.reason not in _VERDICT_REASONS:
+        prior = None  # what the watch was waiting for is decided afresh
+    runs = [c for c in mine if c.spec_candidate == stable and run_number(c.name) is not None]
+    latest = max(runs, key=lambda c: run_number(c.name) or 0, default=None)
+    # Every run name of this revision counts, whoever made it: the next name is free.
+    named = [
+        run_number(c.name) or 0
+        for c in inp.checks
+        if c.name.startswith(f"{inp.deployment}-{stable}-drift")
+    ]
+    asked = (previous.run or 0) if previous is not None else 0
+    newest = run_number(latest.name) or 0 if latest is not None else 0
+    starts = [
+        t
+        for t in (
+            latest.created if latest is not None else None,
+            previous.last_run if previous is not None else None,
+        )
+        if t is not None
+    ]
+    return Seen(
+        latest,
+        max([asked, *named]),
+        max(starts, default=None),
+        previous,
+        prior,
+        unseen=previous is not None and previous.running is True and asked > newest,
+    )
+
+
+def _garbage(inp: DriftInput, mine: Sequence[ObservedCheck], keep: str | None) -> list[str]:
+    """Runs to delete: unfinished ones the watch no longer follows (another revision, or no
+    watch), and finished ones beyond the newest `history_limit`."""
+    gone = [
+        c.name
+        for c in mine
+        if not c.terminal
+        and (inp.watch is None or c.spec_candidate != inp.stable)
+        and c.name != keep
+    ]
+    finished = sorted(
+        (c for c in mine if c.terminal and c.name != keep),
+        key=lambda c: (c.created or inp.now, run_number(c.name) or 0),
+        reverse=True,
+    )
+    kept = inp.history_limit - (1 if keep is not None else 0)
+    return gone + [c.name for c in finished[max(kept, 0) :]]
