@@ -86,11 +86,11 @@ from infergate.runner.drive import (
     measure_against_record,
     measure_prompt,
 )
-from infergate.runner.golden import (
+from infergate.runner.golden import GoldenRecorder
+from infergate.runner.golden_baseline import (
     GOLDEN_URL_PREFIX,
     GoldenBaseline,
     GoldenBaselineError,
-    GoldenRecorder,
     golden_target,
     open_golden_baseline,
 )
