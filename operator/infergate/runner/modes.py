@@ -75,7 +75,7 @@ def run_mode(run: RunContext, state: RunState) -> None:
         return
     spec = need(state.spec, "the spec")
     if spec.source is CheckSource.SHADOW:
-        shadow(run, state)
+        shadow_check(run, state)
         return
     try:
         run_steps(steps_for(spec), run, state)
@@ -92,7 +92,7 @@ def run_steps(steps: Sequence[Step], run: RunContext, state: RunState) -> None:
             return
 
 
-def shadow(run: RunContext, state: RunState) -> None:
+def shadow_check(run: RunContext, state: RunState) -> None:
     """A shadow check: the mirror's copies, through the runner's own status and side steps."""
     try:
         run_shadow(_ShadowSteps(run, state), need(state.spec, "the spec"))
