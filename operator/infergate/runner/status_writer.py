@@ -24,8 +24,14 @@ from infergate.errors import (
     RetriableKubeError,
 )
 from infergate.kube.paritycheck_api import write_terminal_status
-from infergate.plan import check_status as st
-from infergate.plan.check_status import Judgement
+from infergate.plan.check_status import (
+    Binding,
+    Judgement,
+    error_status,
+    runner_error_conditions,
+    spec_digest,
+    verdict_status,
+)
 from infergate.plan.phases import is_check_terminal
 from infergate.retry import retry_call
 from infergate.runner.context import (
@@ -135,13 +141,13 @@ def finish_with_verdict(
 ) -> None:
     """The verdict, bound to the spec and revisions it judged, with `extra` status fields."""
     baseline, candidate = sides
-    binding = st.Binding(
-        spec_digest=st.spec_digest(state.check.get("spec") or {}),
+    binding = Binding(
+        spec_digest=spec_digest(state.check.get("spec") or {}),
         generation=state.generation,
         baseline_revision=baseline.revision,
         candidate_revision=candidate.revision,
     )
-    fields = st.verdict_status(
+    fields = verdict_status(
         verdict, binding, status=state.check.get("status") or {}, report=report, at=run.clock()
     )
     finish(run, {**fields, **extra})
@@ -152,7 +158,7 @@ def end_in_error(run: RunContext, state: RunState, reason: str, message: str) ->
     try:
         if not state.check:
             state.check = get_check(run)
-        fields = st.error_status(
+        fields = error_status(
             message,
             reason,
             status=state.check.get("status") or {},
@@ -171,7 +177,7 @@ def record_attempt_failure(run: RunContext, reason: str, message: str) -> None:
 
     def record() -> None:
         current = run.api.get_check(run.name)
-        conditions = st.runner_error_conditions(
+        conditions = runner_error_conditions(
             current.get("status") or {},
             reason,
             message,
