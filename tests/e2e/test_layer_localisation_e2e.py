@@ -14,7 +14,7 @@ vLLM returns only its last layer: each side's probe pod runs `infergate layer-st
 beside its fingerprint server (render/layer_stand_in.py), loaded with the revision's
 weights, dtype and pinned overrides; both the reason and the report say the layers came
 from the stand-in. The sides' pinned fingerprints already differ (weights digest,
-rms_norm_eps), so each check measures a few prompts only (runner/run.py
+rms_norm_eps), so each check measures a few prompts only (runner/steps/gate.py
 `settled_suite`); the time goes into starting the engines.
 """
 

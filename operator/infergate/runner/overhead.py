@@ -15,14 +15,17 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from infergate.parity.overhead import (
     EngineTime,
     Overhead,
     OverheadError,
     clock_of,
+    describe_overhead,
     engine_time,
     engine_time_from_answers,
+    overhead_fields,
     runner_overhead,
 )
 from infergate.runner.sides import SideTarget
@@ -125,3 +128,38 @@ def measure(
         except OverheadError as err:
             raise OverheadError(f"{engine.label} at {engine.url}: {err}") from err
     return runner_overhead(wall_seconds, times, sent=sent, concurrency=concurrency)
+
+
+def first_scrape(
+    engines: Iterable[Engine], scrape: Scrape
+) -> tuple[dict[str, str] | None, dict[str, Any]]:
+    """Every engine's metrics before a window, or None and the status field saying why not."""
+    try:
+        return scrape_all(engines, scrape), {}
+    except OverheadError as err:
+        return None, overhead_fields(err)
+
+
+def window_overhead(
+    engines: list[Engine],
+    before: Mapping[str, str],
+    scrape: Scrape,
+    log: RequestLog,
+    *,
+    wall_seconds: float,
+    concurrency: int,
+) -> dict[str, Any]:
+    """The status field of the window that just ended (its second scrape now), or why not."""
+    try:
+        after = scrape_all(engines, scrape)
+        found = measure(
+            engines, before, after, log, wall_seconds=wall_seconds, concurrency=concurrency
+        )
+    except OverheadError as err:
+        return overhead_fields(err)
+    return overhead_fields(found)
+
+
+def describe(fields: Mapping[str, Any]) -> str:
+    """The status field in one log line."""
+    return describe_overhead(fields)

@@ -7,14 +7,9 @@ over the pods) as the check's progress, and at `minRequests` scored copies (or w
 `windowSeconds` ran out) takes each pod's scored pairs. The pairs of every pod are
 compared in one comparison (`runner.shadow_pool`): every copy teacher-forced on the
 stable's answer, and the greedy copies token by token too, so the profile's evidence
-floor is met by all mirror pods together. Each pooled result is judged by the core
-with the check's thresholds (hidden-state limits left out: nothing here has hidden
-states); the worst judgement is the verdict, save one case: greedy copies too few for
-the profile's evidence floor on their own are a warning, not an Inconclusive, since
-every copy (greedy ones too) is already judged teacher-forced, and that comparison
-carries its own floor. Fewer than `minRequests` scored copies is Inconclusive; a
-canary that failed to answer or score a copy is Error, and so is a mirror pod whose
-result is not this session's or does not read; none of them promotes.
+floor is met by all mirror pods together, and judged with the check's thresholds
+(hidden-state limits left out: nothing here has hidden states) as
+`runner.shadow_judge` says.
 
 The mirror's Service must be controlled by the candidate's InferenceDeployment (the uid
 read when the sides were resolved), and only EndpointSlices the cluster published for it
@@ -29,40 +24,34 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from html import escape
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 
 from infergate.api.base import INFERENCE_DEPLOYMENT_KIND
-from infergate.api.check_status import VerdictReason
 from infergate.api.common import ConfigMapKeyReference
-from infergate.api.enums import CheckPhase
 from infergate.api.parity_check import HiddenStates, ParityCheckSpec
 from infergate.api.shadow import ShadowSettings, ShadowStatus
 from infergate.parity.fingerprints import run_fingerprints
 from infergate.parity.metrics import ParityResult
-from infergate.parity.profiles import ProfileChoiceError, plan_gate
+from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
 from infergate.parity.record import RecordMeta
-from infergate.parity.report import render_report
 from infergate.parity.thresholds import Thresholds
-from infergate.parity.verdict import decide
 from infergate.plan import reasons
 from infergate.plan.check.status import Judgement
-from infergate.plan.metadata import parse_time
 from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.mirror import mirror_name
-from infergate.runner.combine import combined, judged
 from infergate.runner.endpoints import (
     EndpointResolutionError,
     ignored_note,
     ready_endpoints,
     trusted_slices,
 )
-from infergate.runner.shadow_pool import PoolSpec, pair_budget, pool_results, response_limit
+from infergate.runner.report_page import shadow_page
+from infergate.runner.shadow_judge import judge_results
+from infergate.runner.shadow_pool import PoolSpec, pair_budget, response_limit
 from infergate.runner.sides import SideTarget
-from infergate.runner.summary import judgement
 from infergate.suite import Suite
 
 SHADOW_SUITE = "shadow"
@@ -79,7 +68,7 @@ class ShadowError(RuntimeError):
 
 
 class RunnerSteps(Protocol):
-    """What the shadow flow uses of the runner (`infergate.runner.run`)."""
+    """What the shadow flow uses of the runner's own steps (`runner.modes`)."""
 
     name: str
     check: dict[str, Any]
@@ -218,162 +207,6 @@ def mirror_urls(
     return urls
 
 
-def judge_results(
-    results: Sequence[Any],
-    settings: ShadowSettings,
-    pool: PoolSpec,
-    *,
-    profile: str,
-    warn: Thresholds,
-) -> tuple[Judgement, ParityResult | None, ShadowStatus]:
-    """The verdict of every pod's copies pooled, the result shown in the report, the counts."""
-    totals, refused_full, canary_errors, unreadable = _sum_counts(results)
-    pooled = pool_results(results, pool)
-    problems = [*unreadable, *pooled.problems]
-    if problems:
-        pooled = replace(pooled, forced=None, greedy=None)
-    where = f"{len(results)} mirror pods" if len(results) > 1 else "the mirror pod"
-    judgements: list[tuple[str, Judgement]] = []
-    notes: list[str] = []
-    metrics: dict[str, float] = {}
-    if pooled.forced is not None:
-        forced = judgement(pooled.forced, decide(pooled.forced, warn), profile)
-        judgements.append((f"teacher-forced copies ({where})", forced))
-        metrics = {k: v for k, v in forced.metrics.items() if "oken" not in k}
-    if pooled.greedy is not None:
-        greedy = judgement(pooled.greedy, decide(pooled.greedy, warn), profile)
-        if greedy.phase is CheckPhase.INCONCLUSIVE and pooled.forced is not None:
-            # Every copy, greedy ones included, is already judged teacher-forced on the
-            # stable's answer; greedy copies add token-by-token agreement. Too few of
-            # them for the profile's evidence floor says nothing against the canary, so
-            # it is shown, never the verdict. A Failed or Error on them still counts.
-            notes.append(
-                f"greedy copies ({where}): {greedy.summary}; token match not judged, the "
-                "teacher-forced comparison of every copy decides"
-            )
-        else:
-            judgements.append((f"greedy copies ({where})", greedy))
-        rate = pooled.greedy.metrics.tokens.match_rate.value
-        if rate is not None:
-            metrics["greedyTokenMatchRate"] = float(rate)
-    metrics |= {
-        "shadowScored": float(totals.scored),
-        "shadowGreedy": float(totals.greedy),
-        "shadowSampled": float(totals.sampled),
-    }
-    extra: list[tuple[str, Judgement]] = []
-    if problems:
-        extra.append(
-            (
-                "mirror",
-                judged(
-                    CheckPhase.ERROR,
-                    "a mirror pod's result cannot be used, so no copy was judged",
-                    [
-                        VerdictReason(metric="shadow.podResult", message=m[:500])
-                        for m in problems[:16]
-                    ],
-                    profile,
-                ),
-            )
-        )
-    if canary_errors:
-        extra.append(
-            (
-                "canary",
-                judged(
-                    CheckPhase.ERROR,
-                    "the canary failed to answer mirrored requests",
-                    [
-                        VerdictReason(metric="shadow.canaryFailures", message=m)
-                        for m in canary_errors
-                    ],
-                    profile,
-                ),
-            )
-        )
-    if totals.scored < settings.min_requests:
-        message = (
-            f"{totals.scored} mirrored requests scored of the {settings.min_requests} "
-            f"(shadow.minRequests) a verdict needs ({totals.sampled} copied, {totals.mirrored} "
-            "seen); let more traffic reach the mirror or raise windowSeconds or sampleRate"
-        )
-        if refused_full:
-            message += (
-                f"; {refused_full} copies were refused because the mirror pods' memory for "
-                "scored copies was full (poolFull): lower minRequests or add mirror replicas"
-            )
-        extra.append(
-            (
-                "evidence",
-                judged(
-                    CheckPhase.INCONCLUSIVE,
-                    "not enough mirrored requests",
-                    [
-                        VerdictReason(
-                            metric="shadow.minRequests",
-                            value=float(totals.scored),
-                            threshold=float(settings.min_requests),
-                            message=message,
-                        )
-                    ],
-                    profile,
-                ),
-            )
-        )
-    if not judgements:
-        main = judged(CheckPhase.INCONCLUSIVE, "no mirrored request was scored", [], profile)
-    else:
-        main = judgements[0][1]
-        extra = [*judgements[1:], *extra]
-    overall = combined(main, extra, metrics=metrics)
-    if notes:
-        overall = replace(overall, warnings=[*overall.warnings, *notes][:64])
-    return overall, pooled.forced, totals
-
-
-def _sum_counts(results: Sequence[Any]) -> tuple[ShadowStatus, int, list[str], list[str]]:
-    """Every pod's counts summed, copies refused as poolFull, the canary's failures per
-    pod, and the pods whose counts do not read."""
-    totals = ShadowStatus()
-    canary_errors: list[str] = []
-    refused_full = 0
-    unreadable: list[str] = []
-    pods = 0
-    for index, pod in enumerate(results):
-        counts = pod.get("counts") if isinstance(pod, Mapping) else None
-        if not isinstance(counts, Mapping):
-            continue  # an unusable result: pool_results names it
-        try:
-            totals = _add_counts(totals, counts)
-            pods += 1
-            refused_full += int((counts.get("refused") or {}).get("poolFull") or 0)
-        except (AttributeError, TypeError, ValueError) as err:
-            unreadable.append(f"mirror pod {index}: its counts do not read: {err}")
-            continue
-        if counts.get("canaryFailures"):
-            canary_errors.append(
-                f"mirror pod {index}: the canary failed {counts['canaryFailures']} copies "
-                f"(last: {counts.get('lastError')})"
-            )
-    return totals.model_copy(update={"pods": pods}), refused_full, canary_errors, unreadable
-
-
-def _add_counts(totals: ShadowStatus, counts: Mapping[str, Any]) -> ShadowStatus:
-    refused = counts.get("refused") or {}
-    dropped = sum(int(v) for k, v in refused.items() if k != "notSampled")
-    dropped += int(counts.get("stableFailures") or 0) + int(counts.get("canaryFailures") or 0)
-    started = counts.get("startedAt")
-    return ShadowStatus(
-        mirrored=totals.mirrored + int(counts.get("mirrored") or 0),
-        sampled=totals.sampled + int(counts.get("sampled") or 0),
-        scored=totals.scored + int(counts.get("scored") or 0),
-        greedy=totals.greedy + int(counts.get("greedy") or 0),
-        dropped=totals.dropped + dropped,
-        started_at=totals.started_at or parse_time(started),
-    )
-
-
 def run_shadow(
     runner: RunnerSteps,
     spec: ParityCheckSpec,
@@ -381,13 +214,69 @@ def run_shadow(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Collect, judge and write a shadow check (errors are `ShadowError`)."""
+    """Collect, judge and write a shadow check (errors are `ShadowError`).
+
+    The runner's own steps mark the check running, resolve and health-check both
+    sides; then the gate is planned on their metadata, the mirror pods are found and
+    asked for a session, their scored copies collected and judged pooled, and the
+    report and the verdict written.
+    """
     settings = spec.shadow or ShadowSettings()
     if not runner.mark_running(settings.min_requests):
         return
     served = spec.model_copy(update={"hidden_states": HiddenStates(enabled=False)})
     baseline, candidate = runner.resolve(served)
     runner.health(baseline, candidate)
+    gate, metas = _plan_gate(runner, spec, baseline, candidate)
+    deployment = candidate.deployment
+    if deployment is None or candidate.revision is None or candidate.deployment_uid is None:
+        raise ShadowError(
+            reasons.CHECK_INVALID,
+            "a shadow check's candidate must be a revision of an InferenceDeployment with a mirror",
+            retry=False,
+        )
+    service_name = mirror_name(deployment)
+    service, slices = runner.mirror_service(service_name)
+    session_id = f"{runner.namespace}/{runner.name}"
+    owner = Controller(INFERENCE_DEPLOYMENT_KIND, deployment, candidate.deployment_uid)
+    urls = mirror_urls(service, slices, service_name, owner=owner)
+    sessions = MirrorSessions(urls, session_id)
+    pool = PoolSpec(
+        session=session_id,
+        candidate_revision=candidate.revision,
+        baseline=metas[0],
+        candidate=metas[1],
+        thresholds=without_hidden(gate.thresholds),
+        pair_bytes_per_pod=pair_budget(len(urls)),
+        allowed_config_differences=tuple(sorted(gate.expected_differences)),
+        disabled=dict(gate.disabled),
+        store_prompts=settings.store_prompts,
+    )
+    body = {
+        "id": session_id,
+        "candidateRevision": candidate.revision,
+        "model": candidate.model,
+        "sampleRate": settings.sample_rate,
+        "maxRequestsPerSecond": settings.max_requests_per_second,
+        "maxQueue": settings.max_queue,
+        "windowSeconds": settings.window_seconds,
+        "storePrompts": settings.store_prompts,
+        "topLogprobs": spec.sampling.top_logprobs,
+        "baseline": metas[0].model_dump(mode="json"),
+        "candidate": metas[1].model_dump(mode="json"),
+        "maxPairBytes": pool.pair_bytes_per_pod,
+    }
+    results = _collect(runner, sessions, body, settings, pool, clock=clock, sleep=sleep)
+    verdict, shown, totals = judge_results(
+        results, settings, pool, profile=gate.profile.value, warn=gate.warn
+    )
+    _write(runner, (baseline, candidate), gate, settings, (verdict, shown, totals))
+
+
+def _plan_gate(
+    runner: RunnerSteps, spec: ParityCheckSpec, baseline: SideTarget, candidate: SideTarget
+) -> tuple[Gate, tuple[RecordMeta, RecordMeta]]:
+    """The gate the copies are judged under, and both sides' record metadata."""
     suite = Suite(SHADOW_SUITE, ())
     # What the runner asks of both sides: the live requests' own sampling is theirs, the
     # scoring's (top-k) is the check's.
@@ -409,46 +298,21 @@ def run_shadow(
         )
     except ProfileChoiceError as err:
         raise ShadowError(reasons.CHECK_INVALID, str(err), retry=False) from err
-    profile, why = gate.profile, gate.reason
-    thresholds = without_hidden(gate.thresholds)
-    deployment = candidate.deployment
-    if deployment is None or candidate.revision is None or candidate.deployment_uid is None:
-        raise ShadowError(
-            reasons.CHECK_INVALID,
-            "a shadow check's candidate must be a revision of an InferenceDeployment with a mirror",
-            retry=False,
-        )
-    service_name = mirror_name(deployment)
-    service, slices = runner.mirror_service(service_name)
-    session_id = f"{runner.namespace}/{runner.name}"
-    owner = Controller(INFERENCE_DEPLOYMENT_KIND, deployment, candidate.deployment_uid)
-    urls = mirror_urls(service, slices, service_name, owner=owner)
-    sessions = MirrorSessions(urls, session_id)
-    pool = PoolSpec(
-        session=session_id,
-        candidate_revision=candidate.revision,
-        baseline=meta_b,
-        candidate=meta_c,
-        thresholds=thresholds,
-        pair_bytes_per_pod=pair_budget(len(urls)),
-        allowed_config_differences=tuple(sorted(gate.expected_differences)),
-        disabled=dict(gate.disabled),
-        store_prompts=settings.store_prompts,
-    )
-    body = {
-        "id": session_id,
-        "candidateRevision": candidate.revision,
-        "model": candidate.model,
-        "sampleRate": settings.sample_rate,
-        "maxRequestsPerSecond": settings.max_requests_per_second,
-        "maxQueue": settings.max_queue,
-        "windowSeconds": settings.window_seconds,
-        "storePrompts": settings.store_prompts,
-        "topLogprobs": spec.sampling.top_logprobs,
-        "baseline": meta_b.model_dump(mode="json"),
-        "candidate": meta_c.model_dump(mode="json"),
-        "maxPairBytes": pool.pair_bytes_per_pod,
-    }
+    return gate, (meta_b, meta_c)
+
+
+def _collect(
+    runner: RunnerSteps,
+    sessions: MirrorSessions,
+    body: Mapping[str, Any],
+    settings: ShadowSettings,
+    pool: PoolSpec,
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> list[Any]:
+    """Every mirror pod's result, taken at `minRequests` scored copies or at the window's
+    end; the sessions are closed whatever happens."""
     try:
         try:
             sessions.open(body)
@@ -461,16 +325,25 @@ def run_shadow(
                 if scored >= settings.min_requests or clock() >= end:
                     break
                 sleep(POLL_SECONDS)
-            results = sessions.results(response_limit(pool.pair_bytes_per_pod))
+            return sessions.results(response_limit(pool.pair_bytes_per_pod))
         except httpx.HTTPError as err:
             raise ShadowError(
                 reasons.CHECK_SIDE_UNREACHABLE, f"mirror: {type(err).__name__}: {err}", retry=True
             ) from err
     finally:
         sessions.close()
-    verdict, shown, totals = judge_results(
-        results, settings, pool, profile=profile.value, warn=gate.warn
-    )
+
+
+def _write(
+    runner: RunnerSteps,
+    sides: tuple[SideTarget, SideTarget],
+    gate: Gate,
+    settings: ShadowSettings,
+    judged: tuple[Judgement, ParityResult | None, ShadowStatus],
+) -> None:
+    """The report, then the verdict with the copies' counts."""
+    verdict, shown, totals = judged
+    profile, why = gate.profile, gate.reason
     document: dict[str, Any] = {
         "check": {"namespace": runner.namespace, "name": runner.name},
         "status": verdict.phase.value,
@@ -481,16 +354,11 @@ def run_shadow(
         "summary": verdict.summary,
         "result": shown.model_dump(mode="json", by_alias=True) if shown is not None else None,
     }
-    html = (
-        render_report(shown, decide(shown), f"{profile.value} ({why}); shadow: {verdict.summary}")
-        if shown is not None
-        else f"<p>{escape(verdict.summary)}</p>"
-    )
+    html = shadow_page(shown, f"{profile.value} ({why})", verdict.summary)
     report = runner.write_report(document, html)
     runner.finish(
         verdict,
-        baseline,
-        candidate,
+        *sides,
         report,
         {
             "shadow": totals.to_kube(),

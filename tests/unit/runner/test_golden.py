@@ -20,7 +20,8 @@ from infergate.golden.keys import Role
 from infergate.golden.policy import StoragePolicy
 from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_DIR_ENV, HiddenStatesPolicy
 from infergate.golden.store import GoldenStore
-from infergate.runner.golden import _choose, golden_from_env
+from infergate.runner.golden import golden_from_env
+from infergate.runner.golden_baseline import _choose
 from infergate.runner.report_store import read_report
 from infergate.runner.run import EXIT_DONE, EXIT_RETRY, run_check
 from tests.unit.golden.records import CANARY, DIGEST, STABLE, check, pair

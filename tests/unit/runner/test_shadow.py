@@ -25,7 +25,8 @@ from infergate.plan.check.status import Judgement
 from infergate.plan.ownership import Controller
 from infergate.runner import shadow
 from infergate.runner.endpoints import LOCAL_EXECUTOR
-from infergate.runner.shadow import judge_results, without_hidden
+from infergate.runner.shadow import without_hidden
+from infergate.runner.shadow_judge import judge_results
 from infergate.runner.shadow_pool import (
     POOL_BYTES,
     PoolSpec,

@@ -1,0 +1,99 @@
+"""The gate a check is judged under: both sides' fingerprints, the profile, the comparison.
+
+Each side's record metadata carries what the runner asks of it (suite digest and
+sampling, `run_fingerprints`) merged with what the side reports; the profile and its
+thresholds follow from both (`parity.profiles.plan_gate`). When the runs' config or
+fingerprints already fail the check, only a few prompts are measured: no prompt can
+make it pass, and a few give the report its figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from infergate.parity import profiles
+from infergate.parity.compare import ParityComparison
+from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
+from infergate.parity.record import RecordMeta
+from infergate.plan import reasons
+from infergate.runner.context import CheckEndedError, RunContext, say
+from infergate.runner.sides import SideTarget
+from infergate.runner.state import RunState, need
+from infergate.suite import Suite
+
+SETTLED_PROMPTS = 4
+"""Prompts measured when the fingerprints already fail a check: no prompt can make it
+pass (a failure needs no minimum evidence), and a few give the report figures. A demo
+check of two MindFormers CPU sides spent ~10 minutes on a suite whose answer was known at
+its first request."""
+
+
+def plan_gate(run: RunContext, state: RunState) -> None:
+    """Both sides' metadata, the gate, the comparison to feed, and the prompts to measure."""
+    spec, suite = need(state.spec, "the spec"), need(state.suite, "the suite")
+    baseline, candidate = need(state.sides, "the sides")
+    asked = run_fingerprints(
+        suite_digest=suite.digest(),
+        max_tokens=spec.sampling.max_tokens,
+        temperature=spec.sampling.temperature,
+        top_logprobs=spec.sampling.top_logprobs,
+        seed=spec.sampling.seed,
+    )
+    meta_c = record_meta(candidate, suite, asked)
+    golden = state.golden_base
+    meta_b = golden.meta if golden is not None else record_meta(baseline, suite, asked)
+    try:
+        gate = profiles.plan_gate(
+            meta_b,
+            meta_c,
+            profile=spec.profile,
+            explicit=spec.effective_thresholds(),
+            hidden_states=spec.hidden_states.enabled,
+        )
+    except profiles.ProfileChoiceError as err:
+        raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
+    comparison = ParityComparison(
+        meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
+    )
+    say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
+    state.metas, state.gate, state.comparison = (meta_b, meta_c), gate, comparison
+    state.suite, state.stopped_early = settled_suite(comparison, suite)
+
+
+def settled_suite(comparison: ParityComparison, suite: Suite) -> tuple[Suite, str | None]:
+    """The prompts to measure, and why fewer than the suite's when the runs' config or
+    fingerprints already fail the check (a few short prompts then, for the report)."""
+    settled = comparison.failed_before_prompts()
+    if not settled or len(suite.prompts) <= SETTLED_PROMPTS:
+        return suite, None
+    short = suite.select(long=False, limit=SETTLED_PROMPTS)
+    chosen = short if short.prompts else suite.select(limit=SETTLED_PROMPTS)
+    why = (
+        f"the runs' config or fingerprints already fail the check ({settled[0].check.value}: "
+        f"{settled[0].detail}); {len(chosen.prompts)} of {len(suite.prompts)} prompts "
+        "measured, for the report's figures only"
+    )
+    say(why)
+    return chosen, why
+
+
+def record_meta(target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
+    """A side's record metadata: what it reports, with what the runner asks merged in."""
+    identity = json.dumps(
+        {"revision": target.revision, "config": target.effective_config, "url": target.url},
+        sort_keys=True,
+        default=str,
+    )
+    return RecordMeta(
+        engine=target.engine,
+        engine_version=target.engine_version,
+        dtype=target.dtype,
+        config_hash=target.revision or hashlib.sha256(identity.encode()).hexdigest()[:10],
+        model=target.model,
+        suite=suite.name,
+        effective_config=target.effective_config,
+        fingerprints=merge_fingerprints(target.fingerprints, asked),
+    )
