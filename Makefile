@@ -54,6 +54,7 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/mypy $(SCRIPTS)
 	$(BIN)/lint-imports
+	$(PY) hack/room-sizes.py operator
 
 fmt: venv
 	$(BIN)/ruff format $(PY_DIRS)

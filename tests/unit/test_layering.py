@@ -76,3 +76,32 @@ def _verdict(report: str, contract: str) -> str:
     listed = text[text.index("Contracts ---------") :]
     after = listed[listed.index(contract) :]
     return min(("KEPT", "BROKEN"), key=lambda word: after.find(word) % (len(after) + 1))
+
+
+ROOM_SIZES = REPO / "hack" / "room-sizes.py"
+
+
+def _room_sizes(source_root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOM_SIZES), str(source_root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_module_grown_past_its_rooms_limit_fails_lint(copy_of_the_package: Path) -> None:
+    path = copy_of_the_package / "operator" / "infergate" / "plan" / "phases.py"
+    path.write_text(path.read_text(encoding="utf-8") + "\n" * 451, encoding="utf-8")
+    result = _room_sizes(copy_of_the_package / "operator")
+    assert result.returncode == 1
+    assert "plan/phases.py" in result.stdout
+    assert "over the 450-line limit" in result.stdout
+
+
+def test_a_module_outside_the_rooms_may_be_longer(copy_of_the_package: Path) -> None:
+    path = copy_of_the_package / "operator" / "infergate" / "api" / "common.py"
+    path.write_text(path.read_text(encoding="utf-8") + "\n" * 451, encoding="utf-8")
+    result = _room_sizes(copy_of_the_package / "operator")
+    assert "api/common.py" not in result.stdout
