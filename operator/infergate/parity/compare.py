@@ -55,11 +55,10 @@ from infergate.parity.stats import (
     per_prompt_bounds,
     wilson_bounds,
 )
-from infergate.parity.thresholds import Thresholds
+from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
 from infergate.parity.tokens import TokenComparison, compare_tokens, is_collapsed
 
 DEFAULT_LONG_PROMPT_TOKENS = 8192
-DEFAULT_CONFIDENCE = 0.95
 KL_RATIO_FLOOR = 1e-9
 """Nats added to both buckets' mean KL before the long/short ratio, so 0/0 reads as 1."""
 HIDDEN_RATIO_FLOOR = 1e-9

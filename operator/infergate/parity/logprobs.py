@@ -55,6 +55,7 @@ from infergate.parity.stats import (
     clustered_quantile_bounds,
     clustered_rate_bounds,
 )
+from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 
 TAIL_FLOOR = 1e-12
 """Smallest tail mass assumed for the candidate, so KL stays finite when its top-k covers all."""
@@ -458,7 +459,7 @@ class LogprobAccumulator:
 
 
 def _mean(sums: list[float], counts: list[int]) -> Mean:
-    estimate = clustered_bounds(sums, counts, 0.95)
+    estimate = clustered_bounds(sums, counts, DEFAULT_CONFIDENCE)
     return Mean(
         value=estimate.value,
         stderr=estimate.stderr,

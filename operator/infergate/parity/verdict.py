@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pydantic.alias_generators import to_camel
 
 from infergate.parity.metrics import (
@@ -53,10 +53,10 @@ from infergate.parity.metrics import (
 )
 from infergate.parity.profiles import LONG_KEYS, resolve_regression
 from infergate.parity.stats import newcombe_difference, one_sided_z, student_t_quantile
-from infergate.parity.thresholds import RegressionTolerance, Thresholds
+from infergate.parity.thresholds import DEFAULT_CONFIDENCE, RegressionTolerance, Thresholds
+from infergate.parity.wire import WireModel
 
 WORST_LISTED = 5
-DEFAULT_CONFIDENCE = 0.95
 
 
 class VerdictStatus(StrEnum):
@@ -70,13 +70,7 @@ Outcome = Literal["pass", "fail", "inconclusive", "unmeasured", "disabled", "not
 Op = Literal[">=", "<=", "|<=|"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-class CheckResult(_Model):
+class CheckResult(WireModel):
     """One threshold against its metric."""
 
     key: str
@@ -92,7 +86,7 @@ class CheckResult(_Model):
     method: str | None = Field(default=None, description="How the bounds were found.")
 
 
-class Regression(_Model):
+class Regression(WireModel):
     """One metric against the last passing check."""
 
     metric: str
@@ -104,7 +98,7 @@ class Regression(_Model):
     message: str
 
 
-class Verdict(_Model):
+class Verdict(WireModel):
     status: VerdictStatus
     reasons: list[str]
     checks: list[CheckResult]
