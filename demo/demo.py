@@ -45,10 +45,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
 
+from infergate.accounting import describe_overhead  # noqa: E402
 from infergate.fixture.generate import default_model_dir, is_complete  # noqa: E402
 from infergate.localcluster import prometheus  # noqa: E402
 from infergate.localcluster.layout import ClusterLayout  # noqa: E402
-from infergate.parity.overhead import describe_overhead  # noqa: E402
 from infergate.suite import inline, medium_prompts  # noqa: E402
 
 NAMESPACE = "infergate-demo"

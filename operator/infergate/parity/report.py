@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from infergate.accounting import describe_overhead
 from infergate.parity.metrics import ParityResult, PromptOutputs, PromptSummary
-from infergate.parity.overhead import describe_overhead
 from infergate.parity.svg import bar_chart, step_chart
 from infergate.parity.verdict import Verdict, VerdictStatus
 
@@ -74,7 +74,7 @@ def render_report(
     `sections`: trusted HTML fragments (already escaped, e.g. the per-layer chart) shown
     after the reasons.
     `overhead`: the runner's overhead as the check's status carries it
-    (parity.overhead.overhead_fields), when measured.
+    (infergate.accounting.overhead_fields), when measured.
     """
     status = verdict.status
     title = f"Parity {status.value}: {result.candidate.engine} vs {result.baseline.engine}"

@@ -34,6 +34,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
+from infergate.accounting import OverheadError, describe_overhead, overhead_fields
 from infergate.api.check_status import VerdictReason
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.golden import GoldenSpec
@@ -51,7 +52,6 @@ from infergate.kube.paritycheck_api import write_terminal_status
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.metrics import ParityMetrics, ParityResult
-from infergate.parity.overhead import OverheadError, describe_overhead, overhead_fields
 from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.report import render_report
