@@ -54,7 +54,6 @@ from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
-from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
 from infergate.plan import check_status as st
@@ -69,6 +68,7 @@ from infergate.render.check_names import (
     child_labels,
     report_name,
 )
+from infergate.report.page import render_report
 from infergate.retry import retry_call
 from infergate.runner.channels import (
     HttpEngineInfo,

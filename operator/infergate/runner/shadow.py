@@ -45,7 +45,6 @@ from infergate.parity.fingerprints import run_fingerprints
 from infergate.parity.metrics import ParityResult
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import RecordMeta
-from infergate.parity.report import render_report
 from infergate.parity.thresholds import Thresholds
 from infergate.parity.verdict import decide
 from infergate.plan import reasons
@@ -53,6 +52,7 @@ from infergate.plan.check_status import Judgement
 from infergate.plan.observed import parse_time
 from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.mirror import mirror_name
+from infergate.report.page import render_report
 from infergate.runner.combine import combined, judged
 from infergate.runner.endpoints import (
     EndpointResolutionError,
