@@ -2,7 +2,7 @@
 
 `ParityResult` is what the runner stores and the ParityCheck status summarises; the
 verdict (`verdict.py`) is computed from it and the thresholds, and the report
-(`report.py`) renders both.
+(`infergate.report`) renders both.
 """
 
 from __future__ import annotations
