@@ -27,7 +27,8 @@ from numpy.typing import NDArray
 from infergate.parity.fingerprints import RUN_GROUPS, compare_fingerprints
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, config_differences, nonfinite_logprobs
-from infergate.parity.logprobs import LogprobAccumulator, PromptLogprobs, compare_logprobs
+from infergate.parity.logprob_suite import LogprobAccumulator, PromptLogprobs
+from infergate.parity.logprobs import compare_logprobs
 from infergate.parity.metrics import (
     POSITION_BUCKETS,
     BucketMetrics,
