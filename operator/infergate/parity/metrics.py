@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
-from infergate.parity.stats import wilson_interval
+from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
 from infergate.parity.wire import WireModel
 
@@ -90,6 +90,19 @@ class Estimate(WireModel):
         "(step rates), bootstrap (prompt-clustered quantile), observed (an extreme) or "
         "paired-t (one value per long prompt)."
     )
+
+    @classmethod
+    def wilson(cls, successes: int, total: int, confidence: float, unit: str) -> Estimate:
+        """A rate over `total` units (prompts, long prompts) with its Wilson bounds."""
+        low, high = wilson_bounds(successes, total, confidence)
+        return cls(
+            value=successes / total if total else None,
+            lower=low,
+            upper=high,
+            evidence=total,
+            unit=unit,
+            method="wilson",
+        )
 
 
 class Evidence(WireModel):
@@ -214,7 +227,7 @@ class LongSequenceMetrics(WireModel):
     diverged_prompts: list[str]
     kl_ratio: float | None = Field(
         description="Geometric mean over long prompts of each prompt's own 8K+ over 0-1K KL "
-        "(each plus maxMeanKl / (limit - 1), see compare.ratio_floor): the same text at both "
+        "(each plus maxMeanKl / (limit - 1), see long_prompts.ratio_floor): the same text at both "
         "positions."
     )
     same_top_drop: float | None = Field(

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infergate.parity.compare import compare_sources, ratio_floor
+from infergate.parity.compare import compare_sources
+from infergate.parity.long_prompts import ratio_floor
 from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.profiles import ProfileChoiceError, plan_gate, suggest_profile
 from infergate.parity.record import ParityRecord, PromptRecord, TopLogprobs
