@@ -36,6 +36,11 @@ def tick(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _table_cell(text: str) -> str:
+    """Text for a markdown table cell: a bare | would end the cell."""
+    return text.replace("|", "\\|")
+
+
 def _coordinate(value: float) -> str:
     return f"{value:.1f}"
 
@@ -57,6 +62,7 @@ def _environment() -> Environment:
     env.filters["num"] = number
     env.filters["tick"] = tick
     env.filters["xy"] = _coordinate
+    env.filters["cell"] = _table_cell
     return env
 
 
