@@ -61,10 +61,10 @@ fmt: venv
 	$(BIN)/ruff check --fix $(PY_DIRS)
 
 crds: venv
-	$(BIN)/infergate crds --out crds --reference docs/api-reference.md
+	$(BIN)/infergate crds --out crds --reference docs/api-reference.md --profiles docs/parity-profiles.md
 
 crds-check: venv
-	$(BIN)/infergate crds --check crds --reference docs/api-reference.md
+	$(BIN)/infergate crds --check crds --reference docs/api-reference.md --profiles docs/parity-profiles.md
 
 test-unit: venv
 	$(BIN)/pytest tests/unit

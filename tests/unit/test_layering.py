@@ -58,6 +58,9 @@ def test_the_code_keeps_every_contract(copy_of_the_package: Path) -> None:
         ("plan/drift/watch.py", "import infergate.plan.deployment.state", "Plan rooms"),
         ("plan/phases.py", "import infergate.plan.check.status", "Plan rooms"),
         ("commands/crds.py", "import infergate_dev.helmchart", "The product never imports"),
+        ("report/page.py", "import httpx", "Pure layers"),
+        ("parity/verdict.py", "import infergate.report.page", "The numeric core renders nothing"),
+        ("parity/stats.py", "import jinja2", "The numeric core renders nothing"),
     ],
 )
 def test_a_deliberate_violation_breaks_a_contract(
