@@ -3,7 +3,7 @@ is promoted without a bound Passed verdict, the stable revision keeps serving at
 and untouched, and no child is duplicated (fault_support has the invariants).
 
 The first tests run the installed operator (two replicas, one acting) as pods; the last
-three run `infergate operator` as processes of the test, behind a fault proxy
+four run `infergate operator` as processes of the test, behind a fault proxy
 (fault_proxy.py) that sees, stalls or fails every request they make, with the installed
 replicas scaled to 0 meanwhile so that exactly the processes under test act.
 
@@ -591,3 +591,34 @@ def _peak(exchanges: list[Exchange]) -> int:
     """The most requests in any one-second window."""
     times = sorted(e.at for e in exchanges)
     return max((sum(1 for t in times if start <= t < start + 1) for start in times), default=0)
+
+
+def test_sigterm_mid_call_ends_the_operator_within_seconds_and_gives_up_the_lease(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """A pod's termination while a reconcile's status write hangs in the API server (the
+    proxy holds it unanswered): kopf stops, its cleanup gives the Lease up, and the process
+    ends within seconds, not when the held call times out or its threads are joined."""
+    proxy = rig.proxy()
+    ns, name = idep_namespace, "qwen"
+    idep = Idep(cluster, ns, deployment_manifest(name))
+    process = rig.operator(proxy, "sigterm", leader_election=True)
+    idep.apply()
+    idep.wait_stable(timeout=90)
+    held = Stall(
+        matches=path_matches("PUT", rf"/namespaces/{ns}/inferencedeployments/{name}/status$")
+    )
+    proxy.stalls.append(held)
+    idep.apply(dtype="float16")  # a new revision: the reconcile writes status, which is held
+    held.wait(60)
+    assert process.process is not None
+    os.kill(process.process.pid, signal.SIGTERM)
+    sent = time.monotonic()
+    process.process.wait(60)
+    took = time.monotonic() - sent
+    proxy.release_stalled()
+    proxy.stalls.clear()
+    assert took < 10, f"the operator took {took:.1f}s to exit after SIGTERM"
+    lease = cluster.get_json("lease", "infergate-operator", "-n", rig.install.namespace)
+    assert not lease["spec"].get("holderIdentity"), lease["spec"]
+    _report(f"SIGTERM with a status write held: exited after {took:.1f}s")

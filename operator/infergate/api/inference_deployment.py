@@ -264,7 +264,8 @@ DEPLOYMENT_NAME_MESSAGE = (
 
 def check_deployment_name(name: str) -> str:
     """Refuse names whose revision objects could not be created."""
-    if len(name) > DEPLOYMENT_NAME_MAX or not re.match(DEPLOYMENT_NAME_PATTERN, name):
+    # fullmatch, as RE2 matches the CRD's rule: Python's `$` also passes a final newline.
+    if len(name) > DEPLOYMENT_NAME_MAX or not re.fullmatch(DEPLOYMENT_NAME_PATTERN, name):
         raise ValueError(f"metadata.name: {name!r} is not allowed; {DEPLOYMENT_NAME_MESSAGE}")
     return name
 

@@ -13,17 +13,23 @@ replica acts only while it holds the Lease `infergate-operator` in its own names
 ($POD_NAMESPACE); the other keeps its caches warm and takes over when the Lease
 expires. Without it, run one replica: two operators acting on the same objects
 undo each other.
+
+SIGTERM (or SIGINT) stops kopf, which runs the cleanup handlers (the Lease is given
+up, the API client closed); then the process ends at once, whatever worker threads
+are still inside a blocking API call.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
@@ -134,7 +140,8 @@ def load_golden_config(value: str) -> GoldenSpec:
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    """Load the handlers and run kopf until interrupted."""
+    """Load the handlers and run kopf until interrupted; then end the process (refused
+    options return their exit code)."""
     # Imported here: the other subcommands must not pay for kopf and the API client.
     import kopf
 
@@ -161,17 +168,38 @@ def run_operator(args: argparse.Namespace) -> int:
     liveness = (
         f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
     )
+    # A loop of our own: asyncio.run (kopf's default) would wait, without a bound, for
+    # every thread of the default executor to finish its call before returning.
     kopf.run(
+        loop=asyncio.new_event_loop(),
         standalone=True,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=liveness,
         stop_flag=LEADER.stop,
     )
+    code = 0
     if LEADER.stop.is_set():
         print("leadership lost: exiting to restart as a follower")
-        return 1
-    return 0
+        code = 1
+    return end_process(code)
+
+
+def end_process(code: int) -> NoReturn:
+    """End the process now that kopf has stopped, whatever threads are still running.
+
+    kopf's cleanup handlers have run (the Lease is released, the API client closed).
+    What can remain are worker threads (kopf's executor, the reconcile and write pools)
+    inside a blocking API call: up to the 60 s request timeout, or a watch far longer.
+    Python joins such threads at exit, so a stopped operator lingered for minutes past
+    its pod's grace period. What they were doing is abandoned, as under SIGKILL: every
+    write is guarded by a resourceVersion and every reconcile starts from what it
+    observes, so the next process redoes it.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _set_options(args: argparse.Namespace) -> str | None:
