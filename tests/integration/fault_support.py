@@ -27,11 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.harness import REPO, Cluster, wait_for
 from tests.integration.controller_support import RESYNC_SECONDS, Idep, OperatorInstall
 from tests.integration.fault_proxy import FaultProxy, write_kubeconfig
+
+INSTALLED_REPLICAS = 2
+"""Replicas of the installed operator (its Deployment's), restored after the processes of a
+test's own ran in its place."""
 
 # -- what users saw during a fault -----------------------------------------------------------
 
@@ -309,6 +314,25 @@ class Rig:
         for index, proxy in enumerate(self.proxies):
             proxy.dump(self.workdir / f"proxy-{index}.log")
             proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def installed_stopped(operator: OperatorInstall) -> Iterator[OperatorInstall]:
+    """The installed replicas scaled to 0 (and the Lease gone), back to 2 afterwards."""
+    operator.scale(0)
+    operator.cluster.kubectl(
+        "delete", "lease", "infergate-operator", "-n", operator.namespace, "--ignore-not-found"
+    )
+    yield operator
+    operator.scale(INSTALLED_REPLICAS)
+
+
+@pytest.fixture
+def rig(installed_stopped: OperatorInstall, tmp_path: Path) -> Iterator[Rig]:
+    """Operator processes of this test behind fault proxies, stopped when it ends."""
+    made = Rig(installed_stopped, tmp_path)
+    yield made
+    made.close()
 
 
 @contextlib.contextmanager

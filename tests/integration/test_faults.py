@@ -20,8 +20,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,7 +29,6 @@ from infergate_dev.localcluster import controlplane
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
-    OperatorInstall,
     deployment_manifest,
     idep_namespace,
     operator,
@@ -44,12 +42,14 @@ from tests.integration.fault_support import (
     assert_gate_held,
     assert_no_duplicates,
     explained,
+    installed_stopped,
     mid_canary,
+    rig,
     runner_jobs,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-__all__ = ["idep_namespace", "operator"]
+__all__ = ["idep_namespace", "installed_stopped", "operator", "rig"]
 REPLICAS = 2
 TERMINAL = {"Passed", "Failed", "Inconclusive", "Error"}
 # How long the API server or etcd stays stopped in the "down" cases: several resyncs
@@ -310,25 +310,6 @@ def test_a_side_that_never_answers_ends_the_check_in_error_and_the_canary_rolls_
 
 
 # -- operator processes behind the fault proxy ------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def installed_stopped(operator: OperatorInstall) -> Iterator[OperatorInstall]:
-    """The installed replicas scaled to 0 (and the Lease gone), back to 2 afterwards."""
-    operator.scale(0)
-    operator.cluster.kubectl(
-        "delete", "lease", "infergate-operator", "-n", operator.namespace, "--ignore-not-found"
-    )
-    yield operator
-    operator.scale(REPLICAS)
-
-
-@pytest.fixture
-def rig(installed_stopped: OperatorInstall, tmp_path: Path) -> Iterator[Rig]:
-    """Operator processes of this test behind fault proxies, stopped when it ends."""
-    made = Rig(installed_stopped, tmp_path)
-    yield made
-    made.close()
 
 
 def test_two_replicas_started_together_only_one_acts(

@@ -28,6 +28,7 @@ import os
 import socket
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,6 +36,7 @@ import yaml
 from pydantic import ValidationError
 
 from infergate.api.golden import GoldenSpec
+from infergate.plan.leadership import DEFAULT_TIMING
 
 _DEFAULT_METRICS_PORT = 9090
 _DEFAULT_HEALTH_PORT = 8080
@@ -116,8 +118,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--lease-seconds",
         type=int,
-        default=15,
-        help="how long a Lease not renewed keeps followers waiting (default: 15)",
+        default=DEFAULT_TIMING.lease_seconds,
+        help="how long a Lease not renewed keeps followers waiting (default: "
+        f"{DEFAULT_TIMING.lease_seconds}); must exceed --renew-deadline-seconds plus the "
+        f"longest write request ({DEFAULT_TIMING.write_request.longest:g}s)",
+    )
+    parser.add_argument(
+        "--renew-deadline-seconds",
+        type=float,
+        default=DEFAULT_TIMING.renew_deadline_seconds,
+        help="how long after its last renewal a leader that cannot renew still acts, then "
+        f"stops (default: {DEFAULT_TIMING.renew_deadline_seconds:g}); must exceed the "
+        f"longest Lease request ({DEFAULT_TIMING.lease_request.longest:g}s)",
     )
     parser.add_argument(
         "--golden-config",
@@ -206,6 +218,7 @@ def _set_options(args: argparse.Namespace) -> str | None:
     """Check the flags and set the operator's options; a refusal says which flag and why."""
     from infergate.controllers._context import OPTIONS
     from infergate.controllers._leader import LEADER
+    from infergate.plan.leadership import timing_refusal
     from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
     from infergate.render.network import api_server_peers
 
@@ -241,12 +254,21 @@ def _set_options(args: argparse.Namespace) -> str | None:
         namespace = os.environ.get("POD_NAMESPACE")
         if not namespace:
             return "--leader-election: set POD_NAMESPACE (the Lease lives in that namespace)"
+        # The renewal deadline and every request timeout must fence the leader's writes.
+        timing = replace(
+            LEADER.timing,
+            lease_seconds=args.lease_seconds,
+            renew_deadline_seconds=args.renew_deadline_seconds,
+        )
+        refused = timing_refusal(timing)
+        if refused:
+            return refused
         OPTIONS.leader_election = True
         OPTIONS.namespace = namespace
         # One identity per process (pod name and a random part, as kube-controller-manager
         # names itself): a restarted container is a new candidate, never the old holder.
         pod = os.environ.get("POD_NAME") or socket.gethostname()
         LEADER.identity = f"{pod}_{uuid.uuid4().hex[:8]}"
-        LEADER.lease_seconds = args.lease_seconds
-        LEADER.leading = False  # nothing acts before the Lease is held
+        LEADER.timing = timing
+        LEADER.follow()  # nothing acts before the Lease is held
     return None
