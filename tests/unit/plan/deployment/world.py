@@ -50,6 +50,9 @@ def base_spec() -> dict[str, Any]:
         "rollout": {
             "canaryReplicas": 1,
             "progressDeadlineSeconds": 600,
+            # A promotion ends as soon as its move is read back, so `settle` (in which no
+            # time passes) finishes one; test_promotion.py tests the delay.
+            "scaleDownDelaySeconds": 0,
             "parity": {"suite": {"inline": [{"id": "p1", "text": "The capital of France is"}]}},
         },
         "revisionHistoryLimit": 2,
