@@ -13,7 +13,9 @@ proxy answered it itself), and rules decide per request, first match wins:
   without, and 409 Conflict for updates, in turn, for most requests that are not watches,
   bounded both in count and in time;
 - `Stall`: hold the n-th request that matches, tell the test, and never forward it (the
-  test kills the client meanwhile: the write never reaches the API server).
+  test kills the client meanwhile: the write never reaches the API server);
+- `Conflict`: answer 409 Conflict to every request that matches, as the API server answers
+  a write made from a stale copy, until the test lifts it.
 
 aiohttp serves and forwards (the asyncio HTTP stack kopf itself uses); the proxy runs its
 own event loop in a thread of the test process.
@@ -65,7 +67,7 @@ class Exchange:
     status: int = 0
     """The answer's status (0 while unanswered, or for a request dropped unanswered)."""
     injected: bool = False
-    """The proxy answered it itself (a storm's 429, 503, 500 or 409)."""
+    """The proxy answered it itself (a storm's 429, 503, 500 or 409, a conflict's 409)."""
     retry_after: float | None = None
 
     @property
@@ -183,6 +185,26 @@ class Stall:
             raise AssertionError(f"no matching request was held within {timeout:.0f}s")
 
 
+@dataclass
+class Conflict:
+    """Answer 409 Conflict to every request `matches` accepts (the write never reaches the
+    API server) until `lift()`; `answered` counts the answers given."""
+
+    matches: Callable[[Exchange], bool]
+    answered: int = 0
+    lifted: bool = False
+
+    def lift(self) -> None:
+        self.lifted = True
+
+    def answer(self, exchange: Exchange) -> tuple[int, dict[str, str], dict[str, object]] | None:
+        if self.lifted or exchange.watch or not self.matches(exchange):
+            return None
+        self.answered += 1
+        message = "the object has been modified; please apply your changes to the latest version"
+        return 409, {}, _status(409, "Conflict", message + " (injected)")
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, object]:
     return {
         "kind": "Status",
@@ -210,6 +232,7 @@ class FaultProxy:
         self.log: list[Exchange] = []
         self.storms: list[Storm] = []
         self.stalls: list[Stall] = []
+        self.conflicts: list[Conflict] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -286,8 +309,9 @@ class FaultProxy:
             stalled = next((stall for stall in self.stalls if stall.take(exchange)), None)
             injected = None
             if stalled is None:
+                rules: list[Storm | Conflict] = [*self.conflicts, *self.storms]
                 injected = next(
-                    (a for a in (s.answer(exchange) for s in self.storms) if a is not None), None
+                    (a for a in (r.answer(exchange) for r in rules) if a is not None), None
                 )
         if stalled is not None:
             while not stalled.released.is_set():
