@@ -15,7 +15,9 @@ proxy answered it itself), and rules decide per request, first match wins:
 - `Stall`: hold the n-th request that matches, tell the test, and never forward it (the
   test kills the client meanwhile: the write never reaches the API server);
 - `Partition`: while on, hold every request that matches and never forward it, as a
-  network partition would (the client waits until its own timeout), until healed.
+  network partition would (the client waits until its own timeout), until healed;
+- `Conflict`: answer 409 Conflict to every request that matches, as the API server answers
+  a write made from a stale copy, until the test lifts it.
 
 aiohttp serves and forwards (the asyncio HTTP stack kopf itself uses); the proxy runs its
 own event loop in a thread of the test process.
@@ -70,7 +72,7 @@ class Exchange:
     """time.monotonic() when the API server's answer reached the proxy (0: it did not, or
     the proxy answered): a forwarded write landed between `at` and this."""
     injected: bool = False
-    """The proxy answered it itself (a storm's 429, 503, 500 or 409)."""
+    """The proxy answered it itself (a storm's 429, 503, 500 or 409, a conflict's 409)."""
     retry_after: float | None = None
 
     @property
@@ -214,6 +216,26 @@ class Partition:
         return True
 
 
+@dataclass
+class Conflict:
+    """Answer 409 Conflict to every request `matches` accepts (the write never reaches the
+    API server) until `lift()`; `answered` counts the answers given."""
+
+    matches: Callable[[Exchange], bool]
+    answered: int = 0
+    lifted: bool = False
+
+    def lift(self) -> None:
+        self.lifted = True
+
+    def answer(self, exchange: Exchange) -> tuple[int, dict[str, str], dict[str, object]] | None:
+        if self.lifted or exchange.watch or not self.matches(exchange):
+            return None
+        self.answered += 1
+        message = "the object has been modified; please apply your changes to the latest version"
+        return 409, {}, _status(409, "Conflict", message + " (injected)")
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, object]:
     return {
         "kind": "Status",
@@ -242,6 +264,7 @@ class FaultProxy:
         self.storms: list[Storm] = []
         self.stalls: list[Stall] = []
         self.partitions: list[Partition] = []
+        self.conflicts: list[Conflict] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -325,8 +348,9 @@ class FaultProxy:
             )
             injected = None
             if stalled is None and cut_off is None:
+                rules: list[Storm | Conflict] = [*self.conflicts, *self.storms]
                 injected = next(
-                    (a for a in (s.answer(exchange) for s in self.storms) if a is not None), None
+                    (a for a in (r.answer(exchange) for r in rules) if a is not None), None
                 )
         if cut_off is not None:
             while not cut_off.healed.is_set():

@@ -50,9 +50,10 @@ class Seen:
 
 
 class GateWatch:
-    """Everything the API server served about one InferenceDeployment's stable revision and
-    its Deployments' sizes, from `kubectl get --watch` (restarted whenever the stream ends,
-    as it does while the API server restarts)."""
+    """Everything the API server served about one InferenceDeployment's stable revision, its
+    Deployments' sizes and the revision its stable Service selects, from
+    `kubectl get --watch` (restarted whenever the stream ends, as it does while the API
+    server restarts)."""
 
     def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
         self.cluster = cluster
@@ -81,6 +82,19 @@ class GateWatch:
                             "jsonpath={.metadata.labels.infergate\\.io/revision}={.spec.replicas}"
                             '/{.metadata.generation}{"\\n"}'
                         ),
+                    ],
+                ),
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._follow,
+                args=(
+                    "service",
+                    [
+                        "service",
+                        name,
+                        "-o",
+                        'jsonpath={.spec.selector.infergate\\.io/revision}{"\\n"}',
                     ],
                 ),
                 daemon=True,
@@ -131,6 +145,27 @@ class GateWatch:
         return {
             int(v.split("=", 1)[1].split("/")[0]) for v in values if v.startswith(f"{revision}=")
         }
+
+    def first_size(self, revision: str, replicas: int) -> float | None:
+        """When the revision's Deployment was first served at `replicas` (None: never)."""
+        with self._lock:
+            return next(
+                (
+                    s.at
+                    for s in self.seen
+                    if s.what == "deployment"
+                    and s.value.startswith(f"{revision}=")
+                    and int(s.value.split("=", 1)[1].split("/")[0]) == replicas
+                ),
+                None,
+            )
+
+    def first_selected(self, revision: str) -> float | None:
+        """When the stable Service was first served selecting `revision` (None: never)."""
+        with self._lock:
+            return next(
+                (s.at for s in self.seen if s.what == "service" and s.value == revision), None
+            )
 
     def generations(self, revision: str) -> set[int]:
         with self._lock:

@@ -34,7 +34,7 @@ from tests.integration.controller_support import (
     operator,
     settle,
 )
-from tests.integration.fault_proxy import Exchange, Stall, Storm, path_matches
+from tests.integration.fault_proxy import Conflict, Exchange, Stall, Storm, path_matches
 from tests.integration.fault_support import (
     GateWatch,
     LocalOperator,
@@ -494,6 +494,59 @@ def test_an_operator_killed_mid_promotion_finishes_it_once_and_promotes_nothing_
     assert idep.revisions() == {stable: 0, canary: REPLICAS}
     assert_no_duplicates(idep, {stable, canary}, canary)
     _report(f"killed mid-promotion: promotion finished {converged:.1f}s after the restart")
+
+
+def test_a_promotion_whose_service_write_meets_conflicts_keeps_the_old_stable_serving(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """The canary's check passes; every write of the stable Service is answered 409 Conflict
+    (as a write from a stale copy is) while the promotion moves traffic. The promoted
+    revision grows to full size, the move is retried and refused, and meanwhile the Service
+    selects the old stable and the old stable keeps every pod. Once the writes go through,
+    the old stable keeps its pods scaleDownDelaySeconds more after the Service was seen
+    moved, then is scaled to 0."""
+    proxy = rig.proxy()
+    ns, name, delay = idep_namespace, "qwen", 10
+    idep = Idep(cluster, ns, deployment_manifest(name, scale_down_delay=delay))
+    rig.operator(proxy, "run-0")
+    stable, canary, check = mid_canary(idep)
+    conflict = Conflict(path_matches("PATCH", rf"/namespaces/{ns}/services/{name}$"))
+    proxy.conflicts.append(conflict)
+    with GateWatch(cluster, ns, name) as watch:
+        idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+        _promoted(idep, canary)
+        with explained(idep):
+            wait_for(lambda: conflict.answered >= 3, 90, "the Service's move refused, retried")
+            settle()
+            status = idep.status()
+            assert status["promotion"]["step"] == "Switching", status["promotion"]
+            assert idep.condition("Progressing")["reason"] == "PromotionSwitching"
+            assert idep.revisions() == {stable: REPLICAS, canary: REPLICAS}
+            service = cluster.get_json("service", name, "-n", ns)
+            assert service["spec"]["selector"]["infergate.io/revision"] == stable
+            assert idep.condition("Available")["status"] == "True"
+        refused = conflict.answered
+        lifted = time.monotonic()
+        conflict.lift()
+        _retired(idep, stable, canary)
+        settle()
+    moved = watch.first_selected(canary)
+    dropped = watch.first_size(stable, 0)
+    assert moved is not None, "the Service was never seen selecting the promoted revision"
+    assert dropped is not None, watch.sizes(stable)
+    # The old stable was at full size in every state served until the move, and went only
+    # the delay after it (a second of slack for the two watches' own clocks).
+    assert moved > lifted
+    assert dropped - moved >= delay - 1, f"scaled down {dropped - moved:.1f}s after the move"
+    assert watch.sizes(stable) == {REPLICAS, 0}, watch.sizes(stable)
+    assert watch.stables() == {stable, canary}
+    status = idep.wait_phase("Stable")
+    assert "promotion" not in status
+    assert_no_duplicates(idep, {stable, canary}, canary)
+    _report(
+        f"promotion under a refused Service write: {refused} writes refused; old stable scaled "
+        f"down {dropped - moved:.1f}s after the Service was seen moved (delay {delay}s)"
+    )
 
 
 def test_a_storm_of_conflicts_throttling_and_server_errors_is_ridden_out_with_backoff(
