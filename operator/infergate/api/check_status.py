@@ -74,6 +74,9 @@ class Verdict(KubeModel):
     """
     generation: int | None = Field(default=None, ge=0)
     """metadata.generation of the check the verdict judged."""
+    suite_digest: str | None = Field(default=None, max_length=64)
+    """sha256 of the suite's prompts the verdict judged, as the runner parsed them (equal to
+    spec.suite.digest when that is set); unset without a suite (source shadow)."""
 
 
 class RunnerServiceAccount(KubeModel):
