@@ -44,6 +44,9 @@ class RevisionRecord(KubeModel):
     """uid of the ParityCheck the operator created for this attempt: only that object's verdict
     counts, so a check of the same name made by anyone else is never taken for it.
     """
+    parity_check_digest: str | None = Field(default=None, max_length=64)
+    """sha256 of the spec the operator created that ParityCheck with: a verdict of any other
+    spec never counts, whatever the check's annotations say."""
     rejected: bool = False
     """True when its check failed or erred: not retried until the spec changes."""
     message: str | None = Field(default=None, max_length=4096)

@@ -10,8 +10,9 @@ A room per resource and concern; a room imports only the rooms below it
     drift/        the drift watch of the stable revision: when a run starts and what its
                   verdict means (`drift.watch.decide_drift`)
     check/        the ParityCheck lifecycle: sides, probes, runner, verdict status
-                  (`check.lifecycle.decide`), and a check as its owner deployment sees it
-                  (`check.owned`)
+                  (`check.lifecycle.decide`), a check as its owner deployment sees it
+                  (`check.owned`), and what the operator stamps on one it makes
+                  (`check.stamp`)
 
 Shared by every room:
 

@@ -138,6 +138,9 @@ CHECK_PROBE_FAILED: Final = "ProbeFailed"
 CHECK_SIDE_UNREACHABLE: Final = "SideUnreachable"
 CHECK_INVALID: Final = "InvalidCheck"
 CHECK_CHILD_NOT_OURS: Final = "ChildNotOurs"
+# The suite ConfigMap holds other prompts than the digest the check's spec pins: it was
+# edited after the check was made (plan.check.stamp).
+CHECK_SUITE_CHANGED: Final = "SuiteChanged"
 # An object the runner reads to reach or describe a side (a revision's ConfigMap or
 # Service, a probe or mirror Service) is not controlled by the owner infergate made it
 # for: someone else made it, and what it says cannot be trusted (plan.ownership).

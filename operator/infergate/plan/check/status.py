@@ -56,6 +56,8 @@ class Binding:
     generation: int | None
     baseline_revision: str | None = None
     candidate_revision: str | None = None
+    suite_digest: str | None = None
+    """The content digest of the suite it measured (None: no suite)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ def verdict_status(
         warnings=[w[:_WARNING_MAX] for w in judgement.warnings[:_WARNINGS_MAX]],
         spec_digest=binding.spec_digest,
         generation=binding.generation,
+        suite_digest=binding.suite_digest,
     )
     updates = terminal_updates(phase, _ENDED_REASON[phase], judgement.detail[:MESSAGE_MAX])
     fields: JSON = {

@@ -208,14 +208,18 @@ def with_check_uids(
     status: InferenceDeploymentStatus, created: Mapping[str, str]
 ) -> InferenceDeploymentStatus:
     """The status with the uid of each ParityCheck just created (name -> uid) recorded on the
-    revision it judges: from then on only that object's verdict counts for the attempt."""
+    revision it judges, or on the drift run status.drift names: from then on only that
+    object's verdict counts."""
     revisions = [
         r.model_copy(update={"parity_check_uid": created[r.parity_check]})
         if r.parity_check is not None and r.parity_check in created
         else r
         for r in status.revisions
     ]
-    return status.model_copy(update={"revisions": revisions})
+    drift = status.drift
+    if drift is not None and drift.check is not None and drift.check in created:
+        drift = drift.model_copy(update={"check_uid": created[drift.check]})
+    return status.model_copy(update={"revisions": revisions, "drift": drift})
 
 
 def invalid_spec_status(
