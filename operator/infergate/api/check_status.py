@@ -230,7 +230,8 @@ class ParityCheckStatus(KubeModel):
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Latest observations: Complete, Passed, Failed, Inconclusive, Error."""
+    """Latest observations: Complete, Passed, Failed, Inconclusive, Error; Ready (ended
+    Passed), Reconciling (running) and Stalled (ended otherwise) read off them for tools."""
     report_ref: ConfigMapKeyReference | None = None
     """ConfigMap key holding the full report (per-prompt metrics)."""
     overhead: RunnerOverhead | None = None

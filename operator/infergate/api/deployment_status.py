@@ -155,7 +155,8 @@ class InferenceDeploymentStatus(KubeModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     """Available, Progressing, ParityPassed, ConfigDrifted, Degraded, and Drifted while a drift
-    watch is set."""
+    watch is set; Ready (rollout complete at full size), Reconciling and Stalled read off them
+    for tools such as `kubectl wait`, kstatus and Argo CD."""
     last_parity_check: LastParityCheck | None = None
     """The most recent parity check of a canary."""
     drift: DriftStatus | None = None

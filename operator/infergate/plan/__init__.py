@@ -19,6 +19,8 @@ Shared by every room:
     reasons       every condition type and reason string
     conditions    `metav1.Condition`-shaped updates (`set_condition`)
     phases        the phase shown to people, derived from conditions
+    readiness     Ready, Reconciling and Stalled for tools (kubectl wait, kstatus, Argo CD),
+                  derived from conditions
     notices       Events and metric counts a decision hands back
     metadata      index keys and timestamps read from any object
     ownership     whether an object was made by the controller it should have been

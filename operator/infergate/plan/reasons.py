@@ -77,6 +77,16 @@ DRIFT_WATCH_PAUSED: Final = "DriftWatchPaused"
 NO_GOLDEN_RECORD: Final = "NoGoldenRecord"
 GOLDEN_STORE_NOT_CONFIGURED: Final = "GoldenStoreNotConfigured"
 
+# Ready, Reconciling and Stalled (both kinds): the types tools read (kubectl wait, kstatus,
+# Flux, Argo CD), derived from the kind's own conditions by plan.readiness. Their reasons are
+# those of the condition they are read from, and these.
+READY: Final = "Ready"
+RECONCILING: Final = "Reconciling"
+STALLED: Final = "Stalled"
+READINESS_CONDITION_TYPES: Final = (READY, RECONCILING, STALLED)
+# The rollout is complete but the stable revision serves fewer pods than spec.replicas.
+WAITING_FOR_REPLICAS: Final = "WaitingForReplicas"
+
 # Event-only reasons (actions rather than states).
 PARITY_CHECK_CREATED: Final = "ParityCheckCreated"
 MANUAL_ACTION_REFUSED: Final = "ManualActionRefused"
@@ -126,6 +136,8 @@ CHECK_RUNNER_STARTED: Final = "RunnerStarted"
 CHECK_RUNNER_RUNNING: Final = "RunnerRunning"
 CHECK_RECOVERED: Final = "Recovered"
 CHECK_CHILDREN_DELETED: Final = "ChildrenDeleted"
+# No Complete condition yet: the controller has not looked at the check.
+CHECK_NOT_STARTED: Final = "NotStarted"
 # Reasons: how it ended.
 CHECK_PARITY_PASSED: Final = "ParityPassed"
 CHECK_PARITY_FAILED: Final = "ParityFailed"

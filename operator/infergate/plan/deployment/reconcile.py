@@ -89,6 +89,8 @@ def condition_events(before: Sequence[Condition], after: Sequence[Condition]) ->
     for condition in changed_conditions(before, after):
         if condition.type == reasons.DRIFTED:
             continue  # the drift watch posts its own, as onDrift.action asks
+        if condition.type in reasons.READINESS_CONDITION_TYPES:
+            continue  # read off the others, whose own Events already tell the change
         true = condition.status is ConditionStatus.TRUE
         warning = (
             (condition.type in _BAD_WHEN_TRUE and true)
