@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+import lupa  # a dev dependency (make setup): the checks run in a real Lua runtime
 import pytest
 
 from infergate.api.enums import CheckPhase, ConditionStatus
@@ -17,7 +18,6 @@ from infergate.plan.conditions import ConditionUpdate
 from tests.tools import REPO
 from tests.unit.plan.deployment.world import World
 
-lupa = pytest.importorskip("lupa")
 
 DOC = REPO / "docs" / "day-2.md"
 AT = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
