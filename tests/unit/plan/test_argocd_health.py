@@ -18,7 +18,6 @@ from infergate.plan.conditions import ConditionUpdate
 from tests.tools import REPO
 from tests.unit.plan.deployment.world import World
 
-
 DOC = REPO / "docs" / "day-2.md"
 AT = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
