@@ -66,9 +66,7 @@ _SET_FROM_FIELDS: tuple[str, ...] = (
 # code shipped with the model: the operator would report one model while another
 # answers. No field asks for remote code, so --trust-remote-code is refused outright.
 # --tokenizer-mode and --config-format stay allowed: they choose how the model's own
-# files are read, not which files, and the revision hash covers them. LoRA adapters and
-# a speculative draft model are other weights; the loader's extra config can point the
-# tensorizer loader at another file.
+# files are read, not which files, and the revision hash covers them.
 _LOADS_FROM_ELSEWHERE: tuple[str, ...] = (
     "--tokenizer",
     "--tokenizer-revision",
@@ -76,9 +74,6 @@ _LOADS_FROM_ELSEWHERE: tuple[str, ...] = (
     "--code-revision",
     "--override-generation-config",
     "--trust-remote-code",
-    "--lora-modules",
-    "--speculative-config",
-    "--model-loader-extra-config",
 )
 PINNED_LONG_FLAGS: tuple[str, ...] = _SET_FROM_FIELDS + _LOADS_FROM_ELSEWHERE
 # Single-dash aliases of pinned flags (vLLM: -tp for --tensor-parallel-size).

@@ -183,11 +183,6 @@ _REFUSED_ARGS: tuple[tuple[str, ...], ...] = (
     ("--trust-remote-code",),
     ("--trust_remote_code",),
     ("--trust-remote",),
-    ("--lora-modules", "sql=/adapters/sql"),
-    ("--lora_modules=sql=/adapters/sql",),
-    ("--speculative-config", '{"model": "other/draft", "num_speculative_tokens": 5}'),
-    ("--speculative-config.model=other/draft",),
-    ("--model-loader-extra-config", '{"tensorizer_uri": "s3://other/model.tensors"}'),
     # One argument is one printable token: no spelling hides behind a control character.
     ("--dtype\n",),
     ("--dtype=float16\n",),
