@@ -144,9 +144,13 @@ def test_install_upgrade_and_uninstall_cluster_wide(
         roles = cluster.get_json("clusterroles", "-l", f"app.kubernetes.io/instance={release}")[
             "items"
         ]
-        assert {r["metadata"]["name"] for r in roles} == {
+        assert {r["metadata"]["name"] for r in roles if not tenant_role(r)} == {
             f"{fullname}-operator",
             f"{fullname}-paritycheck-controller",
+        }
+        assert {r["metadata"]["name"] for r in roles if tenant_role(r)} == {
+            f"{fullname}-edit",
+            f"{fullname}-view",
         }
 
         helm("upgrade", release, str(CHART), "--namespace", namespace, "--reuse-values",
