@@ -64,3 +64,12 @@ def test_the_layer_stand_in_image_runs_our_cli_from_the_vllm_venv(tmp_path: Path
     assert stand_in.venv == image_environment(upstream, loaded).venv
     assert stand_in.entrypoint == ("infergate",)
     assert dict(stand_in.extra_env)["PYTHONPATH"] == str(repo_root() / "operator")
+
+
+def test_the_operator_image_runs_this_checkouts_source(tmp_path: Path) -> None:
+    # A worktree shares another checkout's venv (its editable install points there): the
+    # operator pods of this checkout's cluster must still run this checkout's code.
+    table = tmp_path / "executor.yaml"
+    images.write_default(table)
+    env = dict(image_environment("ghcr.io/infergate/infergate:0.1.0", images.load(table)).extra_env)
+    assert env["PYTHONPATH"] == str(repo_root() / "operator")

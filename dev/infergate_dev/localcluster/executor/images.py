@@ -60,7 +60,9 @@ def default_table() -> list[dict[str, Any]]:
             "pattern": "*infergate*",
             "venv": str(dev),
             "entrypoint": ["infergate"],
-            "env": dict(_OFFLINE),
+            # The checkout's own source, also where the venv was installed from another
+            # checkout (a git worktree sharing one venv): the code under test is this one.
+            "env": {**_OFFLINE, "PYTHONPATH": str(repo_root() / "operator")},
         },
         # Plain images (busybox, python, ...) run from the host's own tools.
         {"pattern": "*", "venv": None, "entrypoint": [], "env": {}},
