@@ -121,7 +121,8 @@ _NEEDED = [
     ("create", "jobs.batch"),
     ("create", "roles.rbac.authorization.k8s.io"),
     ("create", "rolebindings.rbac.authorization.k8s.io"),
-    ("create", "events"),
+    ("create", "events.events.k8s.io"),
+    ("patch", "events.events.k8s.io"),
 ]
 
 # Never: together these would make the two ClusterRoles amount to cluster-admin.

@@ -264,11 +264,15 @@ def test_event_manifest_names_the_object_and_cuts_long_messages() -> None:
         _body(), warning=True, reason="DriftReverted", message="x" * 5000,
         now=datetime(2026, 1, 1, tzinfo=UTC),
     )  # fmt: skip
+    assert manifest["apiVersion"] == "events.k8s.io/v1"
     assert manifest["type"] == "Warning"
-    assert manifest["involvedObject"]["kind"] == "InferenceDeployment"
-    assert manifest["involvedObject"]["uid"] == "u"
-    assert manifest["firstTimestamp"] == "2026-01-01T00:00:00Z"
-    assert len(manifest["message"]) == 1024
+    assert manifest["regarding"]["kind"] == "InferenceDeployment"
+    assert manifest["regarding"]["uid"] == "u"
+    assert manifest["eventTime"] == "2026-01-01T00:00:00.000000Z"
+    assert manifest["action"]
+    assert manifest["reportingController"]
+    assert manifest["reportingInstance"]
+    assert len(manifest["note"]) == 1024
 
 
 def test_resync_runs_each_known_deployment_and_wakes_early() -> None:
