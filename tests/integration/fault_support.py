@@ -305,6 +305,11 @@ class RunnerIdep(Idep):
             return account.get("name") or None
 
         account = wait_for(recorded, 120, f"{check}'s runner ServiceAccount recorded")
+        # The runner runs once its Job exists, which the operator creates after the
+        # runner's Role and RoleBinding.
+        wait_for(
+            lambda: runner_jobs(cluster, namespace, check) or None, 120, f"{check}'s runner Job"
+        )
         token = cluster.kubectl(
             "create", "token", account, "-n", namespace, "--duration=10m"
         ).stdout.strip()
@@ -313,17 +318,28 @@ class RunnerIdep(Idep):
         import httpx
 
         trusted = ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt"))
-        answer = httpx.patch(
-            f"{server}/apis/infergate.io/v1alpha1/namespaces/{namespace}/paritychecks/{check}"
-            "/status",
-            content=json.dumps({"status": status}),
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": "application/merge-patch+json",
-            },
-            verify=trusted,
-            timeout=30,
-        )
+
+        def written() -> httpx.Response | None:
+            answer = httpx.patch(
+                f"{server}/apis/infergate.io/v1alpha1/namespaces/{namespace}/paritychecks/"
+                f"{check}/status",
+                content=json.dumps({"status": status}),
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": "application/merge-patch+json",
+                },
+                verify=trusted,
+                timeout=30,
+            )
+            # Retried on 403: the API server authorizes from its own cache of RoleBindings,
+            # which after an etcd outage lists everything again and may lag the runner's
+            # (seen once in the etcd-down case). A refusal that lasts fails the test.
+            return None if answer.status_code == 403 else answer
+
+        try:
+            answer = wait_for(written, 60, f"{account} allowed to write {check}'s status", 2.0)
+        except AssertionError as refused:
+            raise AssertionError(f"{account} writing {check}: refused for 60s") from refused
         assert answer.status_code == 200, f"{account} writing {check}: {answer.text}"
 
 
