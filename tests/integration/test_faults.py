@@ -65,6 +65,7 @@ TERMINAL = {"Passed", "Failed", "Inconclusive", "Error"}
 # (RESYNC_SECONDS) and longer than the operator's first retries (retry.RECONCILES starts
 # at 0.5s and doubles), so every client meets it more than once.
 DOWN_SECONDS = 15.0
+REVISION_LABEL = "infergate.io/revision"
 
 
 def _report(line: str) -> None:
@@ -559,8 +560,11 @@ def test_a_promotion_whose_service_write_meets_conflicts_keeps_the_old_stable_se
 
 
 class Endpoints:
-    """The stable Service's selected revision and its ready endpoints, sampled every half
-    second from the API server (the EndpointSlices a client or kube-proxy reads)."""
+    """The stable Service's selected revision and how many pods it selects are Ready and
+    not terminating (what the EndpointSlice controller publishes as ready endpoints),
+    sampled every half second. The local cluster publishes no slices for KWOK's pods
+    (their addresses are loopback ones, which the API server refuses in EndpointSlices),
+    so the pods are counted as the controller would count them."""
 
     def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
         self.cluster, self.namespace, self.name = cluster, namespace, name
@@ -573,19 +577,23 @@ class Endpoints:
             service = self.cluster.kubectl(
                 "get", "service", self.name, "-n", self.namespace, "-o", "json", check=False
             )  # fmt: skip
-            slices = self.cluster.kubectl(
-                "get", "endpointslices.discovery.k8s.io", "-n", self.namespace,
-                "-l", f"kubernetes.io/service-name={self.name}", "-o", "json", check=False,
-            )  # fmt: skip
-            if service.returncode == 0 and slices.returncode == 0:
-                selected = json.loads(service.stdout)["spec"]["selector"]["infergate.io/revision"]
-                ready = sum(
-                    1
-                    for item in json.loads(slices.stdout)["items"]
-                    for endpoint in item.get("endpoints") or []
-                    if (endpoint.get("conditions") or {}).get("ready") is not False
-                )
-                self.samples.append((time.monotonic(), selected, ready))
+            if service.returncode == 0:
+                selector = json.loads(service.stdout)["spec"]["selector"]
+                pods = self.cluster.kubectl(
+                    "get", "pods", "-n", self.namespace, "-o", "json",
+                    "-l", ",".join(f"{k}={v}" for k, v in sorted(selector.items())), check=False,
+                )  # fmt: skip
+                if pods.returncode == 0:
+                    ready = sum(
+                        1
+                        for pod in json.loads(pods.stdout)["items"]
+                        if not pod["metadata"].get("deletionTimestamp")
+                        and any(
+                            c["type"] == "Ready" and c["status"] == "True"
+                            for c in (pod.get("status") or {}).get("conditions") or []
+                        )
+                    )
+                    self.samples.append((time.monotonic(), selector[REVISION_LABEL], ready))
             self._stop.wait(0.5)
 
     def __enter__(self) -> Endpoints:
@@ -618,11 +626,11 @@ def test_a_node_lost_between_the_switch_and_the_scale_down_keeps_the_stable_serv
     scaleDownDelaySeconds that follow, the node of one of its pods is lost (its Node object
     deleted, as a cloud provider's node controller does for a vanished machine; the pod
     garbage collector then deletes the pods bound to it). The Service keeps selecting a
-    revision with a ready endpoint at every moment sampled, the promotion ends, and the
-    new stable is back at full size on the remaining nodes.
+    revision with a Ready pod at every moment sampled, the promotion ends, and the new
+    stable is back at full size on the remaining nodes.
 
-    The pods are KWOK's (no engine runs): serving is judged by the Service's ready
-    endpoints, the addresses a client is sent to."""
+    The pods are KWOK's (no engine runs): serving is judged by the Ready pods the
+    Service selects, the endpoints a client is sent to."""
     proxy = rig.proxy()
     ns, name, delay = idep_namespace, "qwen", 30
     idep = RunnerIdep(cluster, ns, deployment_manifest(name, scale_down_delay=delay))
@@ -671,12 +679,12 @@ def test_a_node_lost_between_the_switch_and_the_scale_down_keeps_the_stable_serv
     after = [(t, rev, ready) for t, rev, ready in endpoints.samples if t >= switched]
     assert after, "no endpoint sampled after the switch"
     empty = [(round(t - deleted, 1), rev) for t, rev, ready in after if ready == 0]
-    assert empty == [], f"the Service had no ready endpoint (s after the node loss): {empty}"
+    assert empty == [], f"the Service selected no Ready pod (s after the node loss): {empty}"
     assert {rev for _, rev, _ in after} == {canary}, {rev for _, rev, _ in after}
     assert_no_duplicates(idep, {stable, canary}, canary)
     _report(
         f"node {node} lost {deleted - switched:.1f}s into the scale-down delay ({delay}s): "
-        f"its pods gone {gone - deleted:.1f}s later; the Service had a ready endpoint in all "
+        f"its pods gone {gone - deleted:.1f}s later; the Service selected a Ready pod in all "
         f"{len(after)} samples after the switch (min {min(r for _, _, r in after)})"
     )
 
