@@ -17,7 +17,7 @@ collects the figures and prints, per figure, every trial, the median and the max
   is the new leader's first write minus the old one's last (positive: they never wrote
   at the same time).
 
-    flock /tmp/cluster.lock .venv/bin/python bench/failover_bench.py --runs 5
+    flock /tmp/cluster.lock .venv/bin/python bench/failover_bench.py --runs 3
 
 Figures and the command are recorded in experiments/SECURITY.md ("Failover time of the HA
 pair").
