@@ -370,7 +370,7 @@ class Idep:
         metrics: dict[str, float] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        """Write a ParityCheck's status as its runner would (admin, status subresource): a
+        """Write a ParityCheck's status as its runner would (`write_check_status`): a
         verdict bound to the spec, generation and revisions it judged, unless `bound` is
         False (a forged one). The simulated sides never answer, so the real runner the
         controller starts only waits for them; the test's verdict ends the check first."""
@@ -395,9 +395,14 @@ class Idep:
                     "specDigest": spec_digest(spec),
                     "generation": body["metadata"]["generation"],
                 }
+        self.write_check_status(check, status | (extra or {}))
+
+    def write_check_status(self, check: str, status: dict[str, Any]) -> None:
+        """Merge `status` into the check's status, as a cluster admin (where no admission
+        policy names who may write it; fault_support.RunnerIdep writes as the runner)."""
         self.cluster.kubectl(
             "patch", "pcheck", check, "-n", self.namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": status | (extra or {})}),
+            "--type=merge", "-p", json.dumps({"status": status}),
         )  # fmt: skip
 
     def revisions(self) -> dict[str, int]:

@@ -19,9 +19,11 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,18 @@ import pytest
 import yaml
 
 from tests.harness import REPO, Cluster, wait_for
-from tests.integration.controller_support import RESYNC_SECONDS, Idep, OperatorInstall
+from tests.integration.admission_support import (
+    ADMISSION_DIR,
+    SESSION_LABEL,
+    built,
+    session_policies,
+)
+from tests.integration.controller_support import (
+    RESYNC_SECONDS,
+    Idep,
+    OperatorInstall,
+    watched_namespace,
+)
 from tests.integration.fault_proxy import FaultProxy, write_kubeconfig
 
 INSTALLED_REPLICAS = 2
@@ -212,6 +225,124 @@ def assert_no_duplicates(idep: Idep, revisions: set[str], canary: str | None) ->
     assert len(runner_jobs(cluster, namespace, name)) <= 1
 
 
+# -- the admission policies, and verdicts written by the check's own runner ----------------
+
+
+@pytest.fixture(scope="module")
+def admission_policies(operator: OperatorInstall) -> Iterator[str]:
+    """manifests/admission installed for the module's tests, as a platform installs them
+    (admission_support.session_policies): the policies that judge the operator's own
+    requests match the install's ServiceAccount (the one the installed pods and the test's
+    operator processes run as), the ones that judge users' requests the namespaces labelled
+    with the returned session. So the fault tests run under exactly the rules a real
+    install enforces: only the operator writes InferenceDeployment status, only the check's
+    recorded runner (or the operator) its ParityCheck's, the operator's workloads are
+    bounded."""
+    cluster = operator.cluster
+    session = uuid.uuid4().hex[:6]
+    policies = session_policies(built(cluster, ADMISSION_DIR), session, operator.namespace)
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in policies))
+    probe = f"adm-probe-{session}"
+    cluster.kubectl("create", "namespace", probe)
+    cluster.kubectl("label", "namespace", probe, f"{SESSION_LABEL}={session}")
+    forged = {
+        "apiVersion": "infergate.io/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": "probe", "annotations": {"infergate.io/requested-by": "nobody"}},
+        "spec": {
+            "model": {"name": "tiny", "uri": "hf://infergate/tiny-qwen2"},
+            "engine": {"kind": "vllm", "dtype": "bfloat16", "maxModelLen": 2048},
+            "accelerator": {"kind": "nvidia-gpu"},
+            "rollout": {"autoPromote": False},
+        },
+    }
+
+    def enforced() -> bool | None:
+        # A requested-by set alone is refused by the control-requester policy: the
+        # policies have reached the admission chain (through its informers).
+        tried = cluster.kubectl(
+            "create", "-n", probe, "--dry-run=server", "-f", "-",
+            input=json.dumps(forged), check=False,
+        )  # fmt: skip
+        return (tried.returncode != 0 and "requested-by" in tried.stderr) or None
+
+    wait_for(enforced, 60, "the admission policies enforced")
+    cluster.kubectl("delete", "namespace", probe, "--wait=false")
+    yield session
+    for policy in reversed(policies):
+        kind = policy["kind"].lower()
+        cluster.kubectl("delete", kind, policy["metadata"]["name"], check=False)
+
+
+@pytest.fixture
+def idep_namespace(
+    operator: OperatorInstall,
+    admission_policies: str,
+    cluster: Cluster,
+    request: pytest.FixtureRequest,
+) -> Iterator[str]:
+    """A fresh namespace the session's operator watches, under the admission policies."""
+    made = watched_namespace(operator, cluster, request)
+    name = next(made)
+    cluster.kubectl("label", "namespace", name, f"{SESSION_LABEL}={admission_policies}")
+    yield name
+    next(made, None)
+
+
+class RunnerIdep(Idep):
+    """An InferenceDeployment whose checks' verdicts are written as the runner writes them:
+    with a token of the ServiceAccount the operator recorded in the check's
+    status.runnerServiceAccount (the API server sets its uid), by a PATCH of the status
+    subresource, the only verb its Role grants there. The admission policies refuse anyone
+    else, a cluster admin included."""
+
+    def write_check_status(self, check: str, status: dict[str, Any]) -> None:
+        cluster, namespace = self.cluster, self.namespace
+
+        def recorded() -> str | None:
+            body = cluster.get_json("pcheck", check, "-n", namespace)
+            account = (body.get("status") or {}).get("runnerServiceAccount") or {}
+            return account.get("name") or None
+
+        account = wait_for(recorded, 120, f"{check}'s runner ServiceAccount recorded")
+        # The runner runs once its Job exists, which the operator creates after the
+        # runner's Role and RoleBinding.
+        wait_for(
+            lambda: runner_jobs(cluster, namespace, check) or None, 120, f"{check}'s runner Job"
+        )
+        token = cluster.kubectl(
+            "create", "token", account, "-n", namespace, "--duration=10m"
+        ).stdout.strip()
+        config = yaml.safe_load(cluster.kubeconfig.read_text())
+        server = config["clusters"][0]["cluster"]["server"]
+        import httpx
+
+        trusted = ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt"))
+
+        def written() -> httpx.Response | None:
+            answer = httpx.patch(
+                f"{server}/apis/infergate.io/v1alpha1/namespaces/{namespace}/paritychecks/"
+                f"{check}/status",
+                content=json.dumps({"status": status}),
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Content-Type": "application/merge-patch+json",
+                },
+                verify=trusted,
+                timeout=30,
+            )
+            # Retried on 403: the API server authorizes from its own cache of RoleBindings,
+            # which after an etcd outage lists everything again and may lag the runner's
+            # (seen once in the etcd-down case). A refusal that lasts fails the test.
+            return None if answer.status_code == 403 else answer
+
+        try:
+            answer = wait_for(written, 60, f"{account} allowed to write {check}'s status", 2.0)
+        except AssertionError as refused:
+            raise AssertionError(f"{account} writing {check}: refused for 60s") from refused
+        assert answer.status_code == 200, f"{account} writing {check}: {answer.text}"
+
+
 # -- operator processes of the test's own --------------------------------------------------
 
 
@@ -235,6 +366,8 @@ class LocalOperator:
     workdir: Path
     name: str = "local"
     leader_election: bool = False
+    extra_args: tuple[str, ...] = ()
+    """More `infergate operator` flags (`--allow-host-path` for a file:// model, say)."""
     process: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
     starts: list[float] = field(default_factory=list)
@@ -262,6 +395,7 @@ class LocalOperator:
         ]  # fmt: skip
         if self.leader_election:
             argv.append("--leader-election")
+        argv += self.extra_args
         env = {
             **os.environ,
             "POD_NAMESPACE": self.install.namespace,
@@ -334,11 +468,21 @@ class Rig:
         return self.proxies[-1]
 
     def operator(
-        self, proxy: FaultProxy, name: str, *, leader_election: bool = False
+        self,
+        proxy: FaultProxy,
+        name: str,
+        *,
+        leader_election: bool = False,
+        extra_args: tuple[str, ...] = (),
     ) -> LocalOperator:
         """A new operator process behind `proxy`, started."""
         process = LocalOperator(
-            self.install, proxy, self.workdir, name=name, leader_election=leader_election
+            self.install,
+            proxy,
+            self.workdir,
+            name=name,
+            leader_election=leader_election,
+            extra_args=extra_args,
         )
         self.operators.append(process.start())
         return process

@@ -2,10 +2,16 @@
 is promoted without a bound Passed verdict, the stable revision keeps serving at full size
 and untouched, and no child is duplicated (fault_support has the invariants).
 
-The first tests run the installed operator (two replicas, one acting) as pods; the last
-four run `infergate operator` as processes of the test, behind a fault proxy
+The first tests run the installed operator (two replicas, one acting) as pods; the others
+run `infergate operator` as processes of the test, behind a fault proxy
 (fault_proxy.py) that sees, stalls or fails every request they make, with the installed
 replicas scaled to 0 meanwhile so that exactly the processes under test act.
+
+Every test runs under the admission policies of manifests/admission, installed for the
+module (fault_support.admission_policies) as a platform installs them: the operator, pod or
+process, runs as its ServiceAccount (a token of it), and each verdict is written by the
+check's own runner ServiceAccount, the one the operator recorded (fault_support.RunnerIdep),
+since the policies refuse anyone else, a cluster admin included.
 
 A user editing a running check is refused by the API server's immutability rule; that
 rule is shown for every kind of edit in test_crd_admission.py; here, the edit of a check
@@ -19,6 +25,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +37,6 @@ from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
     deployment_manifest,
-    idep_namespace,
     operator,
     settle,
 )
@@ -39,9 +45,12 @@ from tests.integration.fault_support import (
     GateWatch,
     LocalOperator,
     Rig,
+    RunnerIdep,
+    admission_policies,
     assert_gate_held,
     assert_no_duplicates,
     explained,
+    idep_namespace,
     installed_stopped,
     mid_canary,
     rig,
@@ -49,13 +58,14 @@ from tests.integration.fault_support import (
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-__all__ = ["idep_namespace", "installed_stopped", "operator", "rig"]
+__all__ = ["admission_policies", "idep_namespace", "installed_stopped", "operator", "rig"]
 REPLICAS = 2
 TERMINAL = {"Passed", "Failed", "Inconclusive", "Error"}
 # How long the API server or etcd stays stopped in the "down" cases: several resyncs
 # (RESYNC_SECONDS) and longer than the operator's first retries (retry.RECONCILES starts
 # at 0.5s and doubles), so every client meets it more than once.
 DOWN_SECONDS = 15.0
+REVISION_LABEL = "infergate.io/revision"
 
 
 def _report(line: str) -> None:
@@ -79,7 +89,7 @@ def _retired(idep: Idep, stable: str, canary: str) -> None:
 def test_an_edit_of_a_running_check_is_refused_and_moves_nothing(
     cluster: Cluster, idep_namespace: str
 ) -> None:
-    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep = RunnerIdep(cluster, idep_namespace, deployment_manifest())
     stable, canary, check = mid_canary(idep)
     name = check["metadata"]["name"]
     with GateWatch(cluster, idep_namespace, idep.name) as watch:
@@ -109,7 +119,7 @@ def test_a_passed_check_of_an_earlier_attempt_promotes_nothing(
     """A Passed verdict outlives its attempt: the spec moves on, then comes back to the same
     revision. The old check compares the same stable and canary with the same spec, so only
     the uid the rollout recorded for the attempt tells it apart; it must not promote."""
-    idep = Idep(cluster, idep_namespace, deployment_manifest(auto_promote=False))
+    idep = RunnerIdep(cluster, idep_namespace, deployment_manifest(auto_promote=False))
     stable, first, check = mid_canary(idep)
     old = check["metadata"]["name"]
     idep.verdict(old, "Passed", passed=True)  # a real, bound verdict: waits for a person
@@ -166,7 +176,7 @@ def test_a_control_plane_restart_mid_canary_promotes_nothing_and_converges(
     seconds, and comes back with the same command line: meanwhile the operator, the
     ParityCheck controller and the runner see refused connections (or 5xx from an API
     server without its etcd)."""
-    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep = RunnerIdep(cluster, idep_namespace, deployment_manifest())
     stable, canary, check = mid_canary(idep)
     with GateWatch(cluster, idep_namespace, idep.name) as watch:
         started = time.monotonic()
@@ -226,7 +236,7 @@ def test_a_runner_killed_mid_check_is_run_again_and_only_its_verdict_promotes(
     """SIGKILL of the runner's process: its pod fails, the Job runs it again (the default
     runner.backoffLimit is 1) and the check goes on; nothing is promoted meanwhile, and the
     verdict of the run that finishes promotes."""
-    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep = RunnerIdep(cluster, idep_namespace, deployment_manifest())
     stable, canary, check = mid_canary(idep)
     name = check["metadata"]["name"]
     with GateWatch(cluster, idep_namespace, idep.name) as watch:
@@ -284,7 +294,7 @@ def test_a_side_that_never_answers_ends_the_check_in_error_and_the_canary_rolls_
     nothing of the check keeps running."""
     manifest = deployment_manifest()
     manifest["spec"]["rollout"]["parity"]["runner"] = {"backoffLimit": 0}
-    idep = Idep(cluster, idep_namespace, manifest)
+    idep = RunnerIdep(cluster, idep_namespace, manifest)
     stable, canary, check = mid_canary(idep)
     name = check["metadata"]["name"]
     with GateWatch(cluster, idep_namespace, idep.name) as watch:
@@ -338,7 +348,7 @@ def test_two_replicas_started_together_only_one_acts(
     [leader] = [r for r in replicas if leader_identity.startswith(f"{r.name}_")]
     [follower] = [r for r in replicas if r is not leader]
 
-    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    idep = RunnerIdep(cluster, idep_namespace, deployment_manifest())
     stable, canary, check = mid_canary(idep)
     idep.verdict(check["metadata"]["name"], "Passed", passed=True)
     _promoted(idep, canary)
@@ -372,7 +382,7 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
     proxy = rig.proxy()
     ns, name = idep_namespace, "qwen"
     check_name = ""
-    idep = Idep(cluster, ns, deployment_manifest(name))
+    idep = RunnerIdep(cluster, ns, deployment_manifest(name))
     runs = [rig.operator(proxy, "run-0")]
     idep.apply()
     stable = idep.wait_stable(timeout=90)
@@ -462,7 +472,7 @@ def test_an_operator_killed_mid_promotion_finishes_it_once_and_promotes_nothing_
     the old stable scaled to 0 and kept, one ParityCheck, nothing else promoted."""
     proxy = rig.proxy()
     ns, name = idep_namespace, "qwen"
-    idep = Idep(cluster, ns, deployment_manifest(name))
+    idep = RunnerIdep(cluster, ns, deployment_manifest(name))
     runs = [rig.operator(proxy, "run-0")]
     stable, canary, check = mid_canary(idep)
     status_put = path_matches("PUT", rf"/namespaces/{ns}/inferencedeployments/{name}/status$")
@@ -507,7 +517,7 @@ def test_a_promotion_whose_service_write_meets_conflicts_keeps_the_old_stable_se
     moved, then is scaled to 0."""
     proxy = rig.proxy()
     ns, name, delay = idep_namespace, "qwen", 10
-    idep = Idep(cluster, ns, deployment_manifest(name, scale_down_delay=delay))
+    idep = RunnerIdep(cluster, ns, deployment_manifest(name, scale_down_delay=delay))
     rig.operator(proxy, "run-0")
     stable, canary, check = mid_canary(idep)
     conflict = Conflict(path_matches("PATCH", rf"/namespaces/{ns}/services/{name}$"))
@@ -549,6 +559,157 @@ def test_a_promotion_whose_service_write_meets_conflicts_keeps_the_old_stable_se
     )
 
 
+class Endpoints:
+    """The stable Service's selected revision and how many pods it selects are Ready and
+    not terminating (what the EndpointSlice controller publishes as ready endpoints),
+    sampled every half second. The local cluster publishes no slices for KWOK's pods
+    (their addresses are loopback ones, which the API server refuses in EndpointSlices),
+    so the pods are counted as the controller would count them."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
+        self.cluster, self.namespace, self.name = cluster, namespace, name
+        self.samples: list[tuple[float, str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            service = self.cluster.kubectl(
+                "get", "service", self.name, "-n", self.namespace, "-o", "json", check=False
+            )  # fmt: skip
+            if service.returncode == 0:
+                selector = json.loads(service.stdout)["spec"]["selector"]
+                pods = self.cluster.kubectl(
+                    "get", "pods", "-n", self.namespace, "-o", "json",
+                    "-l", ",".join(f"{k}={v}" for k, v in sorted(selector.items())), check=False,
+                )  # fmt: skip
+                if pods.returncode == 0:
+                    ready = sum(
+                        1
+                        for pod in json.loads(pods.stdout)["items"]
+                        if not pod["metadata"].get("deletionTimestamp")
+                        and any(
+                            c["type"] == "Ready" and c["status"] == "True"
+                            for c in (pod.get("status") or {}).get("conditions") or []
+                        )
+                    )
+                    self.samples.append((time.monotonic(), selector[REVISION_LABEL], ready))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> Endpoints:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _node_of(cluster: Cluster, namespace: str, name: str, revision: str) -> dict[str, int]:
+    """Node -> pods of the revision on it (pods not being deleted)."""
+    pods = cluster.get_json(
+        "pods", "-n", namespace,
+        "-l", f"infergate.io/deployment={name},infergate.io/revision={revision}",
+    )["items"]  # fmt: skip
+    placed: dict[str, int] = {}
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if node and not pod["metadata"].get("deletionTimestamp"):
+            placed[node] = placed.get(node, 0) + 1
+    return placed
+
+
+def test_a_node_lost_between_the_switch_and_the_scale_down_keeps_the_stable_serving(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """The promoted revision is at full size and the Service moved to it; during the
+    scaleDownDelaySeconds that follow, the node of one of its pods is lost (its Node object
+    deleted, as a cloud provider's node controller does for a vanished machine; the pod
+    garbage collector then deletes the pods bound to it). The Service keeps selecting a
+    revision with a Ready pod at every moment sampled, the promotion ends, and the new
+    stable is back at full size on the remaining nodes.
+
+    The pods are KWOK's (no engine runs): serving is judged by the Ready pods the
+    Service selects, the endpoints a client is sent to."""
+    proxy = rig.proxy()
+    ns, name, delay = idep_namespace, "qwen", 30
+    idep = RunnerIdep(cluster, ns, deployment_manifest(name, scale_down_delay=delay))
+    rig.operator(proxy, "run-0")
+    stable, canary, check = mid_canary(idep)
+    lost: dict[str, Any] | None = None
+    try:
+        with Endpoints(cluster, ns, name) as endpoints:
+            idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+            _promoted(idep, canary)
+            with explained(idep):
+                idep.wait(
+                    "the move seen, the old stable kept for the delay",
+                    lambda s: (s.get("promotion") or {}).get("step") == "ScaleDownDelay",
+                    90,
+                )
+            switched = time.monotonic()
+            assert idep.revisions() == {stable: REPLICAS, canary: REPLICAS}
+            placed = _node_of(cluster, ns, name, canary)
+            # A node holding one of the new stable's pods, the other elsewhere if the
+            # scheduler spread them.
+            node = min(placed, key=lambda n: placed[n])
+            lost = cluster.get_json("node", node)
+            cluster.kubectl("delete", "node", node, "--wait=false")
+            deleted = time.monotonic()
+            with explained(idep):
+                wait_for(
+                    lambda: node not in _node_of(cluster, ns, name, canary) or None,
+                    120,
+                    f"the new stable's pods on {node} gone",
+                )
+                gone = time.monotonic()
+                _retired(idep, stable, canary)
+                wait_for(
+                    lambda: sum(_node_of(cluster, ns, name, canary).values()) == REPLICAS or None,
+                    120,
+                    "the new stable back at full size",
+                )
+                status = idep.wait_phase("Stable", timeout=60)
+            settle()
+    finally:
+        if lost is not None:
+            _restore_node(cluster, lost)
+    assert status["stableRevision"] == canary
+    assert "promotion" not in status
+    after = [(t, rev, ready) for t, rev, ready in endpoints.samples if t >= switched]
+    assert after, "no endpoint sampled after the switch"
+    empty = [(round(t - deleted, 1), rev) for t, rev, ready in after if ready == 0]
+    assert empty == [], f"the Service selected no Ready pod (s after the node loss): {empty}"
+    assert {rev for _, rev, _ in after} == {canary}, {rev for _, rev, _ in after}
+    assert_no_duplicates(idep, {stable, canary}, canary)
+    _report(
+        f"node {node} lost {deleted - switched:.1f}s into the scale-down delay ({delay}s): "
+        f"its pods gone {gone - deleted:.1f}s later; the Service selected a Ready pod in all "
+        f"{len(after)} samples after the switch (min {min(r for _, _, r in after)})"
+    )
+
+
+def _restore_node(cluster: Cluster, node: dict[str, Any]) -> None:
+    """The lost node registered again (as its machine coming back would), Ready."""
+    from infergate_dev.localcluster.nodes import NODES, node_object
+
+    name = node["metadata"]["name"]
+    wait_for(
+        lambda: cluster.kubectl("get", "node", name, check=False).returncode != 0 or None,
+        60,
+        f"node {name} deleted",
+    )
+    [shape] = [n for n in NODES if n.name == name]
+    cluster.kubectl("create", "-f", "-", input=json.dumps(node_object(shape)))
+
+    def ready() -> bool | None:
+        body = cluster.get_json("node", name)
+        conditions = (body.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) or None
+
+    wait_for(ready, 60, f"node {name} Ready again")
+
+
 def test_a_storm_of_conflicts_throttling_and_server_errors_is_ridden_out_with_backoff(
     cluster: Cluster, idep_namespace: str, rig: Rig
 ) -> None:
@@ -558,7 +719,7 @@ def test_a_storm_of_conflicts_throttling_and_server_errors_is_ridden_out_with_ba
     retries a request sooner than the server asked."""
     proxy = rig.proxy()
     rig.operator(proxy, "storm")
-    ideps = [Idep(cluster, idep_namespace, deployment_manifest(f"qwen{i}")) for i in range(3)]
+    ideps = [RunnerIdep(cluster, idep_namespace, deployment_manifest(f"qwen{i}")) for i in range(3)]
     for idep in ideps:
         idep.apply()
     stables = [idep.wait_stable(timeout=90) for idep in ideps]
@@ -635,7 +796,7 @@ def test_sigterm_mid_call_ends_the_operator_within_seconds_and_gives_up_the_leas
     ends within seconds, not when the held call times out or its threads are joined."""
     proxy = rig.proxy()
     ns, name = idep_namespace, "qwen"
-    idep = Idep(cluster, ns, deployment_manifest(name))
+    idep = RunnerIdep(cluster, ns, deployment_manifest(name))
     process = rig.operator(proxy, "sigterm", leader_election=True)
     idep.apply()
     idep.wait_stable(timeout=90)

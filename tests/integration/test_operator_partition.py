@@ -114,7 +114,7 @@ def test_a_leader_cut_off_from_its_lease_stops_writing_before_the_new_leader_sta
     cluster: Cluster, rig: Rig, idep_namespace: str
 ) -> None:
     # A scale is no new revision: the writes are status and the stable Deployment's size.
-    idep = Idep(cluster, idep_namespace, deployment_manifest(parity=False))
+    idep = Idep(cluster, idep_namespace, deployment_manifest(parity=False, auto_promote=False))
     leader, follower = _two_replicas(cluster, rig)
     idep.apply()
     stable = idep.wait_stable(timeout=90)
@@ -197,7 +197,7 @@ def test_failover_after_sigkill_and_after_sigterm_of_the_leader(
     cluster: Cluster, rig: Rig, idep_namespace: str
 ) -> None:
     namespace = rig.install.namespace
-    idep = Idep(cluster, idep_namespace, deployment_manifest(parity=False))
+    idep = Idep(cluster, idep_namespace, deployment_manifest(parity=False, auto_promote=False))
     leader, follower = _two_replicas(cluster, rig)
     idep.apply()
     stable = idep.wait_stable(timeout=90)
