@@ -135,7 +135,7 @@ class Monitoring(_Strict):
     )
     dashboard: Switch = Field(
         default=Switch(enabled=True),
-        description="The Grafana dashboard ConfigMap (label grafana_dashboard: \"1\").",
+        description='The Grafana dashboard ConfigMap (label grafana_dashboard: "1").',
     )
     service_monitor: Switch = Field(
         default=Switch(enabled=False),
@@ -274,10 +274,7 @@ def _table_rows(model: BaseModel, prefix: str, rows: list[str]) -> None:
             _table_rows(value, key + ".", rows)
             continue
         shown = json.dumps([_plain(v) for v in value] if isinstance(value, list) else value)
-        if len(shown) > 60:
-            shown = "as in manifests/ (values.yaml)"
-        else:
-            shown = f"`{shown}`"
+        shown = "as in manifests/ (values.yaml)" if len(shown) > 60 else f"`{shown}`"
         description = (field.description or "").replace("|", "\\|")
         rows.append(f"| `{key}` | {shown} | {description} |")
 

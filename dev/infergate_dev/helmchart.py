@@ -447,20 +447,27 @@ def _object_template(
     files: dict[str, str],
     component: str | None,
     index: int,
+    *,
     gate: VersionGate | None = None,
 ) -> str:
     holes = _Holes(prefix=f"__HOLE{index}")
     work = copy.deepcopy(doc)
-    switch, labelled = (component, True) if component else BASE_SWITCHES.get(
-        (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component", ""),
-        (None, False),
+    switch, labelled = (
+        (component, True)
+        if component
+        else BASE_SWITCHES.get(
+            (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component", ""),
+            (None, False),
+        )
     )
     _configmap_files(work, files, holes)
     work = _generic_holes(work, install, holes, "$")
     _label_holes(work, holes, switch if labelled else None, "$")
     if doc is install.operator:
         _operator_holes(work, holes)
-    is_account = doc["kind"] == "ServiceAccount" and doc["metadata"]["name"] == install.service_account
+    is_account = (
+        doc["kind"] == "ServiceAccount" and doc["metadata"]["name"] == install.service_account
+    )
     if is_account:
         if doc["metadata"].get("annotations"):
             raise ChartError("the operator's ServiceAccount has annotations; values set them")
@@ -631,7 +638,10 @@ crds.upgrade is off: after an upgrade, apply the new ones yourself:
   kubectl apply --server-side --force-conflicts -f crds/   (from the chart's directory)
 {{- end }}
 Uninstalling leaves them (and every InferenceDeployment and ParityCheck) in place.
-{{- if and .Values.admission.enabled (not (or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version))) }}
+{{- $api := "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}
+{{- $mutating := .Capabilities.APIVersions.Has $api }}
+{{- $mutating = or $mutating (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) }}
+{{- if and .Values.admission.enabled (not $mutating) }}
 
 This cluster serves no admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (before
 Kubernetes 1.36): infergate-control-requester's mutating half is left out, so the API
@@ -709,7 +719,7 @@ def render_chart(
         if path in files:
             raise ChartError(f"two objects would be written to {path}")
         gate = gated.get((kind, doc["metadata"]["name"]))
-        files[path] = _HEADER + _object_template(doc, install, files, component, index, gate)
+        files[path] = _HEADER + _object_template(doc, install, files, component, index, gate=gate)
         index += 1
         if kind == "ClusterRole" and doc["metadata"]["name"] in install.operator_roles:
             role_path = f"templates/role-{doc['metadata']['name']}.yaml"

@@ -369,8 +369,10 @@ class Idep:
         bound: bool = True,
         metrics: dict[str, float] | None = None,
         extra: dict[str, Any] | None = None,
+        as_user: str | None = None,
     ) -> None:
-        """Write a ParityCheck's status as its runner would (admin, status subresource): a
+        """Write a ParityCheck's status as its runner would (admin, or `as_user` by
+        impersonation where admission policies admit only the operator, status subresource): a
         verdict bound to the spec, generation and revisions it judged, unless `bound` is
         False (a forged one). The simulated sides never answer, so the real runner the
         controller starts only waits for them; the test's verdict ends the check first."""
@@ -395,9 +397,10 @@ class Idep:
                     "specDigest": spec_digest(spec),
                     "generation": body["metadata"]["generation"],
                 }
+        impersonate = [f"--as={as_user}"] if as_user else []
         self.cluster.kubectl(
             "patch", "pcheck", check, "-n", self.namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": status | (extra or {})}),
+            "--type=merge", "-p", json.dumps({"status": status | (extra or {})}), *impersonate,
         )  # fmt: skip
 
     def revisions(self) -> dict[str, int]:

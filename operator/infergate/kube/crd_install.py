@@ -20,9 +20,7 @@ _PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 _ATTEMPTS = 5
 
 
-def install_crds(
-    client: KubeClient, crds: Iterable[JSON], report: Callable[[str], None]
-) -> None:
+def install_crds(client: KubeClient, crds: Iterable[JSON], report: Callable[[str], None]) -> None:
     """Create or replace every CRD of `crds`, retrying a replace that lost a race."""
     for crd in crds:
         name = crd["metadata"]["name"]
@@ -42,9 +40,7 @@ def _install_one(client: KubeClient, crd: JSON, name: str) -> str:
             "GET", f"{_PATH}/{name}", what=what, resource="customresourcedefinitions"
         )
     except NotFoundError:
-        client.request(
-            "POST", _PATH, what=what, resource="customresourcedefinitions", body=crd
-        )
+        client.request("POST", _PATH, what=what, resource="customresourcedefinitions", body=crd)
         return f"created {what}"
     metadata = current["metadata"]
     body = {

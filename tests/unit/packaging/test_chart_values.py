@@ -100,9 +100,7 @@ ADMISSION_KINDS = {
 )
 def test_a_switch_leaves_out_exactly_its_objects(values: list[str], gone: Any) -> None:
     everything = template()
-    expected = sorted(
-        f"{d['kind']}/{d['metadata']['name']}" for d in everything if not gone(d)
-    )
+    expected = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in everything if not gone(d))
     assert len(expected) < len(everything)
     rendered = template(*values)
     assert sorted(f"{d['kind']}/{d['metadata']['name']}" for d in rendered) == expected
@@ -115,7 +113,9 @@ def test_monitoring_off_wins_over_the_switches_below_it() -> None:
         "monitoring.prometheusRule.enabled=true",
     )
     assert {d["kind"] for d in rendered}.isdisjoint({"ServiceMonitor", "PrometheusRule"})
-    on = template("monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true")
+    on = template(
+        "monitoring.serviceMonitor.enabled=true", "monitoring.prometheusRule.enabled=true"
+    )
     assert {"ServiceMonitor", "PrometheusRule", "ConfigMap"} <= {d["kind"] for d in on}
 
 
@@ -129,7 +129,9 @@ def test_the_crd_upgrade_hook_runs_the_new_image_before_the_upgrade_with_a_narro
         annotations = doc["metadata"]["annotations"]
         assert annotations["helm.sh/hook"] == "pre-upgrade"
         assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
-    weights = {d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in rendered}
+    weights = {
+        d["kind"]: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for d in rendered
+    }
     assert weights["ServiceAccount"] < weights["ClusterRoleBinding"] < weights["Job"]
     assert weights["ClusterRole"] < weights["Job"]
     job = _job(rendered)
@@ -148,5 +150,7 @@ def test_the_crd_upgrade_hook_runs_the_new_image_before_the_upgrade_with_a_narro
     assert named["verbs"] == ["get", "update"]
     assert create == {"apiGroups": ["apiextensions.k8s.io"],
                       "resources": ["customresourcedefinitions"], "verbs": ["create"]}  # fmt: skip
-    crds = sorted(d["metadata"]["name"] for d in template() if d["kind"] == "CustomResourceDefinition")
+    crds = sorted(
+        d["metadata"]["name"] for d in template() if d["kind"] == "CustomResourceDefinition"
+    )
     assert crds == CRD_NAMES

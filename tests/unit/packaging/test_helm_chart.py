@@ -131,7 +131,8 @@ def test_component_labels_are_added_and_override_those_of_manifests() -> None:
 def test_namespace_scope_grants_roles_in_the_watched_namespaces_only() -> None:
     # The CRD upgrade hook's role exists only while an upgrade runs, for its own account.
     rendered = [
-        d for d in template("rbac.scope=namespace", "watchNamespaces={team-a,team-b}")
+        d
+        for d in template("rbac.scope=namespace", "watchNamespaces={team-a,team-b}")
         if not hook(d)
     ]
     kinds = {d["kind"] for d in rendered}
@@ -252,7 +253,9 @@ def test_a_moved_operator_image_moves_the_runner_image_too() -> None:
     ids=["defaults", "namespace-scope", "all-components", "all-off", "kubernetes-1.31"],
 )
 def test_helm_lint_passes(values: list[str]) -> None:
-    sets = [a for v in values for a in (("--set", v) if not v.startswith("-") and "=" in v else (v,))]
+    sets = [
+        a for v in values for a in (("--set", v) if not v.startswith("-") and "=" in v else (v,))
+    ]
     result = helm("lint", "--strict", str(CHART), *sets, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
