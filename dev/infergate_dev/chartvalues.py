@@ -87,12 +87,14 @@ class Operator(_Strict):
         default_factory=dict, description="Annotations added to the operator's pods."
     )
     node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Operator and CRD upgrade Job pods."
+        default_factory=dict, description="nodeSelector of the operator's and the hook's pods."
     )
     tolerations: list[JSON] = Field(
-        default_factory=list, description="Operator and CRD upgrade Job pods."
+        default_factory=list, description="tolerations of the operator's and the hook's pods."
     )
-    affinity: JSON = Field(default_factory=dict, description="Operator and CRD upgrade Job pods.")
+    affinity: JSON = Field(
+        default_factory=dict, description="affinity of the operator's and the hook's pods."
+    )
     priority_class_name: str = Field(
         default="", description="priorityClassName of the operator's pods; empty: none."
     )
@@ -262,20 +264,23 @@ def values_schema(values: Values) -> str:
 def values_table(values: Values) -> str:
     """The README's table: every leaf value, its default and what it does."""
     rows = ["| value | default | what |", "|---|---|---|"]
-    _table_rows(values, "", rows)
+    _table_rows(values, "", "", rows)
     return "\n".join(rows) + "\n"
 
 
-def _table_rows(model: BaseModel, prefix: str, rows: list[str]) -> None:
+def _table_rows(model: BaseModel, prefix: str, parent: str, rows: list[str]) -> None:
     for name, field in type(model).model_fields.items():
         key = prefix + (field.alias or name)
         value = getattr(model, name)
         if isinstance(value, BaseModel):
-            _table_rows(value, key + ".", rows)
+            _table_rows(value, key + ".", field.description or "", rows)
             continue
         shown = json.dumps([_plain(v) for v in value] if isinstance(value, list) else value)
         shown = "as in manifests/ (values.yaml)" if len(shown) > 60 else f"`{shown}`"
-        description = (field.description or "").replace("|", "\\|")
+        description = field.description or ""
+        if isinstance(model, Switch) and parent:
+            description = f"{description} {parent}"
+        description = description.replace("|", "\\|")
         rows.append(f"| `{key}` | {shown} | {description} |")
 
 
