@@ -310,12 +310,18 @@ def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flig
             upgraded["spec"]["versions"][0]["additionalPrinterColumns"]
             == expected["spec"]["versions"][0]["additionalPrinterColumns"]
         )
-        assert not cluster.get_json("jobs", "-n", namespace, "-l",
-                                    "app.kubernetes.io/name=infergate-crd-upgrade")["items"]  # fmt: skip
-        assert not cluster.get_json(
-            "clusterroles", "-l", f"app.kubernetes.io/instance={release},"
-            "app.kubernetes.io/name=infergate-crd-upgrade",
-        )["items"]  # fmt: skip
+
+        def hook_gone() -> bool:
+            jobs = cluster.get_json(
+                "jobs", "-n", namespace, "-l", "app.kubernetes.io/name=infergate-crd-upgrade"
+            )["items"]
+            roles = cluster.get_json(
+                "clusterroles", "-l", f"app.kubernetes.io/instance={release},"
+                "app.kubernetes.io/name=infergate-crd-upgrade",
+            )["items"]  # fmt: skip
+            return not jobs and not roles
+
+        wait_for(hook_gone, 60, "the succeeded hook's Job and ClusterRole to be deleted")
 
         def replaced() -> JSON | None:
             pod = _operator_ready(cluster, namespace)
