@@ -145,7 +145,7 @@ def test_helm_template_is_accepted_by_the_api_server(
     values = {k: v.replace("NAMESPACE", namespace) for k, v in given.items()}
     rendered = helm(
         "template", "dry", str(CHART), "--namespace", namespace, "--include-crds",
-        "--set", f"fullnameOverride=ig-dry-{name}", *_sets(values), *flags,
+        "--set", f"fullnameOverride=ig-dry-{name.replace('.', '-')}", *_sets(values), *flags,
     )  # fmt: skip
     documents = [d for d in yaml.safe_load_all(rendered) if d]
     text = "\n---\n".join(json.dumps(d) for d in documents)
@@ -163,9 +163,9 @@ def test_install_upgrade_and_uninstall_cluster_wide(
 ) -> None:
     release, namespace, fullname = f"ig-{session}", f"ig-helm-{session}", f"ig-helm-{session}"
     values = {"fullnameOverride": fullname, "watchNamespaces": f"{{helm-{session}-*}}"}
-    helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
-         *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
-    try:
+    try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
+        helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
+             *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
         first = wait_for(
             lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready"
         )
@@ -214,9 +214,9 @@ def test_install_namespace_scoped_grants_roles_only_where_it_watches(
         "rbac.scope": "namespace",
         "watchNamespaces": f"{{{watched}}}",
     }
-    helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
-         *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
-    try:
+    try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
+        helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
+             *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
         wait_for(lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready")
         # The only cluster-wide roles are the tenant roles aggregated into admin, edit and
         # view: they grant namespace users, never the operator.
@@ -276,9 +276,9 @@ def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flig
     values = {"fullnameOverride": fullname, "watchNamespaces": f"{{helm-{session}-*}}"}
     previous = _previous_chart(tmp_path)
     assert not (previous / "values.schema.json").exists()  # the chart before this one
-    helm("install", release, str(previous), "--namespace", namespace, "--create-namespace",
-         *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
-    try:
+    try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
+        helm("install", release, str(previous), "--namespace", namespace, "--create-namespace",
+             *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
         first = wait_for(
             lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready"
         )
