@@ -43,6 +43,17 @@ from typing import Any
 
 import yaml
 
+from infergate_dev import charthooks
+from infergate_dev.chartvalues import (
+    BASE_SWITCHES,
+    COMPONENT_VALUES,
+    Values,
+    switch_condition,
+    values_schema,
+    values_table,
+    values_yaml,
+)
+
 JSON = dict[str, Any]
 
 CHART_NAME = "infergate"
@@ -161,14 +172,45 @@ def _camel(name: str) -> str:
 
 
 def component_key(directory_name: str) -> str:
-    """The values key of a component directory: servicemonitor -> serviceMonitor."""
-    known = {
-        "servicemonitor": "serviceMonitor",
-        "networkpolicy": "networkPolicy",
-        "prometheusrule": "prometheusRule",
-        "podmonitor": "podMonitor",
-    }
-    return known.get(directory_name, _camel(directory_name))
+    """The values path of a component's switch: servicemonitor -> monitoring.serviceMonitor."""
+    if directory_name not in COMPONENT_VALUES:
+        raise ChartError(
+            f"component {directory_name}: no switch for it in COMPONENT_VALUES of "
+            "infergate_dev/chartvalues.py; add one (and its field to the Values model)"
+        )
+    return COMPONENT_VALUES[directory_name]
+
+
+_BEFORE = re.compile(r"^kubernetes-before-(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class VersionGate:
+    """A component that leaves objects of the base out for clusters before a version
+    (`kubernetes-before-1.36`): in the chart those objects render only on that version
+    or newer, or where the cluster serves their API."""
+
+    since: str
+    objects: frozenset[tuple[str, str]]
+
+
+def version_gate(directory_name: str, removed: Iterable[tuple[str, str]]) -> VersionGate:
+    """The gate of a component that only removes objects; its name says the version."""
+    match = _BEFORE.match(directory_name)
+    if match is None:
+        raise ChartError(
+            f"component {directory_name} removes objects of the base; only a component "
+            "named kubernetes-before-MAJOR.MINOR may (the chart renders them by version)"
+        )
+    return VersionGate(since=f"{match.group(1)}.{match.group(2)}", objects=frozenset(removed))
+
+
+def _gate_condition(doc: JSON, gate: VersionGate) -> str:
+    api = f"{doc['apiVersion']}/{doc['kind']}"
+    return (
+        f"or ($.Capabilities.APIVersions.Has {_go_string(api)}) "
+        f'(semverCompare ">={gate.since}.0-0" $.Capabilities.KubeVersion.Version)'
+    )
 
 
 # -- what the base says ---------------------------------------------------------------------
@@ -334,6 +376,7 @@ def _operator_holes(doc: JSON, holes: _Holes) -> None:
     container["resources"] = holes.block(
         "{{- toYaml $.Values.operator.resources | nindent INDENT }}"
     )
+    doc["spec"]["replicas"] = holes.value("{{ $.Values.operator.replicas }}")
     template_meta = doc["spec"]["template"]["metadata"]
     own = template_meta.get("annotations") or {}
     pairs = " ".join(f"{_go_string(k)} {_go_string(v)}" for k, v in own.items())
@@ -341,13 +384,20 @@ def _operator_holes(doc: JSON, holes: _Holes) -> None:
         f"{{{{- toYaml (merge (dict) $.Values.operator.podAnnotations (dict {pairs}))"
         " | nindent INDENT }}"
     )
-    for key in ("nodeSelector", "tolerations", "affinity"):
+    for key in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets", "priorityClassName"):
         if key in pod:
             raise ChartError(f"the operator's pod sets {key}; the chart takes it from values")
     pod["__HOLE_SCHEDULING__"] = "x"
 
 
 _SCHEDULING = """\
+      {{- with $.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $.Values.operator.priorityClassName }}
+      priorityClassName: {{ . | quote }}
+      {{- end }}
       {{- with $.Values.operator.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
@@ -384,22 +434,53 @@ def _dump(doc: JSON) -> str:
     return yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True, width=1000)
 
 
+_ACCOUNT_ANNOTATIONS = """\
+  {{- with $.Values.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}"""
+
+
 def _object_template(
-    doc: JSON, install: Install, files: dict[str, str], component: str | None, index: int
+    doc: JSON,
+    install: Install,
+    files: dict[str, str],
+    component: str | None,
+    index: int,
+    *,
+    gate: VersionGate | None = None,
 ) -> str:
     holes = _Holes(prefix=f"__HOLE{index}")
     work = copy.deepcopy(doc)
+    switch, labelled = (
+        (component, True)
+        if component
+        else BASE_SWITCHES.get(
+            (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component", ""),
+            (None, False),
+        )
+    )
     _configmap_files(work, files, holes)
     work = _generic_holes(work, install, holes, "$")
-    _label_holes(work, holes, component, "$")
+    _label_holes(work, holes, switch if labelled else None, "$")
     if doc is install.operator:
         _operator_holes(work, holes)
+    is_account = (
+        doc["kind"] == "ServiceAccount" and doc["metadata"]["name"] == install.service_account
+    )
+    if is_account:
+        if doc["metadata"].get("annotations"):
+            raise ChartError("the operator's ServiceAccount has annotations; values set them")
+        work["metadata"]["__HOLE_ANNOTATIONS__"] = "x"
     text = holes.fill(_dump(work)).replace("      __HOLE_SCHEDULING__: x\n", _SCHEDULING + "\n")
+    text = text.replace("  __HOLE_ANNOTATIONS__: x\n", _ACCOUNT_ANNOTATIONS + "\n")
     kind = doc["kind"]
     if kind in ("ClusterRole", "ClusterRoleBinding") and _is_operator_rbac(doc, install):
         text = '{{- if eq $.Values.rbac.scope "cluster" }}\n' + text + "{{- end }}\n"
-    if component is not None:
-        text = f"{{{{- if $.Values.{component}.enabled }}}}\n" + text + "{{- end }}\n"
+    if gate is not None:
+        text = f"{{{{- if {_gate_condition(doc, gate)} }}}}\n" + text + "{{- end }}\n"
+    if switch is not None:
+        text = f"{{{{- if {switch_condition(switch)} }}}}\n" + text + "{{- end }}\n"
     return text
 
 
@@ -460,57 +541,25 @@ def _image_parts(image: str) -> tuple[str, str]:
     return name, tag
 
 
-def _values(install: Install, components: list[Component]) -> str:
+def chart_values(install: Install) -> Values:
+    """The chart's default values: what manifests/ says, and the chart's own defaults."""
     repository, tag = _image_parts(install.container["image"])
     container = install.container
-    values: JSON = {
-        "fullnameOverride": "",
-        "image": {
-            "repository": repository,
-            "tag": tag,
-            "pullPolicy": container.get("imagePullPolicy", "IfNotPresent"),
-        },
-        "runner": {"image": ""},
-        "rbac": {"scope": "cluster"},
-        "watchNamespaces": [],
-        "operator": {
-            "args": list(container.get("args") or []),
-            "extraArgs": [],
-            "env": list(container.get("env") or []),
-            "extraEnv": [],
-            "resources": container.get("resources") or {},
-            "podAnnotations": {},
-            "nodeSelector": {},
-            "tolerations": [],
-            "affinity": {},
-        },
-    }
-    for component in components:
-        values[component.key] = {"enabled": False, "labels": {}}
-    text = _dump(values)
-    notes = {
-        "fullnameOverride": "# Prefix of every object name (default infergate, as in manifests/).",
-        "image": "# The operator image; the parity runner Jobs use it too unless runner.image is.",
-        "runner": "# image: the parity runner's image (default: the operator's).",
-        "rbac": (
-            "# scope: cluster (ClusterRoles; all namespaces or the patterns of watchNamespaces)\n"
-            "# or namespace (a Role in each of watchNamespaces, exact names; no cluster grant)."
-        ),
-        "watchNamespaces": "# Namespaces the operator watches (empty: all; rbac.scope=cluster).",
-        "operator": "# The operator container: args and env as in manifests/, plus extras.",
-    }
-    for component in components:
-        notes[component.key] = (
-            f"# Optional ({component.path}): enabled renders it;\n"
-            "# labels are added to its objects (and win over theirs)."
-        )
-    lines = []
-    for line in text.splitlines():
-        key = line.split(":", 1)[0]
-        if key in notes:
-            lines.append(notes[key])
-        lines.append(line)
-    return _HEADER + "\n".join(lines) + "\n"
+    return Values.model_validate(
+        {
+            "image": {
+                "repository": repository,
+                "tag": tag,
+                "pullPolicy": container.get("imagePullPolicy", "IfNotPresent"),
+            },
+            "operator": {
+                "replicas": install.operator["spec"].get("replicas", 1),
+                "args": list(container.get("args") or []),
+                "env": list(container.get("env") or []),
+                "resources": container.get("resources") or {},
+            },
+        }
+    )
 
 
 _HELPERS = """\
@@ -581,9 +630,24 @@ It watches every namespace (ClusterRoles).
     deployment/{{ include "infergate.fullname" . }}-operator
   kubectl explain inferencedeployment.spec
 
-CustomResourceDefinitions are installed from the chart's crds/ on the first install
-only (Helm never upgrades or deletes them); after an upgrade of the chart apply them:
-  kubectl apply --server-side -f crds/   (from the chart's directory)
+CustomResourceDefinitions are installed from the chart's crds/ on the first install;
+{{- if .Values.crds.upgrade }}
+a pre-upgrade hook Job replaces them with each new version's (crds.upgrade).
+{{- else }}
+crds.upgrade is off: after an upgrade, apply the new ones yourself:
+  kubectl apply --server-side --force-conflicts -f crds/   (from the chart's directory)
+{{- end }}
+Uninstalling leaves them (and every InferenceDeployment and ParityCheck) in place.
+{{- $api := "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}
+{{- $mutating := .Capabilities.APIVersions.Has $api }}
+{{- $mutating = or $mutating (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) }}
+{{- if and .Values.admission.enabled (not $mutating) }}
+
+This cluster serves no admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (before
+Kubernetes 1.36): infergate-control-requester's mutating half is left out, so the API
+server does not stamp infergate.io/requested-by; a promote or abort must set it to the
+requester's own user name (docs/admission.md).
+{{- end }}
 """
 
 
@@ -609,18 +673,37 @@ def _file_name(doc: JSON) -> str:
     return f"{doc['kind'].lower()}-{name}.yaml"
 
 
-def render_chart(base: list[JSON], components: list[Component], *, version: str) -> dict[str, str]:
+def render_chart(
+    base: list[JSON],
+    components: list[Component],
+    *,
+    version: str,
+    gates: Iterable[VersionGate] = (),
+) -> dict[str, str]:
     """Path in the chart -> text, for every file of charts/infergate."""
     install = _install(base)
+    values = chart_values(install)
+    gated = {key: gate for gate in gates for key in gate.objects}
     files: dict[str, str] = {
         "Chart.yaml": _chart_yaml(version),
-        "values.yaml": _values(install, components),
+        "values.yaml": values_yaml(values, _HEADER),
+        "values.schema.json": values_schema(values),
+        "README.md": charthooks.readme(values_table(values)),
         "templates/_helpers.tpl": _HELPERS
         % {"fullname": DEFAULT_FULLNAME, "default_image": install.container["image"]},
         "templates/NOTES.txt": _NOTES,
     }
-    for crd in (d for d in base if d["kind"] == "CustomResourceDefinition"):
+    crds = [d for d in base if d["kind"] == "CustomResourceDefinition"]
+    for crd in crds:
         files[f"crds/{crd['metadata']['name']}.yaml"] = _HEADER + _dump(crd)
+    files.update(
+        {
+            path: _HEADER + text
+            for path, text in charthooks.crd_upgrade(
+                sorted(c["metadata"]["name"] for c in crds)
+            ).items()
+        }
+    )
     index = 0
     sources: list[tuple[JSON, str | None]] = [(d, None) for d in base]
     sources += [(d, c.key) for c in components for d in c.documents]
@@ -632,10 +715,11 @@ def render_chart(base: list[JSON], components: list[Component], *, version: str)
             continue
         path = f"templates/{_file_name(doc)}"
         if component is not None:
-            path = f"templates/{component}/{_file_name(doc)}"
+            path = f"templates/{component.replace('.', '/')}/{_file_name(doc)}"
         if path in files:
             raise ChartError(f"two objects would be written to {path}")
-        files[path] = _HEADER + _object_template(doc, install, files, component, index)
+        gate = gated.get((kind, doc["metadata"]["name"]))
+        files[path] = _HEADER + _object_template(doc, install, files, component, index, gate=gate)
         index += 1
         if kind == "ClusterRole" and doc["metadata"]["name"] in install.operator_roles:
             role_path = f"templates/role-{doc['metadata']['name']}.yaml"

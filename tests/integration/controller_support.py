@@ -369,8 +369,10 @@ class Idep:
         bound: bool = True,
         metrics: dict[str, float] | None = None,
         extra: dict[str, Any] | None = None,
+        as_user: str | None = None,
     ) -> None:
-        """Write a ParityCheck's status as its runner would (`write_check_status`): a
+        """Write a ParityCheck's status as its runner would (`write_check_status`; admin, or
+        `as_user` by impersonation where admission policies admit only the operator): a
         verdict bound to the spec, generation and revisions it judged, unless `bound` is
         False (a forged one). The simulated sides never answer, so the real runner the
         controller starts only waits for them; the test's verdict ends the check first."""
@@ -395,14 +397,18 @@ class Idep:
                     "specDigest": spec_digest(spec),
                     "generation": body["metadata"]["generation"],
                 }
-        self.write_check_status(check, status | (extra or {}))
+        self.write_check_status(check, status | (extra or {}), as_user=as_user)
 
-    def write_check_status(self, check: str, status: dict[str, Any]) -> None:
-        """Merge `status` into the check's status, as a cluster admin (where no admission
-        policy names who may write it; fault_support.RunnerIdep writes as the runner)."""
+    def write_check_status(
+        self, check: str, status: dict[str, Any], *, as_user: str | None = None
+    ) -> None:
+        """Merge `status` into the check's status, as a cluster admin or `as_user` (where
+        no admission policy names who may write it; fault_support.RunnerIdep writes as the
+        runner)."""
+        impersonate = [f"--as={as_user}"] if as_user else []
         self.cluster.kubectl(
             "patch", "pcheck", check, "-n", self.namespace, "--subresource=status",
-            "--type=merge", "-p", json.dumps({"status": status}),
+            "--type=merge", "-p", json.dumps({"status": status}), *impersonate,
         )  # fmt: skip
 
     def revisions(self) -> dict[str, int]:

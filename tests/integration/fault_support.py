@@ -296,7 +296,10 @@ class RunnerIdep(Idep):
     subresource, the only verb its Role grants there. The admission policies refuse anyone
     else, a cluster admin included."""
 
-    def write_check_status(self, check: str, status: dict[str, Any]) -> None:
+    def write_check_status(
+        self, check: str, status: dict[str, Any], *, as_user: str | None = None
+    ) -> None:
+        del as_user  # the runner's own token, never an impersonated user
         cluster, namespace = self.cluster, self.namespace
 
         def recorded() -> str | None:

@@ -1,7 +1,11 @@
 """The Helm chart on the local cluster, with the real `helm` (built from its Go module):
-`helm template | kubectl apply --dry-run=server` is accepted, and `helm install`,
-`helm upgrade` and `helm uninstall` bring the operator up, move it and take it away,
-in the cluster-wide and in the namespace-scoped mode.
+`helm template | kubectl apply --dry-run=server` is accepted for several value sets
+(the API server is the schema check: kubeconform's schemas cannot be fetched here), and
+`helm install`, `helm upgrade` and `helm uninstall` bring the operator up, move it and
+take it away, in the cluster-wide and in the namespace-scoped mode. An upgrade from the
+previous chart (as committed at PREVIOUS) to this one replaces the CRDs through the
+chart's pre-upgrade hook while a canary's check is in flight; the check ends as it would
+have, and the stable revision keeps serving.
 
 Each release gets its own names (fullnameOverride) and watches only this module's
 namespaces, so it never meets the objects of other tests or of a demo install. The
@@ -31,6 +35,10 @@ pytestmark = pytest.mark.cluster
 
 CHART = REPO / "charts" / "infergate"
 JSON = dict[str, Any]
+# The last commit whose chart had no values schema and no CRD upgrade hook: what a
+# cluster upgrading to this chart runs today.
+PREVIOUS = "80a25fcc8a9c83d90af1b7e041b95ba0f33c0fa1"
+IDEP_CRD = "inferencedeployments.infergate.io"
 
 
 class Helm:
@@ -99,34 +107,55 @@ def watched(cluster: Cluster, session: str) -> Iterator[str]:
     release_namespace(cluster, name)
 
 
-def test_helm_template_is_accepted_by_the_api_server(
-    cluster: Cluster, helm: Helm, namespace: str
-) -> None:
-    """A server-side dry run of both modes (all but the Prometheus Operator's kinds)."""
-    for values in (
-        {"fullnameOverride": "ig-dry", "networkPolicy.enabled": "true"},
+DRY_RUNS: list[tuple[str, dict[str, str], list[str]]] = [
+    ("defaults", {}, []),
+    ("kubernetes-1.31", {}, ["--kube-version", "1.31.0"]),
+    (
+        "placement",
         {
-            "fullnameOverride": "ig-dry-ns",
-            "rbac.scope": "namespace",
-            "watchNamespaces": f"{{{namespace}}}",
+            "networkPolicy.enabled": "true",
+            "imagePullSecrets[0].name": "regcred",
+            "operator.replicas": "3",
+            "operator.priorityClassName": "system-cluster-critical",
+            "operator.nodeSelector.pool": "system",
+            "operator.tolerations[0].key": "dedicated",
+            "operator.tolerations[0].operator": "Exists",
+            "serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account": "ig@p.iam",
+            "operator.extraEnv[0].name": "HTTPS_PROXY",
+            "operator.extraEnv[0].value": "http://proxy:3128",
         },
-    ):
-        rendered = helm(
-            "template",
-            "dry",
-            str(CHART),
-            "--namespace",
-            namespace,
-            "--include-crds",
-            *_sets(values),
-        )
-        documents = [d for d in yaml.safe_load_all(rendered) if d]
-        text = "\n---\n".join(json.dumps(d) for d in documents)
-        result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
-        accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
-        assert len(accepted) == len(documents), result.stdout
-        kinds = {d["kind"] for d in documents}
-        assert {"Deployment", "ServiceAccount", "CustomResourceDefinition"} <= kinds
+        [],
+    ),
+    (
+        "all-off",
+        {"admission.enabled": "false", "monitoring.enabled": "false", "crds.upgrade": "false"},
+        [],
+    ),
+    ("namespace-scope", {"rbac.scope": "namespace", "watchNamespaces": "{NAMESPACE}"}, []),
+]
+
+
+@pytest.mark.parametrize("case", DRY_RUNS, ids=[d[0] for d in DRY_RUNS])
+def test_helm_template_is_accepted_by_the_api_server(
+    cluster: Cluster, helm: Helm, namespace: str, case: tuple[str, dict[str, str], list[str]]
+) -> None:
+    """A server-side dry run of each value set (the Prometheus Operator's kinds are left
+    out: the local cluster has not their CRDs)."""
+    name, given, flags = case
+    values = {k: v.replace("NAMESPACE", namespace) for k, v in given.items()}
+    rendered = helm(
+        "template", "dry", str(CHART), "--namespace", namespace, "--include-crds",
+        "--set", f"fullnameOverride=ig-dry-{name.replace('.', '-')}", *_sets(values), *flags,
+    )  # fmt: skip
+    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    text = "\n---\n".join(json.dumps(d) for d in documents)
+    result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
+    accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
+    assert len(accepted) == len(documents), result.stdout
+    kinds = {d["kind"] for d in documents}
+    assert {"Deployment", "ServiceAccount", "CustomResourceDefinition"} <= kinds
+    assert ("MutatingAdmissionPolicy" in kinds) == (name not in ("kubernetes-1.31", "all-off"))
+    assert ("Job" in kinds) == (name != "all-off")  # the CRD upgrade hook
 
 
 def test_install_upgrade_and_uninstall_cluster_wide(
@@ -134,9 +163,9 @@ def test_install_upgrade_and_uninstall_cluster_wide(
 ) -> None:
     release, namespace, fullname = f"ig-{session}", f"ig-helm-{session}", f"ig-helm-{session}"
     values = {"fullnameOverride": fullname, "watchNamespaces": f"{{helm-{session}-*}}"}
-    helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
-         *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
-    try:
+    try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
+        helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
+             *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
         first = wait_for(
             lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready"
         )
@@ -185,9 +214,9 @@ def test_install_namespace_scoped_grants_roles_only_where_it_watches(
         "rbac.scope": "namespace",
         "watchNamespaces": f"{{{watched}}}",
     }
-    helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
-         *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
-    try:
+    try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
+        helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
+             *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
         wait_for(lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready")
         # The only cluster-wide roles are the tenant roles aggregated into admin, edit and
         # view: they grant namespace users, never the operator.
@@ -210,4 +239,102 @@ def test_install_namespace_scoped_grants_roles_only_where_it_watches(
     assert not cluster.get_json(
         "roles", "-n", watched, "-l", f"app.kubernetes.io/instance={release}"
     )["items"]
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _previous_chart(directory: Path) -> Path:
+    """The chart as committed at PREVIOUS, unpacked under `directory`."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", PREVIOUS, "charts/infergate"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    return directory / "charts" / "infergate"
+
+
+def _age_crd(cluster: Cluster) -> JSON:
+    """Make the installed InferenceDeployment CRD look like an older version's: one printer
+    column fewer and a schema field this version does not have. Returns the CRD as it was."""
+    crd = cluster.get_json("crd", IDEP_CRD)
+    version = crd["spec"]["versions"][0]
+    patch = [
+        {"op": "remove", "path": "/spec/versions/0/additionalPrinterColumns/"
+                                 f"{len(version['additionalPrinterColumns']) - 1}"},
+        {"op": "add", "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/"
+                              "properties/retiredField", "value": {"type": "string"}},
+    ]  # fmt: skip
+    cluster.kubectl("patch", "crd", IDEP_CRD, "--type=json", "-p", json.dumps(patch))
+    return dict(crd)
+
+
+def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flight(
+    cluster: Cluster, helm: Helm, session: str, watched: str, tmp_path: Path
+) -> None:
+    release, namespace = f"ig-up-{session}", f"ig-helm-up-{session}"
+    fullname = f"ig-up-{session}"
+    operator_user = f"system:serviceaccount:{namespace}:{fullname}-operator"
+    values = {"fullnameOverride": fullname, "watchNamespaces": f"{{helm-{session}-*}}"}
+    previous = _previous_chart(tmp_path)
+    assert not (previous / "values.schema.json").exists()  # the chart before this one
+    try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
+        helm("install", release, str(previous), "--namespace", namespace, "--create-namespace",
+             *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
+        first = wait_for(
+            lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready"
+        )
+        idep = Idep(cluster, watched, deployment_manifest(replicas=2))
+        idep.apply()
+        stable = idep.wait_stable(timeout=180)
+        idep.apply(dtype="float16")
+        canary, check = idep.wait_check(timeout=120)
+        assert idep.revisions() == {stable: 2, canary: 1}
+        expected = cluster.get_json("crd", IDEP_CRD)
+        _age_crd(cluster)
+        aged = cluster.get_json("crd", IDEP_CRD)
+        assert "retiredField" in json.dumps(aged["spec"])
+
+        # The operator image of this tree: the local executor runs its code from the
+        # source tree (an image would carry it).
+        helm("upgrade", release, str(CHART), "--namespace", namespace,
+             "--reset-then-reuse-values",
+             "--set", "operator.extraEnv[0].name=PYTHONPATH",
+             "--set", f"operator.extraEnv[0].value={REPO / 'operator'}",
+             "--wait", "--timeout=5m")  # fmt: skip
+        status = json.loads(helm("status", release, "--namespace", namespace, "-o", "json"))
+        assert (status["version"], status["info"]["status"]) == (2, "deployed")
+
+        # The hook replaced the CRD with this version's, then went away.
+        upgraded = cluster.get_json("crd", IDEP_CRD)
+        assert "retiredField" not in json.dumps(upgraded["spec"])
+        assert (
+            upgraded["spec"]["versions"][0]["additionalPrinterColumns"]
+            == expected["spec"]["versions"][0]["additionalPrinterColumns"]
+        )
+
+        def hook_gone() -> bool:
+            jobs = cluster.get_json(
+                "jobs", "-n", namespace, "-l", "app.kubernetes.io/name=infergate-crd-upgrade"
+            )["items"]
+            roles = cluster.get_json(
+                "clusterroles", "-l", f"app.kubernetes.io/instance={release},"
+                "app.kubernetes.io/name=infergate-crd-upgrade",
+            )["items"]  # fmt: skip
+            return not jobs and not roles
+
+        wait_for(hook_gone, 60, "the succeeded hook's Job and ClusterRole to be deleted")
+
+        def replaced() -> JSON | None:
+            pod = _operator_ready(cluster, namespace)
+            return pod if pod and pod["metadata"]["uid"] != first["metadata"]["uid"] else None
+
+        wait_for(replaced, 180, "an upgraded operator pod to be Ready")
+        # The canary's check, started under the previous operator, ends as it would have:
+        # its verdict is acted on by the new one, and the stable served until then.
+        assert idep.status()["stableRevision"] == stable
+        assert idep.revisions()[stable] == 2
+        idep.verdict(check["metadata"]["name"], "Passed", passed=True, as_user=operator_user)
+        idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=120)
+    finally:
+        helm("uninstall", release, "--namespace", namespace, "--wait", "--timeout=3m", check=False)
+        apply_crds(cluster)  # whatever happened above, the CRDs of this tree again
     cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

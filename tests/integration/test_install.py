@@ -103,6 +103,31 @@ def test_server_dry_run_of_the_production_overlay_is_accepted(
     assert "networkpolicy.networking.k8s.io/infergate-operator created" in result.stdout
 
 
+def test_server_dry_run_of_the_overlay_for_kubernetes_before_1_36_is_accepted(
+    cluster: Cluster, install_namespace: None
+) -> None:
+    """The default install less what 1.30-1.35 do not serve (the MutatingAdmissionPolicy
+    and its binding); the validating half of infergate-control-requester stays."""
+    documents = _build(cluster, "manifests/overlays/kubernetes-before-1.36")
+    base = _build(cluster, "manifests")
+    left_out = sorted(
+        f"{d['kind']}/{d['metadata']['name']}" for d in base
+        if (d["kind"], d["metadata"]["name"])
+        not in {(o["kind"], o["metadata"]["name"]) for o in documents}
+    )  # fmt: skip
+    assert left_out == [
+        "MutatingAdmissionPolicy/infergate-control-requester",
+        "MutatingAdmissionPolicyBinding/infergate-control-requester",
+    ]
+    text = "\n---\n".join(json.dumps(d) for d in documents)
+    result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
+    accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
+    assert len(accepted) == len(documents), result.stdout
+    assert "validatingadmissionpolicy.admissionregistration.k8s.io/infergate-control-requester" in (
+        result.stdout
+    )
+
+
 @dataclass
 class Install:
     cluster: Cluster

@@ -20,7 +20,7 @@ import yaml
 
 from infergate import __version__
 from infergate.commands.crds import diff_summary
-from infergate_dev.helmchart import Component, component_key, render_chart
+from infergate_dev.helmchart import Component, component_key, render_chart, version_gate
 from infergate_dev.localcluster.layout import kubernetes_bin, repo_root
 
 JSON = dict[str, Any]
@@ -80,8 +80,9 @@ def _key(doc: JSON) -> tuple[str, str, str]:
 
 def build_component(
     kubectl: Path, manifests: Path, directory: Path, base: list[JSON]
-) -> list[JSON]:
-    """The objects a Component adds to the base (built on top of it, as an overlay would).
+) -> tuple[list[JSON], list[tuple[str, str]]]:
+    """The objects a Component adds to the base (built on top of it, as an overlay would),
+    and the (kind, name) of those it removes.
 
     A component that changes objects of the base has no place in the chart as an
     on/off switch: refused, naming the objects.
@@ -104,23 +105,34 @@ def build_component(
             f"component {directory} changes objects of the base ({', '.join(changed)}); the "
             "chart can only switch on what a component adds"
         )
-    return [d for d in built if _key(d) not in before]
+    after = {_key(d) for d in built}
+    removed = [(kind, name) for (kind, _, name) in before if (kind, _, name) not in after]
+    return [d for d in built if _key(d) not in before], removed
 
 
 def generate(manifests: Path, kubectl: Path) -> dict[str, str]:
     """Chart path -> text, from the manifests as they are now."""
     base = kustomize(kubectl, manifests)
     components = []
+    gates = []
     seen: dict[str, Path] = {}
     for directory in find_components(manifests):
+        added, removed = build_component(kubectl, manifests, directory, base)
+        if removed:
+            if added:
+                raise RuntimeError(
+                    f"component {directory} both adds and removes objects; the chart can "
+                    "switch a component on, or leave objects out by Kubernetes version"
+                )
+            gates.append(version_gate(directory.name, removed))
+            continue
         key = component_key(directory.name)
         if key in seen:
             raise RuntimeError(f"components {seen[key]} and {directory} share the name {key}")
         seen[key] = directory
-        documents = tuple(build_component(kubectl, manifests, directory, base))
         relative = directory.relative_to(manifests.parent)
-        components.append(Component(key=key, path=str(relative), documents=documents))
-    return render_chart(base, components, version=__version__)
+        components.append(Component(key=key, path=str(relative), documents=tuple(added)))
+    return render_chart(base, components, version=__version__, gates=gates)
 
 
 def run_chart(args: argparse.Namespace) -> int:

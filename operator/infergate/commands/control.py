@@ -23,7 +23,7 @@ from typing import Any
 
 from infergate.errors import InfergateError, NotFoundError
 from infergate.jsontypes import JSON
-from infergate.plan.deployment.control import ABORT, PROMOTE, ROLLBACK_TO
+from infergate.plan.deployment.control import ABORT, PROMOTE, REQUESTED_BY, ROLLBACK_TO
 
 _POLL_SECONDS = 1.0
 
@@ -103,11 +103,15 @@ class _Target:
         from infergate.kube.client import INFERENCE_DEPLOYMENTS
 
         self.client.merge_patch(
-            INFERENCE_DEPLOYMENTS,
-            self.namespace,
-            self.name,
-            {"metadata": {"annotations": {key: value}}},
+            INFERENCE_DEPLOYMENTS, self.namespace, self.name, request_patch(key, value, self.user())
         )
+
+    def user(self) -> str:
+        """Who this client is, for the requested-by stamp ("" when the server will not say)."""
+        try:
+            return self.client.whoami()
+        except InfergateError:
+            return ""
 
     def wait(self, done: Callable[[JSON], bool], timeout: float) -> JSON | None:
         deadline = time.monotonic() + timeout
@@ -120,6 +124,18 @@ class _Target:
 
     def __str__(self) -> str:
         return f"InferenceDeployment {self.namespace}/{self.name}"
+
+
+def request_patch(key: str, value: str, user: str) -> JSON:
+    """The merge patch of a control request: the annotation, and who asks.
+
+    Kubernetes 1.36+ stamps `infergate.io/requested-by` itself (the MutatingAdmissionPolicy
+    of manifests/admission); before 1.36 the ValidatingAdmissionPolicy refuses a request
+    without it. Written here with the name the API server reports for this client, it
+    is what either would accept, and the mutating policy overwrites it anyway.
+    """
+    annotations = {key: value} | ({REQUESTED_BY: user} if user else {})
+    return {"metadata": {"annotations": annotations}}
 
 
 def _status(body: JSON) -> JSON:

@@ -2,7 +2,10 @@
 
 `infergate crds --out crds` writes `crds/*.yaml`; `infergate crds --check crds`
 exits 1 with a diff summary when the files there differ from what the models
-generate (a missing file, an extra file, or changed lines). With `--reference
+generate (a missing file, an extra file, or changed lines). `infergate crds --apply`
+creates or replaces them in the cluster (in-cluster credentials or the kubeconfig): the
+Helm chart's pre-upgrade hook runs it from the new image, since Helm never upgrades a
+chart's crds/. With `--reference
 FILE` the markdown API reference is written or checked the same way, and with
 `--profiles FILE` the generated tables of the parity profiles page.
 """
@@ -15,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from infergate.api.crd import render_crd_files
+from infergate.api.crd import RESOURCE_KINDS, crd_document, render_crd_files
 from infergate.api.reference import render_reference
 from infergate.report.profiles_page import ProfilesPageError, render_profiles_page
 
@@ -35,6 +38,11 @@ def register(subparsers: Any) -> None:
     target.add_argument(
         "--check", type=Path, metavar="DIR", help="exit 1 when the CRD files in DIR are stale"
     )
+    target.add_argument(
+        "--apply",
+        action="store_true",
+        help="create or replace this version's CRDs in the cluster (the chart's upgrade hook)",
+    )
     parser.add_argument(
         "--reference",
         type=Path,
@@ -52,6 +60,8 @@ def register(subparsers: Any) -> None:
 
 def run_crds(args: argparse.Namespace) -> int:
     """Write or check; the exit code is 0 when the directory matches the models."""
+    if args.apply:
+        return _apply()
     generated = render_crd_files()
     reference = getattr(args, "reference", None)
     profiles = getattr(args, "profiles", None)
@@ -68,6 +78,24 @@ def run_crds(args: argparse.Namespace) -> int:
     if profiles is not None:
         code = max(code, _check_profiles(profiles))
     return code
+
+
+def _apply() -> int:
+    # Imported here: the other forms of the command run where no cluster client is needed.
+    from infergate.errors import KubeError
+    from infergate.kube.client import KubeClient
+    from infergate.kube.crd_install import install_crds
+
+    documents = [crd_document(resource) for resource in RESOURCE_KINDS]
+    client = KubeClient.from_environment()
+    try:
+        install_crds(client, documents, print)
+    except KubeError as error:
+        print(f"crds: {error}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    return 0
 
 
 def _profiles_page(path: Path) -> tuple[str, str] | None:

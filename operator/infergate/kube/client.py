@@ -344,6 +344,18 @@ class KubeClient:
         items: list[JSON] = answer.get("items") or []
         return items
 
+    def whoami(self) -> str:
+        """The user name the API server authenticated this client as (SelfSubjectReview,
+        which every authenticated user may create)."""
+        review = self.request(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            what="SelfSubjectReview",
+            resource="selfsubjectreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        return str(((review.get("status") or {}).get("userInfo") or {}).get("username") or "")
+
     def create(self, resource: Resource, namespace: str, body: JSON) -> JSON:
         return self.request(
             "POST",

@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 import yaml
 
-from infergate_dev.helmchart import ChartError, render_chart, strip_release
+from infergate_dev.helmchart import (
+    ChartError,
+    component_key,
+    render_chart,
+    strip_release,
+    version_gate,
+)
 from tests.unit.packaging.kustomize import MANIFESTS, build, tenant_role
 from tests.unit.packaging.test_helm_chart import helm
 
@@ -71,3 +77,16 @@ def test_a_rule_on_a_resource_of_unknown_scope_is_refused_by_name() -> None:
     role["rules"].append({"apiGroups": ["example.com"], "resources": ["gizmos"], "verbs": ["get"]})
     with pytest.raises(ChartError, match=r"\['gizmos'\]"):
         render_chart(base, [], version="0.1.0")
+
+
+def test_a_component_that_removes_objects_must_name_the_version_it_is_for() -> None:
+    removed = [("MutatingAdmissionPolicy", "infergate-control-requester")]
+    gate = version_gate("kubernetes-before-1.36", removed)
+    assert (gate.since, gate.objects) == ("1.36", frozenset(removed))
+    with pytest.raises(ChartError, match=r"only a component named kubernetes-before-MAJOR\.MINOR"):
+        version_gate("no-mutating-policy", removed)
+
+
+def test_a_component_without_a_switch_in_the_values_model_is_refused_by_name() -> None:
+    with pytest.raises(ChartError, match="component podmonitor: no switch for it"):
+        component_key("podmonitor")

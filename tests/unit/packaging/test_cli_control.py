@@ -96,3 +96,16 @@ def test_status_shows_the_promotion_step(
         "promotion: ScaleDownDelay: ab12cd34ef -> 0011223344, old one scaled down at "
         "2026-01-05T09:00:30Z" in shown
     )
+
+
+def test_a_control_request_names_who_asks_as_the_api_server_reported_it() -> None:
+    """Before Kubernetes 1.36 no mutating policy stamps infergate.io/requested-by, and the
+    validating one refuses a request without the requester's own name: the command writes
+    it (on 1.36+ the mutating policy writes the same name over it)."""
+    assert control.request_patch(ABORT, "0011223344", "alice") == {
+        "metadata": {"annotations": {ABORT: "0011223344", "infergate.io/requested-by": "alice"}}
+    }
+    # A server that will not say who the client is: no stamp (1.36+ writes it anyway).
+    assert control.request_patch(ABORT, "true", "") == {
+        "metadata": {"annotations": {ABORT: "true"}}
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ def default_table() -> list[dict[str, Any]]:
     it can be edited while the cluster runs.
     """
     venvs = cache_dir() / "venvs"
-    dev = repo_root() / ".venv"
+    # The operator image runs from the venv this command runs in (a git worktree has none
+    # of its own and uses the main checkout's), with this checkout's source first, as an
+    # image built from it would carry.
+    dev = repo_root() / ".venv" if (repo_root() / ".venv").exists() else Path(sys.prefix)
     # Engine venvs are shared by every checkout; this one's source comes by PYTHONPATH.
     engine = {**_OFFLINE, "PYTHONPATH": str(repo_root() / "operator")}
     vllm_env = {
