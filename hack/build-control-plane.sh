@@ -33,6 +33,7 @@ etcd_bin="$CACHE/bin/etcd-$ETCD_VERSION"
 kwok_bin="$CACHE/bin/kwok-$KWOK_VERSION"
 gateway_api_dir="$CACHE/gateway-api-$GATEWAY_API_VERSION"
 lws_dir="$CACHE/lws-$LWS_VERSION"
+lws_bin="$CACHE/bin/lws-$LWS_VERSION"
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -141,13 +142,32 @@ fetch_lws() {
   rm -rf "$lws_dir"; mv "$lws_dir.tmp" "$lws_dir"
 }
 
+# The LeaderWorkerSet controller (manager) from its module, through a wrapper module as the
+# others: not part of `all` yet, the local cluster does not run it (it needs its pod webhook,
+# which injects LWS_LEADER_ADDRESS, served with a certificate the API server trusts).
+build_lws_controller() {
+  [ -x "$lws_bin/lws-manager" ] && { log "lws controller $LWS_VERSION cached"; return; }
+  local mod="$CACHE/src/lws-$LWS_VERSION"
+  mkdir -p "$mod" "$lws_bin.tmp"
+  log "building the lws controller $LWS_VERSION in $mod"
+  (
+    cd "$mod"
+    printf 'module infergate.local/lws-build\n\ngo %s\n\nrequire sigs.k8s.io/lws %s\n' \
+      "$(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')" "$LWS_VERSION" > go.mod
+    go build -trimpath -o "$lws_bin.tmp/lws-manager" \
+      -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" sigs.k8s.io/lws/cmd
+  )
+  rm -rf "$lws_bin"; mv "$lws_bin.tmp" "$lws_bin"
+}
+
 what=${1:-all}
 case "$what" in
   all) build_etcd; build_kwok; build_kubernetes; fetch_gateway_api; fetch_lws ;;
   gateway-api) fetch_gateway_api ;;
   lws) fetch_lws ;;
+  lws-controller) build_lws_controller ;;
   kubernetes) build_kubernetes ;;
   etcd) build_etcd ;;
   kwok) build_kwok ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|kwok|gateway-api|lws]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|kwok|gateway-api|lws|lws-controller]" >&2; exit 2 ;;
 esac
