@@ -6,7 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from infergate.plan.deployment.groups import GroupPod, group_verdicts, whole_groups
+from infergate.plan.deployment.groups import (
+    GroupPod,
+    group_verdicts,
+    observe_group_pod,
+    whole_groups,
+)
 
 _REV, _HASH = "abcdef0123", "abcdef0123" + "0" * 54
 
@@ -64,3 +69,25 @@ def test_a_pod_of_no_group_makes_no_group_whole() -> None:
     stray = replace(_pod("0", "0"), group=None)
     assert group_verdicts([stray], size=1, revision=_REV, revision_hash=_HASH) == []
     assert whole_groups([stray], size=1, revision=_REV, revision_hash=_HASH) == 0
+
+
+def test_a_pod_body_reads_as_the_lws_controller_and_the_renderer_label_it() -> None:
+    body = {
+        "metadata": {
+            "name": f"llama-{_REV}-0-1",
+            "labels": {
+                "leaderworkerset.sigs.k8s.io/group-index": "0",
+                "leaderworkerset.sigs.k8s.io/worker-index": "1",
+                "infergate.io/revision": _REV,
+            },
+            "annotations": {"infergate.io/revision-hash": f"sha256:{_HASH}"},
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    assert observe_group_pod(body) == _pod("0", "1")
+    leaving = {
+        **body,
+        "metadata": {**body["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"},
+    }
+    assert observe_group_pod(leaving).terminating
+    assert not observe_group_pod({**body, "status": {}}).ready

@@ -10,11 +10,13 @@ never half-rolled out as a Deployment of single pods.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.errors import SpecError
+from infergate.render.labels import ANNOTATION_REVISION_HASH, LABEL_REVISION
 
 GROUPS_NOT_ROLLED_OUT = (
     "spec.topology.nodes: {nodes} is not rolled out by this operator yet: a revision of "
@@ -111,3 +113,20 @@ def _whole(
     if waiting:
         return False, f"pods {', '.join(sorted(waiting))} are not ready"
     return True, f"all {size} pods ready, of revision {revision}"
+
+
+def observe_group_pod(body: Mapping[str, Any]) -> GroupPod:
+    """A pod body, reduced to what `group_verdicts` reads (pure)."""
+    metadata = body.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    conditions = (body.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return GroupPod(
+        name=str(metadata.get("name")),
+        group=labels.get(LWS_GROUP_INDEX),
+        worker=labels.get(LWS_WORKER_INDEX),
+        revision=labels.get(LABEL_REVISION),
+        revision_hash=(metadata.get("annotations") or {}).get(ANNOTATION_REVISION_HASH),
+        ready=ready,
+        terminating=metadata.get("deletionTimestamp") is not None,
+    )
