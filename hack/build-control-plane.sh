@@ -5,7 +5,8 @@
 # $INFERGATE_CACHE/bin/<component>-<version>/ and are reused when present. The Gateway API
 # CRDs (standard channel) come from the sigs.k8s.io/gateway-api module's
 # config/crd/standard into $INFERGATE_CACHE/gateway-api-<version>/
-# (`infergate-dev localcluster up` installs them).
+# (`infergate-dev localcluster up` installs them). The LeaderWorkerSet CRD comes the same
+# way from the sigs.k8s.io/lws module's config/crd/bases into $INFERGATE_CACHE/lws-<version>/.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
@@ -13,6 +14,8 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 # v1.7 needs Go 1.27; the machine has 1.26.
 GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.6.3}
+# v0.9.0 declares go 1.26 (the machine's); multi-node revisions render its v1 API.
+LWS_VERSION=${LWS_VERSION:-v0.9.0}
 CACHE=${INFERGATE_CACHE:-$HOME/.cache/infergate}
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
@@ -29,6 +32,8 @@ k8s_bin="$CACHE/bin/kubernetes-$K8S_VERSION"
 etcd_bin="$CACHE/bin/etcd-$ETCD_VERSION"
 kwok_bin="$CACHE/bin/kwok-$KWOK_VERSION"
 gateway_api_dir="$CACHE/gateway-api-$GATEWAY_API_VERSION"
+lws_dir="$CACHE/lws-$LWS_VERSION"
+lws_bin="$CACHE/bin/lws-$LWS_VERSION"
 
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -126,12 +131,43 @@ fetch_gateway_api() {
   rm -rf "$gateway_api_dir"; mv "$gateway_api_dir.tmp" "$gateway_api_dir"
 }
 
+fetch_lws() {
+  [ -d "$lws_dir/crds" ] && { log "lws $LWS_VERSION cached"; return; }
+  log "fetching the LeaderWorkerSet CRD $LWS_VERSION"
+  local dir
+  dir=$(go mod download -json "sigs.k8s.io/lws@$LWS_VERSION" | jq -r .Dir)
+  mkdir -p "$lws_dir.tmp/crds"
+  cp "$dir"/config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml "$lws_dir.tmp/crds/"
+  chmod -R u+w "$lws_dir.tmp"
+  rm -rf "$lws_dir"; mv "$lws_dir.tmp" "$lws_dir"
+}
+
+# The LeaderWorkerSet controller (manager) from its module, through a wrapper module as the
+# others: not part of `all` yet, the local cluster does not run it (it needs its pod webhook,
+# which injects LWS_LEADER_ADDRESS, served with a certificate the API server trusts).
+build_lws_controller() {
+  [ -x "$lws_bin/lws-manager" ] && { log "lws controller $LWS_VERSION cached"; return; }
+  local mod="$CACHE/src/lws-$LWS_VERSION"
+  mkdir -p "$mod" "$lws_bin.tmp"
+  log "building the lws controller $LWS_VERSION in $mod"
+  (
+    cd "$mod"
+    printf 'module infergate.local/lws-build\n\ngo %s\n\nrequire sigs.k8s.io/lws %s\n' \
+      "$(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')" "$LWS_VERSION" > go.mod
+    go build -trimpath -o "$lws_bin.tmp/lws-manager" \
+      -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" sigs.k8s.io/lws/cmd
+  )
+  rm -rf "$lws_bin"; mv "$lws_bin.tmp" "$lws_bin"
+}
+
 what=${1:-all}
 case "$what" in
-  all) build_etcd; build_kwok; build_kubernetes; fetch_gateway_api ;;
+  all) build_etcd; build_kwok; build_kubernetes; fetch_gateway_api; fetch_lws ;;
   gateway-api) fetch_gateway_api ;;
+  lws) fetch_lws ;;
+  lws-controller) build_lws_controller ;;
   kubernetes) build_kubernetes ;;
   etcd) build_etcd ;;
   kwok) build_kwok ;;
-  *) echo "usage: $0 [all|kubernetes|etcd|kwok|gateway-api]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|kubernetes|etcd|kwok|gateway-api|lws|lws-controller]" >&2; exit 2 ;;
 esac

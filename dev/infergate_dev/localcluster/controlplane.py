@@ -35,6 +35,7 @@ from infergate_dev.localcluster.layout import (
     gateway_api_crds,
     kubernetes_bin,
     kwok_bin,
+    lws_crds,
 )
 from infergate_dev.localcluster.pki import Pki, ensure_pki
 
@@ -299,6 +300,7 @@ def up(layout: ClusterLayout, *, say: bool = True) -> None:
     except BootstrapError as exc:
         raise ClusterError(str(exc)) from exc
     install_gateway_api(layout, say=say)
+    install_lws(layout, say=say)
     if say:
         print(
             f"cluster {K8S_VERSION} up at {server} in {time.monotonic() - started:.1f}s; "
@@ -310,12 +312,36 @@ def up(layout: ClusterLayout, *, say: bool = True) -> None:
 def install_gateway_api(layout: ClusterLayout, *, say: bool = True) -> bool:
     """Apply the cached Gateway API CRDs (server-side: they are too large for the last-applied
     annotation); False, with a note, when they are not cached (`make control-plane`)."""
-    crds = gateway_api_crds()
+    return _install_cached_crds(
+        layout,
+        gateway_api_crds(),
+        what="Gateway API CRDs",
+        fetch="gateway-api",
+        needed_by="rollout.traffic.mode gateway",
+        say=say,
+    )
+
+
+def install_lws(layout: ClusterLayout, *, say: bool = True) -> bool:
+    """Apply the cached LeaderWorkerSet CRD, as `install_gateway_api` does its CRDs."""
+    return _install_cached_crds(
+        layout,
+        lws_crds(),
+        what="LeaderWorkerSet CRD",
+        fetch="lws",
+        needed_by="multi-node revisions (spec.topology.nodes above 1)",
+        say=say,
+    )
+
+
+def _install_cached_crds(
+    layout: ClusterLayout, crds: Path, *, what: str, fetch: str, needed_by: str, say: bool
+) -> bool:
     if not crds.is_dir():
         if say:
             print(
-                f"Gateway API CRDs not cached at {crds}: `hack/build-control-plane.sh "
-                "gateway-api` fetches them; rollout.traffic.mode gateway needs them",
+                f"{what} not cached at {crds}: `hack/build-control-plane.sh {fetch}` fetches "
+                f"them; {needed_by} needs them",
                 file=sys.stderr,
             )
         return False
@@ -335,7 +361,7 @@ def install_gateway_api(layout: ClusterLayout, *, say: bool = True) -> bool:
         check=False,
     )
     if result.returncode != 0:
-        raise ClusterError(f"installing the Gateway API CRDs failed: {result.stderr.strip()}")
+        raise ClusterError(f"installing the {what} failed: {result.stderr.strip()}")
     return True
 
 

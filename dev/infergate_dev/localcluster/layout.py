@@ -18,6 +18,9 @@ KWOK_VERSION = "v0.8.0"
 # The Gateway API CRDs (standard channel) the cluster gets; the same version as
 # hack/build-control-plane.sh fetches (v1.7 needs a newer Go than the machine has).
 GATEWAY_API_VERSION = "v1.6.3"
+# The LeaderWorkerSet CRD (sigs.k8s.io/lws) multi-node revisions render to; the same version
+# as hack/build-control-plane.sh fetches.
+LWS_VERSION = "v0.9.0"
 
 
 # Loopback ranges: the executor hands each real pod an address here; KWOK's
@@ -105,6 +108,11 @@ def etcd_bin() -> Path:
 def gateway_api_crds() -> Path:
     """The Gateway API's standard CRDs, as hack/build-control-plane.sh copies them."""
     return cache_dir() / f"gateway-api-{GATEWAY_API_VERSION}" / "crds"
+
+
+def lws_crds() -> Path:
+    """The LeaderWorkerSet CRD, as hack/build-control-plane.sh copies it."""
+    return cache_dir() / f"lws-{LWS_VERSION}" / "crds"
 
 
 def kwok_bin() -> Path:

@@ -26,7 +26,7 @@ from infergate.api.pinned import (
     CONTROL_CHARACTER_PATTERN,
     CONTROL_MESSAGE,
     MINDFORMERS_PINNED_CONFIG_KEYS,
-    PINNED_ARG_PATTERN,
+    PINNED_ARG_PATTERNS,
     has_control_character,
     pinned_config_keys,
     pinned_flag,
@@ -155,7 +155,10 @@ class Engine(KubeModel):
         default_factory=list,
         max_length=64,
         json_schema_extra=cel_rules(
-            cel(f"self.all(a, !a.matches(r'{PINNED_ARG_PATTERN}'))", ARGS_MESSAGE),
+            *(
+                cel(f"self.all(a, !a.matches(r'{pattern}'))", ARGS_MESSAGE)
+                for pattern in PINNED_ARG_PATTERNS
+            ),
             cel(f"self.all(a, !a.matches(r'{CONTROL_CHARACTER_PATTERN}'))", CONTROL_MESSAGE),
         ),
     )

@@ -24,6 +24,7 @@ from infergate.api.enums import (
 )
 from infergate.api.model_uri import UriScheme, parse_model_uri
 from infergate.api.shadow import CheckSource, Mirror
+from infergate.api.topology import ACCELERATORS_PER_NODE_MAX, Topology, topology_problem
 from infergate.api.traffic import Traffic
 
 LabelKey = Annotated[
@@ -156,6 +157,51 @@ class Rollout(KubeModel):
         return self
 
 
+_WORLD = (
+    "self.accelerator.count * self.engine.tensorParallelSize"
+    " * self.topology.pipelineParallelSize * self.topology.dataParallelSize"
+)
+
+
+def _topology_rules() -> list[dict[str, str]]:
+    """The CEL form of `api.topology.topology_problem` (the same rules, in order)."""
+    return [
+        cel(
+            "!has(self.topology) || self.topology.nodes == 1 "
+            "|| has(self.topology.acceleratorsPerNode)",
+            "topology.acceleratorsPerNode is required when topology.nodes is above 1: each pod "
+            "of the group requests that many devices",
+            field_path=".topology.acceleratorsPerNode",
+        ),
+        cel(
+            "!has(self.topology) || !has(self.topology.acceleratorsPerNode) || "
+            f"{_WORLD} == self.topology.nodes * self.topology.acceleratorsPerNode",
+            "topology: nodes x acceleratorsPerNode must equal accelerator.count x "
+            "engine.tensorParallelSize x pipelineParallelSize x dataParallelSize: every device "
+            "of the group holds one rank",
+            field_path=".topology",
+        ),
+        cel(
+            "!has(self.topology) || has(self.topology.acceleratorsPerNode) || "
+            f"{_WORLD} <= {ACCELERATORS_PER_NODE_MAX}",
+            "topology: accelerator.count x engine.tensorParallelSize x pipelineParallelSize x "
+            f"dataParallelSize must be at most {ACCELERATORS_PER_NODE_MAX} devices in one pod; "
+            "set topology.nodes and topology.acceleratorsPerNode",
+            field_path=".topology",
+        ),
+        cel(
+            "!has(self.topology) || !self.topology.expertParallel || ("
+            "self.engine.kind == 'vllm' "
+            "? self.engine.tensorParallelSize * self.topology.dataParallelSize > 1 "
+            ": self.topology.dataParallelSize > 1)",
+            "topology.expertParallel needs more than one rank to spread experts over: "
+            "tensorParallelSize x dataParallelSize above 1 for vllm, dataParallelSize above 1 "
+            "for mindformers",
+            field_path=".topology.expertParallel",
+        ),
+    ]
+
+
 def _spec_rules() -> dict[str, Any]:
     pairs = " || ".join(
         f"(self.engine.kind == '{engine.value}' && self.accelerator.kind == '{accel.value}')"
@@ -196,6 +242,7 @@ def _spec_rules() -> dict[str, Any]:
             "rollout.parity.sampling.maxTokens must be below engine.maxModelLen",
             field_path=".rollout.parity.sampling.maxTokens",
         ),
+        *_topology_rules(),
     )
 
 
@@ -215,6 +262,9 @@ class InferenceDeploymentSpec(KubeModel):
     rollout: Rollout
     """Canary size, parity gate, promotion and rollback. Required: automatic promotion needs a
     parity template, so the policy is always stated (at least `autoPromote: false`)."""
+    topology: Topology | None = None
+    """Nodes per replica and the engine's parallel layout (pipeline, data, expert parallel);
+    part of the revision. Unset: one pod per replica."""
     revision_history_limit: int = Field(default=5, ge=1, le=50)
     """Old revisions kept (scaled to zero) for rollback."""
     placement: Placement = Field(default_factory=Placement, json_schema_extra={"default": {}})
@@ -250,6 +300,14 @@ class InferenceDeploymentSpec(KubeModel):
                 f"model.uri: {self.model.uri!r} is not allowed with {self.engine.kind.value}: "
                 "s3:// is streamed by vllm only; use pvc://, hf:// or file://"
             )
+        problem = topology_problem(
+            self.layout,
+            engine=self.engine.kind,
+            accelerator_count=self.accelerator.count,
+            tensor_parallel_size=self.engine.tensor_parallel_size,
+        )
+        if problem is not None:
+            raise ValueError(problem)
         parity = self.rollout.parity
         if parity is not None and parity.sampling.max_tokens >= self.engine.max_model_len:
             raise ValueError(
@@ -257,6 +315,11 @@ class InferenceDeploymentSpec(KubeModel):
                 f"below engine.maxModelLen ({self.engine.max_model_len})"
             )
         return self
+
+    @property
+    def layout(self) -> Topology:
+        """The topology, the one-node default when unset."""
+        return self.topology if self.topology is not None else Topology()
 
 
 # Revision objects are named `<name>-<revision>` (10 hex digits) and a Service

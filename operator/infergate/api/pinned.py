@@ -61,6 +61,26 @@ _SET_FROM_FIELDS: tuple[str, ...] = (
     "--engine-config",
     "--config",
 )
+# vLLM flags that lay a replica out over devices and nodes: set from spec.topology
+# (render/vllm.py, render/group.py), so a group's pods agree on one layout.
+_SET_FROM_TOPOLOGY: tuple[str, ...] = (
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--data-parallel-size-local",
+    "--data-parallel-backend",
+    "--data-parallel-address",
+    "--data-parallel-rpc-port",
+    "--data-parallel-start-rank",
+    "--data-parallel-hybrid-lb",
+    "--data-parallel-external-lb",
+    "--enable-expert-parallel",
+    "--distributed-executor-backend",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--headless",
+)
 # vLLM flags that would serve other weights, config, tokenizer or generation settings
 # than spec.model.uri names (another repository or revision, dummy weights), or run
 # code shipped with the model: the operator would report one model while another
@@ -75,9 +95,11 @@ _LOADS_FROM_ELSEWHERE: tuple[str, ...] = (
     "--override-generation-config",
     "--trust-remote-code",
 )
-PINNED_LONG_FLAGS: tuple[str, ...] = _SET_FROM_FIELDS + _LOADS_FROM_ELSEWHERE
-# Single-dash aliases of pinned flags (vLLM: -tp for --tensor-parallel-size).
-PINNED_SHORT_FLAGS: tuple[str, ...] = ("-tp",)
+_FIELD_LONG_FLAGS: tuple[str, ...] = _SET_FROM_FIELDS + _LOADS_FROM_ELSEWHERE
+PINNED_LONG_FLAGS: tuple[str, ...] = _FIELD_LONG_FLAGS + _SET_FROM_TOPOLOGY
+# Single-dash aliases of pinned flags (vLLM: -tp for --tensor-parallel-size, -pp, -dp and
+# the -dp* family of the data-parallel flags).
+PINNED_SHORT_FLAGS: tuple[str, ...] = ("-tp", "-pp", "-dp", "-dpl", "-dpa", "-dpp", "-dpr", "-dpb")
 PINNED_FLAGS: tuple[str, ...] = PINNED_LONG_FLAGS + PINNED_SHORT_FLAGS
 
 # Keys of the MindFormers model_config that render/mindformers.py pins from typed
@@ -100,9 +122,9 @@ ARGS_MESSAGE = (
     + ", ".join(PINNED_FLAGS)
     + " in any spelling (underscores for dashes, --flag=value, --flag.key sub-keys, or an "
     "abbreviation such as --max-model): they are pinned from spec.model and spec.engine "
-    "(dtype, maxModelLen, tensorParallelSize, seed, config), or would load weights, config, "
-    "tokenizer, generation settings or code from elsewhere than model.uri; set those fields "
-    "instead"
+    "(dtype, maxModelLen, tensorParallelSize, seed, config) and spec.topology, or would "
+    "load weights, config, tokenizer, generation settings or code from elsewhere than "
+    "model.uri; set those fields instead"
 )
 # Any C0 control character or DEL; the same text in the CEL rule and in Python.
 CONTROL_CHARACTER_PATTERN = r"[\x00-\x1f\x7f]"
@@ -140,21 +162,27 @@ def _flag_pattern(flags: Iterable[str], dashes: str) -> str:
     return dashes + _prefix_pattern(flag[len(dashes) :] for flag in flags)
 
 
-# One expression, RE2 and Python alike: the CEL rule and the model use this text.
+# RE2 and Python alike: the CEL rules and the model use these texts. Two expressions, as
+# one would cost more than the API server's per-rule CEL budget over 64 arguments of 1024
+# characters (the cost grows with the pattern's length).
+_VALUE = r"(?:[=.][\s\S]*)?$"
 PINNED_ARG_PATTERN = (
     "^(?:"
-    + _flag_pattern(PINNED_LONG_FLAGS, "--")
+    + _flag_pattern(_FIELD_LONG_FLAGS, "--")
     + "|"
     + _flag_pattern(PINNED_SHORT_FLAGS, "-")
-    + r")(?:[=.][\s\S]*)?$"
+    + ")"
+    + _VALUE
 )
-_PINNED_ARG = re.compile(PINNED_ARG_PATTERN)
+PINNED_LAYOUT_ARG_PATTERN = "^" + _flag_pattern(_SET_FROM_TOPOLOGY, "--") + _VALUE
+PINNED_ARG_PATTERNS: tuple[str, ...] = (PINNED_ARG_PATTERN, PINNED_LAYOUT_ARG_PATTERN)
+_PINNED_ARGS = tuple(re.compile(pattern) for pattern in PINNED_ARG_PATTERNS)
 _CONTROL = re.compile(CONTROL_CHARACTER_PATTERN)
 
 
 def pinned_flag(arg: str) -> str | None:
     """The pinned flag `arg` would set (in any spelling the engines accept), or None."""
-    if not _PINNED_ARG.fullmatch(arg):
+    if not any(pattern.fullmatch(arg) for pattern in _PINNED_ARGS):
         return None
     dashes = "--" if arg.startswith("--") else "-"
     name = re.split(r"[=.]", arg[len(dashes) :], maxsplit=1)[0].replace("_", "-")

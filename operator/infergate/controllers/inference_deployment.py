@@ -62,6 +62,7 @@ from infergate.plan import reasons
 from infergate.plan.check.stamp import see_suite, unread_suites
 from infergate.plan.deployment.control import manual_requests
 from infergate.plan.deployment.desired import Owner
+from infergate.plan.deployment.groups import refuse_unobserved_groups
 from infergate.plan.deployment.observed import Observed, collect
 from infergate.plan.deployment.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.deployment.rollout import DeploymentState, Notice
@@ -125,7 +126,8 @@ def _parse_spec(body: JSON) -> InferenceDeploymentSpec:
         spec = InferenceDeploymentSpec.model_validate(body.get("spec") or {})
         # file:// mounts a node directory: only those the operator was started to allow.
         check_host_path(spec.model.uri, OPTIONS.allowed_host_paths)
-    except (ValidationError, ValueError) as error:
+        refuse_unobserved_groups(spec)
+    except (ValidationError, ValueError, SpecError) as error:
         raise SpecError(f"{where}: {error}") from error
     return spec
 

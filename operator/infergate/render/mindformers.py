@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from infergate.api.model_uri import UriScheme
+from infergate.api.topology import DEFAULT_TOPOLOGY
 from infergate.render.launch import (
     CONFIG_PATH,
     HTTP_PORT,
@@ -40,6 +41,20 @@ def mindformers_model_config(revision: RevisionInput) -> dict[str, Any]:
         "use_past": True,
     }
     return {**pinned, **engine.config}
+
+
+def _parallel_config(revision: RevisionInput) -> dict[str, Any]:
+    """MindFormers parallel_config: data_parallel x model_parallel x pipeline_stage devices
+    (msrun's worker_num in a group); with expert parallelism, experts over data_parallel."""
+    topology = revision.spec.layout
+    config: dict[str, Any] = {
+        "data_parallel": topology.data_parallel_size,
+        "model_parallel": revision.spec.engine.tensor_parallel_size,
+        "pipeline_stage": topology.pipeline_parallel_size,
+    }
+    if topology.expert_parallel:
+        config["expert_parallel"] = topology.data_parallel_size
+    return config
 
 
 def mindformers_launch(revision: RevisionInput) -> EngineLaunch:
@@ -92,15 +107,13 @@ def mindformers_launch(revision: RevisionInput) -> EngineLaunch:
                 "device_target": "Ascend",
                 "deterministic": "ON" if engine.deterministic else "OFF",
             },
-            "parallel_config": {
-                "data_parallel": 1,
-                "model_parallel": engine.tensor_parallel_size,
-                "pipeline_stage": 1,
-            },
+            "parallel_config": _parallel_config(revision),
             "model_config": mindformers_model_config(revision),
         },
         "argv": ["infergate", *args],
         # What runs, never a secret: a Secret-backed variable is recorded by its reference.
         "env": pinned_env(env, engine.env),
     }
+    if spec.layout != DEFAULT_TOPOLOGY:
+        config["topology"] = spec.layout.to_kube()
     return EngineLaunch(command=["infergate"], args=args, env=env, engine_config=config)

@@ -1,4 +1,7 @@
-"""One revision's desired objects: ConfigMap, Deployment, revision Service, stable Service.
+"""One revision's desired objects: ConfigMap, workload, revision Service, stable Service.
+
+The workload is a Deployment of one-pod replicas, or, when `spec.topology.nodes` is above 1,
+a LeaderWorkerSet of groups (render/group.py) whose leaders the Services select.
 
 Pure: a spec in, plain Kubernetes manifests (dicts) out, for `kube/` to apply.
 Owner references are added by the controller, not here.
@@ -15,6 +18,7 @@ from infergate.api.enums import EngineKind
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.api.model_uri import parse_model_uri
 from infergate.render.accelerators import PRESETS
+from infergate.render.group import leader_worker_set
 from infergate.render.images import resolved_image, runs_as_non_root
 from infergate.render.labels import (
     ANNOTATION_REVISION_HASH,
@@ -64,6 +68,7 @@ class RevisionObjects:
     revision_hash: str
     config_map: dict[str, Any]
     deployment: dict[str, Any]
+    """The workload: a Deployment, or a LeaderWorkerSet for a multi-node topology."""
     service: dict[str, Any]
     stable_service: dict[str, Any]
 
@@ -107,31 +112,47 @@ def render_revision(
         "immutable": True,
         "data": {CONFIG_KEY: json.dumps(launch.engine_config, indent=2, sort_keys=True) + "\n"},
     }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(),
-        "spec": {
-            "replicas": spec.replicas if replicas is None else replicas,
-            "selector": {"matchLabels": engine_pod_selector(name, revision)},
-            # Accelerator-bound pods cannot surge on full nodes: replace one at a time.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    template = _pod_template(
+        spec,
+        launch,
+        labels=labels,
+        annotations=annotations,
+        image=image,
+        weights=weights,
+        config_map_name=object_name,
+    )
+    count = spec.replicas if replicas is None else replicas
+    topology = spec.layout
+    deployment: dict[str, Any]
+    if topology.multi_node:
+        tensor = spec.engine.tensor_parallel_size
+        deployment = leader_worker_set(
+            metadata(),
+            engine=spec.engine.kind,
+            template=template,
+            replicas=count,
+            size=topology.nodes,
+            group_devices=topology.world(spec.accelerator.count, tensor),
+            pod_devices=topology.devices_per_pod(spec.accelerator.count, tensor),
+        )
+    else:
+        deployment = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata(),
+            "spec": {
+                "replicas": count,
+                "selector": {"matchLabels": engine_pod_selector(name, revision)},
+                # Accelerator-bound pods cannot surge on full nodes: replace one at a time.
+                "strategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+                },
+                "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,
+                "revisionHistoryLimit": 2,
+                "template": template,
             },
-            "progressDeadlineSeconds": spec.rollout.progress_deadline_seconds,
-            "revisionHistoryLimit": 2,
-            "template": _pod_template(
-                spec,
-                launch,
-                labels=labels,
-                annotations=annotations,
-                image=image,
-                weights=weights,
-                config_map_name=object_name,
-            ),
-        },
-    }
+        }
     service = _service(metadata(), engine_pod_selector(name, revision))
     # The stable Service as it is while this revision serves (see render.traffic).
     stable = stable_service(name, namespace, spec.rollout.traffic.mode, revision)
@@ -239,9 +260,12 @@ def _pod_security(image: str) -> dict[str, Any]:
 
 
 def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:
-    """CPU and memory as given; the accelerator devices as count x tensor parallel size."""
+    """CPU and memory as given; the accelerator devices of one pod: count x the parallel
+    sizes on one node, topology.acceleratorsPerNode in a group."""
     resource = PRESETS[spec.accelerator.kind].resource
-    devices = str(spec.accelerator.count * spec.engine.tensor_parallel_size)
+    devices = str(
+        spec.layout.devices_per_pod(spec.accelerator.count, spec.engine.tensor_parallel_size)
+    )
     given = spec.resources.to_kube() if spec.resources is not None else {}
     return {
         section: {**given.get(section, {}), resource: devices} for section in ("requests", "limits")

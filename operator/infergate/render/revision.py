@@ -1,10 +1,11 @@
 """The revision hash: the identity of everything that changes numerics or serving.
 
 sha256 over canonical JSON (sorted keys, no whitespace, finite numbers only)
-of the model, the engine (with its image resolved to the default when unset)
-and the accelerator. Replicas, rollout policy, placement, CPU/memory and the
-resource's labels and annotations are not part of it: changing them never
-starts a canary. Values that cannot be written as canonical JSON are refused
+of the model, the engine (with its image resolved to the default when unset),
+the accelerator, and the topology when it is not the one-node default (so every
+revision made before topology existed keeps its hash). Replicas, rollout policy,
+placement, CPU/memory and the resource's labels and annotations are not part of it:
+changing them never starts a canary. Values that cannot be written as canonical JSON are refused
 with the field's path rather than hashed partially.
 
 `HASH_SCHEMA` is hashed too; bump it when rendering of hashed fields changes
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.api.topology import DEFAULT_TOPOLOGY
 from infergate.render.images import resolved_image
 
 HASH_SCHEMA = "infergate.io/revision/v1"
@@ -34,7 +36,7 @@ class RevisionHashError(ValueError):
 def revision_identity(spec: InferenceDeploymentSpec) -> dict[str, Any]:
     """Every input of the revision hash, by name, as JSON values."""
     engine = spec.engine
-    return {
+    identity: dict[str, Any] = {
         "schema": HASH_SCHEMA,
         "model": {"name": spec.model.name, "uri": spec.model.uri},
         "engine": {
@@ -52,6 +54,9 @@ def revision_identity(spec: InferenceDeploymentSpec) -> dict[str, Any]:
         },
         "accelerator": {"kind": spec.accelerator.kind.value, "count": spec.accelerator.count},
     }
+    if spec.layout != DEFAULT_TOPOLOGY:
+        identity["topology"] = spec.layout.to_kube()
+    return identity
 
 
 def canonical_json(value: Any, path: str = "spec") -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infergate.api.model_uri import UriScheme
+from infergate.api.topology import DEFAULT_TOPOLOGY
 from infergate.render.launch import (
     ENGINE_GRACE_SECONDS,
     HTTP_PORT,
@@ -65,6 +66,13 @@ class VllmServe:
     host: str = POD_IP_REF
     port: int = HTTP_PORT
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int | None = None
+    """--pipeline-parallel-size; None: left out (vLLM's default, 1)."""
+    data_parallel_size: int = 1
+    data_parallel_backend: str | None = None
+    expert_parallel: bool = False
+    distributed_executor_backend: str | None = None
+    """`ray` for a group of pods (the leader's Ray head and the workers' Ray nodes)."""
     config: Mapping[str, Any] = field(default_factory=dict)
     """Pinned model-config overrides (engine.config), passed as --hf-overrides."""
     revision: str | None = None
@@ -118,6 +126,7 @@ def vllm_serve_args(serve: VllmServe) -> list[str]:
         "--shutdown-timeout",
         str(DRAIN_SECONDS),
     ]
+    args += _layout_args(serve)
     if serve.revision is not None:
         args += ["--revision", serve.revision]
     if serve.load_format is not None:
@@ -126,6 +135,22 @@ def vllm_serve_args(serve: VllmServe) -> list[str]:
     if overrides:
         args += ["--hf-overrides", json.dumps(overrides, sort_keys=True, separators=(",", ":"))]
     return [*args, *serve.extra]
+
+
+def _layout_args(serve: VllmServe) -> list[str]:
+    """The parallel layout beyond tensor parallelism; nothing for one pod of default sizes."""
+    args: list[str] = []
+    if serve.pipeline_parallel_size is not None:
+        args += ["--pipeline-parallel-size", str(serve.pipeline_parallel_size)]
+    if serve.data_parallel_size > 1:
+        args += ["--data-parallel-size", str(serve.data_parallel_size)]
+    if serve.data_parallel_backend is not None:
+        args += ["--data-parallel-backend", serve.data_parallel_backend]
+    if serve.expert_parallel:
+        args.append("--enable-expert-parallel")
+    if serve.distributed_executor_backend is not None:
+        args += ["--distributed-executor-backend", serve.distributed_executor_backend]
+    return args
 
 
 def pooling_args(args: Sequence[str]) -> list[str]:
@@ -149,6 +174,8 @@ def vllm_launch(revision: RevisionInput) -> EngineLaunch:
     spec = revision.spec
     engine = spec.engine
     location = revision.model.location
+    topology = spec.layout
+    group = topology.multi_node
     args = vllm_serve_args(
         VllmServe(
             model=revision.model.reference,
@@ -157,6 +184,17 @@ def vllm_launch(revision: RevisionInput) -> EngineLaunch:
             max_model_len=engine.max_model_len,
             seed=engine.seed,
             tensor_parallel_size=engine.tensor_parallel_size,
+            # A group names its pipeline size even when 1 (tensor parallel across nodes).
+            pipeline_parallel_size=(
+                topology.pipeline_parallel_size
+                if group or topology.pipeline_parallel_size > 1
+                else None
+            ),
+            data_parallel_size=topology.data_parallel_size,
+            # Ray places a group's data-parallel engines over its nodes.
+            data_parallel_backend="ray" if group and topology.data_parallel_size > 1 else None,
+            expert_parallel=topology.expert_parallel,
+            distributed_executor_backend="ray" if group else None,
             config=engine.config,
             revision=location.revision if location.scheme is UriScheme.HF else None,
             load_format="runai_streamer" if location.scheme is UriScheme.S3 else None,
@@ -185,4 +223,6 @@ def vllm_launch(revision: RevisionInput) -> EngineLaunch:
         # What runs, never a secret: a Secret-backed variable is recorded by its reference.
         "env": pinned_env(env, engine.env),
     }
+    if topology != DEFAULT_TOPOLOGY:
+        config["topology"] = topology.to_kube()
     return EngineLaunch(command=["vllm"], args=args, env=env, engine_config=config)

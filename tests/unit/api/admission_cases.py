@@ -199,6 +199,7 @@ _ALLOWED_ARGS: tuple[tuple[str, ...], ...] = (
     ("--override-pooler-config={}",),
     ("--compilation-config", '{"level": 3}'),
     ("-O3",),
+    ("--disable-log-requests",),
 )
 
 
@@ -313,6 +314,102 @@ def _threshold_cases() -> list[AdmissionCase]:
     return cases
 
 
+def _topology(tensor: int = 1, count: int = 1, **topology: Any) -> Callable[[JSON], None]:
+    def change(spec: JSON) -> None:
+        spec["engine"]["tensorParallelSize"] = tensor
+        spec["accelerator"]["count"] = count
+        spec["topology"] = topology
+
+    return change
+
+
+def _mindformers_topology(**topology: Any) -> Callable[[JSON], None]:
+    def change(spec: JSON) -> None:
+        spec["engine"]["kind"] = "mindformers"
+        spec["engine"].pop("image", None)
+        spec["accelerator"]["kind"] = "ascend-npu"
+        spec["topology"] = topology
+
+    return change
+
+
+# (name, change, admitted): a group's devices and the engine's world must agree exactly.
+_TOPOLOGIES: tuple[tuple[str, Callable[[JSON], None], bool], ...] = (
+    ("topology-empty-is-one-node", _topology(), True),
+    ("topology-one-node-pp2", _topology(tensor=4, pipelineParallelSize=2), True),
+    ("topology-one-node-over-16", _topology(tensor=16, pipelineParallelSize=2), False),
+    (
+        "topology-one-node-named-size",
+        _topology(tensor=8, nodes=1, acceleratorsPerNode=8),
+        True,
+    ),
+    ("topology-two-nodes-no-size", _topology(tensor=8, nodes=2, pipelineParallelSize=2), False),
+    (
+        "topology-two-nodes-tp8-pp2",
+        _topology(tensor=8, nodes=2, acceleratorsPerNode=8, pipelineParallelSize=2),
+        True,
+    ),
+    (
+        "topology-two-nodes-tp16",
+        _topology(tensor=16, nodes=2, acceleratorsPerNode=8),
+        True,
+    ),
+    (
+        "topology-two-nodes-devices-idle",
+        _topology(tensor=8, nodes=2, acceleratorsPerNode=8),
+        False,
+    ),
+    (
+        "topology-two-nodes-devices-short",
+        _topology(tensor=8, nodes=2, acceleratorsPerNode=4, pipelineParallelSize=2),
+        False,
+    ),
+    (
+        "topology-count-counts",
+        _topology(tensor=4, count=2, nodes=2, acceleratorsPerNode=8, pipelineParallelSize=2),
+        True,
+    ),
+    (
+        "topology-dp-ep",
+        _topology(
+            tensor=8, nodes=2, acceleratorsPerNode=8, dataParallelSize=2, expertParallel=True
+        ),
+        True,
+    ),
+    ("topology-ep-one-rank", _topology(tensor=1, expertParallel=True), False),
+    ("topology-ep-vllm-tp2", _topology(tensor=2, expertParallel=True), True),
+    ("topology-nodes-over-max", _topology(tensor=1, nodes=65, acceleratorsPerNode=1), False),
+    ("topology-size-over-max", _topology(tensor=16, nodes=1, acceleratorsPerNode=17), False),
+    (
+        "topology-mindformers-ep-needs-dp",
+        _mindformers_topology(
+            nodes=2, acceleratorsPerNode=1, pipelineParallelSize=2, expertParallel=True
+        ),
+        False,
+    ),
+    (
+        "topology-mindformers-two-nodes",
+        _mindformers_topology(
+            nodes=2,
+            acceleratorsPerNode=2,
+            dataParallelSize=2,
+            pipelineParallelSize=2,
+            expertParallel=True,
+        ),
+        True,
+    ),
+    ("topology-unknown-field", _topology(tensorParallelSize=2), False),
+)
+
+
+def _topology_cases() -> list[AdmissionCase]:
+    cases = [AdmissionCase(name, _deployment(change), ok) for name, change, ok in _TOPOLOGIES]
+    pinned = ("--pipeline-parallel-size=2", "-pp", "--distributed-executor-backend=ray", "--nnodes")
+    return cases + [
+        AdmissionCase(f"args-{arg!r}", _deployment(_args(arg, "2")), False) for arg in pinned
+    ]
+
+
 def _deadline_cases() -> list[AdmissionCase]:
     return [
         AdmissionCase("shadow-default-window", _shadow_check(_unchanged), True),
@@ -352,4 +449,5 @@ def admission_cases() -> list[AdmissionCase]:
         *_newline_cases(),
         *_threshold_cases(),
         *_deadline_cases(),
+        *_topology_cases(),
     ]

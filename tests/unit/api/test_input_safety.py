@@ -28,7 +28,7 @@ from infergate.api.model_uri import parse_model_uri
 from infergate.api.parity_check import RUNNER_CONCURRENCY_MAX
 from infergate.api.pinned import (
     MINDFORMERS_PINNED_CONFIG_KEYS,
-    PINNED_ARG_PATTERN,
+    PINNED_ARG_PATTERNS,
     PINNED_FLAGS,
     pinned_flag,
 )
@@ -148,7 +148,8 @@ def test_the_crd_carries_the_same_flag_expression_as_the_model() -> None:
         "properties"
     ]["engine"]
     rules = engine["properties"]["args"]["x-kubernetes-validations"]
-    assert any(PINNED_ARG_PATTERN in rule["rule"] for rule in rules)
+    for pattern in PINNED_ARG_PATTERNS:
+        assert any(pattern in rule["rule"] for rule in rules)
     assert all(flag in rules[0]["message"] for flag in PINNED_FLAGS)
 
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from infergate.api import InferenceDeploymentSpec
 from infergate.api.engine import Accelerator, Engine, ModelSource
 from infergate.api.pinned import pinned_config_keys
+from infergate.api.topology import Topology
 from infergate.render import RevisionHashError, canonical_json, revision_hash, revision_identity
 
 Spec = dict[str, Any]
@@ -281,9 +282,49 @@ def test_canonical_json_is_sorted_and_compact() -> None:
 def test_every_spec_field_is_hashed_or_declared_cosmetic() -> None:
     # A new field must be classified here, so it cannot slip out of the hash unnoticed.
     cosmetic = {"replicas", "rollout", "revisionHistoryLimit", "placement", "resources"}
-    identity = revision_identity(InferenceDeploymentSpec.model_validate(_base()))
+    spec = _base()
+    spec["engine"]["tensorParallelSize"] = 8
+    spec["topology"] = {"nodes": 2, "acceleratorsPerNode": 8, "pipelineParallelSize": 2}
+    identity = revision_identity(InferenceDeploymentSpec.model_validate(spec))
     spec_fields = {f.alias or n for n, f in InferenceDeploymentSpec.model_fields.items()}
-    assert spec_fields - cosmetic == {"model", "engine", "accelerator"}
-    for part, model in (("model", ModelSource), ("engine", Engine), ("accelerator", Accelerator)):
+    assert spec_fields - cosmetic == {"model", "engine", "accelerator", "topology"}
+    parts = (
+        ("model", ModelSource),
+        ("engine", Engine),
+        ("accelerator", Accelerator),
+        ("topology", Topology),
+    )
+    for part, model in parts:
         fields = {f.alias or n for n, f in model.model_fields.items()}
         assert fields == set(identity[part]), part
+
+
+@pytest.mark.parametrize("topology", [{}, {"nodes": 1}, {"pipelineParallelSize": 1}])
+def test_the_one_node_topology_hashes_as_no_topology(topology: Spec) -> None:
+    # Every revision made before topology existed keeps its hash: no canary on upgrade.
+    stated = _base()
+    stated["topology"] = topology
+    assert _hash(stated) == _hash(_base())
+    assert "topology" not in revision_identity(InferenceDeploymentSpec.model_validate(stated))
+
+
+def _grouped(tensor: int, **topology: Any) -> Spec:
+    spec = _base()
+    spec["engine"]["tensorParallelSize"] = tensor
+    spec["topology"] = topology
+    return spec
+
+
+def test_every_layout_is_a_revision_of_its_own() -> None:
+    layouts = [
+        _base(),
+        _grouped(2, pipelineParallelSize=2),
+        _grouped(4, nodes=1, acceleratorsPerNode=4),
+        _grouped(8, nodes=2, acceleratorsPerNode=8, pipelineParallelSize=2),
+        _grouped(16, nodes=2, acceleratorsPerNode=8),
+        _grouped(8, nodes=2, acceleratorsPerNode=8, dataParallelSize=2),
+        _grouped(8, nodes=2, acceleratorsPerNode=8, dataParallelSize=2, expertParallel=True),
+        _grouped(8, nodes=4, acceleratorsPerNode=4, pipelineParallelSize=2),
+    ]
+    hashes = [_hash(spec) for spec in layouts]
+    assert len(set(hashes)) == len(layouts)

@@ -20,6 +20,7 @@ from infergate.api.base import API_VERSION
 from infergate.api.engine import Accelerator, Engine, ModelSource
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.api.parity_check import ParityCheckSpec
+from infergate.api.topology import DEFAULT_TOPOLOGY, Topology
 from infergate.api.traffic import TrafficMode
 from infergate.errors import SpecError
 from infergate.parity.thresholds import ProfileName
@@ -76,12 +77,17 @@ def revision_of(spec: InferenceDeploymentSpec) -> str:
 
 
 def revision_json(spec: InferenceDeploymentSpec) -> dict[str, Any]:
-    """The part of a spec that makes a revision: model, engine, accelerator."""
-    return {
+    """The part of a spec that makes a revision: model, engine, accelerator, and the
+    topology when it is not the one-node default (left out, a one-node revision's
+    annotation reads as it did before topology existed)."""
+    parts = {
         "model": spec.model.to_kube(),
         "engine": spec.engine.to_kube(),
         "accelerator": spec.accelerator.to_kube(),
     }
+    if spec.layout != DEFAULT_TOPOLOGY:
+        parts["topology"] = spec.layout.to_kube()
+    return parts
 
 
 def revision_spec_annotation(spec: InferenceDeploymentSpec) -> str:
@@ -90,18 +96,22 @@ def revision_spec_annotation(spec: InferenceDeploymentSpec) -> str:
 
 
 def spec_for_revision(current: InferenceDeploymentSpec, annotation: str) -> InferenceDeploymentSpec:
-    """The current spec with model, engine and accelerator taken from a revision's annotation."""
+    """The current spec with model, engine, accelerator and topology taken from a revision's
+    annotation (no topology there: the one-node default)."""
     try:
         stored = json.loads(annotation)
         parts = {
             "model": ModelSource.model_validate(stored["model"]),
             "engine": Engine.model_validate(stored["engine"]),
             "accelerator": Accelerator.model_validate(stored["accelerator"]),
+            "topology": (
+                Topology.model_validate(stored["topology"]) if "topology" in stored else None
+            ),
         }
     except (ValueError, KeyError, TypeError, ValidationError) as error:
         raise SpecError(
             f"annotation {ANNOTATION_REVISION_SPEC} does not hold a revision "
-            f"(model, engine, accelerator): {error}"
+            f"(model, engine, accelerator, topology): {error}"
         ) from error
     # Not re-validated as a whole: the stored revision was valid when it was made,
     # and the current rollout template may not fit it (e.g. a shorter maxModelLen).

@@ -1,0 +1,132 @@
+"""Multi-node revisions (spec.topology.nodes above 1): what the operator does with them yet,
+and when one group of such a revision is whole (pure, table-tested).
+
+A group revision renders to a LeaderWorkerSet (render/group.py), but the rollout does not
+yet observe LeaderWorkerSets: it could not tell a whole group from a half-started one, so
+it could neither judge a canary group nor keep a broken one from serving. Until it can,
+such a spec is refused before anything is written (the deployment's conditions say why),
+never half-rolled out as a Deployment of single pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.errors import SpecError
+from infergate.render.labels import ANNOTATION_REVISION_HASH, LABEL_REVISION
+
+GROUPS_NOT_ROLLED_OUT = (
+    "spec.topology.nodes: {nodes} is not rolled out by this operator yet: a revision of "
+    "more than one node renders to a LeaderWorkerSet, whose groups the rollout does not "
+    "observe or gate yet; use topology.nodes 1 (see docs/multi-node.md)"
+)
+
+
+def refuse_unobserved_groups(spec: InferenceDeploymentSpec) -> None:
+    """SpecError for a multi-node topology (see the module doc)."""
+    if spec.layout.multi_node:
+        raise SpecError(GROUPS_NOT_ROLLED_OUT.format(nodes=spec.layout.nodes))
+
+
+# Labels the LWS controller puts on every pod of a group (sigs.k8s.io/lws
+# api/leaderworkerset/v1/leaderworkerset_types.go).
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+@dataclass(frozen=True)
+class GroupPod:
+    """One pod of a revision's LeaderWorkerSet, reduced to what wholeness needs."""
+
+    name: str
+    group: str | None
+    """The LWS group index label; None: not (yet) labelled by the LWS controller."""
+    worker: str | None
+    """The LWS worker index label: "0" is the leader."""
+    revision: str | None
+    revision_hash: str | None
+    ready: bool
+    terminating: bool = False
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    """Whether one group may serve and be judged; why not, naming the pods."""
+
+    group: str
+    whole: bool
+    reason: str
+
+
+def group_verdicts(
+    pods: Sequence[GroupPod], *, size: int, revision: str, revision_hash: str
+) -> list[GroupVerdict]:
+    """Each group of a revision's pods, whole or not (pure).
+
+    A group is whole when it has exactly `size` pods, worker indexes 0..size-1, none
+    terminating, each ready and each labelled with `revision` and annotated with its full
+    hash. Anything else (a worker missing, restarting, not ready, or of another revision)
+    is not whole: not ready, never judged. A pod without a group label belongs to no group
+    and makes none whole.
+    """
+    groups: dict[str, list[GroupPod]] = {}
+    for pod in pods:
+        if pod.group is not None:
+            groups.setdefault(pod.group, []).append(pod)
+    return [
+        GroupVerdict(index, *_whole(members, size, revision, revision_hash))
+        for index, members in sorted(groups.items(), key=lambda item: _order(item[0]))
+    ]
+
+
+def whole_groups(pods: Sequence[GroupPod], *, size: int, revision: str, revision_hash: str) -> int:
+    """How many groups of the revision are whole (its ready replicas)."""
+    verdicts = group_verdicts(pods, size=size, revision=revision, revision_hash=revision_hash)
+    return sum(1 for verdict in verdicts if verdict.whole)
+
+
+def _order(index: str) -> tuple[int, str]:
+    return (int(index), "") if index.isdigit() else (1 << 30, index)
+
+
+def _whole(
+    members: Sequence[GroupPod], size: int, revision: str, revision_hash: str
+) -> tuple[bool, str]:
+    names = ", ".join(sorted(pod.name for pod in members))
+    other = [
+        pod.name
+        for pod in members
+        if pod.revision != revision or pod.revision_hash != f"sha256:{revision_hash}"
+    ]
+    if other:
+        return False, f"pods {', '.join(sorted(other))} are not of revision {revision}"
+    workers = sorted(pod.worker or "" for pod in members)
+    if workers != sorted(str(index) for index in range(size)):
+        return False, f"{len(members)} of {size} pods ({names}); the group is not whole"
+    leaving = [pod.name for pod in members if pod.terminating]
+    if leaving:
+        return False, f"pods {', '.join(sorted(leaving))} are terminating"
+    waiting = [pod.name for pod in members if not pod.ready]
+    if waiting:
+        return False, f"pods {', '.join(sorted(waiting))} are not ready"
+    return True, f"all {size} pods ready, of revision {revision}"
+
+
+def observe_group_pod(body: Mapping[str, Any]) -> GroupPod:
+    """A pod body, reduced to what `group_verdicts` reads (pure)."""
+    metadata = body.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    conditions = (body.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return GroupPod(
+        name=str(metadata.get("name")),
+        group=labels.get(LWS_GROUP_INDEX),
+        worker=labels.get(LWS_WORKER_INDEX),
+        revision=labels.get(LABEL_REVISION),
+        revision_hash=(metadata.get("annotations") or {}).get(ANNOTATION_REVISION_HASH),
+        ready=ready,
+        terminating=metadata.get("deletionTimestamp") is not None,
+    )
