@@ -31,7 +31,7 @@ from infergate.parity.metrics import (
     bucket_of,
 )
 from infergate.parity.record import ParityInputError
-from infergate.parity.stats import clustered_bounds, clustered_quantile_bounds
+from infergate.parity.prompt_bounds import clustered_bounds, clustered_quantile_bounds
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 
 LOG_NORM_RATIO_CLIP = 50.0

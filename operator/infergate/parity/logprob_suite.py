@@ -24,7 +24,7 @@ from infergate.parity.metrics import (
     Rate,
     bucket_of,
 )
-from infergate.parity.stats import (
+from infergate.parity.prompt_bounds import (
     clustered_bounds,
     clustered_quantile_bounds,
     clustered_rate_bounds,

@@ -214,6 +214,13 @@ class LongPrompt(WireModel):
     kl_ratio: float | None = Field(description="(far + floor) / (short + floor).")
     short_same_top: float | None
     far_same_top: float | None
+    same_top_near: tuple[int, int] | None = Field(
+        default=None, description="(positions where both sides rank the same token first, "
+        "positions measured) over its positions 0-1K."
+    )
+    same_top_far: tuple[int, int] | None = Field(
+        default=None, description="The same over its positions 4K and beyond (4-8K and 8K+)."
+    )
     short_rel_l2: float | None = Field(description="Mean hidden relative L2, positions 0-1K.")
     far_rel_l2: float | None = Field(description="Mean hidden relative L2, positions 8K+.")
     hidden_ratio: float | None = Field(description="far_rel_l2 / short_rel_l2 (plus floor).")

@@ -18,7 +18,8 @@ from infergate.parity.metrics import (
     SurvivalPoint,
     TokenMetrics,
 )
-from infergate.parity.stats import clustered_bounds, clustered_rate_bounds, kaplan_meier
+from infergate.parity.prompt_bounds import clustered_bounds, clustered_rate_bounds
+from infergate.parity.stats import kaplan_meier
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 from infergate.parity.tokens import TokenComparison
 
