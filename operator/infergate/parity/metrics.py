@@ -86,9 +86,11 @@ class Estimate(WireModel):
     evidence: int = Field(description="How many units (see `unit`) the estimate rests on.")
     unit: str = Field(description="prompts, long prompts, steps or tokens.")
     method: str = Field(
-        description="wilson (prompts), cluster-t (prompt-clustered t), cluster-t+wilson "
-        "(step rates), bootstrap (prompt-clustered quantile), observed (an extreme) or "
-        "paired-t (one value per long prompt)."
+        description="wilson (prompts), prompt means (each prompt's mean weighing the same: t "
+        "and a studentized bootstrap), prompt rates (step rates: Wilson at the effective "
+        "number of positions), prompt shares (a quantile from each prompt's share beyond a "
+        "value), observed (an extreme), paired-t (one value per long prompt) or paired "
+        "binomial (the long prompts' same-top drop over their positions)."
     )
 
     @classmethod
@@ -215,8 +217,9 @@ class LongPrompt(WireModel):
     short_same_top: float | None
     far_same_top: float | None
     same_top_near: tuple[int, int] | None = Field(
-        default=None, description="(positions where both sides rank the same token first, "
-        "positions measured) over its positions 0-1K."
+        default=None,
+        description="(positions where both sides rank the same token first, "
+        "positions measured) over its positions 0-1K.",
     )
     same_top_far: tuple[int, int] | None = Field(
         default=None, description="The same over its positions 4K and beyond (4-8K and 8K+)."

@@ -74,7 +74,7 @@ def token_estimates(
     )
     out["tokenAgreement"] = Estimate(
         value=value, lower=low, upper=high, evidence=sum(t.length for t in tokens),
-        unit="steps", method="cluster-t+wilson",
+        unit="steps", method="prompt rates",
     )  # fmt: skip
     unexplained = sum(1 for t in tokens if not t.identical and t.legitimate is not True)
     out["illegitimateDivergenceRate"] = Estimate.wilson(unexplained, n, c, "prompts")

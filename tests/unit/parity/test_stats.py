@@ -177,3 +177,34 @@ def test_quantile_bounds_are_fixed_and_identical_prompts_leave_the_positions_unc
     assert first[1] is not None
     assert first[2] is not None
     assert first[1] < first[0] < first[2]
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 7, 9, 37, 100, 1000])
+@pytest.mark.parametrize("p", [0.9, 0.95, 0.975, 0.99, 0.999])
+def test_student_t_matches_scipy(p: float, df: int) -> None:
+    from scipy import stats as scipy_stats
+
+    from infergate.parity.stats import student_t_cdf, student_t_quantile
+
+    expected = float(scipy_stats.t.ppf(p, df))
+    assert student_t_quantile(p, df) == pytest.approx(expected, rel=1e-8, abs=1e-9)
+    assert student_t_cdf(expected, df) == pytest.approx(p, rel=1e-10)
+
+
+def test_prompt_mean_t_bound_matches_scipy_interval() -> None:
+    import numpy as np
+    from scipy import stats as scipy_stats
+
+    from infergate.parity.prompt_bounds import clustered_bounds
+
+    # Nine prompts (under the bootstrap's minimum): the bound is the one-sample t bound of
+    # the per-prompt means, whatever each prompt's length.
+    counts = [10, 200, 35, 8000, 12, 60, 700, 3, 40]
+    means = np.linspace(1e-5, 9e-5, 9)
+    found = clustered_bounds((means * counts).tolist(), counts, 0.95)
+    low, high = scipy_stats.t.interval(
+        0.90, len(means) - 1, loc=means.mean(), scale=scipy_stats.sem(means)
+    )
+    assert found.value == pytest.approx(means.mean())
+    assert found.lower == pytest.approx(low)
+    assert found.upper == pytest.approx(high)
