@@ -12,7 +12,11 @@ suite. Values have a prompt-level random effect and heavy-tailed positions:
 - a signed mean (log perplexity ratio, mean delta-p): a normal prompt effect plus
   Student-t (3 df) positions, true mean 0, bounded on both sides;
 - the long-prompt same-top drop: 4 long prompts whose rate near (1,024 positions) and far
-  (450 positions) is the same prompt-level rate (no change; the drop is 0).
+  (4,546 positions, from 4K on; 450 of them 8K+, what the earlier rule compared) is the
+  same prompt-level rate (no change; the drop is 0);
+- a long-prompt ratio (KL or hidden, far over near): log-normal per long prompt, sigma 0.3;
+- a rate over prompts (token match, unexplained forks): each prompt Bernoulli at 10%
+  (the profiles' limit on unexplained forks).
 
 A bound covers when it lies on the safe side of the true value. "before" is the gate's
 earlier rule (positions weighed equally, Student's t with prompts - 1 df; a percentile
@@ -37,10 +41,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from infergate.parity.long_prompts import same_top_drop
+from infergate.parity.metrics import Estimate
 from infergate.parity.prompt_bounds import (
     clustered_bounds,
     clustered_quantile_bounds,
     clustered_rate_bounds,
+    per_prompt_bounds,
 )
 from infergate.parity.stats import student_t_quantile, wilson_bounds
 
@@ -50,8 +56,9 @@ SHORT_POSITIONS, LONG_POSITIONS = 60, 1020
 BETWEEN, WITHIN = 0.7, 1.5
 """Log-normal sigmas of the prompt effect and of a position's value."""
 MISS_RATE, CONCENTRATION = 0.015, 20.0
-NEAR, FAR = 1024, 450
-"""Positions of a long prompt's 0-1K bucket and of its 8K+ bucket (8.2K-8.7K tokens)."""
+NEAR, FAR, BEYOND_8K = 1024, 4546, 450
+"""Positions of a long prompt's 0-1K bucket, from 4K on, and 8K+ (8.6K tokens)."""
+FORK_RATE = 0.1
 
 COUNTS = np.asarray([SHORT_POSITIONS] * SHORT + [LONG_POSITIONS] * LONG)
 _TOTAL_SIGMA = math.sqrt(BETWEEN**2 + WITHIN**2)
@@ -175,14 +182,29 @@ def signed_both(rng: np.random.Generator, before: bool) -> tuple[bool, bool]:
 def long_drop_upper(rng: np.random.Generator, before: bool) -> tuple[bool, bool]:
     rate = 1.0 - miss_rates(rng, LONG)
     near = rng.binomial(NEAR, rate)
-    far = rng.binomial(FAR, rate)
-    drops = near / NEAR - far / FAR
+    beyond_8k = rng.binomial(BEYOND_8K, rate)
+    far = rng.binomial(FAR - BEYOND_8K, rate) + beyond_8k
     after = same_top_drop(near.tolist(), [NEAR] * LONG, far.tolist(), [FAR] * LONG, CONFIDENCE)
     old = False
-    if before:
+    if before:  # one 8K+ drop per long prompt, a t over them
+        drops = near / NEAR - beyond_8k / BEYOND_8K
         found = clustered_bounds(drops.tolist(), [1] * LONG, CONFIDENCE)
         old = found.upper is not None and found.upper >= 0.0
     return (old, after.upper is not None and after.upper >= 0.0)
+
+
+def long_ratio_upper(rng: np.random.Generator, _before: bool) -> tuple[bool, bool]:
+    """The paired t over 4 long prompts' log ratios, as before and after (unchanged)."""
+    found = per_prompt_bounds(rng.normal(0.0, 0.3, LONG).tolist(), CONFIDENCE)
+    covered = found.upper is not None and found.upper >= 0.0
+    return (covered, covered)
+
+
+def prompt_rate_upper(rng: np.random.Generator, _before: bool) -> tuple[bool, bool]:
+    """Wilson over independent prompts, as before and after (unchanged)."""
+    found = Estimate.wilson(int(rng.binomial(COUNTS.size, FORK_RATE)), COUNTS.size, CONFIDENCE, "")
+    covered = found.upper is not None and found.upper >= FORK_RATE
+    return (covered, covered)
 
 
 @dataclass(frozen=True)
@@ -200,7 +222,11 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("rate lower (sameTopRate, tokenAgreement)", 0.95, rate_lower, 4),
     Bound("signed mean, both sides (logPerplexityRatio, deltaPMean)", 0.90, signed_both, 5),
     Bound("long-prompt same-top drop upper (longSameTopDrop)", 0.95, long_drop_upper, 6),
-)
+    Bound("long-prompt ratio upper, paired t (longToShortKlRatio, hidden)", 0.95,
+          long_ratio_upper, 7),
+    Bound("rate over prompts upper, Wilson (tokenMatchRate, fork rates)", 0.95,
+          prompt_rate_upper, 8),
+)  # fmt: skip
 
 
 def coverage(bound: Bound, replicates: int, *, before: bool) -> tuple[float, float]:

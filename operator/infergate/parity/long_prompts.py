@@ -10,8 +10,11 @@ The same-top drop is judged on positions, not on one number per long prompt: wit
 suite's minimum of 4 long prompts, a t over their 4 drops (3 df) could not pass a benign
 change (float16 against float32: mean drop -0.0008, 95% bounds -0.0123..0.0108 against a
 limit of 0.005). Each long prompt is paired with itself (its 0-1K positions against its
-positions from 4K on, so its own level cancels) and the drop's variance is binomial over
-those positions (`same_top_drop`).
+positions from 4K on, so its own level cancels) and the drop is bounded as binomial over
+those positions (`same_top_drop`). Positions from 4K on rather than 8K+ alone: 450 8K+
+positions per prompt cannot certify half a point at a same-top rate of 0.985 even with
+no noise between prompts (a Newcombe margin of 0.0057), while the 4-8K bucket adds 4,096
+positions where a position-growing error already shows.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from numpy.typing import NDArray
 from infergate.parity.hidden import PromptHidden
 from infergate.parity.logprob_suite import PromptLogprobs
 from infergate.parity.metrics import Estimate, LongPrompt, LongSequenceMetrics, PromptSummary, Rate
-from infergate.parity.prompt_bounds import per_prompt_bounds
+from infergate.parity.prompt_bounds import per_prompt_bounds, wilson_at
 from infergate.parity.stats import one_sided_z
 from infergate.parity.thresholds import Thresholds
 
@@ -221,14 +224,15 @@ def same_top_drop(
     """The mean over long prompts of each one's same-top rate near minus far, and its bounds.
 
     Near is a long prompt's positions 0-1K, far its positions from 4K on; each long prompt
-    weighs the same. The bounds are binomial over each prompt's own positions (Agresti and
-    Caffo 2000, The American Statistician 54:280: one success and one failure added to each
-    side, which keeps the coverage at rates near 1), combined over the prompts with z. The
-    near and far positions are the same text, so the prompt's own level cancels; under a
-    benign change the noise is flat with position (bf16 against fp32 at Qwen2.5-7B shape,
-    8K tokens: the same relative L2 in every position bucket; experiments/RESULTS.md). That
-    no-interaction assumption is what lets 4 long prompts decide a half-point limit; a
-    change that degrades some long prompts and not others still moves the mean.
+    weighs the same. The near and far positions are the same text, so a prompt's own
+    level cancels; under a benign change the noise is flat with position (bf16 against
+    fp32 at Qwen2.5-7B shape, 8K tokens: the same relative L2 in every position bucket;
+    experiments/RESULTS.md), so what is left is binomial noise over positions. Each side's
+    mean rate gets a Wilson bound at the positions an equal-weight mean rests on
+    (prompts^2 / sum(1 / positions)), and the two combine as Newcombe's difference
+    (method 10), which keeps its coverage at rates near 1 where a Wald bound does not.
+    That no-interaction assumption is what lets 4 long prompts decide a half-point limit;
+    a change that degrades some long prompts and not others still moves the mean.
     """
     rows = [
         (nh, nn, fh, fn)
@@ -241,16 +245,15 @@ def same_top_drop(
             method="paired binomial",
         )  # fmt: skip
     k = len(rows)
-    value = sum(nh / nn - fh / fn for nh, nn, fh, fn in rows) / k
-    centre = variance = 0.0
-    for nh, nn, fh, fn in rows:
-        near, far = (nh + 1) / (nn + 2), (fh + 1) / (fn + 2)
-        centre += (near - far) / k
-        variance += (near * (1 - near) / (nn + 2) + far * (1 - far) / (fn + 2)) / (k * k)
-    half = one_sided_z(confidence) * math.sqrt(variance)
+    near = sum(nh / nn for nh, nn, _, _ in rows) / k
+    far = sum(fh / fn for _, _, fh, fn in rows) / k
+    z = one_sided_z(confidence)
+    near_low, near_high = wilson_at(near, k * k / sum(1 / nn for _, nn, _, _ in rows), z)
+    far_low, far_high = wilson_at(far, k * k / sum(1 / fn for _, _, _, fn in rows), z)
+    value = near - far
     return Estimate(
         value=value,
-        lower=max(-1.0, min(value, centre - half)),
-        upper=min(1.0, max(value, centre + half)),
+        lower=max(-1.0, value - math.hypot(near - near_low, far_high - far)),
+        upper=min(1.0, value + math.hypot(near_high - near, far - far_low)),
         evidence=k, unit="long prompts", method="paired binomial",
     )  # fmt: skip

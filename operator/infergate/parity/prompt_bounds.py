@@ -128,8 +128,9 @@ def per_prompt_bounds(values: Sequence[float], confidence: float) -> ClusteredEs
 # -- rates -------------------------------------------------------------------------------
 
 
-def _wilson(p: float, n: float, multiplier: float) -> tuple[float, float]:
-    """Wilson score bounds of a rate p over n (possibly fractional) trials."""
+def wilson_at(p: float, n: float, multiplier: float) -> tuple[float, float]:
+    """Wilson score bounds of a rate p over n (possibly fractional) trials, `multiplier`
+    standard errors out (z, or t where the variance was estimated)."""
     if n <= 0.0:
         return (0.0, 1.0)
     m2 = multiplier * multiplier
@@ -156,8 +157,8 @@ def _rate_bounds(
     ceiling = float(k * k / np.sum(1.0 / totals))
     variance = float(rates.var(ddof=1)) / k
     if variance > 0.0 and p * (1.0 - p) / variance < ceiling:
-        return (p, *_wilson(p, p * (1.0 - p) / variance, student_t_quantile(confidence, k - 1)))
-    return (p, *_wilson(p, ceiling, one_sided_z(confidence)))
+        return (p, *wilson_at(p, p * (1.0 - p) / variance, student_t_quantile(confidence, k - 1)))
+    return (p, *wilson_at(p, ceiling, one_sided_z(confidence)))
 
 
 def clustered_rate_bounds(

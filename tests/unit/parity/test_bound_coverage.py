@@ -30,7 +30,7 @@ def simulation() -> ModuleType:
     return load_script("experiments/bound_coverage.py")
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(8))
 def test_each_bound_holds_its_level_on_suites_shaped_like_ours(
     simulation: ModuleType, index: int
 ) -> None:
