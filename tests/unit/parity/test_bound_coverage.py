@@ -7,10 +7,11 @@ and after over 2,000 replicates in experiments/BOUND_COVERAGE.md). Fixed seeds: 
 figures every run.
 
 Tolerance: nominal minus 5 points at 400 replicates. The bounds are second-order accurate
-at 38 prompts, not exact: on this heavy-tailed model they reach 92-94% at 2,000 replicates
-(3 points of method tolerance); the other 2 points are the binomial margin of 400
-replicates (a bound of true coverage 93% shows under 90% with probability 0.9%). The
-position-weighted bounds they replace covered 77-80%.
+at 38 prompts, not exact: on this heavy-tailed model they reach 91.9-93.2% at 2,000
+replicates (about 3 points of method tolerance); the other 2 points are the binomial
+margin of 400 replicates (a bound of true coverage 92% shows under 90% with probability
+about 7%, one of 93% with 0.9%). The position-weighted bounds they replace covered
+70-79%, and fail this test.
 """
 
 from __future__ import annotations
