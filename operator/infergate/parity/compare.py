@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol
 
+from infergate.parity.checks import evaluate_checks
+from infergate.parity.control import LADDER, decide_control, perturb
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, check_prompt_pair
 from infergate.parity.logprob_suite import LogprobAccumulator, PromptLogprobs
@@ -44,6 +46,7 @@ from infergate.parity.metrics import (
     PromptOutputs,
     PromptSummary,
 )
+from infergate.parity.power import ControlResult
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.sides import check_sides, run_keys, side_info
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
@@ -77,10 +80,17 @@ def compare_sources(
     allowed_config_differences: Iterable[str] = (),
     *,
     disabled: Mapping[str, str] | None = None,
+    control: bool = True,
 ) -> ParityResult:
-    """Compare two records prompt by prompt (baseline order)."""
+    """Compare two records prompt by prompt (baseline order), with the positive control
+    unless `control` is False."""
     comparison = ParityComparison(
-        baseline.meta, candidate.meta, thresholds, allowed_config_differences, disabled=disabled
+        baseline.meta,
+        candidate.meta,
+        thresholds,
+        allowed_config_differences,
+        disabled=disabled,
+        control=control,
     )
     candidate_ids = set(candidate.prompt_ids)
     seen: set[str] = set()
@@ -102,6 +112,10 @@ class ParityComparison:
     `disabled` lists threshold keys the profile sets that are not part of this verdict
     (e.g. hidden-state checks with hiddenStates.enabled: false), with why; the verdict
     reports them as such instead of deciding or failing them.
+
+    Every prompt's baseline is also scored against itself under the positive control
+    (`control`: the final norm scaled by each size of `control.LADDER`), through the same
+    limits; `control=False` leaves it out (the control's own comparisons).
     """
 
     def __init__(
@@ -112,6 +126,7 @@ class ParityComparison:
         allowed_config_differences: Iterable[str] = (),
         *,
         disabled: Mapping[str, str] | None = None,
+        control: bool = True,
     ) -> None:
         self._baseline, self._candidate = baseline, candidate
         self._thresholds = thresholds
@@ -131,6 +146,16 @@ class ParityComparison:
         sides = check_sides(baseline, candidate, allowed_config_differences, self._hygiene)
         self._errors += sides.errors
         self._notes += sides.notes
+        self._controls = (
+            {
+                scale: ParityComparison(
+                    baseline, baseline, thresholds, disabled=disabled, control=False
+                )
+                for scale in LADDER
+            }
+            if control
+            else {}
+        )
 
     def failed_before_prompts(self) -> list[HygieneFinding]:
         """What already fails the check before any prompt is measured: the two runs' config
@@ -206,6 +231,8 @@ class ParityComparison:
             baseline_text=baseline.output_text,
             candidate_text=candidate.output_text,
         )
+        for scale, comparison in self._controls.items():
+            comparison.add(baseline, perturb(baseline, scale))
 
     def _add_hidden(self, baseline: PromptRecord, candidate: PromptRecord) -> PromptHidden | None:
         pid = baseline.prompt_id
@@ -281,7 +308,20 @@ class ParityComparison:
             errors=errors,
             notes=self._notes,
             disabled=self._disabled,
+            control=self._control(),
         )
+
+    def _control(self) -> ControlResult | None:
+        """The positive control over the prompts fed (None: not scored, or none fed)."""
+        if not self._controls or not self._summaries:
+            return None
+        outcomes = {}
+        for scale, comparison in self._controls.items():
+            scored = comparison.finalize()
+            outcomes[scale] = evaluate_checks(
+                scored.metrics, scored.prompts, self._thresholds, self._disabled
+            )
+        return decide_control(outcomes, len(self._summaries))
 
     def _buckets(self, hidden: list[BucketMetrics] | None) -> list[BucketMetrics]:
         lp = self._logprobs

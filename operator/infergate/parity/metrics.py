@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
+from infergate.parity.power import ControlResult
 from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
 from infergate.parity.wire import WireModel
@@ -353,4 +354,9 @@ class ParityResult(WireModel):
     disabled: dict[str, str] = Field(
         default_factory=dict,
         description="Threshold keys the profile sets that are not part of this verdict, and why.",
+    )
+    control: ControlResult | None = Field(
+        default=None,
+        description="The positive control scored through the same suite and limits "
+        "(`infergate.parity.control`); None in results made before it existed.",
     )
