@@ -139,7 +139,7 @@ class CalibrationNeed:
 
 
 def calibration_need(
-    profile: ProfileName, baseline_dtype: str, candidate_dtype: str, layers: int | None
+    profile: ProfileName, candidate_dtype: str, layers: int | None
 ) -> CalibrationNeed:
     """What calibration a check under `profile` uses, and whether it cannot do without.
 
@@ -233,15 +233,15 @@ def derive_limits(
                 note = "not a limit of this profile"
             provenance.append(_static(rule, current, layers, static_layers, note))
             continue
-        assert noise is not None
-        factor = depth_scale(rule.growth, layers, noise.layers) if layers and noise.layers else 1.0
+        noise_layers = None if noise is None else noise.layers
+        factor = depth_scale(rule.growth, layers, noise_layers) if layers and noise_layers else 1.0
         scaled = rule.k * measured.upper * factor
         value = scaled if rule.form == "max" else max(0.0, 1.0 - scaled)
         update[rule.key] = value
         provenance.append(
             LimitProvenance(
                 key=rule.key, value=value, source="measured", noise=measured.upper, k=rule.k,
-                depth_factor=factor, noise_layers=noise.layers, layers=layers,
+                depth_factor=factor, noise_layers=noise_layers, layers=layers,
                 pairs=list(measured.pairs),
                 note="" if measured.bounded else "noise is a point value, not a bound",
             )
@@ -264,9 +264,7 @@ def _static(
     rule: FamilyRule, value: float | None, layers: int | None, static_layers: int | None,
     note: str,
 ) -> LimitProvenance:  # fmt: skip
-    factor = (
-        depth_scale(rule.growth, layers, static_layers) if layers and static_layers else 1.0
-    )
+    factor = depth_scale(rule.growth, layers, static_layers) if layers and static_layers else 1.0
     return LimitProvenance(
         key=rule.key, value=value, source="static", depth_factor=factor,
         noise_layers=static_layers, layers=layers, note=note,

@@ -46,7 +46,9 @@ PERTURBATION: Final = (
 )
 
 
-def _scaled_top(logprobs: NDArray[np.float64], scale: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def _scaled_top(
+    logprobs: NDArray[np.float64], scale: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Top-k logprobs [steps, k] under logits x `scale`, and each row's new log Z."""
     if logprobs.size == 0:
         return logprobs.copy(), np.zeros(logprobs.shape[0], np.float64)
@@ -69,7 +71,8 @@ def _scaled_full(full: NDArray[np.float32], scale: float) -> NDArray[np.float32]
     raised = scale * full.astype(np.float64)
     top = raised.max(axis=1, keepdims=True)
     log_z = top + np.log(np.exp(raised - top).sum(axis=1, keepdims=True))
-    return (raised - log_z).astype(np.float32)
+    scaled: NDArray[np.float32] = (raised - log_z).astype(np.float32)
+    return scaled
 
 
 def _scaled_forced(forced: TeacherForced, scale: float) -> TeacherForced:
@@ -107,9 +110,7 @@ def perturb(record: PromptRecord, scale: float) -> PromptRecord:
     )
 
 
-def decide_control(
-    outcomes: Mapping[float, Sequence[CheckResult]], prompts: int
-) -> ControlResult:
+def decide_control(outcomes: Mapping[float, Sequence[CheckResult]], prompts: int) -> ControlResult:
     """The control's result from the check's limits scored on each size of the ladder.
 
     A size is detected when at least one limit failed on it; the check's own control is
@@ -155,12 +156,9 @@ def describe_control(control: ControlResult) -> str:
         f"minimum detectable effect: final norm x{1 + control.minimum_detectable:g} "
         f"({control.minimum_detectable:.1%})"
         if control.minimum_detectable is not None
-        else "minimum detectable effect: above every size tried "
-        f"(x{control.ladder[-1].scale:g})"
+        else f"minimum detectable effect: above every size tried (x{control.ladder[-1].scale:g})"
         if control.ladder
         else "no control scored"
     )
-    seen = (
-        f"detected by {', '.join(control.failed)}" if control.detected else "NOT detected"
-    )
+    seen = f"detected by {', '.join(control.failed)}" if control.detected else "NOT detected"
     return f"Positive control final norm x{control.scale:g}: {seen}; {mde}."

@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
+from infergate.parity.calibrated import DerivedLimits
 from infergate.parity.power import ControlResult
 from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
@@ -359,4 +360,10 @@ class ParityResult(WireModel):
         default=None,
         description="The positive control scored through the same suite and limits "
         "(`infergate.parity.control`); None in results made before it existed.",
+    )
+    limits: DerivedLimits | None = Field(
+        default=None,
+        description="Where each limit came from (measured noise x k, static, explicit) and "
+        "whether a needed calibration was missing (`infergate.parity.calibrated`); None "
+        "when the limits were given as they are (no runner derived them).",
     )

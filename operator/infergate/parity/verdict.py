@@ -10,7 +10,8 @@
 - Inconclusive: not enough evidence. The suite is below the profile's minimum evidence
   (prompts, long prompts, scored steps), a metric's confidence interval straddles its
   limit, or no limit fails on the check's own positive control (`control`: the suite
-  could not tell a known small harm from noise, so its pass would prove nothing). Never
+  could not tell a known small harm from noise, so its pass would prove nothing), or the
+  profile needs a calibration of the model's own noise that is not kept. Never
   promotes; the reasons say what more is needed.
 - Passed: everything decided, every bound on the bad side within its limit.
 
@@ -82,6 +83,7 @@ def decide(
     inconclusive = [c for c in checks if c.outcome == "inconclusive"]
     short = [c for c in evidence if c.outcome == "inconclusive"]
     powerless = None if result.control is None else control_reason(result.control)
+    uncalibrated = None if result.limits is None else result.limits.inconclusive
     regressed = [r for r in regressions if r.regressed]
 
     # An invalid comparison (prompts missing, different suites) proves nothing either way:
@@ -106,13 +108,14 @@ def decide(
     elif unmeasured:
         status = VerdictStatus.ERROR
         reasons = [c.message for c in unmeasured]
-    elif short or inconclusive or powerless:
+    elif short or inconclusive or powerless or uncalibrated:
         status = VerdictStatus.INCONCLUSIVE
         reasons = []
         if short:
             reasons.append("not enough evidence: " + "; ".join(c.message for c in short))
         reasons += [c.message for c in inconclusive]
         reasons += [powerless] if powerless else []
+        reasons += [uncalibrated] if uncalibrated else []
     else:
         status = VerdictStatus.PASSED
         reasons = []

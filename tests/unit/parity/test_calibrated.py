@@ -26,7 +26,10 @@ from infergate.parity.thresholds import ProfileName, Thresholds
 
 
 def _noise(layers: int | None = 28, **families: float) -> ModelNoise:
-    table = {NoiseFamily(k): FamilyNoise(upper=v, bounded=True, pairs=["aa"]) for k, v in families.items()}
+    table = {
+        NoiseFamily(k): FamilyNoise(upper=v, bounded=True, pairs=["aa"])
+        for k, v in families.items()
+    }
     return ModelNoise(
         model="m", engine="vllm", dtype="bfloat16", layers=layers, suite_digest="sha256:x",
         prompts=64, measured="2026-12-07T00:00:00Z", method="test", self_noise=table,
@@ -55,7 +58,9 @@ SELF = CalibrationNeed(NeedKind.SELF)
 def test_each_family_becomes_k_times_its_noise(
     family: str, upper: float, key: str, expected: float
 ) -> None:
-    derived = derive_limits(STATIC, need=SELF, noise=_noise(**{family: upper}), layers=28, static_layers=2)
+    derived = derive_limits(
+        STATIC, need=SELF, noise=_noise(**{family: upper}), layers=28, static_layers=2
+    )
     assert getattr(derived.thresholds, key) == pytest.approx(expected)
     item = next(p for p in derived.provenance if p.key == key)
     assert (item.source, item.noise, item.depth_factor) == ("measured", upper, 1.0)
@@ -95,11 +100,15 @@ def test_explicit_limits_are_never_replaced() -> None:
 
 
 def test_dtype_change_uses_the_expected_change_pair_not_self_noise() -> None:
-    need = calibration_need(ProfileName.DTYPE_CHANGE, "bfloat16", "float32", 28)
-    derived = derive_limits(STATIC, need=need, noise=_noise(klMean=1e-7), layers=28, static_layers=28)
+    need = calibration_need(ProfileName.DTYPE_CHANGE, "float32", 28)
+    derived = derive_limits(
+        STATIC, need=need, noise=_noise(klMean=1e-7), layers=28, static_layers=28
+    )
     assert derived.thresholds.max_mean_kl == pytest.approx(K_QUADRATIC * 5e-5)
-    missing = calibration_need(ProfileName.DTYPE_CHANGE, "bfloat16", "float16", 28)
-    fallback = derive_limits(STATIC, need=missing, noise=_noise(klMean=1e-7), layers=28, static_layers=28)
+    missing = calibration_need(ProfileName.DTYPE_CHANGE, "float16", 28)
+    fallback = derive_limits(
+        STATIC, need=missing, noise=_noise(klMean=1e-7), layers=28, static_layers=28
+    )
     assert fallback.thresholds == STATIC
     assert "no 'dtype float16' pair kept" in fallback.calibration
 
@@ -120,21 +129,35 @@ def test_dtype_change_uses_the_expected_change_pair_not_self_noise() -> None:
 def test_a_profile_that_needs_a_calibration_it_lacks_is_inconclusive(
     profile: ProfileName, layers: int | None, noise: ModelNoise | None, inconclusive: bool
 ) -> None:
-    need = calibration_need(profile, "bfloat16", "float32", layers)
+    need = calibration_need(profile, "float32", layers)
     derived = derive_limits(
         resolve_thresholds(profile), need=need, noise=noise, layers=layers, static_layers=2
     )
     assert (derived.inconclusive is not None) is inconclusive
     if inconclusive:
-        assert derived.inconclusive is not None and f"{layers} layers" in derived.inconclusive
-        assert any(line.startswith("Inconclusive: calibration needed") for line in provenance_lines(derived))
+        assert derived.inconclusive is not None
+        assert f"{layers} layers" in derived.inconclusive
+        assert any(
+            line.startswith("Inconclusive: calibration needed")
+            for line in provenance_lines(derived)
+        )
 
 
 def test_provenance_names_noise_k_and_depth() -> None:
-    derived = derive_limits(STATIC, need=SELF, noise=_noise(layers=7, klMean=1e-6), layers=28, static_layers=2)
+    derived = derive_limits(
+        STATIC, need=SELF, noise=_noise(layers=7, klMean=1e-6), layers=28, static_layers=2
+    )
     lines = provenance_lines(derived)
-    assert any(l.startswith("max_mean_kl 3.6e-05 = k 9 x noise 1e-06, depth x4 (7 -> 28 layers)") for l in lines)
-    assert any(l.startswith("max_hidden_rel_l2_p99 0.05: static profile limit, depth x3.74 (2 -> 28 layers)") for l in lines)
+    assert any(
+        line.startswith("max_mean_kl 3.6e-05 = k 9 x noise 1e-06, depth x4 (7 -> 28 layers)")
+        for line in lines
+    )
+    assert any(
+        line.startswith(
+            "max_hidden_rel_l2_p99 0.05: static profile limit, depth x3.74 (2 -> 28 layers)"
+        )
+        for line in lines
+    )
     assert lines[-1].startswith("k: k = 3 for linear errors")
 
 
@@ -146,7 +169,9 @@ def test_family_noise_takes_the_worst_pair_and_reads_shortfalls_and_misses() -> 
                                         "logprobs.sameTopRate": {"upper": 4e-4, "bounded": True}}},
     ]  # fmt: skip
     table = family_noise(reports)
-    assert table[NoiseFamily.KL_MEAN] == FamilyNoise(upper=3e-6, bounded=True, pairs=["concurrency 8", "batch 1"])
+    assert table[NoiseFamily.KL_MEAN] == FamilyNoise(
+        upper=3e-6, bounded=True, pairs=["concurrency 8", "batch 1"]
+    )
     assert table[NoiseFamily.HIDDEN_COSINE].bounded is False
     assert table[NoiseFamily.SAME_TOP].upper == 4e-4
     assert NoiseFamily.FORK_MARGIN not in table
