@@ -98,6 +98,19 @@ def add_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser
     )  # fmt: skip
     parser.add_argument("--model-note", default=None, help="how to name the model in the citation")
     parser.add_argument("--json", type=Path, default=None, help="write the report as JSON")
+    parser.add_argument(
+        "--noise-out", type=Path, default=None,
+        help="write the noise record a golden store keeps (self noise; dtype pairs as changes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--store", default=None, metavar="DIR|s3://BUCKET[/PREFIX]",
+        help="keep the noise record in this golden store, for --namespace/--deployment/--revision "
+        "(the revision the pairs measured: later checks against it take their limits from it)",
+    )  # fmt: skip
+    parser.add_argument("--s3-endpoint", default=None, help="S3 service URL for --store s3://")
+    parser.add_argument("--namespace", default=None)
+    parser.add_argument("--deployment", default=None, help="InferenceDeployment name")
+    parser.add_argument("--revision", default=None, help="revision hash measured")
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables")
     parser.set_defaults(handler=run_calibrate)
 
@@ -170,10 +183,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         )
         return 2
     depth = depth_factor(args.target_layers, reference)
+    digest = digests.pop()
     document = calibration_document(
         reports,
         model=args.model_note or reports[0]["baseline"]["model"],
-        digest=digests.pop(),
+        digest=digest,
         date=datetime.now(UTC).strftime("%Y-%m-%d"),
         confidence=args.confidence,
         multiple=args.multiple,
@@ -182,6 +196,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
         known_keys=(f.alias or n for n, f in Thresholds.model_fields.items()),
     )
     markdown = to_markdown(document)
+    if args.noise_out or args.store:
+        stored = _keep_noise(args, reports, digest)
+        if stored != 0:
+            return stored
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
@@ -189,6 +207,40 @@ def run_calibrate(args: argparse.Namespace) -> int:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(markdown, encoding="utf-8")
     print(markdown)
+    return 0
+
+
+def _keep_noise(args: argparse.Namespace, reports: list[dict[str, Any]], digest: str) -> int:
+    """Write the noise record (--noise-out) and keep it in the golden store (--store)."""
+    from infergate.calibration.kept import model_noise
+    from infergate.golden.config import store_from_url
+    from infergate.golden.errors import GoldenError
+    from infergate.golden.noise import put_noise
+
+    if args.store and not (args.namespace and args.deployment and args.revision):
+        print(
+            "infergate parity calibrate: --store needs --namespace, --deployment and --revision",
+            file=sys.stderr,
+        )
+        return 2
+    noise = model_noise(
+        reports,
+        revision=args.revision,
+        digest=digest,
+        measured=datetime.now(UTC).isoformat(),
+        method="infergate parity calibrate: " + ", ".join(r["label"] for r in reports),
+    )
+    if args.noise_out:
+        args.noise_out.parent.mkdir(parents=True, exist_ok=True)
+        args.noise_out.write_text(noise.model_dump_json(by_alias=True, indent=1) + "\n")
+    if args.store:
+        try:
+            store = store_from_url(args.store, endpoint=args.s3_endpoint)
+            key = put_noise(store, args.namespace, args.deployment, noise)
+        except (GoldenError, OSError, ValueError) as err:
+            print(f"infergate parity calibrate: --store {args.store}: {err}", file=sys.stderr)
+            return 2
+        print(f"noise record kept at {store.describe()} {key}", file=sys.stderr)
     return 0
 
 
