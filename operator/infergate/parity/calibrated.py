@@ -67,6 +67,9 @@ class FamilyNoise(WireModel):
     """One family's noise: the upper bound of the error measure, and what it came from."""
 
     upper: float = Field(ge=0, description="Upper bound (or point) of the noise, as an error.")
+    observed: float | None = Field(
+        default=None, ge=0, description="The noise observed (as an error), before its bound."
+    )
     bounded: bool = Field(description="True: a confidence bound; False: a point value.")
     pairs: list[str] = Field(description="The measured pairs it is the worst of.")
 
@@ -215,7 +218,9 @@ def derive_limits(
 
     `static` are the profile's limits as resolved (depth-scaled from `static_layers` to
     `layers`); keys in `explicit` were set by the user and are never replaced. A family
-    whose noise is exactly 0 (bit-exact A/A) carries no scale, so its static limit stays.
+    whose observed noise is exactly 0 (bit-exact A/A: no miss, no difference; a rate's
+    bound of zero misses is only the suite's size) carries no scale, so its static limit
+    stays.
     """
     chosen, calibration = _noise_set(noise, need)
     explicit = set(explicit)
@@ -227,7 +232,8 @@ def derive_limits(
             provenance.append(LimitProvenance(key=rule.key, value=current, source="explicit"))
             continue
         measured = None if chosen is None else chosen.get(rule.family)
-        if measured is None or measured.upper <= 0 or current is None:
+        exact = measured is not None and (measured.upper <= 0 or measured.observed == 0)
+        if measured is None or exact or current is None:
             note = "" if measured is None else "measured noise 0 (bit-exact): nothing to scale"
             if current is None and measured is not None:
                 note = "not a limit of this profile"
@@ -316,6 +322,7 @@ def family_noise(reports: Sequence[Mapping[str, object]]) -> dict[NoiseFamily, F
     out: dict[NoiseFamily, FamilyNoise] = {}
     for family, path in _PATHS.items():
         worst: float | None = None
+        seen: float | None = 0.0
         bounded, labels = True, []
         for report in reports:
             table = report.get("noise")
@@ -326,6 +333,17 @@ def family_noise(reports: Sequence[Mapping[str, object]]) -> dict[NoiseFamily, F
             labels.append(str(report.get("label")))
             bounded = bounded and bool(metric.get("bounded"))
             worst = upper if worst is None else max(worst, upper)
+            observed = _observed(metric)
+            seen = None if seen is None or observed is None else max(seen, observed)
         if worst is not None:
-            out[family] = FamilyNoise(upper=worst, bounded=bounded, pairs=labels)
+            out[family] = FamilyNoise(upper=worst, observed=seen, bounded=bounded, pairs=labels)
     return out
+
+
+def _observed(metric: Mapping[str, object]) -> float | None:
+    """A pair report's observed value as an error (1 - rate for misses, 1 - cosine)."""
+    value = metric.get("value")
+    if not isinstance(value, int | float):
+        return None
+    error = 1.0 - float(value) if metric.get("noise") in ("miss", "shortfall") else abs(value)
+    return max(0.0, float(error))

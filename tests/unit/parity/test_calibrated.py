@@ -91,6 +91,17 @@ def test_bit_exact_noise_keeps_the_static_limit() -> None:
     assert "bit-exact" in next(p for p in derived.provenance if p.key == "max_mean_kl").note
 
 
+def test_a_rate_with_no_miss_observed_carries_no_scale() -> None:
+    # Zero misses over the suite: the Wilson bound (3e-4 here) measures the suite's size,
+    # not the model's noise, so the static limit stays.
+    table = {
+        NoiseFamily.SAME_TOP: FamilyNoise(upper=3e-4, observed=0.0, bounded=True, pairs=["aa"])
+    }
+    noise = _noise().model_copy(update={"self_noise": table})
+    derived = derive_limits(STATIC, need=SELF, noise=noise, layers=28, static_layers=2)
+    assert derived.thresholds.min_same_top_rate == STATIC.min_same_top_rate
+
+
 def test_explicit_limits_are_never_replaced() -> None:
     derived = derive_limits(
         STATIC, need=SELF, noise=_noise(klMean=1e-6), layers=28, static_layers=2,
@@ -163,15 +174,19 @@ def test_provenance_names_noise_k_and_depth() -> None:
 
 def test_family_noise_takes_the_worst_pair_and_reads_shortfalls_and_misses() -> None:
     reports = [
-        {"label": "concurrency 8", "noise": {"logprobs.meanKl": {"upper": 2e-6, "bounded": True},
-                                              "hidden.cosineP1": {"upper": 1e-5, "bounded": False}}},
-        {"label": "batch 1", "noise": {"logprobs.meanKl": {"upper": 3e-6, "bounded": True},
-                                        "logprobs.sameTopRate": {"upper": 4e-4, "bounded": True}}},
+        {"label": "concurrency 8", "noise": {
+            "logprobs.meanKl": {"value": 1e-6, "upper": 2e-6, "bounded": True, "noise": "error"},
+            "hidden.cosineP1": {"value": 0.99999, "upper": 1e-5, "bounded": False, "noise": "shortfall"}}},
+        {"label": "batch 1", "noise": {
+            "logprobs.meanKl": {"value": 2e-6, "upper": 3e-6, "bounded": True, "noise": "error"},
+            "logprobs.sameTopRate": {"value": 1.0, "upper": 4e-4, "bounded": True, "noise": "miss"}}},
     ]  # fmt: skip
     table = family_noise(reports)
     assert table[NoiseFamily.KL_MEAN] == FamilyNoise(
-        upper=3e-6, bounded=True, pairs=["concurrency 8", "batch 1"]
+        upper=3e-6, observed=2e-6, bounded=True, pairs=["concurrency 8", "batch 1"]
     )
+    assert table[NoiseFamily.SAME_TOP].observed == 0.0
+    assert table[NoiseFamily.HIDDEN_COSINE].observed == pytest.approx(1e-5)
     assert table[NoiseFamily.HIDDEN_COSINE].bounded is False
     assert table[NoiseFamily.SAME_TOP].upper == 4e-4
     assert NoiseFamily.FORK_MARGIN not in table
