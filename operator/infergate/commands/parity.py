@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from infergate.commands import calibrate, parity_run
 from infergate.parity.compare import compare_sources
+from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.metrics import ParityMetrics
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError
@@ -74,6 +75,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="hidden states were not recorded: their checks are not part of the verdict",
     )
     compare.add_argument(
+        "--fingerprints",
+        choices=[e.value for e in FingerprintExpectation],
+        default=FingerprintExpectation.REQUIRED.value,
+        help="Required (default): a record without fingerprints of its own leaves the check "
+        "Inconclusive; NotExpected: compare without them (a plain vLLM endpoint)",
+    )
+    compare.add_argument(
         "--previous",
         type=Path,
         metavar="RESULT.json",
@@ -128,7 +136,12 @@ def run_compare(args: argparse.Namespace) -> int:
     allowed = (*gate.expected_differences, *args.allow_config_diff)
     try:
         result = compare_sources(
-            baseline, candidate, gate.thresholds, allowed, disabled=gate.disabled
+            baseline,
+            candidate,
+            gate.thresholds,
+            allowed,
+            disabled=gate.disabled,
+            fingerprints=FingerprintExpectation(args.fingerprints),
         )
     except (RecordFormatError, ParityInputError) as err:
         return _fail_early(args, str(err))

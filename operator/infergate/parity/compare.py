@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol
 
+from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, check_prompt_pair
 from infergate.parity.logprob_suite import LogprobAccumulator, PromptLogprobs
@@ -77,10 +78,16 @@ def compare_sources(
     allowed_config_differences: Iterable[str] = (),
     *,
     disabled: Mapping[str, str] | None = None,
+    fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
 ) -> ParityResult:
     """Compare two records prompt by prompt (baseline order)."""
     comparison = ParityComparison(
-        baseline.meta, candidate.meta, thresholds, allowed_config_differences, disabled=disabled
+        baseline.meta,
+        candidate.meta,
+        thresholds,
+        allowed_config_differences,
+        disabled=disabled,
+        fingerprints=fingerprints,
     )
     candidate_ids = set(candidate.prompt_ids)
     seen: set[str] = set()
@@ -101,7 +108,8 @@ class ParityComparison:
 
     `disabled` lists threshold keys the profile sets that are not part of this verdict
     (e.g. hidden-state checks with hiddenStates.enabled: false), with why; the verdict
-    reports them as such instead of deciding or failing them.
+    reports them as such instead of deciding or failing them. `fingerprints` says whether
+    a side that reports none leaves the check unverified (`sides`).
     """
 
     def __init__(
@@ -112,6 +120,7 @@ class ParityComparison:
         allowed_config_differences: Iterable[str] = (),
         *,
         disabled: Mapping[str, str] | None = None,
+        fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
     ) -> None:
         self._baseline, self._candidate = baseline, candidate
         self._thresholds = thresholds
@@ -128,8 +137,11 @@ class ParityComparison:
         self._hidden = HiddenStateAccumulator()
         self._hidden_absent = 0
         self._long_prompts: list[LongPrompt] = []
-        sides = check_sides(baseline, candidate, allowed_config_differences, self._hygiene)
+        sides = check_sides(
+            baseline, candidate, allowed_config_differences, self._hygiene, fingerprints
+        )
         self._errors += sides.errors
+        self._unverified = sides.unverified
         self._notes += sides.notes
 
     def failed_before_prompts(self) -> list[HygieneFinding]:
@@ -279,6 +291,7 @@ class ParityComparison:
             outputs=[self._outputs[p] for p in self._worst_prompt_ids()],
             hygiene=self._hygiene.findings(),
             errors=errors,
+            unverified=list(self._unverified),
             notes=self._notes,
             disabled=self._disabled,
         )

@@ -349,6 +349,11 @@ class ParityResult(WireModel):
     outputs: list[PromptOutputs]
     hygiene: list[HygieneFinding]
     errors: list[str] = Field(description="Why something could not be measured.")
+    unverified: list[str] = Field(
+        default_factory=list,
+        description="What the comparison could not verify though nothing failed (a side "
+        "that reports no fingerprints): the verdict is Inconclusive, never Passed.",
+    )
     notes: list[str]
     disabled: dict[str, str] = Field(
         default_factory=dict,

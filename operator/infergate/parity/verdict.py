@@ -8,8 +8,9 @@
   is past the limit), or a metric regressed against a comparable passing check beyond
   its bound.
 - Inconclusive: not enough evidence. The suite is below the profile's minimum evidence
-  (prompts, long prompts, scored steps), or a metric's confidence interval straddles its
-  limit. Never promotes; the reasons say what more is needed.
+  (prompts, long prompts, scored steps), a metric's confidence interval straddles its
+  limit, or what a side ran could not be verified (no fingerprints, where the check
+  requires them). Never promotes; the reasons say what more is needed.
 - Passed: everything decided, every bound on the bad side within its limit.
 
 How each threshold is decided on its confidence bounds: `checks`; the regression test
@@ -102,9 +103,9 @@ def decide(
     elif unmeasured:
         status = VerdictStatus.ERROR
         reasons = [c.message for c in unmeasured]
-    elif short or inconclusive:
+    elif short or inconclusive or result.unverified:
         status = VerdictStatus.INCONCLUSIVE
-        reasons = []
+        reasons = list(result.unverified)
         if short:
             reasons.append("not enough evidence: " + "; ".join(c.message for c in short))
         reasons += [c.message for c in inconclusive]

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from infergate.mirror.pairs import PairFormatError, decode_pair, pair_bytes, with_prompt_id
 from infergate.mirror.scoring import ScoredPair
 from infergate.parity.compare import ParityComparison
+from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.metrics import ParityResult
 from infergate.parity.record import ParityInputError, RecordMeta
 from infergate.parity.thresholds import Thresholds
@@ -60,6 +61,7 @@ class PoolSpec:
     allowed_config_differences: tuple[str, ...] = ()
     disabled: Mapping[str, str] = field(default_factory=dict)
     store_prompts: bool = False
+    fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ def _comparison(spec: PoolSpec) -> ParityComparison:
         spec.thresholds,
         spec.allowed_config_differences,
         disabled=spec.disabled,
+        fingerprints=spec.fingerprints,
     )
 
 

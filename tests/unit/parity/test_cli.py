@@ -12,11 +12,13 @@ from infergate.cli import main
 from infergate.parity.record import PromptRecord
 from infergate.recordio import RecordWriter
 
-from .builders import RUN, candidate_of, meta, replace, scored_suite
+from .builders import RUN, SIDE_FINGERPRINTS, candidate_of, meta, replace, scored_suite
 
 
 def _write(path: Path, prompts: list[PromptRecord], **meta_overrides: object) -> str:
-    with RecordWriter(path, meta(fingerprints=RUN, **meta_overrides)) as writer:
+    with RecordWriter(
+        path, meta(fingerprints={**SIDE_FINGERPRINTS, **RUN}, **meta_overrides)
+    ) as writer:
         for p in prompts:
             writer.add(p)
     return str(path)

@@ -36,7 +36,7 @@ from infergate.runner.shadow_pool import (
 )
 from infergate.runner.sides import SideTarget
 from infergate.suite import Suite
-from tests.unit.parity.builders import meta, prompt, replace, teacher_forced_on
+from tests.unit.parity.builders import SIDE_FINGERPRINTS, meta, prompt, replace, teacher_forced_on
 from tests.unit.runner.fakes import controller_ref, deployment_owner, uid_of
 
 PROFILE = ProfileName.BF16_KERNEL
@@ -267,7 +267,7 @@ class _Runner:
         pass
 
     def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
-        return meta(fingerprints=dict(asked))
+        return meta(fingerprints={**SIDE_FINGERPRINTS, **asked})
 
     def progress(self, done: int, total: int) -> None:
         pass

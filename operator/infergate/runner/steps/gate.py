@@ -56,7 +56,12 @@ def plan_gate(run: RunContext, state: RunState) -> None:
     except profiles.ProfileChoiceError as err:
         raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
     comparison = ParityComparison(
-        meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
+        meta_b,
+        meta_c,
+        gate.thresholds,
+        gate.expected_differences,
+        disabled=gate.disabled,
+        fingerprints=spec.fingerprints,
     )
     say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
     state.metas, state.gate, state.comparison = (meta_b, meta_c), gate, comparison
