@@ -25,6 +25,7 @@ from typing import Literal, Protocol
 from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, check_prompt_pair
+from infergate.parity.limits import LimitSource
 from infergate.parity.logprob_suite import LogprobAccumulator, PromptLogprobs
 from infergate.parity.logprobs import compare_logprobs
 from infergate.parity.long_prompts import (
@@ -79,6 +80,7 @@ def compare_sources(
     *,
     disabled: Mapping[str, str] | None = None,
     fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
+    limits: LimitSource | None = None,
 ) -> ParityResult:
     """Compare two records prompt by prompt (baseline order)."""
     comparison = ParityComparison(
@@ -88,6 +90,7 @@ def compare_sources(
         allowed_config_differences,
         disabled=disabled,
         fingerprints=fingerprints,
+        limits=limits,
     )
     candidate_ids = set(candidate.prompt_ids)
     seen: set[str] = set()
@@ -109,7 +112,8 @@ class ParityComparison:
     `disabled` lists threshold keys the profile sets that are not part of this verdict
     (e.g. hidden-state checks with hiddenStates.enabled: false), with why; the verdict
     reports them as such instead of deciding or failing them. `fingerprints` says whether
-    a side that reports none leaves the check unverified (`sides`).
+    a side that reports none leaves the check unverified (`sides`); `limits`, where the
+    thresholds come from, is carried into the result for its reports.
     """
 
     def __init__(
@@ -121,8 +125,10 @@ class ParityComparison:
         *,
         disabled: Mapping[str, str] | None = None,
         fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
+        limits: LimitSource | None = None,
     ) -> None:
         self._baseline, self._candidate = baseline, candidate
+        self._limits = limits
         self._thresholds = thresholds
         self._disabled = dict(disabled or {})
         self._long = thresholds.long_prompt_tokens or DEFAULT_LONG_PROMPT_TOKENS
@@ -294,6 +300,7 @@ class ParityComparison:
             unverified=list(self._unverified),
             notes=self._notes,
             disabled=self._disabled,
+            limits=self._limits,
         )
 
     def _buckets(self, hidden: list[BucketMetrics] | None) -> list[BucketMetrics]:

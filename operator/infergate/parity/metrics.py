@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
+from infergate.parity.limits import LimitSource
 from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
 from infergate.parity.wire import WireModel
@@ -358,4 +359,9 @@ class ParityResult(WireModel):
     disabled: dict[str, str] = Field(
         default_factory=dict,
         description="Threshold keys the profile sets that are not part of this verdict, and why.",
+    )
+    limits: LimitSource | None = Field(
+        default=None,
+        description="Where the thresholds come from: static profile or measured noise, k, "
+        "the depth rule and the depth they were scaled to (None: given without a profile).",
     )

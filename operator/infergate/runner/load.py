@@ -238,6 +238,7 @@ def run_load(
                 gate.expected_differences,
                 disabled=gate.disabled,
                 fingerprints=spec.fingerprints,
+                limits=gate.limits,
             )
             for base, cand in level_records(kept, run):
                 comparison.add(base, cand)

@@ -252,6 +252,7 @@ def run_shadow(
         disabled=dict(gate.disabled),
         store_prompts=settings.store_prompts,
         fingerprints=spec.fingerprints,
+        limits=gate.limits,
     )
     body = {
         "id": session_id,

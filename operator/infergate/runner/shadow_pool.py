@@ -33,6 +33,7 @@ from infergate.mirror.pairs import PairFormatError, decode_pair, pair_bytes, wit
 from infergate.mirror.scoring import ScoredPair
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import FingerprintExpectation
+from infergate.parity.limits import LimitSource
 from infergate.parity.metrics import ParityResult
 from infergate.parity.record import ParityInputError, RecordMeta
 from infergate.parity.thresholds import Thresholds
@@ -62,6 +63,7 @@ class PoolSpec:
     disabled: Mapping[str, str] = field(default_factory=dict)
     store_prompts: bool = False
     fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED
+    limits: LimitSource | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def _comparison(spec: PoolSpec) -> ParityComparison:
         spec.allowed_config_differences,
         disabled=spec.disabled,
         fingerprints=spec.fingerprints,
+        limits=spec.limits,
     )
 
 

@@ -62,8 +62,10 @@ def plan_gate(run: RunContext, state: RunState) -> None:
         gate.expected_differences,
         disabled=gate.disabled,
         fingerprints=spec.fingerprints,
+        limits=gate.limits,
     )
     say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
+    say(f"limits: {gate.limits.describe()}")
     state.metas, state.gate, state.comparison = (meta_b, meta_c), gate, comparison
     state.suite, state.stopped_early = settled_suite(comparison, suite)
 
