@@ -36,6 +36,7 @@ from typing import Final
 from pydantic import Field
 
 from infergate.parity.depth import NoiseGrowth, depth_scale
+from infergate.parity.limits import LimitSource
 from infergate.parity.thresholds import ProfileName, Thresholds
 from infergate.parity.wire import WireModel
 
@@ -303,6 +304,21 @@ def provenance_lines(derived: DerivedLimits) -> list[str]:
     if derived.inconclusive:
         lines.append(f"Inconclusive: {derived.inconclusive}.")
     return lines
+
+
+def with_measured(source: LimitSource, derived: DerivedLimits) -> LimitSource:
+    """The check's limit provenance (`parity.limits`) once `derived` replaced some limits
+    by k x measured noise: k is the linear families' (the quadratic ones take k^2)."""
+    measured = [p.key for p in derived.provenance if p.source == "measured"]
+    if not measured:
+        return source
+    return source.model_copy(
+        update={
+            "source": f"measured noise ({derived.calibration}) for {', '.join(measured)}, "
+            f"k^2 = {K_QUADRATIC:g} for KL and 1 - cosine; static profile for the rest:",
+            "k": K_LINEAR,
+        }
+    )
 
 
 # -- from a calibration's pair reports (camelCase, `calibration.noise.pair_report`) ------

@@ -24,8 +24,10 @@ from typing import Literal, Protocol
 
 from infergate.parity.checks import evaluate_checks
 from infergate.parity.control import LADDER, decide_control, perturb
+from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, check_prompt_pair
+from infergate.parity.limits import LimitSource
 from infergate.parity.logprob_suite import LogprobAccumulator, PromptLogprobs
 from infergate.parity.logprobs import compare_logprobs
 from infergate.parity.long_prompts import (
@@ -81,6 +83,8 @@ def compare_sources(
     *,
     disabled: Mapping[str, str] | None = None,
     control: bool = True,
+    fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
+    limits: LimitSource | None = None,
 ) -> ParityResult:
     """Compare two records prompt by prompt (baseline order), with the positive control
     unless `control` is False."""
@@ -91,6 +95,8 @@ def compare_sources(
         allowed_config_differences,
         disabled=disabled,
         control=control,
+        fingerprints=fingerprints,
+        limits=limits,
     )
     candidate_ids = set(candidate.prompt_ids)
     seen: set[str] = set()
@@ -111,7 +117,9 @@ class ParityComparison:
 
     `disabled` lists threshold keys the profile sets that are not part of this verdict
     (e.g. hidden-state checks with hiddenStates.enabled: false), with why; the verdict
-    reports them as such instead of deciding or failing them.
+    reports them as such instead of deciding or failing them. `fingerprints` says whether
+    a side that reports none leaves the check unverified (`sides`); `limits`, where the
+    thresholds come from, is carried into the result for its reports.
 
     Every prompt's baseline is also scored against itself under the positive control
     (`control`: the final norm scaled by each size of `control.LADDER`), through the same
@@ -127,8 +135,11 @@ class ParityComparison:
         *,
         disabled: Mapping[str, str] | None = None,
         control: bool = True,
+        fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
+        limits: LimitSource | None = None,
     ) -> None:
         self._baseline, self._candidate = baseline, candidate
+        self._limits = limits
         self._thresholds = thresholds
         self._disabled = dict(disabled or {})
         self._long = thresholds.long_prompt_tokens or DEFAULT_LONG_PROMPT_TOKENS
@@ -143,8 +154,11 @@ class ParityComparison:
         self._hidden = HiddenStateAccumulator()
         self._hidden_absent = 0
         self._long_prompts: list[LongPrompt] = []
-        sides = check_sides(baseline, candidate, allowed_config_differences, self._hygiene)
+        sides = check_sides(
+            baseline, candidate, allowed_config_differences, self._hygiene, fingerprints
+        )
         self._errors += sides.errors
+        self._unverified = sides.unverified
         self._notes += sides.notes
         self._controls = (
             {
@@ -306,9 +320,11 @@ class ParityComparison:
             outputs=[self._outputs[p] for p in self._worst_prompt_ids()],
             hygiene=self._hygiene.findings(),
             errors=errors,
+            unverified=list(self._unverified),
             notes=self._notes,
             disabled=self._disabled,
             control=self._control(),
+            limits=self._limits,
         )
 
     def _control(self) -> ControlResult | None:

@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from infergate.parity.calibrated import DerivedLimits
+from infergate.parity.limits import LimitSource
 from infergate.parity.power import ControlResult
 from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
@@ -351,6 +352,11 @@ class ParityResult(WireModel):
     outputs: list[PromptOutputs]
     hygiene: list[HygieneFinding]
     errors: list[str] = Field(description="Why something could not be measured.")
+    unverified: list[str] = Field(
+        default_factory=list,
+        description="What the comparison could not verify though nothing failed (a side "
+        "that reports no fingerprints): the verdict is Inconclusive, never Passed.",
+    )
     notes: list[str]
     disabled: dict[str, str] = Field(
         default_factory=dict,
@@ -361,9 +367,14 @@ class ParityResult(WireModel):
         description="The positive control scored through the same suite and limits "
         "(`infergate.parity.control`); None in results made before it existed.",
     )
-    limits: DerivedLimits | None = Field(
+    calibration: DerivedLimits | None = Field(
         default=None,
         description="Where each limit came from (measured noise x k, static, explicit) and "
         "whether a needed calibration was missing (`infergate.parity.calibrated`); None "
         "when the limits were given as they are (no runner derived them).",
+    )
+    limits: LimitSource | None = Field(
+        default=None,
+        description="Where the thresholds come from: static profile or measured noise, k, "
+        "the depth rule and the depth they were scaled to (None: given without a profile).",
     )

@@ -33,6 +33,7 @@ from typing import Final
 
 from infergate.parity import profile_sources as sources
 from infergate.parity.depth import DEPTH_SCALED, scale_limit
+from infergate.parity.limits import LimitSource, limit_source
 from infergate.parity.record import RecordMeta
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
@@ -362,7 +363,9 @@ class Gate:
     expected_differences: tuple[str, ...]
     """Config and fingerprint keys this kind of change may alter."""
     layers: int | None
-    """Model depth the hidden-state limits were scaled to (None: not known, not scaled)."""
+    """Model depth the limits were scaled to (None: not known, not scaled)."""
+    limits: LimitSource
+    """Where the limits come from (static profile or measured noise, k, depth rule, depth)."""
 
 
 def model_depth(baseline: RecordMeta, candidate: RecordMeta) -> int | None:
@@ -404,4 +407,14 @@ def plan_gate(
         disabled=disabled_checks(profile, explicit, hidden_states=hidden_states),
         expected_differences=PROFILES[profile].expected_differences,
         layers=layers,
+        limits=limit_source(
+            profile.value,
+            PROFILES[profile].calibrated_layers,
+            layers,
+            [
+                Thresholds.model_fields[n].alias or n
+                for n in (explicit.model_fields_set if explicit else ())
+                if getattr(explicit, n) is not None
+            ],
+        ),
     )

@@ -9,9 +9,10 @@
   its bound.
 - Inconclusive: not enough evidence. The suite is below the profile's minimum evidence
   (prompts, long prompts, scored steps), a metric's confidence interval straddles its
-  limit, or no limit fails on the check's own positive control (`control`: the suite
-  could not tell a known small harm from noise, so its pass would prove nothing), or the
-  profile needs a calibration of the model's own noise that is not kept. Never
+  limit, what a side ran could not be verified (no fingerprints, where the check
+  requires them), no limit fails on the check's own positive control (`control`: the
+  suite could not tell a known small harm from noise, so its pass would prove nothing),
+  or the profile needs a calibration of the model's own noise that is not kept. Never
   promotes; the reasons say what more is needed.
 - Passed: everything decided, every bound on the bad side within its limit.
 
@@ -83,7 +84,7 @@ def decide(
     inconclusive = [c for c in checks if c.outcome == "inconclusive"]
     short = [c for c in evidence if c.outcome == "inconclusive"]
     powerless = None if result.control is None else control_reason(result.control)
-    uncalibrated = None if result.limits is None else result.limits.inconclusive
+    uncalibrated = None if result.calibration is None else result.calibration.inconclusive
     regressed = [r for r in regressions if r.regressed]
 
     # An invalid comparison (prompts missing, different suites) proves nothing either way:
@@ -108,9 +109,9 @@ def decide(
     elif unmeasured:
         status = VerdictStatus.ERROR
         reasons = [c.message for c in unmeasured]
-    elif short or inconclusive or powerless or uncalibrated:
+    elif short or inconclusive or result.unverified or powerless or uncalibrated:
         status = VerdictStatus.INCONCLUSIVE
-        reasons = []
+        reasons = list(result.unverified)
         if short:
             reasons.append("not enough evidence: " + "; ".join(c.message for c in short))
         reasons += [c.message for c in inconclusive]

@@ -79,11 +79,7 @@ def render_report(
 
 def limits_lines(result: ParityResult) -> list[str]:
     """Where the limits came from and what the check's suite can detect, one line each."""
-    lines = (
-        provenance_lines(result.limits)
-        if result.limits is not None
-        else ["Limits: as given to the comparison (no provenance derived: not a runner check)."]
-    )
+    lines = [] if result.calibration is None else provenance_lines(result.calibration)
     if result.control is not None:
         lines.append(describe_control(result.control))
     return lines

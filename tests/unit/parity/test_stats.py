@@ -208,3 +208,77 @@ def test_prompt_mean_t_bound_matches_scipy_interval() -> None:
     assert found.value == pytest.approx(means.mean())
     assert found.lower == pytest.approx(low)
     assert found.upper == pytest.approx(high)
+
+
+# -- the hand-written statistics against scipy.stats (an audited implementation) --------
+
+
+@pytest.mark.parametrize("df", [1.5, 2.5, 8.7, 36.2])
+@pytest.mark.parametrize("p", [0.05, 0.9, 0.95, 0.99])
+def test_student_t_matches_scipy_at_fractional_df(p: float, df: float) -> None:
+    from scipy import stats as scipy_stats
+
+    from infergate.parity.stats import student_t_quantile
+
+    expected = float(scipy_stats.t.ppf(p, df))
+    assert student_t_quantile(p, df) == pytest.approx(expected, rel=1e-8, abs=1e-9)
+
+
+@pytest.mark.parametrize("values", [[0.9, 1.4, 1.1, 2.3], [-0.0008, 0.004, -0.006, 0.001],
+                                    [3.0, 3.5, 2.0, 4.0, 3.3, 2.9, 3.1, 3.6, 2.2]])  # fmt: skip
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_per_prompt_t_bounds_match_scipy_interval(values: list[float], confidence: float) -> None:
+    """The paired bound of the long-prompt checks (one value per long prompt, under the
+    bootstrap's minimum): scipy's t interval at level 2c - 1 has the one-sided bounds."""
+    import numpy as np
+    from scipy import stats as scipy_stats
+
+    from infergate.parity.prompt_bounds import per_prompt_bounds
+
+    found = per_prompt_bounds(values, confidence)
+    array = np.asarray(values)
+    low, high = scipy_stats.t.interval(
+        2 * confidence - 1, array.size - 1, loc=array.mean(), scale=scipy_stats.sem(array)
+    )
+    assert found.lower == pytest.approx(low, rel=1e-9)
+    assert found.upper == pytest.approx(high, rel=1e-9)
+
+
+@pytest.mark.parametrize(("successes", "total"), [(0, 4), (1, 4), (7, 10), (37, 38), (38, 38),
+                                                  (3961, 4096), (12, 1000)])  # fmt: skip
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_wilson_matches_scipy(successes: int, total: int, confidence: float) -> None:
+    from scipy import stats as scipy_stats
+
+    from infergate.parity.stats import wilson_bounds, wilson_interval
+
+    ci = scipy_stats.binomtest(successes, total).proportion_ci(confidence, method="wilson")
+    low, high = wilson_interval(successes, total, confidence)
+    assert low == pytest.approx(float(ci.low), abs=1e-12)
+    assert high == pytest.approx(float(ci.high), abs=1e-12)
+    one_sided = scipy_stats.binomtest(successes, total).proportion_ci(
+        2 * confidence - 1, method="wilson"
+    )
+    assert wilson_bounds(successes, total, confidence) == pytest.approx(
+        (float(one_sided.low), float(one_sided.high)), abs=1e-12
+    )
+
+
+@pytest.mark.parametrize(("a", "n_a", "b", "n_b"), [(990, 1000, 985, 1000), (3, 40, 0, 40),
+                                                     (4000, 4096, 3990, 4096)])  # fmt: skip
+def test_newcombe_difference_is_built_on_scipys_wilson_intervals(
+    a: int, n_a: int, b: int, n_b: int
+) -> None:
+    """Newcombe's method 10 from scipy's Wilson intervals, written out: the same numbers."""
+    import math
+
+    from scipy import stats as scipy_stats
+
+    from infergate.parity.stats import newcombe_difference
+
+    ci_a = scipy_stats.binomtest(a, n_a).proportion_ci(0.9, method="wilson")
+    ci_b = scipy_stats.binomtest(b, n_b).proportion_ci(0.9, method="wilson")
+    p_a, p_b = a / n_a, b / n_b
+    low = p_a - p_b - math.hypot(p_a - ci_a.low, ci_b.high - p_b)
+    high = p_a - p_b + math.hypot(ci_a.high - p_a, p_b - ci_b.low)
+    assert newcombe_difference(a, n_a, b, n_b, 0.9) == pytest.approx((low, high), abs=1e-12)

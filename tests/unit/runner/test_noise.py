@@ -79,12 +79,16 @@ def test_the_baselines_kept_noise_sets_the_limits_and_the_report_says_how(tmp_pa
     assert status(api)["phase"] == "Passed"
     result = _result(api)["result"]
     assert result["thresholds"]["maxMeanKl"] == 9 * 2e-6
-    kl = next(p for p in result["limits"]["provenance"] if p["key"] == "max_mean_kl")
+    kl = next(p for p in result["calibration"]["provenance"] if p["key"] == "max_mean_kl")
     assert (kl["source"], kl["noise"], kl["k"]) == ("measured", 2e-6, 9.0)
     html = api.config_maps["check-report"]["data"]["report.html"]
     assert "Limits and power" in html
     assert "max_mean_kl 1.8e-05 = k 9 x noise 2e-06" in html
     assert "Positive control final norm x1.02: detected by" in html
+    # The check's provenance line says so too: k and where the noise came from.
+    assert result["limits"]["k"] == 3.0
+    assert result["limits"]["source"].startswith("measured noise ('dtype float16' noise of toy")
+    assert "k 3 x measured noise" in html
 
 
 def test_without_the_expected_change_pair_the_static_limits_stand(tmp_path: Path) -> None:
@@ -92,8 +96,8 @@ def test_without_the_expected_change_pair_the_static_limits_stand(tmp_path: Path
     api = cluster()
     assert run_check(api, "check", options(tmp_path), connector=_engines().connector()) == EXIT_DONE
     result = _result(api)["result"]
-    assert {p["source"] for p in result["limits"]["provenance"]} == {"static"}
-    assert "no 'dtype float16' pair kept" in result["limits"]["calibration"]
+    assert {p["source"] for p in result["calibration"]["provenance"]} == {"static"}
+    assert "no 'dtype float16' pair kept" in result["calibration"]["calibration"]
 
 
 def test_a_model_deeper_than_the_depth_rule_was_measured_needs_its_own_noise(

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from infergate.parity import profiles
-from infergate.parity.calibrated import provenance_lines
+from infergate.parity.calibrated import provenance_lines, with_measured
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.record import RecordMeta
@@ -60,13 +60,20 @@ def plan_gate(run: RunContext, state: RunState) -> None:
     except profiles.ProfileChoiceError as err:
         raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
     limits = derived_limits(run, gate, (meta_b, meta_c), baseline, spec.effective_thresholds())
-    gate = replace(gate, thresholds=limits.thresholds)
+    gate = replace(gate, thresholds=limits.thresholds, limits=with_measured(gate.limits, limits))
     for line in provenance_lines(limits):
         say(f"limits: {line}")
     comparison = ParityComparison(
-        meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
+        meta_b,
+        meta_c,
+        gate.thresholds,
+        gate.expected_differences,
+        disabled=gate.disabled,
+        fingerprints=spec.fingerprints,
+        limits=gate.limits,
     )
     say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
+    say(f"limits: {gate.limits.describe()}")
     state.metas, state.gate, state.comparison = (meta_b, meta_c), gate, comparison
     state.limits = limits
     state.suite, state.stopped_early = settled_suite(comparison, suite)

@@ -33,7 +33,7 @@ def judge(run: RunContext, state: RunState) -> None:
         state.stopped_early,
     )
     if state.limits is not None:
-        result = result.model_copy(update={"limits": state.limits})
+        result = result.model_copy(update={"calibration": state.limits})
     previous = previous_metrics(run, gate.profile)
     verdict = decide(result, gate.warn, previous, spec.effective_regression())
     state.seconds = time.monotonic() - state.started
