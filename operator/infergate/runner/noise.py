@@ -30,6 +30,7 @@ from infergate.parity.compare import ParityComparison
 from infergate.parity.profiles import PROFILES, Gate
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.parity.thresholds import Thresholds
+from infergate.parity.verdict import VerdictStatus
 from infergate.runner import overhead
 from infergate.runner.context import RunContext, say
 from infergate.runner.drive import DriveSettings, drive_suite, measure_prompt
@@ -79,7 +80,7 @@ def measure_self_noise(run: RunContext, state: RunState) -> None:
     golden, verdict = state.golden, state.verdict
     if run.options.golden is None or not golden or not golden.get("stored"):
         return
-    if verdict is None or verdict.status.value != "Passed" or state.stopped_early:
+    if verdict is None or verdict.status is not VerdictStatus.PASSED or state.stopped_early:
         return
     _, candidate = need(state.sides, "the sides")
     if candidate.revision is None or candidate.deployment is None:
