@@ -218,10 +218,11 @@ def derive_limits(
     """The check's limits: k x the model's noise where measured, else the static ones.
 
     `static` are the profile's limits as resolved (depth-scaled from `static_layers` to
-    `layers`); keys in `explicit` were set by the user and are never replaced. A family
-    whose observed noise is exactly 0 (bit-exact A/A: no miss, no difference; a rate's
-    bound of zero misses is only the suite's size) carries no scale, so its static limit
-    stays.
+    `layers`); keys in `explicit` were set by the user and are never replaced. Self noise
+    (A/A) only loosens a static limit, never tightens it: a kernel or version change
+    brings more than the revision's own A/A noise. A family whose observed noise is
+    exactly 0 (bit-exact A/A: no miss, no difference; a rate's bound of zero misses is
+    only the suite's size) carries no scale, so its static limit stays.
     """
     chosen, calibration = _noise_set(noise, need)
     explicit = set(explicit)
@@ -244,13 +245,19 @@ def derive_limits(
         factor = depth_scale(rule.growth, layers, noise_layers) if layers and noise_layers else 1.0
         scaled = rule.k * measured.upper * factor
         value = scaled if rule.form == "max" else max(0.0, 1.0 - scaled)
+        floored = need.kind is NeedKind.SELF and _tighter(rule, value, current)
+        if floored:
+            value = current
         update[rule.key] = value
         provenance.append(
             LimitProvenance(
                 key=rule.key, value=value, source="measured", noise=measured.upper, k=rule.k,
                 depth_factor=factor, noise_layers=noise_layers, layers=layers,
                 pairs=list(measured.pairs),
-                note="" if measured.bounded else "noise is a point value, not a bound",
+                note="; ".join(
+                    ([SELF_FLOOR_NOTE] if floored else [])
+                    + ([] if measured.bounded else ["noise is a point value, not a bound"])
+                ),
             )
         )  # fmt: skip
     missing = chosen is None and need.required is not None
@@ -265,6 +272,17 @@ def derive_limits(
             else None
         ),
     )
+
+
+SELF_FLOOR_NOTE: Final = (
+    "k x self noise is tighter than the static limit, which stays: a change of kernel "
+    "brings more than the revision's own A/A noise (fixture, vLLM CPU: batch-68 A/A mean "
+    "KL <= 1.7e-8 against 3.8e-6 for AVX2 against default kernels, experiments/POWER.md)"
+)
+
+
+def _tighter(rule: FamilyRule, value: float, static: float) -> bool:
+    return value < static if rule.form == "max" else value > static
 
 
 def _static(

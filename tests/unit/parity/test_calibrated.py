@@ -42,6 +42,11 @@ STATIC = Thresholds(
     min_hidden_cosine_p1=0.99, max_divergence_logprob_gap=0.1,
 )  # fmt: skip
 SELF = CalibrationNeed(NeedKind.SELF)
+TIGHT = Thresholds(
+    max_mean_kl=1e-9, max_kl_p99=1e-9, min_same_top_rate=0.99999, max_hidden_rel_l2_p99=1e-6,
+    min_hidden_cosine_p1=0.9999999, max_divergence_logprob_gap=1e-4,
+)  # fmt: skip
+"""Static limits tighter than k x the noise in these tables: self noise loosens them."""
 
 
 @pytest.mark.parametrize(
@@ -59,7 +64,7 @@ def test_each_family_becomes_k_times_its_noise(
     family: str, upper: float, key: str, expected: float
 ) -> None:
     derived = derive_limits(
-        STATIC, need=SELF, noise=_noise(**{family: upper}), layers=28, static_layers=2
+        TIGHT, need=SELF, noise=_noise(**{family: upper}), layers=28, static_layers=2
     )
     assert getattr(derived.thresholds, key) == pytest.approx(expected)
     item = next(p for p in derived.provenance if p.key == key)
@@ -69,11 +74,26 @@ def test_each_family_becomes_k_times_its_noise(
 
 def test_noise_measured_at_another_depth_is_scaled_by_the_one_depth_rule() -> None:
     derived = derive_limits(
-        STATIC, need=SELF, noise=_noise(layers=7, klMean=1e-6, hiddenRelL2P99=0.01),
+        TIGHT, need=SELF, noise=_noise(layers=7, klMean=1e-6, hiddenRelL2P99=0.01),
         layers=28, static_layers=2,
     )  # fmt: skip
     assert derived.thresholds.max_mean_kl == pytest.approx(K_QUADRATIC * 1e-6 * 4)
     assert derived.thresholds.max_hidden_rel_l2_p99 == pytest.approx(K_LINEAR * 0.01 * 2)
+
+
+def test_self_noise_loosens_a_static_limit_but_never_tightens_it() -> None:
+    # k x A/A noise below the static limit: a kernel change brings more than A/A noise.
+    derived = derive_limits(
+        STATIC, need=SELF, noise=_noise(klMean=1e-6), layers=28, static_layers=2
+    )
+    assert derived.thresholds.max_mean_kl == STATIC.max_mean_kl
+    item = next(p for p in derived.provenance if p.key == "max_mean_kl")
+    assert item.source == "measured"
+    assert item.note.startswith("k x self noise is tighter than the static limit")
+    # The expected change's own noise (dtype pair) sets the limit as measured, either way.
+    change = CalibrationNeed(NeedKind.CHANGE, "dtype float32")
+    derived = derive_limits(STATIC, need=change, noise=_noise(), layers=28, static_layers=2)
+    assert derived.thresholds.max_mean_kl == pytest.approx(K_QUADRATIC * 5e-5)
 
 
 def test_without_noise_the_static_limits_stay_and_say_so() -> None:
@@ -156,7 +176,7 @@ def test_a_profile_that_needs_a_calibration_it_lacks_is_inconclusive(
 
 def test_provenance_names_noise_k_and_depth() -> None:
     derived = derive_limits(
-        STATIC, need=SELF, noise=_noise(layers=7, klMean=1e-6), layers=28, static_layers=2
+        TIGHT, need=SELF, noise=_noise(layers=7, klMean=1e-6), layers=28, static_layers=2
     )
     lines = provenance_lines(derived)
     assert any(
@@ -165,7 +185,7 @@ def test_provenance_names_noise_k_and_depth() -> None:
     )
     assert any(
         line.startswith(
-            "max_hidden_rel_l2_p99 0.05: static profile limit, depth x3.74 (2 -> 28 layers)"
+            "max_hidden_rel_l2_p99 1e-06: static profile limit, depth x3.74 (2 -> 28 layers)"
         )
         for line in lines
     )
