@@ -66,8 +66,10 @@ SHADOW_PARITY = {
         "sampleRate": 1.0,
         "maxRequestsPerSecond": 4.0,
         "maxQueue": 16,
-        # The profile's 32 prompts: one copy is one prompt.
-        "minRequests": 32,
+        # One copy is one prompt; about half of the client's requests are greedy, and the
+        # greedy copies alone must meet the profile's 32 prompts (they are the only
+        # evidence of the canary's decode path; fewer: Inconclusive), so 80 copies.
+        "minRequests": 80,
         "windowSeconds": 900,
     },
     "sampling": {"maxTokens": SUITE_MAX_TOKENS, "topLogprobs": 5},

@@ -294,6 +294,15 @@ def test_a_two_percent_final_norm_scale_fails_at_bf16(
     ratio = result.metrics.estimates["hiddenNormLogRatio"].value
     assert ratio == pytest.approx(np.log(1.02), rel=0.05)
     assert any("weights.digest" in r for r in verdict.reasons)
+    # The check carries its own positive control: the same change computed from the
+    # baseline's records, scored through the same limits. It fails where the real change
+    # does, and the suite's minimum detectable effect is no larger than the change.
+    control = result.control
+    assert control is not None
+    assert control.detected
+    assert "maxHiddenNormLogRatio" in control.failed
+    assert control.minimum_detectable is not None
+    assert control.minimum_detectable <= 0.02
 
 
 CHATML = (

@@ -37,6 +37,7 @@ from infergate.api.threshold_ranges import (
     THRESHOLD_RANGES,
     AdmittedRanges,
 )
+from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
 # Fields of Thresholds and RegressionTolerance that tune how a check measures
@@ -262,6 +263,14 @@ class ParityCheckTemplate(KubeModel):
         default_factory=HiddenStates, json_schema_extra={"default": {}}
     )
     """Last-layer hidden-state comparison (probe channel)."""
+    fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED
+    """Whether each side must report what it ran (tokenizer, chat template, generation config,
+    weights digest, loaded model config, versions): Required (default) or NotExpected. Our
+    adapters report them, a vLLM revision through its probe; a side that reports none makes
+    a Required check Inconclusive. NotExpected: the sides cannot report them (an endpoint
+    serving a plain vLLM); what both report is compared, and the verdict and report say what
+    was not.
+    """
     profile: ProfileName | None = None
     """Tolerance profile giving default thresholds: bf16-kernel, dtype-change, fp32-cross-framework,
     gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides; a side

@@ -46,7 +46,7 @@ class CalibrationRuns:
 def analyse_pair(label: str, baseline_dir: Path, candidate_dir: Path) -> tuple[dict[str, Any], str]:
     """Compare two records with the core (no thresholds) and summarise the noise."""
     from infergate.parity.compare import compare_sources
-    from infergate.parity.profiles import PROFILES, suggest_profile
+    from infergate.parity.profiles import PROFILES, model_depth, suggest_profile
     from infergate.recordio import RecordReader
 
     baseline = RecordReader(baseline_dir)
@@ -63,6 +63,7 @@ def analyse_pair(label: str, baseline_dir: Path, candidate_dir: Path) -> tuple[d
         if pid in candidate
     ]
     report = pair_report(label, result.model_dump(mode="json", by_alias=True), signed)
+    report["layers"] = model_depth(baseline.meta, candidate.meta)
     return report, suite_digest(baseline)
 
 

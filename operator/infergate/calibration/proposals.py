@@ -2,8 +2,9 @@
 
 k = 3 for errors linear in a perturbation (relative L2, abs errors, miss rates, |log ratio|)
 and k^2 = 9 for quadratic ones (KL, 1 - cosine), so both scale alike; a model deeper than
-the one calibrated on scales the noise first by the measured depth growth. Why 3, and where
-the growth was measured: `infergate parity calibrate --help` and experiments/RESULTS.md.
+the one calibrated on scales the noise first by the depth rule the profiles use
+(`infergate.parity.depth`: linear errors by sqrt(layers / calibrated layers), quadratic
+ones by its square). Why 3: `infergate parity calibrate --help`.
 """
 
 from __future__ import annotations
@@ -12,15 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-LINEAR_MULTIPLE = 3.0
+from infergate.parity.depth import NoiseGrowth, depth_scale
 
-DEPTH_GROWTH: Mapping[int, float] = {2: 3.1, 4: 4.2, 7: 5.6, 14: 8.0, 21: 9.9, 28: 11.5}
-"""How much larger the bf16-vs-fp32 last-layer relative L2 is for a model of N layers at
-Qwen2.5-7B's width than for the fixture's shape (2 layers, hidden 128): the 7B-shape
-model cut after N layers over the fixture shape, both random init (normal 0.02), 8K
-tokens, on an H200 (experiments/gpu_noise.json; experiments/RESULTS.md). Thresholds
-calibrated on the fixture are scaled by it (`--target-layers`): linear errors by the
-factor, KL and 1 - cosine by its square."""
+LINEAR_MULTIPLE = 3.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +56,7 @@ def propose(
     """Thresholds from the worst (largest) noise bound over `pairs`, times the multiple.
 
     `depth_factor` scales the noise first (linear metrics by it, quadratic ones by its
-    square), for a model deeper than the one calibrated on.
+    square), for a model deeper than the one calibrated on (see `depth_factor()`).
     """
     known = set(known_keys)
     proposals = []
@@ -96,9 +91,13 @@ def propose(
     return proposals
 
 
-def depth_factor(target_layers: int | None) -> float:
-    """The noise growth for a model of `target_layers` layers (1 when not given)."""
-    return DEPTH_GROWTH.get(target_layers, 1.0) if target_layers else 1.0
+def depth_factor(target_layers: int | None, reference_layers: int | None) -> float:
+    """The linear noise growth from `reference_layers` (the depth calibrated on) to
+    `target_layers` (1 when either is not given); quadratic metrics take its square,
+    which is `depth_scale`'s quadratic factor."""
+    if not target_layers or not reference_layers:
+        return 1.0
+    return depth_scale(NoiseGrowth.LINEAR, target_layers, reference_layers)
 
 
 def rule_text(multiple: float, depth: float, target_layers: int | None) -> str:

@@ -32,8 +32,11 @@ changes of one kind differ by up to ~2x in noise between kernels and runs (bf16 
 KL on one engine, 1.26e-5 and 1.47e-5 with and without AMX kernels; fp32 across
 frameworks 4.6e-7 to 5.6e-7 relative; see experiments/RESULTS.md), and 3x the upper
 bound leaves that margin. It does not cover depth: noise grows with layers (see
-experiments/RESULTS.md, GPU section), so thresholds from a shallow model are scaled by
-the measured growth before they judge a deep one (--target-layers).
+experiments/RESULTS.md, GPU section), so thresholds from a shallow model are scaled before
+they judge a deep one (--target-layers; the depth calibrated on is the records' own
+model_config.num_hidden_layers, or --reference-layers): by the rule the profiles use,
+linear errors by sqrt(target / reference) and KL and 1 - cosine by target / reference
+(`infergate.parity.depth`, which says where that is an extrapolation).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from infergate.calibration.measure import (
     CalibrationError,
@@ -51,7 +55,7 @@ from infergate.calibration.measure import (
     record_runs,
 )
 from infergate.calibration.noise import CONFIDENCE
-from infergate.calibration.proposals import DEPTH_GROWTH, LINEAR_MULTIPLE, depth_factor, rule_text
+from infergate.calibration.proposals import LINEAR_MULTIPLE, depth_factor, rule_text
 from infergate.calibration.report import calibration_document, to_markdown
 
 
@@ -86,10 +90,27 @@ def add_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--confidence", type=float, default=CONFIDENCE)
     parser.add_argument(
         "--target-layers", type=int, default=None,
-        help="scale the proposals for a model of this many layers (measured depth growth)",
+        help="scale the proposals for a model of this many layers (infergate.parity.depth)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reference-layers", type=int, default=None,
+        help="depth of the model the pairs ran on (default: the records' own)",
     )  # fmt: skip
     parser.add_argument("--model-note", default=None, help="how to name the model in the citation")
     parser.add_argument("--json", type=Path, default=None, help="write the report as JSON")
+    parser.add_argument(
+        "--noise-out", type=Path, default=None,
+        help="write the noise record a golden store keeps (self noise; dtype pairs as changes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--store", default=None, metavar="DIR|s3://BUCKET[/PREFIX]",
+        help="keep the noise record in this golden store, for --namespace/--deployment/--revision "
+        "(the revision the pairs measured: later checks against it take their limits from it)",
+    )  # fmt: skip
+    parser.add_argument("--s3-endpoint", default=None, help="S3 service URL for --store s3://")
+    parser.add_argument("--namespace", default=None)
+    parser.add_argument("--deployment", default=None, help="InferenceDeployment name")
+    parser.add_argument("--revision", default=None, help="revision hash measured")
     parser.add_argument("--markdown", type=Path, default=None, help="write the tables")
     parser.set_defaults(handler=run_calibrate)
 
@@ -116,9 +137,10 @@ def _runs(args: argparse.Namespace) -> CalibrationRuns:
 
 
 def _pairs(args: argparse.Namespace) -> list[tuple[str, Path, Path]]:
-    if args.target_layers is not None and args.target_layers not in DEPTH_GROWTH:
-        known = ", ".join(str(k) for k in sorted(DEPTH_GROWTH)) or "none yet"
-        raise CalibrationError(f"--target-layers {args.target_layers}: measured for {known}")
+    for flag, value in (("--target-layers", args.target_layers),
+                        ("--reference-layers", args.reference_layers)):  # fmt: skip
+        if value is not None and value < 1:
+            raise CalibrationError(f"{flag} {value}: must be at least 1")
     pairs = [_parse_pair(p) for p in args.pair]
     if args.engine:
         pairs += record_runs(_runs(args))
@@ -152,11 +174,20 @@ def run_calibrate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    depth = depth_factor(args.target_layers)
+    reference = args.reference_layers or _records_depth(reports)
+    if args.target_layers is not None and reference is None:
+        print(
+            "infergate parity calibrate: --target-layers needs the depth calibrated on; the "
+            "records do not say it (model_config.num_hidden_layers): give --reference-layers",
+            file=sys.stderr,
+        )
+        return 2
+    depth = depth_factor(args.target_layers, reference)
+    digest = digests.pop()
     document = calibration_document(
         reports,
         model=args.model_note or reports[0]["baseline"]["model"],
-        digest=digests.pop(),
+        digest=digest,
         date=datetime.now(UTC).strftime("%Y-%m-%d"),
         confidence=args.confidence,
         multiple=args.multiple,
@@ -165,6 +196,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
         known_keys=(f.alias or n for n, f in Thresholds.model_fields.items()),
     )
     markdown = to_markdown(document)
+    if args.noise_out or args.store:
+        stored = _keep_noise(args, reports, digest)
+        if stored != 0:
+            return stored
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
@@ -173,3 +208,46 @@ def run_calibrate(args: argparse.Namespace) -> int:
         args.markdown.write_text(markdown, encoding="utf-8")
     print(markdown)
     return 0
+
+
+def _keep_noise(args: argparse.Namespace, reports: list[dict[str, Any]], digest: str) -> int:
+    """Write the noise record (--noise-out) and keep it in the golden store (--store)."""
+    from infergate.calibration.kept import model_noise
+    from infergate.golden.config import store_from_url
+    from infergate.golden.errors import GoldenError
+    from infergate.golden.noise import put_noise
+
+    if args.store and not (args.namespace and args.deployment and args.revision):
+        print(
+            "infergate parity calibrate: --store needs --namespace, --deployment and --revision",
+            file=sys.stderr,
+        )
+        return 2
+    noise = model_noise(
+        reports,
+        revision=args.revision,
+        digest=digest,
+        measured=datetime.now(UTC).isoformat(),
+        method="infergate parity calibrate: " + ", ".join(r["label"] for r in reports),
+    )
+    if args.noise_out:
+        args.noise_out.parent.mkdir(parents=True, exist_ok=True)
+        args.noise_out.write_text(noise.model_dump_json(by_alias=True, indent=1) + "\n")
+    if args.store:
+        try:
+            store = store_from_url(args.store, endpoint=args.s3_endpoint)
+            key = put_noise(store, args.namespace, args.deployment, noise)
+        except (GoldenError, OSError, ValueError) as err:
+            print(f"infergate parity calibrate: --store {args.store}: {err}", file=sys.stderr)
+            return 2
+        print(f"noise record kept at {store.describe()} {key}", file=sys.stderr)
+    return 0
+
+
+def _records_depth(reports: list[dict[str, Any]]) -> int | None:
+    """The depth every pair's records report, when they all report the same one."""
+    depths = {report.get("layers") for report in reports}
+    if len(depths) == 1:
+        (depth,) = depths
+        return depth if isinstance(depth, int) else None
+    return None

@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from infergate.commands import calibrate, parity_run
 from infergate.parity.compare import compare_sources
+from infergate.parity.fingerprints import FingerprintExpectation
+from infergate.parity.limits import LimitSource
 from infergate.parity.metrics import ParityMetrics
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError
@@ -74,6 +76,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="hidden states were not recorded: their checks are not part of the verdict",
     )
     compare.add_argument(
+        "--fingerprints",
+        choices=[e.value for e in FingerprintExpectation],
+        default=FingerprintExpectation.REQUIRED.value,
+        help="Required (default): a record without fingerprints of its own leaves the check "
+        "Inconclusive; NotExpected: compare without them (a plain vLLM endpoint)",
+    )
+    compare.add_argument(
         "--previous",
         type=Path,
         metavar="RESULT.json",
@@ -128,7 +137,13 @@ def run_compare(args: argparse.Namespace) -> int:
     allowed = (*gate.expected_differences, *args.allow_config_diff)
     try:
         result = compare_sources(
-            baseline, candidate, gate.thresholds, allowed, disabled=gate.disabled
+            baseline,
+            candidate,
+            gate.thresholds,
+            allowed,
+            disabled=gate.disabled,
+            fingerprints=FingerprintExpectation(args.fingerprints),
+            limits=gate.limits,
         )
     except (RecordFormatError, ParityInputError) as err:
         return _fail_early(args, str(err))
@@ -144,7 +159,7 @@ def run_compare(args: argparse.Namespace) -> int:
         _write(args.json, json.dumps(document, indent=1) + "\n")
     if args.report:
         _write(args.report, render_report(result, verdict, f"{profile.value} ({why})"))
-    _print_summary(verdict, profile, why)
+    _print_summary(verdict, profile, why, gate.limits)
     return EXIT_CODES[verdict.status]
 
 
@@ -178,8 +193,9 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _print_summary(verdict: Verdict, profile: ProfileName, why: str) -> None:
+def _print_summary(verdict: Verdict, profile: ProfileName, why: str, limits: LimitSource) -> None:
     lines = [f"parity {verdict.status.value} (profile {profile.value}: {why})"]
+    lines.append(f"  limits: {limits.describe()}")
     lines += [f"  reason: {r}" for r in verdict.reasons]
     lines += [f"  warning: {w}" for w in verdict.warnings]
     lines += [f"  not decided: {e}" for e in verdict.excluded]

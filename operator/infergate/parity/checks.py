@@ -167,7 +167,7 @@ _CHECKS: tuple[_Check, ...] = (
            "longSeqDivergenceRate", _long),
     _Check("max_long_to_short_kl_ratio", "KL ratio far / 0-1K, per long prompt", "<=",
            "longToShortKlRatio", _longest),
-    _Check("max_long_same_top_drop", "same-top drop 0-1K -> far, per long prompt", "<=",
+    _Check("max_long_same_top_drop", "same-top drop 0-1K -> 4K+, long prompts", "<=",
            "longSameTopDrop", _longest),
     _Check("max_long_to_short_hidden_ratio", "hidden relL2 ratio far / 0-1K, per long prompt",
            "<=", "longToShortHiddenRatio", _longest),

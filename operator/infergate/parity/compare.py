@@ -22,8 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, Protocol
 
+from infergate.parity.checks import evaluate_checks
+from infergate.parity.control import LADDER, decide_control, perturb
+from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, check_prompt_pair
+from infergate.parity.limits import LimitSource
 from infergate.parity.logprob_suite import LogprobAccumulator, PromptLogprobs
 from infergate.parity.logprobs import compare_logprobs
 from infergate.parity.long_prompts import (
@@ -44,6 +48,7 @@ from infergate.parity.metrics import (
     PromptOutputs,
     PromptSummary,
 )
+from infergate.parity.power import ControlResult
 from infergate.parity.record import ParityInputError, PromptRecord, RecordMeta
 from infergate.parity.sides import check_sides, run_keys, side_info
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
@@ -77,10 +82,21 @@ def compare_sources(
     allowed_config_differences: Iterable[str] = (),
     *,
     disabled: Mapping[str, str] | None = None,
+    control: bool = True,
+    fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
+    limits: LimitSource | None = None,
 ) -> ParityResult:
-    """Compare two records prompt by prompt (baseline order)."""
+    """Compare two records prompt by prompt (baseline order), with the positive control
+    unless `control` is False."""
     comparison = ParityComparison(
-        baseline.meta, candidate.meta, thresholds, allowed_config_differences, disabled=disabled
+        baseline.meta,
+        candidate.meta,
+        thresholds,
+        allowed_config_differences,
+        disabled=disabled,
+        control=control,
+        fingerprints=fingerprints,
+        limits=limits,
     )
     candidate_ids = set(candidate.prompt_ids)
     seen: set[str] = set()
@@ -101,7 +117,13 @@ class ParityComparison:
 
     `disabled` lists threshold keys the profile sets that are not part of this verdict
     (e.g. hidden-state checks with hiddenStates.enabled: false), with why; the verdict
-    reports them as such instead of deciding or failing them.
+    reports them as such instead of deciding or failing them. `fingerprints` says whether
+    a side that reports none leaves the check unverified (`sides`); `limits`, where the
+    thresholds come from, is carried into the result for its reports.
+
+    Every prompt's baseline is also scored against itself under the positive control
+    (`control`: the final norm scaled by each size of `control.LADDER`), through the same
+    limits; `control=False` leaves it out (the control's own comparisons).
     """
 
     def __init__(
@@ -112,8 +134,12 @@ class ParityComparison:
         allowed_config_differences: Iterable[str] = (),
         *,
         disabled: Mapping[str, str] | None = None,
+        control: bool = True,
+        fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
+        limits: LimitSource | None = None,
     ) -> None:
         self._baseline, self._candidate = baseline, candidate
+        self._limits = limits
         self._thresholds = thresholds
         self._disabled = dict(disabled or {})
         self._long = thresholds.long_prompt_tokens or DEFAULT_LONG_PROMPT_TOKENS
@@ -128,9 +154,22 @@ class ParityComparison:
         self._hidden = HiddenStateAccumulator()
         self._hidden_absent = 0
         self._long_prompts: list[LongPrompt] = []
-        sides = check_sides(baseline, candidate, allowed_config_differences, self._hygiene)
+        sides = check_sides(
+            baseline, candidate, allowed_config_differences, self._hygiene, fingerprints
+        )
         self._errors += sides.errors
+        self._unverified = sides.unverified
         self._notes += sides.notes
+        self._controls = (
+            {
+                scale: ParityComparison(
+                    baseline, baseline, thresholds, disabled=disabled, control=False
+                )
+                for scale in LADDER
+            }
+            if control
+            else {}
+        )
 
     def failed_before_prompts(self) -> list[HygieneFinding]:
         """What already fails the check before any prompt is measured: the two runs' config
@@ -206,6 +245,8 @@ class ParityComparison:
             baseline_text=baseline.output_text,
             candidate_text=candidate.output_text,
         )
+        for scale, comparison in self._controls.items():
+            comparison.add(baseline, perturb(baseline, scale))
 
     def _add_hidden(self, baseline: PromptRecord, candidate: PromptRecord) -> PromptHidden | None:
         pid = baseline.prompt_id
@@ -279,9 +320,24 @@ class ParityComparison:
             outputs=[self._outputs[p] for p in self._worst_prompt_ids()],
             hygiene=self._hygiene.findings(),
             errors=errors,
+            unverified=list(self._unverified),
             notes=self._notes,
             disabled=self._disabled,
+            control=self._control(),
+            limits=self._limits,
         )
+
+    def _control(self) -> ControlResult | None:
+        """The positive control over the prompts fed (None: not scored, or none fed)."""
+        if not self._controls or not self._summaries:
+            return None
+        outcomes = {}
+        for scale, comparison in self._controls.items():
+            scored = comparison.finalize()
+            outcomes[scale] = evaluate_checks(
+                scored.metrics, scored.prompts, self._thresholds, self._disabled
+            )
+        return decide_control(outcomes, len(self._summaries))
 
     def _buckets(self, hidden: list[BucketMetrics] | None) -> list[BucketMetrics]:
         lp = self._logprobs

@@ -36,6 +36,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 RUN_GROUPS: tuple[str, ...] = ("sampling.", "suite.")
@@ -51,6 +52,24 @@ GROUPS: tuple[str, ...] = (
     "engine.",
     *RUN_GROUPS,
 )
+
+
+class FingerprintExpectation(StrEnum):
+    """Whether each side must report what it ran (a ParityCheck's `spec.fingerprints`).
+
+    Required: a side that reports no fingerprint of its own (only the runner's `sampling.*`
+    and `suite.*`) leaves the tokenizer, template, weights and loaded config unverified,
+    so the check cannot pass: Inconclusive. NotExpected: the sides cannot report them (an
+    endpoint serving a plain vLLM); what both report is compared, the rest is noted.
+    """
+
+    REQUIRED = "Required"
+    NOT_EXPECTED = "NotExpected"
+
+
+def engine_keys(fingerprints: Mapping[str, Any]) -> list[str]:
+    """The keys a side reported itself: every key but the runner's run settings."""
+    return [k for k in fingerprints if not k.startswith(RUN_GROUPS)]
 
 
 class FingerprintConflictError(ValueError):

@@ -4,7 +4,7 @@ Feed prompt pairs into `HiddenStateAccumulator.add`, then `finalize`. Each pair 
 reduced to five numbers per token (max abs error, mean abs error, relative L2 error,
 cosine, log norm ratio) and dropped, so peak memory is one prompt pair plus a small chunk
 buffer, whatever the suite size. The per-token numbers (about 30 bytes a token) are kept
-for exact percentiles and their prompt-clustered bootstrap bounds.
+for exact percentiles and their bounds over prompts (`prompt_bounds`).
 
 The log norm ratio log(||candidate|| / ||baseline||) is signed: a final norm scaled by
 1.02 leaves every cosine at exactly 1 and the relative L2 error at 0.02, but moves the
@@ -30,8 +30,8 @@ from infergate.parity.metrics import (
     Mean,
     bucket_of,
 )
+from infergate.parity.prompt_bounds import clustered_bounds, clustered_quantile_bounds
 from infergate.parity.record import ParityInputError
-from infergate.parity.stats import clustered_bounds, clustered_quantile_bounds
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 
 LOG_NORM_RATIO_CLIP = 50.0
@@ -267,7 +267,7 @@ class HiddenStateAccumulator:
             found = clustered_bounds(sums, counts, confidence)
             return Estimate(
                 value=found.value, lower=found.lower, upper=found.upper,
-                evidence=tokens, unit="tokens", method="cluster-t",
+                evidence=tokens, unit="tokens", method="prompt means",
             )  # fmt: skip
 
         def quantile(parts: list[NDArray[np.floating]], q: float) -> Estimate:
@@ -275,7 +275,7 @@ class HiddenStateAccumulator:
             value, low, high = clustered_quantile_bounds(kept, q, confidence)
             return Estimate(
                 value=value, lower=low, upper=high, evidence=tokens, unit="tokens",
-                method="bootstrap",
+                method="prompt shares",
             )  # fmt: skip
 
         def observed(value: float | None) -> Estimate:

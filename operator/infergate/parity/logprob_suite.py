@@ -24,7 +24,7 @@ from infergate.parity.metrics import (
     Rate,
     bucket_of,
 )
-from infergate.parity.stats import (
+from infergate.parity.prompt_bounds import (
     clustered_bounds,
     clustered_quantile_bounds,
     clustered_rate_bounds,
@@ -168,12 +168,12 @@ class LogprobAccumulator:
         steps = sum(self.kl_counts)
         out: dict[str, Estimate] = {}
         kl = clustered_bounds(self.kl_sums, self.kl_counts, confidence)
-        out["meanKl"] = _estimate(kl.value, kl.lower, kl.upper, steps, "steps", "cluster-t")
+        out["meanKl"] = _estimate(kl.value, kl.lower, kl.upper, steps, "steps", "prompt means")
         p99, low, high = clustered_quantile_bounds(self.kl_values, 0.99, confidence)
-        out["klP99"] = _estimate(p99, low, high, steps, "steps", "bootstrap")
+        out["klP99"] = _estimate(p99, low, high, steps, "steps", "prompt shares")
         value, low, high = clustered_rate_bounds(self.same, self.same_totals, confidence)
         out["sameTopRate"] = _estimate(
-            value, low, high, sum(self.same_totals), "steps", "cluster-t+wilson"
+            value, low, high, sum(self.same_totals), "steps", "prompt rates"
         )
         # The log perplexity ratio is log(PPL_candidate / PPL_baseline): minus the mean delta.
         delta = clustered_bounds(self.delta_sums, self.delta_counts, confidence)
@@ -181,14 +181,16 @@ class LogprobAccumulator:
             None if delta.value is None else 0.0 - delta.value,
             None if delta.upper is None else 0.0 - delta.upper,
             None if delta.lower is None else 0.0 - delta.lower,
-            delta.count, "steps", "cluster-t",
+            delta.count, "steps", "prompt means",
         )  # fmt: skip
         dp = clustered_bounds(self.dp_sums, self.dp_counts, confidence)
-        out["deltaPMean"] = _estimate(dp.value, dp.lower, dp.upper, dp.count, "steps", "cluster-t")
+        out["deltaPMean"] = _estimate(
+            dp.value, dp.lower, dp.upper, dp.count, "steps", "prompt means"
+        )
         square = clustered_bounds(self.dp_squares, self.dp_counts, confidence)
         out["deltaPRms"] = _estimate(
             _sqrt(square.value), _sqrt(square.lower), _sqrt(square.upper),
-            square.count, "steps", "cluster-t",
+            square.count, "steps", "prompt means",
         )  # fmt: skip
         return out
 

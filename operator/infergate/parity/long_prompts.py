@@ -5,6 +5,16 @@ A rope or long-context error grows with position, so a long prompt (of
 relative L2 at its farthest position bucket against its first (0-1K). Each long prompt
 gets its ratios and its own failures (`long_prompt`); the suite gets the share of long
 prompts failing and paired per-prompt bounds on the ratios (`long_estimates`).
+
+The same-top drop is judged on positions, not on one number per long prompt: with the
+suite's minimum of 4 long prompts, a t over their 4 drops (3 df) could not pass a benign
+change (float16 against float32: mean drop -0.0008, 95% bounds -0.0123..0.0108 against a
+limit of 0.005). Each long prompt is paired with itself (its 0-1K positions against its
+positions from 4K on, so its own level cancels) and the drop is bounded as binomial over
+those positions (`same_top_drop`). Positions from 4K on rather than 8K+ alone: 450 8K+
+positions per prompt cannot certify half a point at a same-top rate of 0.985 even with
+no noise between prompts (a Newcombe margin of 0.0057), while the 4-8K bucket adds 4,096
+positions where a position-growing error already shows.
 """
 
 from __future__ import annotations
@@ -18,7 +28,8 @@ from numpy.typing import NDArray
 from infergate.parity.hidden import PromptHidden
 from infergate.parity.logprob_suite import PromptLogprobs
 from infergate.parity.metrics import Estimate, LongPrompt, LongSequenceMetrics, PromptSummary, Rate
-from infergate.parity.stats import per_prompt_bounds
+from infergate.parity.prompt_bounds import per_prompt_bounds, wilson_at
+from infergate.parity.stats import one_sided_z
 from infergate.parity.thresholds import Thresholds
 
 DEFAULT_LONG_PROMPT_TOKENS = 8192
@@ -28,6 +39,8 @@ HIDDEN_RATIO_FLOOR = 1e-9
 """Relative L2 added to both buckets' mean before the long/short hidden ratio."""
 _SHORT = 0
 """Index of the 0-1K bucket in POSITION_BUCKETS."""
+_FAR_FROM = 2
+"""Index of the 4-8K bucket: the same-top drop compares 0-1K with every position from 4K on."""
 
 
 def ratio_floor(allowance: float | None, limit: float | None, minimum: float) -> float:
@@ -73,6 +86,7 @@ def long_prompt(
     """A long prompt's own positions: its farthest bucket against its 0-1K bucket."""
     short_kl = far_kl = short_same = far_same = short_rel = far_rel = None
     ratio = hidden_ratio = None
+    near_counts = far_counts = None
     if folded is not None:
         far = _farthest(folded.bucket_kl_steps)
         if far is not None:
@@ -84,6 +98,10 @@ def long_prompt(
         if far is not None:
             short_same = float(folded.bucket_same[_SHORT] / folded.bucket_same_total[_SHORT])
             far_same = float(folded.bucket_same[far] / folded.bucket_same_total[far])
+            near_counts = (int(folded.bucket_same[_SHORT]), int(folded.bucket_same_total[_SHORT]))
+            positions = int(folded.bucket_same_total[_FAR_FROM:].sum())
+            if positions:
+                far_counts = (int(folded.bucket_same[_FAR_FROM:].sum()), positions)
     if hidden is not None and hidden.bucket_tokens.size:
         far = _farthest(hidden.bucket_tokens)
         if far is not None:
@@ -99,6 +117,8 @@ def long_prompt(
         kl_ratio=ratio,
         short_same_top=short_same,
         far_same_top=far_same,
+        same_top_near=near_counts,
+        same_top_far=far_counts,
         short_rel_l2=short_rel,
         far_rel_l2=far_rel,
         hidden_ratio=hidden_ratio,
@@ -179,15 +199,61 @@ def long_estimates(
     out["longToShortKlRatio"] = paired(
         [math.log(p.kl_ratio) for p in long if p.kl_ratio is not None], log=True
     )
-    out["longSameTopDrop"] = paired(
-        [
-            p.short_same_top - p.far_same_top
-            for p in long
-            if p.short_same_top is not None and p.far_same_top is not None
-        ],
-        log=False,
-    )
+    paired_counts = [
+        (p.same_top_near, p.same_top_far)
+        for p in long
+        if p.same_top_near is not None and p.same_top_far is not None
+    ]
+    out["longSameTopDrop"] = same_top_drop(
+        [near[0] for near, _ in paired_counts], [near[1] for near, _ in paired_counts],
+        [far[0] for _, far in paired_counts], [far[1] for _, far in paired_counts], c,
+    )  # fmt: skip
     hidden = [math.log(p.hidden_ratio) for p in long if p.hidden_ratio is not None]
     if hidden or hidden_compared:
         out["longToShortHiddenRatio"] = paired(hidden, log=True)
     return out
+
+
+def same_top_drop(
+    near_hits: Sequence[int],
+    near_positions: Sequence[int],
+    far_hits: Sequence[int],
+    far_positions: Sequence[int],
+    confidence: float,
+) -> Estimate:
+    """The mean over long prompts of each one's same-top rate near minus far, and its bounds.
+
+    Near is a long prompt's positions 0-1K, far its positions from 4K on; each long prompt
+    weighs the same. The near and far positions are the same text, so a prompt's own
+    level cancels; under a benign change the noise is flat with position (bf16 against
+    fp32 at Qwen2.5-7B shape, 8K tokens: the same relative L2 in every position bucket;
+    experiments/RESULTS.md), so what is left is binomial noise over positions. Each side's
+    mean rate gets a Wilson bound at the positions an equal-weight mean rests on
+    (prompts^2 / sum(1 / positions)), and the two combine as Newcombe's difference
+    (method 10), which keeps its coverage at rates near 1 where a Wald bound does not.
+    That no-interaction assumption is what lets 4 long prompts decide a half-point limit;
+    a change that degrades some long prompts and not others still moves the mean.
+    """
+    rows = [
+        (nh, nn, fh, fn)
+        for nh, nn, fh, fn in zip(near_hits, near_positions, far_hits, far_positions, strict=True)
+        if nn > 0 and fn > 0
+    ]
+    if not rows:
+        return Estimate(
+            value=None, lower=None, upper=None, evidence=0, unit="long prompts",
+            method="paired binomial",
+        )  # fmt: skip
+    k = len(rows)
+    near = sum(nh / nn for nh, nn, _, _ in rows) / k
+    far = sum(fh / fn for _, _, fh, fn in rows) / k
+    z = one_sided_z(confidence)
+    near_low, near_high = wilson_at(near, k * k / sum(1 / nn for _, nn, _, _ in rows), z)
+    far_low, far_high = wilson_at(far, k * k / sum(1 / fn for _, _, _, fn in rows), z)
+    value = near - far
+    return Estimate(
+        value=value,
+        lower=max(-1.0, value - math.hypot(near - near_low, far_high - far)),
+        upper=min(1.0, value + math.hypot(near_high - near, far - far_low)),
+        evidence=k, unit="long prompts", method="paired binomial",
+    )  # fmt: skip

@@ -14,6 +14,9 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
+from infergate.parity.calibrated import DerivedLimits
+from infergate.parity.limits import LimitSource
+from infergate.parity.power import ControlResult
 from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
 from infergate.parity.wire import WireModel
@@ -86,9 +89,11 @@ class Estimate(WireModel):
     evidence: int = Field(description="How many units (see `unit`) the estimate rests on.")
     unit: str = Field(description="prompts, long prompts, steps or tokens.")
     method: str = Field(
-        description="wilson (prompts), cluster-t (prompt-clustered t), cluster-t+wilson "
-        "(step rates), bootstrap (prompt-clustered quantile), observed (an extreme) or "
-        "paired-t (one value per long prompt)."
+        description="wilson (prompts), prompt means (each prompt's mean weighing the same: t "
+        "and a studentized bootstrap), prompt rates (step rates: Wilson at the effective "
+        "number of positions), prompt shares (a quantile from each prompt's share beyond a "
+        "value), observed (an extreme), paired-t (one value per long prompt) or paired "
+        "binomial (the long prompts' same-top drop over their positions)."
     )
 
     @classmethod
@@ -214,6 +219,14 @@ class LongPrompt(WireModel):
     kl_ratio: float | None = Field(description="(far + floor) / (short + floor).")
     short_same_top: float | None
     far_same_top: float | None
+    same_top_near: tuple[int, int] | None = Field(
+        default=None,
+        description="(positions where both sides rank the same token first, "
+        "positions measured) over its positions 0-1K.",
+    )
+    same_top_far: tuple[int, int] | None = Field(
+        default=None, description="The same over its positions 4K and beyond (4-8K and 8K+)."
+    )
     short_rel_l2: float | None = Field(description="Mean hidden relative L2, positions 0-1K.")
     far_rel_l2: float | None = Field(description="Mean hidden relative L2, positions 8K+.")
     hidden_ratio: float | None = Field(description="far_rel_l2 / short_rel_l2 (plus floor).")
@@ -339,8 +352,29 @@ class ParityResult(WireModel):
     outputs: list[PromptOutputs]
     hygiene: list[HygieneFinding]
     errors: list[str] = Field(description="Why something could not be measured.")
+    unverified: list[str] = Field(
+        default_factory=list,
+        description="What the comparison could not verify though nothing failed (a side "
+        "that reports no fingerprints): the verdict is Inconclusive, never Passed.",
+    )
     notes: list[str]
     disabled: dict[str, str] = Field(
         default_factory=dict,
         description="Threshold keys the profile sets that are not part of this verdict, and why.",
+    )
+    control: ControlResult | None = Field(
+        default=None,
+        description="The positive control scored through the same suite and limits "
+        "(`infergate.parity.control`); None in results made before it existed.",
+    )
+    calibration: DerivedLimits | None = Field(
+        default=None,
+        description="Where each limit came from (measured noise x k, static, explicit) and "
+        "whether a needed calibration was missing (`infergate.parity.calibrated`); None "
+        "when the limits were given as they are (no runner derived them).",
+    )
+    limits: LimitSource | None = Field(
+        default=None,
+        description="Where the thresholds come from: static profile or measured noise, k, "
+        "the depth rule and the depth they were scaled to (None: given without a profile).",
     )

@@ -88,7 +88,8 @@ _BF16 = {
         "every change on the fixture, benign ones included, grows a prompt's own KL 1.2-3.7x "
         "by 8K+)"
     ),
-    "maxLongSameTopDrop": _LONG_TOP + "; now paired per prompt",
+    "maxLongSameTopDrop": _LONG_TOP + "; each long prompt 0-1K against its positions from "
+    "4K on, binomial over those positions (long_prompts.same_top_drop)",
     "maxLongToShortHiddenRatio": (
         _LONG_HIDDEN + "; each bucket plus maxHiddenRelL2P99 / (limit - 1): fails when far > "
         "limit x near + maxHiddenRelL2P99"
@@ -132,7 +133,8 @@ _FP32 = {
     "maxHiddenMaxAbsErr": "msprobe guidance: MaxAbsErr < 1e-3",
     "maxDivergenceLogprobGap": "PARITY.md: gap under ~1e-3 nat (fp32)",
     "minFirstDivergenceP10": "ours: fp32 forks are rare; " + _CALIBRATE,
-    "maxLongSameTopDrop": _LONG_TOP + "; paired per prompt",
+    "maxLongSameTopDrop": _LONG_TOP + "; each long prompt 0-1K against its positions from "
+    "4K on, binomial over those positions (long_prompts.same_top_drop)",
 }
 
 _STRICT_KEYS = (

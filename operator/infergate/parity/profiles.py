@@ -11,12 +11,13 @@ Each profile states:
 - `reported_only`: metrics measured and shown but not decided on, and why;
 - `expected_differences`: fingerprint and config keys this kind of change may alter.
 
-Hidden-state noise grows with depth (bf16 vs fp32 last-layer relative L2 at
-Qwen2.5-7B shape: 0.014 after 1 layer, 0.066 after 28, close to sqrt(depth)), while the
-hidden-state numbers here were measured on the 2-layer fixture. Limits listed in
-`DEPTH_SCALED` are therefore scaled to the model's depth when it is known: relative
-errors by sqrt(layers / calibrated_layers), 1 - cosine by layers / calibrated_layers
-(1 - cos is half the squared relative error). Never scaled below the calibrated value.
+Noise grows with depth (bf16 vs fp32 last-layer relative L2 at Qwen2.5-7B shape: 0.014
+after 1 layer, 0.066 after 28, close to sqrt(depth); KL like its square), while the
+numbers here were measured on the 2-layer fixture. Every limit of a metric that grows
+with depth (`depth.DEPTH_SCALED`: logprob and hidden-state limits alike) is therefore
+scaled to the model's depth when it is known, by the one rule calibration uses too
+(`depth.scale_limit`): linear errors by sqrt(layers / calibrated_layers), KL and
+1 - cosine by layers / calibrated_layers. Never scaled below the calibrated value.
 
 Thresholds given explicitly override the profile's, key by key; an explicit null
 switches a check off, and the verdict then lists it as not part of the decision.
@@ -26,12 +27,13 @@ docs/parity-profiles.md tables every profile from this module (`make crds` write
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
 from infergate.parity import profile_sources as sources
+from infergate.parity.depth import DEPTH_SCALED, scale_limit
+from infergate.parity.limits import LimitSource, limit_source
 from infergate.parity.record import RecordMeta
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
@@ -53,19 +55,12 @@ class Profile:
     reported_only: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Metrics measured and reported that no threshold of this profile decides on, and why."""
     calibrated_layers: int | None = None
-    """Depth of the model the hidden-state limits were measured on (None: never scaled)."""
+    """Depth of the model the limits were measured on (None: never scaled)."""
 
     @property
     def expected_differences(self) -> tuple[str, ...]:
         return self.allowed_config_differences
 
-
-DEPTH_SCALED: tuple[str, ...] = (
-    "max_hidden_rel_l2_p99",
-    "min_hidden_cosine_p1",
-    "min_hidden_cosine",
-)
-"""Hidden-state limits scaled to the model's depth (see the module docstring)."""
 
 HIDDEN_KEYS: tuple[str, ...] = (
     "max_hidden_max_abs_err",
@@ -218,8 +213,8 @@ def resolve_thresholds(
     """The profile's block thresholds with every explicitly set key of `explicit` on top.
 
     `hidden_states=False` (the probe channel switched off) drops every hidden-state
-    threshold with it; `layers` (the model's depth, when known) scales the hidden-state
-    limits of DEPTH_SCALED. Explicit values are never scaled.
+    threshold with it; `layers` (the model's depth, when known) scales the limits of
+    DEPTH_SCALED. Explicit values are never scaled.
     """
     chosen = PROFILES[profile]
     base = scale_for_depth(chosen.block, chosen.calibrated_layers, layers)
@@ -232,19 +227,14 @@ def resolve_thresholds(
 
 
 def scale_for_depth(block: Thresholds, calibrated: int | None, layers: int | None) -> Thresholds:
-    """Hidden-state limits of DEPTH_SCALED scaled from `calibrated` to `layers` layers."""
+    """The limits of DEPTH_SCALED scaled from `calibrated` to `layers` layers."""
     if calibrated is None or layers is None or layers <= calibrated:
         return block
-    factor = layers / calibrated
-    update: dict[str, float] = {}
-    for name in DEPTH_SCALED:
-        limit = getattr(block, name)
-        if limit is None:
-            continue
-        if name.startswith("min_hidden_cosine"):
-            update[name] = max(-1.0, 1.0 - (1.0 - limit) * factor)
-        else:
-            update[name] = limit * math.sqrt(factor)
+    update = {
+        name: scale_limit(name, limit, layers, calibrated)
+        for name in DEPTH_SCALED
+        if (limit := getattr(block, name)) is not None
+    }
     return block.model_copy(update=update)
 
 
@@ -373,7 +363,9 @@ class Gate:
     expected_differences: tuple[str, ...]
     """Config and fingerprint keys this kind of change may alter."""
     layers: int | None
-    """Model depth the hidden-state limits were scaled to (None: not known, not scaled)."""
+    """Model depth the limits were scaled to (None: not known, not scaled)."""
+    limits: LimitSource
+    """Where the limits come from (static profile or measured noise, k, depth rule, depth)."""
 
 
 def model_depth(baseline: RecordMeta, candidate: RecordMeta) -> int | None:
@@ -415,4 +407,14 @@ def plan_gate(
         disabled=disabled_checks(profile, explicit, hidden_states=hidden_states),
         expected_differences=PROFILES[profile].expected_differences,
         layers=layers,
+        limits=limit_source(
+            profile.value,
+            PROFILES[profile].calibrated_layers,
+            layers,
+            [
+                Thresholds.model_fields[n].alias or n
+                for n in (explicit.model_fields_set if explicit else ())
+                if getattr(explicit, n) is not None
+            ],
+        ),
     )

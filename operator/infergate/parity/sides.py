@@ -4,7 +4,9 @@ Both must have run the same suite (by content digest, else by name) and the same
 settings (fingerprints `suite.*`, `sampling.*`): otherwise the comparison is invalid, an
 Error. A config or fingerprint difference the profile does not expect, or a fingerprint
 on one side only, is a hygiene failure naming the key and both values (`HygieneLog`);
-what the profile expects to differ, and what could not be compared, is noted.
+what the profile expects to differ, and what could not be compared, is noted. A side
+that reports no fingerprint of its own leaves the check unverified (Inconclusive) unless
+the check says fingerprints are not expected (`FingerprintExpectation`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from infergate.parity.fingerprints import RUN_GROUPS, compare_fingerprints
+from infergate.parity.fingerprints import (
+    RUN_GROUPS,
+    FingerprintExpectation,
+    compare_fingerprints,
+    engine_keys,
+)
 from infergate.parity.hygiene import HygieneLog, config_differences
 from infergate.parity.metrics import HygieneCheck, SideInfo
 from infergate.parity.record import RecordMeta
@@ -20,14 +27,20 @@ from infergate.parity.record import RecordMeta
 
 @dataclass
 class SideChecks:
-    """What the side checks found beside hygiene: errors (the check is invalid) and notes."""
+    """What the side checks found beside hygiene: errors (the check is invalid), what
+    could not be verified (the check cannot pass), and notes."""
 
     errors: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
 def check_sides(
-    baseline: RecordMeta, candidate: RecordMeta, allowed: Iterable[str], hygiene: HygieneLog
+    baseline: RecordMeta,
+    candidate: RecordMeta,
+    allowed: Iterable[str],
+    hygiene: HygieneLog,
+    fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED,
 ) -> SideChecks:
     """Suite, model, config and fingerprints of the two sides; `allowed`: the fnmatch
     patterns of config and fingerprint keys the profile expects to differ."""
@@ -37,8 +50,48 @@ def check_sides(
     if baseline.model != candidate.model:
         found.notes.append(f"model names differ: {baseline.model!r} / {candidate.model!r}")
     _check_config(baseline, candidate, expected, hygiene, found)
-    _check_fingerprints(baseline, candidate, expected, hygiene, found)
+    if _reported(baseline, candidate, fingerprints, found):
+        _check_fingerprints(baseline, candidate, expected, hygiene, found)
+    else:
+        _check_run_fingerprints(baseline, candidate, found)
     return found
+
+
+_UNCOMPARED = (
+    "tokenizer, chat template, generation config, weights, loaded model config and "
+    "versions were not compared"
+)
+
+
+def _reported(
+    baseline: RecordMeta,
+    candidate: RecordMeta,
+    expectation: FingerprintExpectation,
+    found: SideChecks,
+) -> bool:
+    """Whether to compare the sides' own fingerprints. A side that reported none leaves
+    the check unverified when they are Required (and a key the other side reports still
+    fails as missing: a side that stops reporting is a change); when they are NotExpected
+    only the runner's keys are compared, and the report says what was not."""
+    silent = [
+        name
+        for name, meta in (("baseline", baseline), ("candidate", candidate))
+        if not engine_keys(meta.fingerprints)
+    ]
+    if not silent:
+        return True
+    who = " and ".join(silent) + (" report" if len(silent) > 1 else " reports")
+    if expectation is FingerprintExpectation.NOT_EXPECTED:
+        found.notes.append(
+            f"the {who} no fingerprints (spec.fingerprints: NotExpected): {_UNCOMPARED}"
+        )
+        return False
+    found.unverified.append(
+        f"fingerprints: the {who} none, so {_UNCOMPARED}; a side must report them (our "
+        "adapters do, a vLLM side through its probe), or the check must say they are not "
+        "expected (spec.fingerprints: NotExpected)"
+    )
+    return True
 
 
 def _check_suite(baseline: RecordMeta, candidate: RecordMeta, found: SideChecks) -> None:
@@ -87,12 +140,6 @@ def _check_fingerprints(
     found: SideChecks,
 ) -> None:
     a, b = baseline.fingerprints, candidate.fingerprints
-    if not a and not b:
-        found.notes.append(
-            "no fingerprints recorded on either side: tokenizer, chat template, generation "
-            "config, weights, loaded model config and versions were not compared"
-        )
-        return
     compared = compare_fingerprints(a, b, expected)
     for diff in compared.run_differences:
         found.errors.append(
@@ -116,6 +163,21 @@ def _check_fingerprints(
             "expected differences under this profile: "
             + "; ".join(d.describe() for d in compared.expected)
         )
+
+
+def _check_run_fingerprints(baseline: RecordMeta, candidate: RecordMeta, found: SideChecks) -> None:
+    """The runner's own keys (suite, sampling), compared whatever the sides report."""
+    a, b = baseline.fingerprints, candidate.fingerprints
+    run_a = {k: v for k, v in a.items() if k.startswith(RUN_GROUPS)}
+    run_b = {k: v for k, v in b.items() if k.startswith(RUN_GROUPS)}
+    compared = compare_fingerprints(run_a, run_b)
+    for diff in compared.run_differences:
+        found.errors.append(
+            f"the two sides did not run the same check: {diff.describe()}; the runner "
+            "must give both the same suite and sampling"
+        )
+    for key, side in compared.one_sided:
+        found.errors.append(f"fingerprint {key} recorded by the {side} only")
 
 
 def _value(value: object) -> str:

@@ -1,14 +1,10 @@
-"""Small statistics the parity metrics need: rate intervals, survival curves, clustered means.
+"""Small statistics the parity metrics need: rate intervals, survival curves, Student's t.
 
-Every threshold is decided on a one-sided confidence bound at a stated level:
-
-- rates over prompts (prompts are independent draws): Wilson score bounds;
-- means over steps or tokens (correlated within a prompt): a ratio estimator with a
-  prompt-clustered standard error and Student's t with (prompts - 1) degrees of freedom;
-- quantiles over tokens (P99 error, P1 cosine): a prompt-clustered bootstrap with a
-  fixed seed, so the same data always gives the same bound.
-
-All pure functions of numbers; nothing here knows about records.
+Wilson score bounds for rates over independent units, Newcombe's interval of a difference
+of two rates, the Kaplan-Meier curve of first divergence, and Student's t (CDF and
+quantile, checked against scipy in the tests). How a suite metric is bounded with the
+prompt as the unit is `prompt_bounds`. All pure functions of numbers; nothing here knows
+about records.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
@@ -77,28 +74,6 @@ def newcombe_difference(
     low = diff - math.sqrt((p_a - low_a) ** 2 + (high_b - p_b) ** 2)
     high = diff + math.sqrt((high_a - p_a) ** 2 + (p_b - low_b) ** 2)
     return (max(-1.0, low), min(1.0, high))
-
-
-def clustered_mean(sums: Sequence[float], counts: Sequence[int]) -> tuple[float | None, float]:
-    """Token-weighted mean over prompts and its prompt-clustered standard error.
-
-    Tokens within one prompt are correlated, so the error is computed over prompts
-    (a ratio estimator with cluster-robust variance), not over tokens.
-    """
-    s = np.asarray(sums, dtype=np.float64)
-    n = np.asarray(counts, dtype=np.float64)
-    keep = n > 0
-    s, n = s[keep], n[keep]
-    total = float(n.sum())
-    if total == 0.0:
-        return (None, math.inf)
-    mean = float(s.sum() / total)
-    clusters = s.shape[0]
-    if clusters < 2:
-        return (mean, math.inf)
-    residual = s - mean * n
-    variance = float((residual * residual).sum()) / (total * total) * clusters / (clusters - 1)
-    return (mean, math.sqrt(variance))
 
 
 def quantile(values: NDArray[np.floating], q: float) -> float | None:
@@ -219,8 +194,10 @@ def student_t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+@lru_cache(maxsize=1024)
 def student_t_quantile(p: float, df: float) -> float:
-    """The p-quantile of Student's t (bisection on the CDF, to 1e-12)."""
+    """The p-quantile of Student's t (bisection on the CDF, to 1e-12; remembered, as bounds
+    over a quantile's candidate values ask for the same one many times)."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"p: {p} is outside (0, 1)")
     if p < 0.5:
@@ -237,113 +214,3 @@ def student_t_quantile(p: float, df: float) -> float:
         if high - low < 1e-12:
             break
     return 0.5 * (low + high)
-
-
-# -- clustered means ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClusteredEstimate:
-    """A mean over prompts' steps with one-sided bounds; bounds are None without evidence."""
-
-    value: float | None
-    stderr: float | None
-    clusters: int
-    count: int
-    lower: float | None
-    upper: float | None
-
-
-def clustered_bounds(
-    sums: Sequence[float], counts: Sequence[int], confidence: float
-) -> ClusteredEstimate:
-    """Token-weighted mean, its prompt-clustered standard error, and one-sided t bounds.
-
-    The bounds use Student's t with (clusters - 1) degrees of freedom; a single prompt
-    gives no bound (None). A standard error of exactly 0 (every prompt agrees) gives
-    bounds equal to the mean: no spread was observed, so none is invented.
-    """
-    s = np.asarray(sums, dtype=np.float64)
-    n = np.asarray(counts, dtype=np.float64)
-    keep = n > 0
-    clusters, count = int(keep.sum()), int(n[keep].sum())
-    mean, stderr = clustered_mean(s[keep].tolist(), n[keep].astype(int).tolist())
-    if mean is None:
-        return ClusteredEstimate(None, None, 0, 0, None, None)
-    if clusters < 2 or not math.isfinite(stderr):
-        return ClusteredEstimate(mean, None, clusters, count, None, None)
-    t = student_t_quantile(confidence, clusters - 1)
-    return ClusteredEstimate(mean, stderr, clusters, count, mean - t * stderr, mean + t * stderr)
-
-
-def per_prompt_bounds(values: Sequence[float], confidence: float) -> ClusteredEstimate:
-    """Mean of one value per prompt (each prompt weighs the same) with one-sided t bounds."""
-    finite = [v for v in values if math.isfinite(v)]
-    return clustered_bounds(finite, [1] * len(finite), confidence)
-
-
-def clustered_rate_bounds(
-    successes: Sequence[int], totals: Sequence[int], confidence: float
-) -> tuple[float | None, float, float]:
-    """A step-level rate: (value, lower, upper), the wider of two one-sided bounds.
-
-    The prompt-clustered t bound accounts for steps of one prompt being correlated; the
-    Wilson bound over steps keeps a rate of exactly 1 (or 0) from reading as certain when
-    every prompt agrees (the clustered error is 0 then).
-    """
-    total = int(sum(totals))
-    hits = int(sum(successes))
-    if total == 0:
-        return (None, 0.0, 1.0)
-    low, high = wilson_bounds(hits, total, confidence)
-    clustered = clustered_bounds([float(s) for s in successes], list(totals), confidence)
-    if clustered.lower is None or clustered.upper is None:
-        return (hits / total, 0.0, 1.0)
-    return (hits / total, max(0.0, min(low, clustered.lower)), min(1.0, max(high, clustered.upper)))
-
-
-# -- clustered quantiles -----------------------------------------------------------------
-
-BOOTSTRAP_SEED = 20261202
-"""Fixed seed of the prompt-clustered bootstrap: the same record always gets the same bound."""
-BOOTSTRAP_RESAMPLES = 400
-
-
-def clustered_quantile_bounds(
-    parts: Sequence[NDArray[np.floating]],
-    q: float,
-    confidence: float,
-    *,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> tuple[float | None, float | None, float | None]:
-    """The q-quantile over all values of all prompts and its one-sided bootstrap bounds.
-
-    `parts[i]` holds prompt i's values (non-finite ones are dropped). Prompts are
-    resampled with replacement (a prompt-clustered bootstrap); each resample's quantile
-    is the weighted inverted-CDF quantile of the pooled values. Returns (value, lower,
-    upper); the bounds are None with fewer than two prompts.
-    """
-    kept = [np.asarray(p, dtype=np.float64) for p in parts]
-    kept = [p[np.isfinite(p)] for p in kept]
-    kept = [p for p in kept if p.size]
-    if not kept:
-        return (None, None, None)
-    values = np.concatenate(kept)
-    owner = np.concatenate([np.full(p.size, i, np.intp) for i, p in enumerate(kept)])
-    order = np.argsort(values, kind="stable")
-    values, owner = values[order], owner[order]
-    value = float(np.quantile(values, q, method="inverted_cdf"))
-    if len(kept) < 2:
-        return (value, None, None)
-    rng = np.random.default_rng(seed)
-    clusters = len(kept)
-    draws = np.empty(resamples, np.float64)
-    for r in range(resamples):
-        weights = np.bincount(rng.integers(0, clusters, clusters), minlength=clusters)
-        cumulative = np.cumsum(weights[owner], dtype=np.float64)
-        index = int(np.searchsorted(cumulative, q * cumulative[-1], side="left"))
-        draws[r] = values[min(index, values.size - 1)]
-    low = float(np.quantile(draws, 1.0 - confidence, method="lower"))
-    high = float(np.quantile(draws, confidence, method="higher"))
-    return (value, min(low, value), max(high, value))

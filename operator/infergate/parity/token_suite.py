@@ -18,7 +18,8 @@ from infergate.parity.metrics import (
     SurvivalPoint,
     TokenMetrics,
 )
-from infergate.parity.stats import clustered_bounds, clustered_rate_bounds, kaplan_meier
+from infergate.parity.prompt_bounds import clustered_bounds, clustered_rate_bounds
+from infergate.parity.stats import kaplan_meier
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 from infergate.parity.tokens import TokenComparison
 
@@ -73,7 +74,7 @@ def token_estimates(
     )
     out["tokenAgreement"] = Estimate(
         value=value, lower=low, upper=high, evidence=sum(t.length for t in tokens),
-        unit="steps", method="cluster-t+wilson",
+        unit="steps", method="prompt rates",
     )  # fmt: skip
     unexplained = sum(1 for t in tokens if not t.identical and t.legitimate is not True)
     out["illegitimateDivergenceRate"] = Estimate.wilson(unexplained, n, c, "prompts")

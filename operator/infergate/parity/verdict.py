@@ -8,8 +8,12 @@
   is past the limit), or a metric regressed against a comparable passing check beyond
   its bound.
 - Inconclusive: not enough evidence. The suite is below the profile's minimum evidence
-  (prompts, long prompts, scored steps), or a metric's confidence interval straddles its
-  limit. Never promotes; the reasons say what more is needed.
+  (prompts, long prompts, scored steps), a metric's confidence interval straddles its
+  limit, what a side ran could not be verified (no fingerprints, where the check
+  requires them), no limit fails on the check's own positive control (`control`: the
+  suite could not tell a known small harm from noise, so its pass would prove nothing),
+  or the profile needs a calibration of the model's own noise that is not kept. Never
+  promotes; the reasons say what more is needed.
 - Passed: everything decided, every bound on the bad side within its limit.
 
 How each threshold is decided on its confidence bounds: `checks`; the regression test
@@ -25,6 +29,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from infergate.parity.checks import WORST_LISTED, CheckResult, evaluate_checks, evidence_checks
+from infergate.parity.control import control_reason
 from infergate.parity.metrics import HygieneFinding, ParityMetrics, ParityResult
 from infergate.parity.regression import Regression, check_regression, regression_comparable
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, RegressionTolerance, Thresholds
@@ -78,6 +83,8 @@ def decide(
     unmeasured = [c for c in checks if c.outcome == "unmeasured"]
     inconclusive = [c for c in checks if c.outcome == "inconclusive"]
     short = [c for c in evidence if c.outcome == "inconclusive"]
+    powerless = None if result.control is None else control_reason(result.control)
+    uncalibrated = None if result.calibration is None else result.calibration.inconclusive
     regressed = [r for r in regressions if r.regressed]
 
     # An invalid comparison (prompts missing, different suites) proves nothing either way:
@@ -102,12 +109,14 @@ def decide(
     elif unmeasured:
         status = VerdictStatus.ERROR
         reasons = [c.message for c in unmeasured]
-    elif short or inconclusive:
+    elif short or inconclusive or result.unverified or powerless or uncalibrated:
         status = VerdictStatus.INCONCLUSIVE
-        reasons = []
+        reasons = list(result.unverified)
         if short:
             reasons.append("not enough evidence: " + "; ".join(c.message for c in short))
         reasons += [c.message for c in inconclusive]
+        reasons += [powerless] if powerless else []
+        reasons += [uncalibrated] if uncalibrated else []
     else:
         status = VerdictStatus.PASSED
         reasons = []

@@ -15,6 +15,8 @@ from typing import Any
 from markupsafe import Markup
 
 from infergate.accounting import describe_overhead
+from infergate.parity.calibrated import provenance_lines
+from infergate.parity.control import describe_control
 from infergate.parity.metrics import ParityResult, PromptOutputs, PromptSummary
 from infergate.parity.verdict import Verdict, VerdictStatus
 from infergate.report.charts import bar_chart, step_chart
@@ -71,7 +73,16 @@ def render_report(
         charts=[Markup(c) for c in _plots(result)],  # noqa: S704 - our charts, escaped
         outputs=[_output_row(out, summaries.get(out.prompt_id)) for out in result.outputs],
         overhead=describe_overhead(overhead) if overhead else None,
+        limits=limits_lines(result),
     )
+
+
+def limits_lines(result: ParityResult) -> list[str]:
+    """Where the limits came from and what the check's suite can detect, one line each."""
+    lines = [] if result.calibration is None else provenance_lines(result.calibration)
+    if result.control is not None:
+        lines.append(describe_control(result.control))
+    return lines
 
 
 def render_report_from_json(text: str) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infergate.parity.profiles import DEPTH_SCALED, PROFILES, Profile, scale_for_depth
+from infergate.parity.depth import DEPTH_SCALED
+from infergate.parity.profiles import PROFILES, Profile, scale_for_depth
 from infergate.parity.thresholds import Thresholds
 from infergate.report.templates import template
 

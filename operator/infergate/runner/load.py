@@ -232,7 +232,13 @@ def run_load(
             )
             preempted = _delta(before, preemption_counter(candidate.url))
             comparison = ParityComparison(
-                metas[0], metas[1], thresholds, gate.expected_differences, disabled=gate.disabled
+                metas[0],
+                metas[1],
+                thresholds,
+                gate.expected_differences,
+                disabled=gate.disabled,
+                fingerprints=spec.fingerprints,
+                limits=gate.limits,
             )
             for base, cand in level_records(kept, run):
                 comparison.add(base, cand)

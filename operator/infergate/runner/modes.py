@@ -1,6 +1,7 @@
 """Each kind of check as the order its steps run in.
 
-    suite check       start, resolve both sides, gate, record, drive, judge, golden, localise
+    suite check       start, resolve both sides, gate, record, drive, judge, golden, noise,
+                      localise
     golden baseline   start, resolve the candidate, open the record, gate, drive, judge, localise
     load/performance  either of the above, then the load levels, before writing
     shadow            the mirror's copies instead of a suite (`runner.shadow`), on the same
@@ -21,6 +22,7 @@ from infergate.parity.record import RecordMeta
 from infergate.plan.check.status import Judgement
 from infergate.runner import status_writer
 from infergate.runner.context import CheckEndedError, RetryableRunError, RunContext, say
+from infergate.runner.noise import measure_self_noise
 from infergate.runner.shadow import ShadowError, run_shadow
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
@@ -45,9 +47,10 @@ Step = Callable[[RunContext, RunState], None]
 
 SUITE_CHECK: tuple[Step, ...] = (
     load_suite, mark_running, resolve_sides, check_health, plan_gate, start_recording,
-    drive, judge, record_golden, localise,
+    drive, judge, record_golden, measure_self_noise, localise,
 )  # fmt: skip
-"""Both sides live: measure the suite; a Passed check keeps both sides' records."""
+"""Both sides live: measure the suite; a Passed check keeps both sides' records and the
+candidate's own noise (self against self at another concurrency) beside them."""
 
 GOLDEN_BASELINE: tuple[Step, ...] = (
     load_suite, mark_running, resolve_candidate, use_golden_baseline, check_health, plan_gate,

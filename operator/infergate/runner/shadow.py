@@ -251,6 +251,8 @@ def run_shadow(
         allowed_config_differences=tuple(sorted(gate.expected_differences)),
         disabled=dict(gate.disabled),
         store_prompts=settings.store_prompts,
+        fingerprints=spec.fingerprints,
+        limits=gate.limits,
     )
     body = {
         "id": session_id,

@@ -2,12 +2,12 @@
 
 Each pooled result (every copy teacher-forced on the stable's answer; the greedy copies
 token by token too) is judged by the core with the check's thresholds; the worst
-judgement is the verdict, save one case: greedy copies too few for the profile's
-evidence floor on their own are a warning, not an Inconclusive, since every copy is
-already judged teacher-forced, and that comparison carries its own floor. Fewer than
-`minRequests` scored copies is Inconclusive; a canary that failed to answer or score a
-copy is Error, and so is a mirror pod whose result is not this session's or does not
-read; none of them promotes.
+judgement is the verdict. Greedy copies too few for the profile's evidence floor make it
+Inconclusive: the teacher-forced comparison scores prefill only, and the greedy copies
+are the only evidence of the canary's decode path (its KV cache, CUDA graphs, prefix
+cache), so a verdict without them cannot pass. Fewer than `minRequests` scored copies is
+Inconclusive; a canary that failed to answer or score a copy is Error, and so is a
+mirror pod whose result is not this session's or does not read; none of them promotes.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ def judge_results(
         pooled = replace(pooled, forced=None, greedy=None)
     where = f"{len(results)} mirror pods" if len(results) > 1 else "the mirror pod"
     judgements: list[tuple[str, Judgement]] = []
-    notes: list[str] = []
     metrics: dict[str, float] = {}
     if pooled.forced is not None:
         forced = judgement(pooled.forced, decide(pooled.forced, warn), profile)
@@ -53,17 +52,15 @@ def judge_results(
         metrics = {k: v for k, v in forced.metrics.items() if "oken" not in k}
     if pooled.greedy is not None:
         greedy = judgement(pooled.greedy, decide(pooled.greedy, warn), profile)
-        if greedy.phase is CheckPhase.INCONCLUSIVE and pooled.forced is not None:
-            # Every copy, greedy ones included, is already judged teacher-forced on the
-            # stable's answer; greedy copies add token-by-token agreement. Too few of
-            # them for the profile's evidence floor says nothing against the canary, so
-            # it is shown, never the verdict. A Failed or Error on them still counts.
-            notes.append(
-                f"greedy copies ({where}): {greedy.summary}; token match not judged, the "
-                "teacher-forced comparison of every copy decides"
+        if greedy.phase is CheckPhase.INCONCLUSIVE:
+            # Counted like any other judgement: the decode path is seen only here.
+            greedy = replace(
+                greedy,
+                summary=f"{greedy.summary}; the decode path is judged only on greedy "
+                f"copies ({pooled.greedy.metrics.prompts} scored): let more greedy "
+                "requests reach the mirror, or raise minRequests or windowSeconds",
             )
-        else:
-            judgements.append((f"greedy copies ({where})", greedy))
+        judgements.append((f"greedy copies ({where})", greedy))
         rate = pooled.greedy.metrics.tokens.match_rate.value
         if rate is not None:
             metrics["greedyTokenMatchRate"] = float(rate)
@@ -137,10 +134,7 @@ def judge_results(
     else:
         main = judgements[0][1]
         extra = [*judgements[1:], *extra]
-    overall = combined(main, extra, metrics=metrics)
-    if notes:
-        overall = replace(overall, warnings=[*overall.warnings, *notes][:64])
-    return overall, pooled.forced, totals
+    return combined(main, extra, metrics=metrics), pooled.forced, totals
 
 
 def _sum_counts(results: Sequence[Any]) -> tuple[ShadowStatus, int, list[str], list[str]]:

@@ -32,6 +32,8 @@ from pydantic import ValidationError
 from infergate.mirror.pairs import PairFormatError, decode_pair, pair_bytes, with_prompt_id
 from infergate.mirror.scoring import ScoredPair
 from infergate.parity.compare import ParityComparison
+from infergate.parity.fingerprints import FingerprintExpectation
+from infergate.parity.limits import LimitSource
 from infergate.parity.metrics import ParityResult
 from infergate.parity.record import ParityInputError, RecordMeta
 from infergate.parity.thresholds import Thresholds
@@ -60,6 +62,8 @@ class PoolSpec:
     allowed_config_differences: tuple[str, ...] = ()
     disabled: Mapping[str, str] = field(default_factory=dict)
     store_prompts: bool = False
+    fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED
+    limits: LimitSource | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,8 @@ def _comparison(spec: PoolSpec) -> ParityComparison:
         spec.thresholds,
         spec.allowed_config_differences,
         disabled=spec.disabled,
+        fingerprints=spec.fingerprints,
+        limits=spec.limits,
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import ParityCheckSpec
+from infergate.parity.calibrated import DerivedLimits
 from infergate.parity.compare import ParityComparison
 from infergate.parity.metrics import ParityResult
 from infergate.parity.profiles import Gate
@@ -56,6 +57,8 @@ class RunState:
     """Both sides' record metadata, the runner's fingerprints merged in (`plan_gate`)."""
     gate: Gate | None = None
     """Profile, thresholds and disabled checks (`plan_gate`)."""
+    limits: DerivedLimits | None = None
+    """The limits' provenance: measured noise x k, static or explicit (`plan_gate`)."""
     comparison: ParityComparison | None = None
     """The comparison the drive feeds (`plan_gate`)."""
     stopped_early: str | None = None

@@ -114,9 +114,15 @@ def verdict_reasons(result: ParityResult, verdict: Verdict) -> list[VerdictReaso
     if verdict.status is VerdictStatus.PASSED:
         return []
     if verdict.status is VerdictStatus.INCONCLUSIVE:
-        # What more is needed: the evidence short of the profile's minimum, then each
-        # metric whose confidence interval straddles its limit.
-        return [_check_reason(c) for c in verdict.checks if c.outcome == "inconclusive"]
+        # What more is needed: what could not be verified (a side without fingerprints),
+        # the evidence short of the profile's minimum, then each metric whose confidence
+        # interval straddles its limit.
+        unverified = [
+            VerdictReason(metric="fingerprints", message=u[:MESSAGE_MAX]) for u in result.unverified
+        ]
+        return unverified + [
+            _check_reason(c) for c in verdict.checks if c.outcome == "inconclusive"
+        ]
     reasons = [_hygiene_reason(h) for h in result.hygiene if h.severity == "Failed"]
     reasons += [_check_reason(c) for c in verdict.checks if c.outcome == "fail"]
     reasons += [

@@ -20,6 +20,10 @@ VOCAB = 1000
 TOP_K = 5
 
 
+SIDE_FINGERPRINTS = {"weights.digest": "0123456789abcdef", "tokenizer.digest": "fedcba9876543210"}
+"""The fingerprints a side reports of itself in these tests: the same on every side."""
+
+
 def meta(**overrides: Any) -> RecordMeta:
     fields: dict[str, Any] = {
         "engine": "vllm",
@@ -29,6 +33,8 @@ def meta(**overrides: Any) -> RecordMeta:
         "model": "tiny-qwen",
         "suite": "smoke",
         "effective_config": {"rms_norm_eps": 1e-6, "rope_theta": 1e6, "dtype": "bfloat16"},
+        # What a side reports of itself (a check requires it, spec.fingerprints: Required).
+        "fingerprints": dict(SIDE_FINGERPRINTS),
     }
     fields.update(overrides)
     return RecordMeta(**fields)
@@ -193,6 +199,6 @@ def scored_suite(
 
 
 def scored_record(prompts: Sequence[PromptRecord], **meta_overrides: Any) -> ParityRecord:
-    fingerprints = dict(RUN)
+    fingerprints = {**SIDE_FINGERPRINTS, **RUN}
     fingerprints.update(meta_overrides.pop("fingerprints", {}))
     return ParityRecord(meta(fingerprints=fingerprints, **meta_overrides), prompts)

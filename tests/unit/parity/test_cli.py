@@ -12,11 +12,13 @@ from infergate.cli import main
 from infergate.parity.record import PromptRecord
 from infergate.recordio import RecordWriter
 
-from .builders import RUN, candidate_of, meta, replace, scored_suite
+from .builders import RUN, SIDE_FINGERPRINTS, candidate_of, meta, replace, scored_suite
 
 
 def _write(path: Path, prompts: list[PromptRecord], **meta_overrides: object) -> str:
-    with RecordWriter(path, meta(fingerprints=RUN, **meta_overrides)) as writer:
+    with RecordWriter(
+        path, meta(fingerprints={**SIDE_FINGERPRINTS, **RUN}, **meta_overrides)
+    ) as writer:
         for p in prompts:
             writer.add(p)
     return str(path)
@@ -154,3 +156,16 @@ def test_regression_against_a_previous_passing_result(
     regressions = json.loads(out.read_text())["verdict"]["regressions"]
     assert {r["metric"] for r in regressions} >= {"same-top-token rate", "mean KL"}
     assert not any(r["regressed"] for r in regressions)
+
+
+def test_the_summary_and_the_json_say_where_the_limits_come_from(
+    records: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "result.json"
+    main(["parity", "compare", records["baseline"], records["same"], "--json", str(out)])
+    printed = capsys.readouterr().out
+    limits = json.loads(out.read_text())["result"]["limits"]
+    assert limits["profile"] == "bf16-kernel"
+    assert limits["source"] == "static profile"
+    assert limits["k"] is None
+    assert "  limits: static profile bf16-kernel; k -;" in printed

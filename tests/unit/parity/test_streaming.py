@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from infergate.parity.compare import compare_sources
+from infergate.parity.control import LADDER
 from infergate.parity.profiles import resolve_thresholds
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.parity.thresholds import ProfileName
@@ -45,12 +46,15 @@ class GeneratedRecord:
             yield self.get(prompt_id)
 
 
-def _peak(prompts: int) -> int:
+def _peak(prompts: int, *, control: bool = False) -> int:
     thresholds = resolve_thresholds(ProfileName.BF16_KERNEL)
     tracemalloc.start()
     try:
         result = compare_sources(
-            GeneratedRecord(prompts, 0.0), GeneratedRecord(prompts, 1e-3), thresholds
+            GeneratedRecord(prompts, 0.0),
+            GeneratedRecord(prompts, 1e-3),
+            thresholds,
+            control=control,
         )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -65,3 +69,12 @@ def test_peak_memory_stays_near_one_pair_as_the_suite_grows() -> None:
     assert large < 4 * PAIR_BYTES
     # Twelve times the prompts: only the per-token summaries (24 bytes a token) grow.
     assert large - small < 24 * 22 * TOKENS + PAIR_BYTES // 2
+
+
+def test_the_positive_control_adds_per_token_summaries_only() -> None:
+    # The control scores the baseline against len(LADDER) scaled copies of itself, one
+    # prompt at a time: one more record in flight, and each copy's per-token summaries.
+    small, large = _peak(2, control=True), _peak(24, control=True)
+    assert small < 4 * PAIR_BYTES
+    comparisons = 1 + len(LADDER)
+    assert large - small < comparisons * 3 * 24 * 22 * TOKENS

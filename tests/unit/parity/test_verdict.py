@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from infergate.parity.compare import compare_sources
+from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.long_prompts import ratio_floor
 from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.profiles import ProfileChoiceError, plan_gate, suggest_profile
@@ -25,6 +26,8 @@ from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresh
 from infergate.parity.verdict import Verdict, VerdictStatus, decide
 
 from .builders import (
+    RUN,
+    SIDE_FINGERPRINTS,
     candidate_of,
     fork_pair,
     meta,
@@ -477,6 +480,66 @@ def test_expected_fingerprint_differences_pass_under_their_profile() -> None:
         ProfileName.STRICT,
     )
     assert strict.status == VerdictStatus.FAILED
+
+
+REPORTED = {**SIDE_FINGERPRINTS, **RUN}
+SILENT = dict(RUN)  # the runner's own keys only: the side reported nothing of itself
+REQUIRED, NOT_EXPECTED = FingerprintExpectation.REQUIRED, FingerprintExpectation.NOT_EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("baseline", "candidate", "expectation", "status"),
+    [
+        (REPORTED, REPORTED, REQUIRED, VerdictStatus.PASSED),
+        (REPORTED, REPORTED, NOT_EXPECTED, VerdictStatus.PASSED),
+        # Two plain vLLM endpoints: nothing says they ran the same weights or tokenizer.
+        (SILENT, SILENT, REQUIRED, VerdictStatus.INCONCLUSIVE),
+        (SILENT, SILENT, NOT_EXPECTED, VerdictStatus.PASSED),
+        # A side that stops reporting: what the other reports is missing (a change), and
+        # the silent side is unverified; the failure outranks.
+        (REPORTED, SILENT, REQUIRED, VerdictStatus.FAILED),
+        (SILENT, REPORTED, REQUIRED, VerdictStatus.FAILED),
+        # Not expected: the side that cannot report is compared without them.
+        (REPORTED, SILENT, NOT_EXPECTED, VerdictStatus.PASSED),
+    ],
+)
+def test_a_side_without_fingerprints_is_inconclusive_unless_they_are_not_expected(
+    baseline: dict[str, Any],
+    candidate: dict[str, Any],
+    expectation: FingerprintExpectation,
+    status: VerdictStatus,
+) -> None:
+    base = suite()
+    result = compare_sources(
+        ParityRecord(meta(fingerprints=baseline), base),
+        ParityRecord(meta(fingerprints=candidate), [candidate_of(p) for p in base]),
+        _thresholds(),
+        fingerprints=expectation,
+    )
+    verdict = decide(result)
+    assert verdict.status == status, verdict.reasons
+    if status is VerdictStatus.INCONCLUSIVE:
+        assert any(
+            "baseline and candidate report none" in r and "spec.fingerprints: NotExpected" in r
+            for r in verdict.reasons
+        ), verdict.reasons
+    if SILENT in (baseline, candidate) and expectation is NOT_EXPECTED:
+        assert any("no fingerprints (spec.fingerprints: NotExpected)" in n for n in result.notes)
+
+
+def test_the_run_settings_are_compared_even_when_fingerprints_are_not_expected() -> None:
+    base = suite()
+    result = compare_sources(
+        ParityRecord(meta(fingerprints=SILENT), base),
+        ParityRecord(
+            meta(fingerprints={**SILENT, "sampling.max_tokens": 8}),
+            [candidate_of(p) for p in base],
+        ),
+        _thresholds(),
+        fingerprints=NOT_EXPECTED,
+    )
+    assert decide(result).status == VerdictStatus.ERROR
+    assert any("sampling.max_tokens" in e for e in result.errors)
 
 
 def test_an_unknown_dtype_gets_no_profile_by_guess() -> None:

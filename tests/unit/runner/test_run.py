@@ -242,6 +242,36 @@ def test_explicit_endpoints_without_hidden_states_compare_tokens_and_logprobs() 
     assert "hiddenCosineP1" not in s["metrics"]
 
 
+@pytest.mark.parametrize(
+    ("fingerprints", "phase"),
+    [({}, "Inconclusive"), ({"fingerprints": "Required"}, "Inconclusive"),
+     ({"fingerprints": "NotExpected"}, "Passed")],
+)  # fmt: skip
+def test_plain_endpoints_without_fingerprints_pass_only_where_the_check_expects_none(
+    fingerprints: dict[str, str], phase: str
+) -> None:
+    """Two plain vLLM endpoints report nothing of what they ran: agreeing answers alone do
+    not say the same weights and tokenizer served them, unless the check says so."""
+    api = cluster(
+        baseline={"endpoint": {"url": "http://127.0.0.1:9001", "model": "fixture"}},
+        candidate={"endpoint": {"url": "http://127.0.0.1:9002", "model": "fixture"}},
+        hiddenStates={"enabled": False},
+        profile="bf16-kernel",
+        thresholds={"minLongPrompts": 0, "minScoredSteps": 256},
+        **fingerprints,
+    )
+    connector = ToyConnector(
+        {"http://127.0.0.1:9001": ToyEngine(adapter=False),
+         "http://127.0.0.1:9002": ToyEngine(adapter=False)}
+    )  # fmt: skip
+    assert run_check(api, "check", FAST, connector=connector.connector()) == EXIT_DONE
+    s = status(api)
+    assert s["phase"] == phase, s["verdict"]
+    if phase == "Inconclusive":
+        messages = " ".join(r["message"] for r in s["verdict"]["reasons"])
+        assert "spec.fingerprints: NotExpected" in messages, messages
+
+
 def test_missing_suite_configmap_is_an_error_naming_it() -> None:
     api = cluster(suite={"configMapRef": {"name": "prompts", "key": "suite.jsonl"}})
     assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE

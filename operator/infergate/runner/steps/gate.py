@@ -2,9 +2,10 @@
 
 Each side's record metadata carries what the runner asks of it (suite digest and
 sampling, `run_fingerprints`) merged with what the side reports; the profile and its
-thresholds follow from both (`parity.profiles.plan_gate`). When the runs' config or
-fingerprints already fail the check, only a few prompts are measured: no prompt can
-make it pass, and a few give the report its figures.
+thresholds follow from both (`parity.profiles.plan_gate`), then from the baseline
+revision's own measured noise where it is kept (`runner.noise.derived_limits`). When
+the runs' config or fingerprints already fail the check, only a few prompts are
+measured: no prompt can make it pass, and a few give the report its figures.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from infergate.parity import profiles
+from infergate.parity.calibrated import provenance_lines, with_measured
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
 from infergate.parity.record import RecordMeta
 from infergate.plan import reasons
 from infergate.runner.context import CheckEndedError, RunContext, say
+from infergate.runner.noise import derived_limits
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
 from infergate.suite import Suite
@@ -55,11 +59,23 @@ def plan_gate(run: RunContext, state: RunState) -> None:
         )
     except profiles.ProfileChoiceError as err:
         raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
+    limits = derived_limits(run, gate, (meta_b, meta_c), baseline, spec.effective_thresholds())
+    gate = replace(gate, thresholds=limits.thresholds, limits=with_measured(gate.limits, limits))
+    for line in provenance_lines(limits):
+        say(f"limits: {line}")
     comparison = ParityComparison(
-        meta_b, meta_c, gate.thresholds, gate.expected_differences, disabled=gate.disabled
+        meta_b,
+        meta_c,
+        gate.thresholds,
+        gate.expected_differences,
+        disabled=gate.disabled,
+        fingerprints=spec.fingerprints,
+        limits=gate.limits,
     )
     say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
+    say(f"limits: {gate.limits.describe()}")
     state.metas, state.gate, state.comparison = (meta_b, meta_c), gate, comparison
+    state.limits = limits
     state.suite, state.stopped_early = settled_suite(comparison, suite)
 
 

@@ -32,6 +32,8 @@ def judge(run: RunContext, state: RunState) -> None:
         golden.note() if golden is not None else None,
         state.stopped_early,
     )
+    if state.limits is not None:
+        result = result.model_copy(update={"calibration": state.limits})
     previous = previous_metrics(run, gate.profile)
     verdict = decide(result, gate.warn, previous, spec.effective_regression())
     state.seconds = time.monotonic() - state.started
