@@ -24,6 +24,7 @@ from typing import Literal, Protocol
 
 from infergate.parity.checks import evaluate_checks
 from infergate.parity.control import LADDER, decide_control, perturb
+from infergate.parity.decode import PromptDecode, decode_evidence, decode_metrics
 from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, check_prompt_pair
@@ -148,6 +149,7 @@ class ParityComparison:
         self._notes: list[str] = []
         self._hygiene = HygieneLog()
         self._tokens: list[TokenComparison] = []
+        self._decode: list[PromptDecode] = []
         self._summaries: list[PromptSummary] = []
         self._outputs: dict[str, PromptOutputs] = {}
         self._logprobs = LogprobAccumulator()
@@ -204,6 +206,7 @@ class ParityComparison:
             dtypes=(self._baseline.dtype, self._candidate.dtype),
         )
         self._tokens.append(tokens)
+        self._decode.append(decode_evidence(baseline, candidate, tokens.first_divergence))
         folded: PromptLogprobs | None = None
         try:
             steps = compare_logprobs(baseline, candidate, tokens.first_divergence)
@@ -301,6 +304,7 @@ class ParityComparison:
             hidden=hidden,
             buckets=buckets,
             long_sequence=long,
+            decode=decode_metrics(self._decode, self._confidence),
             confidence=self._confidence,
             evidence=Evidence(
                 prompts=len(self._summaries),

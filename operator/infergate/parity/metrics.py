@@ -253,6 +253,25 @@ class LongSequenceMetrics(WireModel):
     per_prompt: list[LongPrompt] = Field(default_factory=list)
 
 
+class DecodeMetrics(WireModel):
+    """Decode-path evidence over the suite (`parity.decode`): reported, not decided on."""
+
+    prompts: int = Field(description="Prompts with at least one compared step (prompts).")
+    steps: int = Field(description="Generated steps before the first fork compared (steps).")
+    cross_mean_abs: Estimate | None = Field(
+        description="Mean |candidate - baseline| decode logprob of the generated token, each "
+        "prompt weighing the same (nats)."
+    )
+    cross_max_abs: float | None = Field(description="Largest such difference (nats).")
+    baseline_self_max_abs: float | None = Field(
+        description="Largest |decode - prefill| logprob of a generated token on the baseline "
+        "(nats; None: the baseline did not score its own sequence)."
+    )
+    candidate_self_max_abs: float | None = Field(
+        description="Largest |decode - prefill| logprob on the candidate (nats)."
+    )
+
+
 class ParityMetrics(WireModel):
     prompts: int
     tokens: TokenMetrics
@@ -260,6 +279,10 @@ class ParityMetrics(WireModel):
     hidden: HiddenMetrics | None
     buckets: list[BucketMetrics]
     long_sequence: LongSequenceMetrics
+    decode: DecodeMetrics | None = Field(
+        default=None,
+        description="Decode-path evidence before the first fork (reported, not decided on).",
+    )
     confidence: float = Field(
         default=DEFAULT_CONFIDENCE, description="Level of every one-sided bound."
     )

@@ -161,6 +161,25 @@ def _metric_rows(result: ParityResult) -> list[tuple[str, str]]:
             ("hidden log norm ratio mean / mean |.|", f"{number(norm)} / {number(norm_abs)}"),
             ("hidden tokens compared", str(h.tokens)),
         ]
+    if m.decode is not None:
+        d = m.decode
+        mean = None if d.cross_mean_abs is None else d.cross_mean_abs.value
+        rows += [
+            (
+                (
+                    "decode path before the first fork: |candidate - baseline| token "
+                    "logprob mean / max (nats; reported, not decided on)"
+                ),
+                (
+                    f"{number(mean)} / {number(d.cross_max_abs)} over {d.steps} steps of "
+                    f"{d.prompts} prompts"
+                ),
+            ),
+            (
+                "decode vs own prefill, max |logprob difference| (baseline / candidate)",
+                f"{number(d.baseline_self_max_abs)} / {number(d.candidate_self_max_abs)}",
+            ),
+        ]
     long = m.long_sequence
     rows.append(
         (
