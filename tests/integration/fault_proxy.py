@@ -347,7 +347,6 @@ class FaultProxy:
         )
         if request.method == "POST" and request.can_read_body:
             with contextlib.suppress(ValueError, KeyError, AttributeError, TypeError):
-                # aiohttp keeps the body read, so _forward sends the same bytes.
                 exchange.created = str(json.loads(await request.read())["metadata"]["name"])
         with self._lock:
             self.log.append(exchange)
@@ -382,7 +381,8 @@ class FaultProxy:
     async def _forward(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        body = await request.read() if request.can_read_body else None
+        # aiohttp keeps a body once read (as _handle reads a POST's): read it from there.
+        body = (await request.read()) or None
         try:
             async with self._session.request(
                 request.method,
