@@ -484,12 +484,16 @@ def test_an_operator_killed_mid_promotion_finishes_it_once_and_promotes_nothing_
     runs = [rig.operator(proxy, "run-0")]
     stable, canary, check = mid_canary(idep)
     status_put = path_matches("PUT", rf"/namespaces/{ns}/inferencedeployments/{name}/status$")
-    held = Stall(
-        matches=path_matches("PATCH", rf"/namespaces/{ns}/deployments/{name}-[0-9a-f]+$"),
-        after=(lambda e: status_put(e) and e.status == 200,),
+    # The promotion's Deployment writes go out at once (kube.writer's pool): each held.
+    held, held_stable = (
+        Stall(
+            matches=path_matches("PATCH", rf"/namespaces/{ns}/deployments/{name}-{revision}$"),
+            after=(lambda e: status_put(e) and e.status == 200,),
+        )
+        for revision in (canary, stable)
     )
     with GateWatch(cluster, ns, name) as watch:
-        proxy.stalls.append(held)
+        proxy.stalls += [held, held_stable]
         idep.verdict(check["metadata"]["name"], "Passed", passed=True)
         held.wait(90)
         runs[-1].kill()
