@@ -26,6 +26,7 @@ own event loop in a thread of the test process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import ssl
@@ -74,6 +75,9 @@ class Exchange:
     injected: bool = False
     """The proxy answered it itself (a storm's 429, 503, 500 or 409, a conflict's 409)."""
     retry_after: float | None = None
+    created: str = ""
+    """For a POST, the name of the object it creates: creates of several objects share the
+    collection's path, so this tells one request from another."""
 
     @property
     def watch(self) -> bool:
@@ -170,6 +174,8 @@ class Stall:
     seen: int = 0
     passed: int = 0
     """How many of `after` have been seen."""
+    taken: Exchange | None = None
+    """The request held."""
 
     def observe(self, exchange: Exchange) -> None:
         """Every answered exchange: moves along `after`."""
@@ -182,6 +188,7 @@ class Stall:
         self.seen += 1
         if self.seen < self.nth:
             return False
+        self.taken = exchange
         self.held.set()
         return True
 
@@ -338,6 +345,9 @@ class FaultProxy:
             query=request.query_string,
             agent=request.headers.get("User-Agent", ""),
         )
+        if request.method == "POST" and request.can_read_body:
+            with contextlib.suppress(ValueError, KeyError, AttributeError, TypeError):
+                exchange.created = str(json.loads(await request.read())["metadata"]["name"])
         with self._lock:
             self.log.append(exchange)
             cut_off = next((p for p in self.partitions if p.take(exchange)), None)
@@ -371,7 +381,8 @@ class FaultProxy:
     async def _forward(self, request: web.Request, exchange: Exchange) -> web.StreamResponse:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        body = await request.read() if request.can_read_body else None
+        # aiohttp keeps a body once read (as _handle reads a POST's): read it from there.
+        body = (await request.read()) or None
         try:
             async with self._session.request(
                 request.method,

@@ -402,9 +402,11 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
         return killed
 
     with GateWatch(cluster, ns, name) as watch:
-        # 1. After the status that names the canary, before the canary's children.
+        # 1. After the status that names the canary, before a child that waits for it (a
+        # canary Service; its ConfigMap and Deployment go out beside the status write, as
+        # creates only, kube.writer).
         first = Stall(
-            matches=path_matches("POST", rf"/namespaces/{ns}/(deployments|services|configmaps)$"),
+            matches=path_matches("POST", rf"/namespaces/{ns}/services$"),
             after=(lambda e: status_put(e) and e.status == 200,),
         )
         proxy.stalls.append(first)
@@ -412,7 +414,13 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
         first.wait(90)
         canary = idep.status()["canaryRevision"]
         check_name = f"{name}-{canary}"
-        assert canary not in idep.revisions()  # the status is written, its Deployment is not
+        assert first.taken is not None
+        assert first.taken.created
+        held_service = first.taken.created
+        # The status is written, the held Service is not.
+        missing = cluster.kubectl("get", "service", held_service, "-n", ns, check=False)
+        assert missing.returncode != 0, missing.stdout
+        assert "NotFound" in missing.stderr, missing.stderr
 
         # 2. After the canary's ParityCheck is created, before its uid is recorded.
         second = Stall(
@@ -476,12 +484,16 @@ def test_an_operator_killed_mid_promotion_finishes_it_once_and_promotes_nothing_
     runs = [rig.operator(proxy, "run-0")]
     stable, canary, check = mid_canary(idep)
     status_put = path_matches("PUT", rf"/namespaces/{ns}/inferencedeployments/{name}/status$")
-    held = Stall(
-        matches=path_matches("PATCH", rf"/namespaces/{ns}/deployments/{name}-[0-9a-f]+$"),
-        after=(lambda e: status_put(e) and e.status == 200,),
+    # The promotion's Deployment writes go out at once (kube.writer's pool): each held.
+    held, held_stable = (
+        Stall(
+            matches=path_matches("PATCH", rf"/namespaces/{ns}/deployments/{name}-{revision}$"),
+            after=(lambda e: status_put(e) and e.status == 200,),
+        )
+        for revision in (canary, stable)
     )
     with GateWatch(cluster, ns, name) as watch:
-        proxy.stalls.append(held)
+        proxy.stalls += [held, held_stable]
         idep.verdict(check["metadata"]["name"], "Passed", passed=True)
         held.wait(90)
         runs[-1].kill()
@@ -761,7 +773,8 @@ def test_a_storm_of_conflicts_throttling_and_server_errors_is_ridden_out_with_ba
             (
                 e
                 for e in exchanges[index + 1 :]
-                if (e.method, e.path, e.agent) == (answered.method, answered.path, answered.agent)
+                if (e.method, e.path, e.agent, e.created)
+                == (answered.method, answered.path, answered.agent, answered.created)
             ),
             None,
         )
