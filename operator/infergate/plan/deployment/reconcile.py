@@ -128,6 +128,7 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
             canary=decision.canary,
             canary_weight=weight,
             mirror_image=state.mirror_image,
+            runner_namespace=state.runner_namespace,
         ),
     )
     previous = state.status
