@@ -292,6 +292,7 @@ def _generic_holes(doc: JSON, install: Install, holes: _Holes, root: str) -> JSO
 
     # The operator's user name, as admission policies compare request.userInfo with it.
     username = f"system:serviceaccount:{install.namespace}:{install.service_account}"
+    quoted_namespace = f"'{install.namespace}'"
     account = install.service_account
     account_template = (
         f'(printf "%s{account[len(DEFAULT_FULLNAME) :]}" (include "infergate.fullname" {root}))'
@@ -310,6 +311,14 @@ def _generic_holes(doc: JSON, install: Install, holes: _Holes, root: str) -> JSO
             )
             quoted = f"{_go_string(before)} {user} {_go_string(after)}"
             return holes.value(f'{{{{ printf "%s%s%s" {quoted} | toJson }}}}')
+        if quoted_namespace in value:
+            # A CEL string literal naming the install namespace (the runner namespace of
+            # the admission policies): the release's namespace instead.
+            parts = value.split(quoted_namespace)
+            namespace = f"(printf \"'%s'\" {root}.Release.Namespace)"
+            pieces = f" {namespace} ".join(_go_string(p) for p in parts)
+            formats = "%s" * (2 * len(parts) - 1)
+            return holes.value(f'{{{{ printf "{formats}" {pieces} | toJson }}}}')
         if key in _REFERENCE_KEYS and value in install.names:
             return holes.value(_name_template(value, root))
         if "{{" in value:

@@ -221,3 +221,23 @@ def test_helm_lint_passes(values: list[str]) -> None:
     result = helm("lint", "--strict", str(CHART), *sets, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def test_the_runner_namespace_of_the_policies_moves_with_the_release() -> None:
+    """Runners run in the operator's namespace: installed elsewhere, the status policy
+    admits the runner accounts of that namespace, not of infergate-system."""
+    rendered = template(namespace="platform-llm")
+    policies = {
+        d["metadata"]["name"]: yaml.safe_dump(d, width=10_000)
+        for d in rendered
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    status = next(
+        d
+        for d in rendered
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"].endswith("paritycheck-status")
+    )
+    variables = {v["name"]: v["expression"] for v in status["spec"]["variables"]}
+    assert variables["runnerNamespace"] == "'platform-llm'"
+    assert not any("'infergate-system'" in text for text in policies.values())
