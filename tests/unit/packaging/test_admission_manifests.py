@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
 import yaml
 
 from infergate.api.access import (
