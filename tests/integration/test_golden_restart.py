@@ -130,13 +130,13 @@ def test_golden_records_outlive_an_operator_restart_and_stay_a_baseline(
         raise AssertionError(f"{err}\nDrifted: {_drifted(idep.status())}") from None
     assert drift["spec"]["baseline"] == {"golden": {"revision": canary}}
     assert _drifted(idep.status()).get("reason") != "NoGoldenRecord"
-    # Its runner gets the operator's store: the claim and the setting.
+    # Its runner (in the runner namespace, the operator's) gets the operator's store: the
+    # claim and the setting.
+    selector = f"infergate.io/paritycheck={run_name},infergate.io/paritycheck-namespace={namespace}"
     job = wait_for(
         lambda: next(
             iter(
-                cluster.get_json(
-                    "jobs", "-n", namespace, "-l", f"infergate.io/paritycheck={run_name}"
-                )["items"]
+                cluster.get_json("jobs", "-n", golden_operator.namespace, "-l", selector)["items"]
             ),
             None,
         ),

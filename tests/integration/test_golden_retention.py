@@ -183,13 +183,19 @@ def test_prune_reads_an_s3_store_and_deletes_only_with_apply(
 
 def _runner_identity(cluster: Any, namespace: str, name: str, *, list_deployments: bool) -> str:
     """Apply the runner's ServiceAccount, Role and RoleBinding as the operator renders them
-    for check `name` (without owner references: the check is not in this cluster); the
-    user name the API server knows the runner by."""
+    for check `name` (without owner references: the check is not in this cluster; the
+    account in `namespace` too, standing in for the runner namespace, which changes
+    nothing of what the Role grants); the user name the API server knows the runner by."""
     from infergate.render.check_children import runner_rbac
 
     body = {"metadata": {"name": name, "namespace": namespace, "uid": "none"}}
     objects = runner_rbac(
-        body, deployments=["qwen"], services=[], config_maps=[], list_deployments=list_deployments
+        body,
+        runner_namespace=namespace,
+        deployments=["qwen"],
+        services=[],
+        config_maps=[],
+        list_deployments=list_deployments,
     )
     for manifest in objects:
         manifest["metadata"].pop("ownerReferences", None)
