@@ -54,16 +54,17 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/mypy $(SCRIPTS)
 	$(BIN)/lint-imports
+	$(PY) hack/room-sizes.py operator
 
 fmt: venv
 	$(BIN)/ruff format $(PY_DIRS)
 	$(BIN)/ruff check --fix $(PY_DIRS)
 
 crds: venv
-	$(BIN)/infergate crds --out crds --reference docs/api-reference.md
+	$(BIN)/infergate crds --out crds --reference docs/api-reference.md --profiles docs/parity-profiles.md
 
 crds-check: venv
-	$(BIN)/infergate crds --check crds --reference docs/api-reference.md
+	$(BIN)/infergate crds --check crds --reference docs/api-reference.md --profiles docs/parity-profiles.md
 
 test-unit: venv
 	$(BIN)/pytest tests/unit

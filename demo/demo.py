@@ -46,8 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 # This checkout's product and development package, whatever the venv has installed.
 sys.path[:0] = [str(REPO / "operator"), str(REPO / "dev")]
 
+from infergate.accounting import describe_overhead  # noqa: E402  # noqa: E402
 from infergate.fixture.generate import default_model_dir, is_complete  # noqa: E402
-from infergate.parity.overhead import describe_overhead  # noqa: E402
 from infergate.suite import inline, medium_prompts  # noqa: E402
 from infergate_dev.localcluster import prometheus  # noqa: E402
 from infergate_dev.localcluster.layout import ClusterLayout  # noqa: E402

@@ -26,7 +26,7 @@ from infergate.engines.launch import EngineServer, ServerSpec
 from infergate.engines.layer_probe import LayerProbe, LayerStates
 from infergate.fixture.generate import default_model_dir
 from infergate.parity.layers import depth_band, layer_probe_plan, localise, per_layer_errors
-from infergate.parity.layers_svg import layer_error_chart
+from infergate.report.layer_chart import layer_error_chart
 from infergate.suite import load_suite
 
 BAND = (1e-5, 1e-4)  # fp32 across frameworks, as in tests/engines/test_layer_localisation.py

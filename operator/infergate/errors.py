@@ -3,6 +3,7 @@
 ```
 InfergateError                  anything the operator raises on purpose
 ├── SpecError                   the InferenceDeployment asks for something that cannot be done
+├── NotLeaderError              a write refused: this replica no longer holds the leader Lease
 └── KubeError                   the API server refused or failed a request
     ├── RetriableKubeError      409, 429, 5xx, timeouts, broken connections: try again later
     │   └── ConflictError       409 Conflict: the object changed under us (stale resourceVersion)
@@ -29,6 +30,11 @@ class InfergateError(Exception):
 
 class SpecError(InfergateError):
     """A spec the operator cannot act on; the message names the object, field and value."""
+
+
+class NotLeaderError(InfergateError):
+    """A write refused before it was sent: this replica's leadership lapsed (`kube.fence`).
+    Not a failure to retry: the reconcile stops and writes nothing more."""
 
 
 class KubeError(InfergateError):

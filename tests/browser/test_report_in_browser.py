@@ -20,9 +20,9 @@ from pypdf import PdfReader
 
 from infergate.parity.compare import compare_sources
 from infergate.parity.profiles import resolve_thresholds
-from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import VerdictStatus, decide
+from infergate.report.page import render_report
 from tests.tools import REPO, chromium
 from tests.unit.parity.builders import fork_pair, record, replace, suite
 

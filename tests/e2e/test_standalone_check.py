@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from infergate.parity.overhead import describe_overhead
+from infergate.accounting import describe_overhead
 from tests.e2e.canary import SHORT_CONTEXT, SUITE
 from tests.e2e.support import (
     MODEL_NAME,

@@ -213,10 +213,14 @@ def test_gateway_steps_after_a_shadow_verdict_and_the_mirror_costs_the_client_li
     assert check["shadow"]["dropped"] == 0, check["shadow"]
     assert check["shadow"]["pods"] == MIRRORS, check["shadow"]
     assert recheck["phase"] == "Passed", recheck
-    # Promotion moves the route to the new revision alone, then the status: a poll may see
-    # the 100 before the new stableRevision.
-    assert weights_seen in ([0, 20, 60], [0, 20, 60, 100]), weights_seen
-    assert route_weights(story.cluster, story.namespace, NAME) == {canary: 100}
+    # Promotion names the new stableRevision first, grows it to full size, and only then
+    # moves the route to it alone: the poll sees the steps' weights before the new stable.
+    assert weights_seen == [0, 20, 60], weights_seen
+    wait_for(
+        lambda: route_weights(story.cluster, story.namespace, NAME) == {canary: 100},
+        600,
+        "the route on the promoted revision alone, once it runs at full size",
+    )
     # No client request failed through the mirror.
     mirrored = [s for s in client.samples if s.route == "mirror"]
     assert mirrored

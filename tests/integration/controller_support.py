@@ -41,6 +41,9 @@ INSTALL_DIRS = (REPO / "manifests" / "operator", REPO / "manifests" / "runner")
 # A short resync for the fault-injection operator (tests/integration/fault_support.py),
 # and the pause of `settle`.
 RESYNC_SECONDS = 2
+# How long a promoted deployment keeps its previous stable once traffic moved (the default
+# is 30 s): short, so that a test's waits for a promotion to end stay short too.
+SCALE_DOWN_DELAY = 5
 # Tolerations and selector that put engine pods on KWOK's simulated accelerator nodes,
 # where they become Ready at once and no engine process runs.
 KWOK_PLACEMENT: dict[str, Any] = {
@@ -254,6 +257,7 @@ def deployment_manifest(
     deadline: int = 600,
     accelerator_count: int = 1,
     history: int = 3,
+    scale_down_delay: int = SCALE_DOWN_DELAY,
 ) -> dict[str, Any]:
     """A vLLM InferenceDeployment whose pods land on simulated GPU nodes."""
     rollout: dict[str, Any] = {
@@ -261,6 +265,7 @@ def deployment_manifest(
         "autoPromote": auto_promote,
         "autoRollback": auto_rollback,
         "progressDeadlineSeconds": deadline,
+        "scaleDownDelaySeconds": scale_down_delay,
     }
     if parity:
         rollout["parity"] = {
@@ -453,6 +458,7 @@ def settle(seconds: float = 3 * RESYNC_SECONDS) -> None:
 
 __all__ = [
     "KWOK_PLACEMENT",
+    "SCALE_DOWN_DELAY",
     "Idep",
     "OperatorInstall",
     "deployment_manifest",

@@ -13,7 +13,11 @@ proxy answered it itself), and rules decide per request, first match wins:
   without, and 409 Conflict for updates, in turn, for most requests that are not watches,
   bounded both in count and in time;
 - `Stall`: hold the n-th request that matches, tell the test, and never forward it (the
-  test kills the client meanwhile: the write never reaches the API server).
+  test kills the client meanwhile: the write never reaches the API server);
+- `Partition`: while on, hold every request that matches and never forward it, as a
+  network partition would (the client waits until its own timeout), until healed;
+- `Conflict`: answer 409 Conflict to every request that matches, as the API server answers
+  a write made from a stale copy, until the test lifts it.
 
 aiohttp serves and forwards (the asyncio HTTP stack kopf itself uses); the proxy runs its
 own event loop in a thread of the test process.
@@ -64,8 +68,11 @@ class Exchange:
     agent: str
     status: int = 0
     """The answer's status (0 while unanswered, or for a request dropped unanswered)."""
+    answered: float = 0.0
+    """time.monotonic() when the API server's answer reached the proxy (0: it did not, or
+    the proxy answered): a forwarded write landed between `at` and this."""
     injected: bool = False
-    """The proxy answered it itself (a storm's 429, 503, 500 or 409)."""
+    """The proxy answered it itself (a storm's 429, 503, 500 or 409, a conflict's 409)."""
     retry_after: float | None = None
 
     @property
@@ -183,6 +190,52 @@ class Stall:
             raise AssertionError(f"no matching request was held within {timeout:.0f}s")
 
 
+@dataclass
+class Partition:
+    """Once `start()`ed and until `heal()`ed, hold every request `matches` accepts and never
+    forward it: its client waits for an answer until its own timeout, as behind a network
+    partition, while the requests `matches` refuses pass (a partition of one kind of
+    traffic, e.g. only the Lease's). Healing ends the held ones unforwarded (a 502, to a
+    client still waiting)."""
+
+    matches: Callable[[Exchange], bool]
+    started: float | None = None
+    healed: threading.Event = field(default_factory=threading.Event)
+    held: list[Exchange] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+
+    def heal(self) -> None:
+        self.healed.set()
+
+    def take(self, exchange: Exchange) -> bool:
+        if self.started is None or self.healed.is_set() or not self.matches(exchange):
+            return False
+        self.held.append(exchange)
+        return True
+
+
+@dataclass
+class Conflict:
+    """Answer 409 Conflict to every request `matches` accepts (the write never reaches the
+    API server) until `lift()`; `answered` counts the answers given."""
+
+    matches: Callable[[Exchange], bool]
+    answered: int = 0
+    lifted: bool = False
+
+    def lift(self) -> None:
+        self.lifted = True
+
+    def answer(self, exchange: Exchange) -> tuple[int, dict[str, str], dict[str, object]] | None:
+        if self.lifted or exchange.watch or not self.matches(exchange):
+            return None
+        self.answered += 1
+        message = "the object has been modified; please apply your changes to the latest version"
+        return 409, {}, _status(409, "Conflict", message + " (injected)")
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, object]:
     return {
         "kind": "Status",
@@ -210,6 +263,8 @@ class FaultProxy:
         self.log: list[Exchange] = []
         self.storms: list[Storm] = []
         self.stalls: list[Stall] = []
+        self.partitions: list[Partition] = []
+        self.conflicts: list[Conflict] = []
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -237,6 +292,8 @@ class FaultProxy:
         with self._lock:
             for stall in self.stalls:
                 stall.released.set()
+            for partition in self.partitions:
+                partition.heal()
 
     def exchanges(self) -> list[Exchange]:
         with self._lock:
@@ -283,12 +340,22 @@ class FaultProxy:
         )
         with self._lock:
             self.log.append(exchange)
-            stalled = next((stall for stall in self.stalls if stall.take(exchange)), None)
+            cut_off = next((p for p in self.partitions if p.take(exchange)), None)
+            stalled = (
+                next((stall for stall in self.stalls if stall.take(exchange)), None)
+                if cut_off is None
+                else None
+            )
             injected = None
-            if stalled is None:
+            if stalled is None and cut_off is None:
+                rules: list[Storm | Conflict] = [*self.conflicts, *self.storms]
                 injected = next(
-                    (a for a in (s.answer(exchange) for s in self.storms) if a is not None), None
+                    (a for a in (r.answer(exchange) for r in rules) if a is not None), None
                 )
+        if cut_off is not None:
+            while not cut_off.healed.is_set():
+                await asyncio.sleep(0.1)
+            return web.Response(status=502, text="cut off by the fault proxy and never forwarded")
         if stalled is not None:
             while not stalled.released.is_set():
                 await asyncio.sleep(0.1)
@@ -319,6 +386,7 @@ class FaultProxy:
                     headers={k: v for k, v in upstream.headers.items() if k.lower() not in _HOP},
                 )
                 exchange.status = upstream.status
+                exchange.answered = time.monotonic()
                 self._observe(exchange)
                 await answer.prepare(request)
                 try:

@@ -27,11 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.harness import REPO, Cluster, wait_for
 from tests.integration.controller_support import RESYNC_SECONDS, Idep, OperatorInstall
 from tests.integration.fault_proxy import FaultProxy, write_kubeconfig
+
+INSTALLED_REPLICAS = 2
+"""Replicas of the installed operator (its Deployment's), restored after the processes of a
+test's own ran in its place."""
 
 # -- what users saw during a fault -----------------------------------------------------------
 
@@ -45,9 +50,10 @@ class Seen:
 
 
 class GateWatch:
-    """Everything the API server served about one InferenceDeployment's stable revision and
-    its Deployments' sizes, from `kubectl get --watch` (restarted whenever the stream ends,
-    as it does while the API server restarts)."""
+    """Everything the API server served about one InferenceDeployment's stable revision, its
+    Deployments' sizes and the revision its stable Service selects, from
+    `kubectl get --watch` (restarted whenever the stream ends, as it does while the API
+    server restarts)."""
 
     def __init__(self, cluster: Cluster, namespace: str, name: str) -> None:
         self.cluster = cluster
@@ -76,6 +82,19 @@ class GateWatch:
                             "jsonpath={.metadata.labels.infergate\\.io/revision}={.spec.replicas}"
                             '/{.metadata.generation}{"\\n"}'
                         ),
+                    ],
+                ),
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._follow,
+                args=(
+                    "service",
+                    [
+                        "service",
+                        name,
+                        "-o",
+                        'jsonpath={.spec.selector.infergate\\.io/revision}{"\\n"}',
                     ],
                 ),
                 daemon=True,
@@ -126,6 +145,27 @@ class GateWatch:
         return {
             int(v.split("=", 1)[1].split("/")[0]) for v in values if v.startswith(f"{revision}=")
         }
+
+    def first_size(self, revision: str, replicas: int) -> float | None:
+        """When the revision's Deployment was first served at `replicas` (None: never)."""
+        with self._lock:
+            return next(
+                (
+                    s.at
+                    for s in self.seen
+                    if s.what == "deployment"
+                    and s.value.startswith(f"{revision}=")
+                    and int(s.value.split("=", 1)[1].split("/")[0]) == replicas
+                ),
+                None,
+            )
+
+    def first_selected(self, revision: str) -> float | None:
+        """When the stable Service was first served selecting `revision` (None: never)."""
+        with self._lock:
+            return next(
+                (s.at for s in self.seen if s.what == "service" and s.value == revision), None
+            )
 
     def generations(self, revision: str) -> set[int]:
         with self._lock:
@@ -309,6 +349,25 @@ class Rig:
         for index, proxy in enumerate(self.proxies):
             proxy.dump(self.workdir / f"proxy-{index}.log")
             proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def installed_stopped(operator: OperatorInstall) -> Iterator[OperatorInstall]:
+    """The installed replicas scaled to 0 (and the Lease gone), back to 2 afterwards."""
+    operator.scale(0)
+    operator.cluster.kubectl(
+        "delete", "lease", "infergate-operator", "-n", operator.namespace, "--ignore-not-found"
+    )
+    yield operator
+    operator.scale(INSTALLED_REPLICAS)
+
+
+@pytest.fixture
+def rig(installed_stopped: OperatorInstall, tmp_path: Path) -> Iterator[Rig]:
+    """Operator processes of this test behind fault proxies, stopped when it ends."""
+    made = Rig(installed_stopped, tmp_path)
+    yield made
+    made.close()
 
 
 @contextlib.contextmanager

@@ -68,7 +68,8 @@ def test_replicas_change_applies_in_place(cluster: Cluster, idep_namespace: str)
 
 
 def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace: str) -> None:
-    idep = Idep(cluster, idep_namespace, deployment_manifest())
+    # A delay long enough to be seen: the old stable is kept that long after the move.
+    idep = Idep(cluster, idep_namespace, deployment_manifest(scale_down_delay=20))
     idep.apply()
     stable = idep.wait_stable()
 
@@ -106,8 +107,18 @@ def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace:
 
     idep.verdict(check["metadata"]["name"], "Passed", passed=True)
     idep.wait("promotion", lambda s: s.get("stableRevision") == canary)
+    # The new stable at full size first, then the Service moves, then the old one goes.
+    moved = idep.wait(
+        "the Service moved and the old stable kept for the delay",
+        lambda s: (s.get("promotion") or {}).get("step") == "ScaleDownDelay",
+    )
+    assert moved["promotion"]["previous"] == stable
+    serving = cluster.get_json("service", "qwen", "-n", idep_namespace)
+    assert serving["spec"]["selector"]["infergate.io/revision"] == canary
+    assert idep.revisions() == {stable: 2, canary: 2}
     idep.wait_phase("Stable")
     idep.wait("old stable scaled down", lambda _: idep.revisions() == {stable: 0, canary: 2})
+    assert "promotion" not in idep.status()
     serving = cluster.get_json("service", "qwen", "-n", idep_namespace)
     assert serving["spec"]["selector"]["infergate.io/revision"] == canary
     status = idep.status()
@@ -125,7 +136,8 @@ def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace:
     )
     wide = idep.table("-o", "wide")
     assert (wide["ENGINE"], wide["DTYPE"], wide["REPLICAS"]) == ("vllm", "float16", "2")
-    idep.wait_event("Promoting")
+    for step in ("PromotionScalingUp", "PromotionSwitching", "PromotionScaleDownDelay"):
+        idep.wait_event(step)
     idep.wait_event("ParityCheckCreated")
 
 
@@ -311,7 +323,12 @@ def test_a_route_someone_else_made_under_the_name_is_left_alone_and_holds_the_st
 
     cluster.kubectl("delete", "httproutes.gateway.networking.k8s.io", "qwen", "-n", idep_namespace)
     idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=120)
-    assert route_weights(cluster, idep_namespace) == {canary: 100}
+    # The route moves once the promoted revision runs at full size.
+    wait_for(
+        lambda: route_weights(cluster, idep_namespace) == {canary: 100},
+        60,
+        "the route on the promoted revision alone",
+    )
     assert idep.condition("Degraded")["reason"] == "Healthy"
 
 

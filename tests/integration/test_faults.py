@@ -3,7 +3,7 @@ is promoted without a bound Passed verdict, the stable revision keeps serving at
 and untouched, and no child is duplicated (fault_support has the invariants).
 
 The first tests run the installed operator (two replicas, one acting) as pods; the last
-three run `infergate operator` as processes of the test, behind a fault proxy
+four run `infergate operator` as processes of the test, behind a fault proxy
 (fault_proxy.py) that sees, stalls or fails every request they make, with the installed
 replicas scaled to 0 meanwhile so that exactly the processes under test act.
 
@@ -20,8 +20,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,13 +29,12 @@ from infergate_dev.localcluster import controlplane
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
-    OperatorInstall,
     deployment_manifest,
     idep_namespace,
     operator,
     settle,
 )
-from tests.integration.fault_proxy import Exchange, Stall, Storm, path_matches
+from tests.integration.fault_proxy import Conflict, Exchange, Stall, Storm, path_matches
 from tests.integration.fault_support import (
     GateWatch,
     LocalOperator,
@@ -44,12 +42,14 @@ from tests.integration.fault_support import (
     assert_gate_held,
     assert_no_duplicates,
     explained,
+    installed_stopped,
     mid_canary,
+    rig,
     runner_jobs,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-__all__ = ["idep_namespace", "operator"]
+__all__ = ["idep_namespace", "installed_stopped", "operator", "rig"]
 REPLICAS = 2
 TERMINAL = {"Passed", "Failed", "Inconclusive", "Error"}
 # How long the API server or etcd stays stopped in the "down" cases: several resyncs
@@ -312,25 +312,6 @@ def test_a_side_that_never_answers_ends_the_check_in_error_and_the_canary_rolls_
 # -- operator processes behind the fault proxy ------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def installed_stopped(operator: OperatorInstall) -> Iterator[OperatorInstall]:
-    """The installed replicas scaled to 0 (and the Lease gone), back to 2 afterwards."""
-    operator.scale(0)
-    operator.cluster.kubectl(
-        "delete", "lease", "infergate-operator", "-n", operator.namespace, "--ignore-not-found"
-    )
-    yield operator
-    operator.scale(REPLICAS)
-
-
-@pytest.fixture
-def rig(installed_stopped: OperatorInstall, tmp_path: Path) -> Iterator[Rig]:
-    """Operator processes of this test behind fault proxies, stopped when it ends."""
-    made = Rig(installed_stopped, tmp_path)
-    yield made
-    made.close()
-
-
 def test_two_replicas_started_together_only_one_acts(
     cluster: Cluster, idep_namespace: str, rig: Rig
 ) -> None:
@@ -515,6 +496,59 @@ def test_an_operator_killed_mid_promotion_finishes_it_once_and_promotes_nothing_
     _report(f"killed mid-promotion: promotion finished {converged:.1f}s after the restart")
 
 
+def test_a_promotion_whose_service_write_meets_conflicts_keeps_the_old_stable_serving(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """The canary's check passes; every write of the stable Service is answered 409 Conflict
+    (as a write from a stale copy is) while the promotion moves traffic. The promoted
+    revision grows to full size, the move is retried and refused, and meanwhile the Service
+    selects the old stable and the old stable keeps every pod. Once the writes go through,
+    the old stable keeps its pods scaleDownDelaySeconds more after the Service was seen
+    moved, then is scaled to 0."""
+    proxy = rig.proxy()
+    ns, name, delay = idep_namespace, "qwen", 10
+    idep = Idep(cluster, ns, deployment_manifest(name, scale_down_delay=delay))
+    rig.operator(proxy, "run-0")
+    stable, canary, check = mid_canary(idep)
+    conflict = Conflict(path_matches("PATCH", rf"/namespaces/{ns}/services/{name}$"))
+    proxy.conflicts.append(conflict)
+    with GateWatch(cluster, ns, name) as watch:
+        idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+        _promoted(idep, canary)
+        with explained(idep):
+            wait_for(lambda: conflict.answered >= 3, 90, "the Service's move refused, retried")
+            settle()
+            status = idep.status()
+            assert status["promotion"]["step"] == "Switching", status["promotion"]
+            assert idep.condition("Progressing")["reason"] == "PromotionSwitching"
+            assert idep.revisions() == {stable: REPLICAS, canary: REPLICAS}
+            service = cluster.get_json("service", name, "-n", ns)
+            assert service["spec"]["selector"]["infergate.io/revision"] == stable
+            assert idep.condition("Available")["status"] == "True"
+        refused = conflict.answered
+        lifted = time.monotonic()
+        conflict.lift()
+        _retired(idep, stable, canary)
+        settle()
+    moved = watch.first_selected(canary)
+    dropped = watch.first_size(stable, 0)
+    assert moved is not None, "the Service was never seen selecting the promoted revision"
+    assert dropped is not None, watch.sizes(stable)
+    # The old stable was at full size in every state served until the move, and went only
+    # the delay after it (a second of slack for the two watches' own clocks).
+    assert moved > lifted
+    assert dropped - moved >= delay - 1, f"scaled down {dropped - moved:.1f}s after the move"
+    assert watch.sizes(stable) == {REPLICAS, 0}, watch.sizes(stable)
+    assert watch.stables() == {stable, canary}
+    status = idep.wait_phase("Stable")
+    assert "promotion" not in status
+    assert_no_duplicates(idep, {stable, canary}, canary)
+    _report(
+        f"promotion under a refused Service write: {refused} writes refused; old stable scaled "
+        f"down {dropped - moved:.1f}s after the Service was seen moved (delay {delay}s)"
+    )
+
+
 def test_a_storm_of_conflicts_throttling_and_server_errors_is_ridden_out_with_backoff(
     cluster: Cluster, idep_namespace: str, rig: Rig
 ) -> None:
@@ -591,3 +625,34 @@ def _peak(exchanges: list[Exchange]) -> int:
     """The most requests in any one-second window."""
     times = sorted(e.at for e in exchanges)
     return max((sum(1 for t in times if start <= t < start + 1) for start in times), default=0)
+
+
+def test_sigterm_mid_call_ends_the_operator_within_seconds_and_gives_up_the_lease(
+    cluster: Cluster, idep_namespace: str, rig: Rig
+) -> None:
+    """A pod's termination while a reconcile's status write hangs in the API server (the
+    proxy holds it unanswered): kopf stops, its cleanup gives the Lease up, and the process
+    ends within seconds, not when the held call times out or its threads are joined."""
+    proxy = rig.proxy()
+    ns, name = idep_namespace, "qwen"
+    idep = Idep(cluster, ns, deployment_manifest(name))
+    process = rig.operator(proxy, "sigterm", leader_election=True)
+    idep.apply()
+    idep.wait_stable(timeout=90)
+    held = Stall(
+        matches=path_matches("PUT", rf"/namespaces/{ns}/inferencedeployments/{name}/status$")
+    )
+    proxy.stalls.append(held)
+    idep.apply(dtype="float16")  # a new revision: the reconcile writes status, which is held
+    held.wait(60)
+    assert process.process is not None
+    os.kill(process.process.pid, signal.SIGTERM)
+    sent = time.monotonic()
+    process.process.wait(60)
+    took = time.monotonic() - sent
+    proxy.release_stalled()
+    proxy.stalls.clear()
+    assert took < 10, f"the operator took {took:.1f}s to exit after SIGTERM"
+    lease = cluster.get_json("lease", "infergate-operator", "-n", rig.install.namespace)
+    assert not lease["spec"].get("holderIdentity"), lease["spec"]
+    _report(f"SIGTERM with a status write held: exited after {took:.1f}s")

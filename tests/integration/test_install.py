@@ -31,6 +31,7 @@ from tests.harness import (
     release_namespace,
     wait_for,
 )
+from tests.unit.packaging.kustomize import tenant_role
 from tests.unit.packaging.rbac_usage import (
     Permission,
     grants,
@@ -313,7 +314,8 @@ def test_without_any_single_rule_the_api_server_refuses_something_needed(
     """For each rule: a copy of the installed roles without it, bound to an account of its
     own; the API server refuses that account at least one permission the code needs."""
     cluster = install.cluster
-    roles = [d for d in install.documents if d["kind"] == "ClusterRole"]
+    # The operator's rule sets (the tenant roles are for namespace users, not the operator).
+    roles = [d for d in install.documents if d["kind"] == "ClusterRole" and not tenant_role(d)]
     union = [rule for role in roles for rule in role["rules"]]
     needed = operator_usage().reachable()
     objects: list[JSON] = []
@@ -371,6 +373,58 @@ def test_without_any_single_rule_the_api_server_refuses_something_needed(
         for kind in ("clusterrolebinding", "clusterrole"):
             names = [o["metadata"]["name"] for o in objects if o["kind"].lower() == kind]
             cluster.kubectl("delete", kind, *names, "--ignore-not-found", check=False)
+
+
+# (built-in role, verb, resource, subresource, allowed): what a namespace user bound to
+# admin, edit or view may do with infergate's objects once the tenant roles aggregate.
+_TENANT_ACCESS: tuple[tuple[str, str, str, str, bool], ...] = (
+    ("edit", "create", "inferencedeployments.infergate.io", "", True),
+    ("edit", "patch", "inferencedeployments.infergate.io", "", True),
+    ("edit", "update", "inferencedeployments.infergate.io", "scale", True),
+    ("edit", "create", "paritychecks.infergate.io", "", True),
+    ("edit", "delete", "paritychecks.infergate.io", "", True),
+    ("edit", "get", "configmaps", "", True),  # the check reports
+    ("edit", "patch", "inferencedeployments.infergate.io", "status", False),
+    ("edit", "update", "paritychecks.infergate.io", "status", False),
+    ("admin", "create", "paritychecks.infergate.io", "", True),
+    ("admin", "patch", "paritychecks.infergate.io", "status", False),
+    ("view", "list", "paritychecks.infergate.io", "", True),
+    ("view", "get", "inferencedeployments.infergate.io", "", True),
+    ("view", "get", "configmaps", "", True),
+    ("view", "create", "inferencedeployments.infergate.io", "", False),
+    ("view", "patch", "paritychecks.infergate.io", "", False),
+)
+
+
+def test_namespace_users_get_the_resources_through_the_built_in_roles(
+    install: Install, namespace: str
+) -> None:
+    """The installed tenant ClusterRoles aggregate into admin, edit and view: an editor runs
+    rollouts and checks and reads reports, a viewer reads, and nobody but the operator (and
+    a check's runner) writes a status. The API server's authorizer answers."""
+    cluster = install.cluster
+
+    def tenant(role: str) -> str:
+        return f"tenant-{role}-{install.session}"
+
+    for role in ("admin", "edit", "view"):
+        cluster.kubectl(
+            "create", "rolebinding", f"tenant-{role}", f"--clusterrole={role}",
+            f"--user={tenant(role)}", "-n", namespace,
+        )  # fmt: skip
+
+    def answers() -> list[tuple[str, str, str, str, bool]]:
+        found = []
+        for role, verb, resource, subresource, _ in _TENANT_ACCESS:
+            asked = ["auth", "can-i", verb, resource, "-n", namespace, f"--as={tenant(role)}"]
+            if subresource:
+                asked.append(f"--subresource={subresource}")
+            said = cluster.kubectl(*asked, check=False).stdout.strip() == "yes"
+            found.append((role, verb, resource, subresource, said))
+        return found
+
+    # The aggregation controller folds the labelled roles into the built-in ones shortly.
+    wait_for(lambda: answers() == list(_TENANT_ACCESS), 60, "the tenant roles aggregated")
 
 
 def test_uninstall_removes_the_operator_and_its_rbac(cluster: Cluster, install: Install) -> None:

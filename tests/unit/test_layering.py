@@ -58,6 +58,9 @@ def test_the_code_keeps_every_contract(copy_of_the_package: Path) -> None:
         ("plan/drift/watch.py", "import infergate.plan.deployment.state", "Plan rooms"),
         ("plan/phases.py", "import infergate.plan.check.status", "Plan rooms"),
         ("commands/crds.py", "import infergate_dev.helmchart", "The product never imports"),
+        ("report/page.py", "import httpx", "Pure layers"),
+        ("parity/verdict.py", "import infergate.report.page", "The numeric core renders nothing"),
+        ("parity/stats.py", "import jinja2", "The numeric core renders nothing"),
     ],
 )
 def test_a_deliberate_violation_breaks_a_contract(
@@ -76,3 +79,32 @@ def _verdict(report: str, contract: str) -> str:
     listed = text[text.index("Contracts ---------") :]
     after = listed[listed.index(contract) :]
     return min(("KEPT", "BROKEN"), key=lambda word: after.find(word) % (len(after) + 1))
+
+
+ROOM_SIZES = REPO / "hack" / "room-sizes.py"
+
+
+def _room_sizes(source_root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOM_SIZES), str(source_root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_module_grown_past_its_rooms_limit_fails_lint(copy_of_the_package: Path) -> None:
+    path = copy_of_the_package / "operator" / "infergate" / "plan" / "phases.py"
+    path.write_text(path.read_text(encoding="utf-8") + "\n" * 451, encoding="utf-8")
+    result = _room_sizes(copy_of_the_package / "operator")
+    assert result.returncode == 1
+    assert "plan/phases.py" in result.stdout
+    assert "over the 450-line limit" in result.stdout
+
+
+def test_a_module_outside_the_rooms_may_be_longer(copy_of_the_package: Path) -> None:
+    path = copy_of_the_package / "operator" / "infergate" / "api" / "common.py"
+    path.write_text(path.read_text(encoding="utf-8") + "\n" * 451, encoding="utf-8")
+    result = _room_sizes(copy_of_the_package / "operator")
+    assert "api/common.py" not in result.stdout

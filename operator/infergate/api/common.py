@@ -6,17 +6,38 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, ValidationInfo, field_validator
 
-from infergate.api.base import DNS_LABEL_MAX, MESSAGE_MAX, NAME_MAX, KubeModel
+from infergate.api.base import DNS_LABEL_MAX, MESSAGE_MAX, NAME_MAX, KubeModel, cel, cel_rules
 from infergate.api.enums import ConditionStatus
 
-# Kubernetes resource quantity, e.g. 500m, 16Gi, 2 (as a number or a string).
+# Kubernetes resource quantity, e.g. 500m, 16Gi, 2 (as a number or a string), never
+# negative: the API server's own quantity syntax allows a leading `-`, which means
+# nothing for an amount of CPU, memory or bytes. Negative integers are refused by
+# `NON_NEGATIVE_QUANTITY_RULE` and `check_non_negative` (a pattern sees strings only).
 QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 Quantity = int | Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)]
+QUANTITY_MESSAGE = (
+    "every quantity must be non-negative, e.g. 500m, 2Gi or 2: a negative amount of a "
+    "resource is not a resource"
+)
+# int-or-string is `dyn` in CEL: the type is checked before each comparison.
+NON_NEGATIVE_QUANTITY_RULE = cel(
+    "self.all(k, type(self[k]) == int ? self[k] >= 0 : !string(self[k]).startsWith('-'))",
+    QUANTITY_MESSAGE,
+)
+
+
+def check_non_negative(field: str, quantities: dict[str, int | str] | None) -> None:
+    """Refuse a negative quantity, naming the field and the resource."""
+    for resource, value in (quantities or {}).items():
+        negative = value < 0 if isinstance(value, int) else value.startswith("-")
+        if negative:
+            raise ValueError(f"{field}.{resource}: {value!r} is not allowed; {QUANTITY_MESSAGE}")
+
 
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ObjectName = Annotated[
@@ -69,10 +90,24 @@ class ConfigMapKeyReference(KubeModel):
 class ResourceRequirements(KubeModel):
     """CPU and memory of a container, as in a Pod's resources."""
 
-    limits: dict[str, Quantity] | None = Field(default=None, max_length=16)
-    """Most of each resource the container may use, e.g. {cpu: "2", memory: 8Gi}."""
-    requests: dict[str, Quantity] | None = Field(default=None, max_length=16)
-    """Resources the scheduler reserves for the container, e.g. {cpu: 500m, memory: 2Gi}."""
+    limits: dict[str, Quantity] | None = Field(
+        default=None, max_length=16, json_schema_extra=cel_rules(NON_NEGATIVE_QUANTITY_RULE)
+    )
+    """Most of each resource the container may use, e.g. {cpu: "2", memory: 8Gi}; never
+    negative."""
+    requests: dict[str, Quantity] | None = Field(
+        default=None, max_length=16, json_schema_extra=cel_rules(NON_NEGATIVE_QUANTITY_RULE)
+    )
+    """Resources the scheduler reserves for the container, e.g. {cpu: 500m, memory: 2Gi}; never
+    negative."""
+
+    @field_validator("limits", "requests")
+    @classmethod
+    def _non_negative(
+        cls, quantities: dict[str, int | str] | None, info: ValidationInfo
+    ) -> dict[str, int | str] | None:
+        check_non_negative(f"resources.{info.field_name}", quantities)
+        return quantities
 
 
 class TolerationOperator(StrEnum):

@@ -15,6 +15,7 @@ from infergate.api.enums import (
     DeploymentPhase,
     DType,
     EngineKind,
+    PromotionStep,
     VerdictOutcome,
 )
 from infergate.api.traffic import TrafficMode
@@ -113,6 +114,24 @@ class TrafficStatus(KubeModel):
     """The ParityCheck re-checking the canary at the end of this step, once asked for."""
 
 
+class PromotionStatus(KubeModel):
+    """A change of the stable revision in progress: the new stable grows to full size, then
+    traffic moves to it, then (once the move was seen, after scaleDownDelaySeconds) the
+    previous stable is scaled down. Never both at once."""
+
+    revision: str = Field(max_length=64)
+    """The new stable revision (stableRevision)."""
+    previous: str = Field(max_length=64)
+    """The revision that served before; it keeps its pods until the promotion ends."""
+    step: PromotionStep
+    """ScalingUp, Switching or ScaleDownDelay."""
+    switched_at: datetime | None = None
+    """When the stable Service (and the HTTPRoute, in gateway mode) was first seen sending
+    requests to the new stable: the scale-down delay counts from here."""
+    scale_down_at: datetime | None = None
+    """When the previous revision is scaled down (switchedAt + scaleDownDelaySeconds)."""
+
+
 class InferenceDeploymentStatus(KubeModel):
     """Observed state of an InferenceDeployment, written by the operator."""
 
@@ -121,7 +140,8 @@ class InferenceDeploymentStatus(KubeModel):
     phase: DeploymentPhase | None = None
     """Stable, Progressing, Verifying, Promoting, RolledBack or Failed (derived from conditions)."""
     stable_revision: str | None = Field(default=None, max_length=64)
-    """Revision serving as stable."""
+    """The stable revision, the one promoted last. Until its promotion has seen traffic move to it
+    (promotion.switchedAt), promotion.previous still serves the clients."""
     canary_revision: str | None = Field(default=None, max_length=64)
     """Revision being rolled out, if any."""
     revisions: list[RevisionRecord] = Field(default_factory=list, max_length=64)
@@ -144,6 +164,8 @@ class InferenceDeploymentStatus(KubeModel):
     """
     traffic: TrafficStatus | None = None
     """Where live requests go now, and the gateway rollout's current step."""
+    promotion: PromotionStatus | None = None
+    """The change of stable revision in progress, step by step; unset when none is."""
     endpoints: Endpoints | None = None
     """Services of the stable and canary revisions."""
     replicas: int | None = Field(default=None, ge=0)

@@ -23,7 +23,7 @@ from infergate.api.base import SHORT_TEXT_MAX, KubeModel, cel, cel_rules
 from infergate.api.common import ObjectName, ShortHash
 from infergate.api.cron import SCHEDULE_PATTERN, CronError, CronSchedule, parse_cron
 from infergate.api.enums import VerdictOutcome
-from infergate.api.parity_check import DEADLINE_RULE, SOURCE_RULES, ParityCheckTemplate
+from infergate.api.parity_check import SOURCE_RULES, TEMPLATE_RULES, ParityCheckTemplate
 from infergate.api.shadow import CheckSource
 
 INTERVAL_MIN = 300
@@ -156,7 +156,7 @@ class RolloutParity(ParityCheckTemplate):
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
-            DEADLINE_RULE,
+            *TEMPLATE_RULES,
             *SOURCE_RULES,
             cel(
                 "!has(self.watch) || !has(self.source) || self.source == 'suite'",

@@ -23,8 +23,11 @@ from infergate.api.model_uri import (
 from infergate.api.pinned import (
     ARGS_MESSAGE,
     CONFIG_MESSAGE,
+    CONTROL_CHARACTER_PATTERN,
+    CONTROL_MESSAGE,
     MINDFORMERS_PINNED_CONFIG_KEYS,
     PINNED_ARG_PATTERN,
+    has_control_character,
     pinned_config_keys,
     pinned_flag,
 )
@@ -152,12 +155,15 @@ class Engine(KubeModel):
         default_factory=list,
         max_length=64,
         json_schema_extra=cel_rules(
-            cel(f"self.all(a, !a.matches(r'{PINNED_ARG_PATTERN}'))", ARGS_MESSAGE)
+            cel(f"self.all(a, !a.matches(r'{PINNED_ARG_PATTERN}'))", ARGS_MESSAGE),
+            cel(f"self.all(a, !a.matches(r'{CONTROL_CHARACTER_PATTERN}'))", CONTROL_MESSAGE),
         ),
     )
-    """Extra engine command-line arguments, e.g. [--enforce-eager]; flags pinned by other fields are
+    """Extra engine command-line arguments, e.g. [--enforce-eager]; flags pinned by other fields,
+    and flags that would load weights, config, tokenizer, generation settings or code from
+    elsewhere than model.uri (--tokenizer, --hf-config-path, --trust-remote-code, ...), are
     refused in every spelling the engine's parser accepts (underscores, --flag=value, --flag.key,
-    abbreviations).
+    abbreviations). Each argument is one printable token (no control characters).
     """
     env: list[EnvVar] = Field(
         default_factory=list,
@@ -180,7 +186,8 @@ class Engine(KubeModel):
     @field_validator("image")
     @classmethod
     def _pinned_image(cls, image: str | None) -> str | None:
-        if image is not None and (not _IMAGE_PINNED.match(image) or image.endswith(":latest")):
+        # fullmatch, as RE2 matches the CRD's pattern: Python's `$` also passes a final newline.
+        if image is not None and (not _IMAGE_PINNED.fullmatch(image) or image.endswith(":latest")):
             raise ValueError(f"engine.image: {image!r} is not allowed; {_IMAGE_MESSAGE}")
         return image
 
@@ -188,6 +195,8 @@ class Engine(KubeModel):
     @classmethod
     def _no_pinned_flags(cls, args: list[str]) -> list[str]:
         for arg in args:
+            if has_control_character(arg):
+                raise ValueError(f"engine.args: {arg!r} is not allowed; {CONTROL_MESSAGE}")
             flag = pinned_flag(arg)
             if flag is not None:
                 raise ValueError(

@@ -69,7 +69,7 @@ ENV_VALUE_MESSAGE = (
 
 def plain_value_allowed(name: str) -> bool:
     """Whether `name` may carry a plain value (a tuning knob, not a credential)."""
-    return bool(_PLAIN.match(name)) and not _SECRET.search(name)
+    return bool(_PLAIN.fullmatch(name)) and not _SECRET.search(name)
 
 
 class SecretKeySelector(KubeModel):

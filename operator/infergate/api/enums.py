@@ -49,6 +49,18 @@ class DeploymentPhase(StrEnum):
     FAILED = "Failed"
 
 
+class PromotionStep(StrEnum):
+    """Where a change of the stable revision stands: ScalingUp (the new stable grows to
+    replicas while the previous one serves), Switching (it is ready; the stable Service and
+    HTTPRoute move to it), ScaleDownDelay (the move was seen; the previous one keeps its pods
+    until scaleDownDelaySeconds passed).
+    """
+
+    SCALING_UP = "ScalingUp"
+    SWITCHING = "Switching"
+    SCALE_DOWN_DELAY = "ScaleDownDelay"
+
+
 class CheckPhase(StrEnum):
     """Phase of a parity check: Pending, Running, Passed, Failed (measured bad), Inconclusive (too
     little evidence to decide) or Error (could not measure).

@@ -35,6 +35,8 @@ LabelKey = Annotated[
         r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
     ),
 ]
+# A day: longer keeps two full revisions' accelerators for no request.
+SCALE_DOWN_DELAY_MAX = 86400
 LabelValue = Annotated[str, StringConstraints(max_length=DNS_LABEL_MAX)]
 AnnotationValue = Annotated[str, StringConstraints(max_length=4096)]
 
@@ -118,6 +120,12 @@ class Rollout(KubeModel):
     """Remove the canary and mark its revision rejected when its check fails or errs."""
     progress_deadline_seconds: int = Field(default=1800, ge=60, le=86400)
     """Seconds a canary may take to become Available before the rollout counts as failed."""
+    scale_down_delay_seconds: int = Field(default=30, ge=0, le=SCALE_DOWN_DELAY_MAX)
+    """Seconds the previous stable revision keeps its pods after the stable Service (and the
+    HTTPRoute, in gateway mode) was seen moved to the new stable, so requests already on their
+    way to it still find it; then it is scaled to 0 (0..86400, default 30, as Argo Rollouts'
+    scaleDownDelaySeconds). A promotion first scales the new stable to `replicas` and waits
+    for every pod to be available, then moves the traffic, then waits this long."""
     traffic: Traffic = Field(default_factory=Traffic, json_schema_extra={"default": {}})
     """Which live requests reach a canary before its check passes (dark by default: none), and how
     traffic moves after (promotion, or gateway steps)."""
@@ -264,7 +272,8 @@ DEPLOYMENT_NAME_MESSAGE = (
 
 def check_deployment_name(name: str) -> str:
     """Refuse names whose revision objects could not be created."""
-    if len(name) > DEPLOYMENT_NAME_MAX or not re.match(DEPLOYMENT_NAME_PATTERN, name):
+    # fullmatch, as RE2 matches the CRD's rule: Python's `$` also passes a final newline.
+    if len(name) > DEPLOYMENT_NAME_MAX or not re.fullmatch(DEPLOYMENT_NAME_PATTERN, name):
         raise ValueError(f"metadata.name: {name!r} is not allowed; {DEPLOYMENT_NAME_MESSAGE}")
     return name
 

@@ -61,9 +61,10 @@ class Load(KubeModel):
 class Performance(KubeModel):
     """Limits on how much slower the candidate may be than the baseline under the same load."""
 
-    max_throughput_drop: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_throughput_drop: float | None = Field(default=None, ge=0.0, lt=1.0)
     """Largest allowed drop of output tokens per second, as a share of the baseline's (0.1: the
-    candidate may be at most 10% slower). Unset: not limited."""
+    candidate may be at most 10% slower). Allowed: 0 <= x < 1 (a drop of 1 is no throughput at
+    all, which no measurement exceeds, so it could never fail). Unset: not limited."""
     max_ttft_p99_increase: float | None = Field(default=None, ge=0.0, le=100.0)
     """Largest allowed rise of the 99th percentile time to first token, as a share of the
     baseline's (0.2: at most 20% higher). Unset: not limited."""

@@ -68,7 +68,8 @@ class ModelLocation:
 
 def parse_model_uri(uri: str) -> ModelLocation:
     """Parse a model URI; the error names the field, the value and the allowed forms."""
-    if not _PATTERN.match(uri):
+    # fullmatch, as RE2 matches the CRD's pattern: Python's `$` also passes a final newline.
+    if not _PATTERN.fullmatch(uri):
         raise ValueError(f"model.uri: {uri!r} is not allowed; use {MODEL_URI_FORMS}")
     if _TRAVERSAL.search(uri):
         raise ValueError(f"model.uri: {uri!r} is not allowed; {MODEL_URI_TRAVERSAL_MESSAGE}")

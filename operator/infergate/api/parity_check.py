@@ -30,7 +30,13 @@ from infergate.api.common import (
 from infergate.api.golden import GoldenBaseline
 from infergate.api.load import Load, Performance
 from infergate.api.prompts import PromptSuite
-from infergate.api.shadow import CheckSource, ShadowSettings
+from infergate.api.shadow import WINDOW_DEFAULT, CheckSource, ShadowSettings
+from infergate.api.threshold_ranges import (
+    MAX_TOKENS_MAX,
+    REGRESSION_RANGES,
+    THRESHOLD_RANGES,
+    AdmittedRanges,
+)
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
 # Fields of Thresholds and RegressionTolerance that tune how a check measures
@@ -80,7 +86,6 @@ CheckName = Annotated[
     WithJsonSchema({"type": "string", "enum": list(SWITCHABLE_CHECKS), "maxLength": 64}),
 ]
 
-MAX_TOKENS_MAX = 32768
 TOP_LOGPROBS_MAX = 20
 SEED_MAX = 2**32 - 1
 RUNNER_DEADLINE_MAX = 86400
@@ -181,6 +186,32 @@ DEADLINE_RULE = cel(
     "runner.activeDeadlineSeconds must not exceed deadlineSeconds",
     field_path=".runner.activeDeadlineSeconds",
 )
+_WINDOW_MESSAGE = (
+    "shadow.windowSeconds must be below runner.activeDeadlineSeconds: the runner collects "
+    "mirrored requests for the whole window and then decides, so a window as long as its "
+    "deadline always ends the check in Error"
+)
+# The runner of a shadow check collects for windowSeconds (default when shadow is unset).
+WINDOW_RULE = cel(
+    "!has(self.source) || self.source != 'shadow' || "
+    f"(has(self.shadow) ? self.shadow.windowSeconds : {WINDOW_DEFAULT}) "
+    "< self.runner.activeDeadlineSeconds",
+    _WINDOW_MESSAGE,
+    field_path=".runner.activeDeadlineSeconds",
+)
+_P10_MESSAGE = (
+    "thresholds.minFirstDivergenceP10 must not exceed sampling.maxTokens: no prompt is "
+    "generated past maxTokens, so a longer limit can never be judged"
+)
+P10_RULE = cel(
+    "!has(self.thresholds) || !has(self.thresholds.minFirstDivergenceP10) || "
+    "self.thresholds.minFirstDivergenceP10 <= double(self.sampling.maxTokens)",
+    _P10_MESSAGE,
+    field_path=".thresholds.minFirstDivergenceP10",
+)
+# Rules across the template's fields, shared by every model built on it (a model's own
+# rules replace its base's in the schema, so each lists them).
+TEMPLATE_RULES = (DEADLINE_RULE, WINDOW_RULE, P10_RULE)
 
 # A shadow check judges mirrored live requests: no suite, and nothing that drives one.
 SOURCE_RULES = (
@@ -204,7 +235,7 @@ class ParityCheckTemplate(KubeModel):
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
-            DEADLINE_RULE,
+            *TEMPLATE_RULES,
             *SOURCE_RULES,
         )
     )
@@ -236,12 +267,13 @@ class ParityCheckTemplate(KubeModel):
     gpu-to-ascend-bf16 or strict. Unset: chosen from what differs between the two sides; a side
     whose dtype is unknown (an endpoint that does not report it) needs it set.
     """
-    thresholds: Thresholds | None = None
+    thresholds: Annotated[Thresholds, AdmittedRanges("thresholds", THRESHOLD_RANGES)] | None = None
     """Per-metric limits over the profile's (a field left out keeps the profile's limit), and its
-    minimum evidence (minPrompts, minLongPrompts, minScoredSteps) and confidence level.
+    minimum evidence (minPrompts, minLongPrompts, minScoredSteps) and confidence level. Each
+    limit must be one a measurement can both pass and fail (each field states its range).
     """
-    regression: RegressionTolerance = Field(
-        default_factory=RegressionTolerance, json_schema_extra={"default": {}}
+    regression: Annotated[RegressionTolerance, AdmittedRanges("regression", REGRESSION_RANGES)] = (
+        Field(default_factory=RegressionTolerance, json_schema_extra={"default": {}})
     )
     """Allowed worsening against the last passing check of the same suite and sampling, judged
     with confidence bounds; an allowance left out is a quarter of the profile limit's headroom.
@@ -295,6 +327,22 @@ class ParityCheckTemplate(KubeModel):
             raise ValueError(
                 f"runner.activeDeadlineSeconds ({self.runner.active_deadline_seconds}) "
                 f"must not exceed deadlineSeconds ({self.deadline_seconds})"
+            )
+        window = self.shadow.window_seconds if self.shadow is not None else WINDOW_DEFAULT
+        if self.source is CheckSource.SHADOW and window >= self.runner.active_deadline_seconds:
+            raise ValueError(
+                f"runner.activeDeadlineSeconds ({self.runner.active_deadline_seconds}) is not "
+                f"allowed with shadow.windowSeconds {window}; {_WINDOW_MESSAGE}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _p10_within_max_tokens(self) -> Self:
+        p10 = self.thresholds.min_first_divergence_p10 if self.thresholds else None
+        if p10 is not None and p10 > self.sampling.max_tokens:
+            raise ValueError(
+                f"thresholds.minFirstDivergenceP10 ({p10:g}) is not allowed with "
+                f"sampling.maxTokens {self.sampling.max_tokens}; {_P10_MESSAGE}"
             )
         return self
 
@@ -393,7 +441,7 @@ class ParityCheckSpec(ParityCheckTemplate):
 
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
-            DEADLINE_RULE,
+            *TEMPLATE_RULES,
             *SOURCE_RULES,
             cel(
                 "!has(self.candidate.golden)",

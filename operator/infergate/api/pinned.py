@@ -25,6 +25,12 @@ So an argument is refused when its flag name (the text before the first `=` or
 `.`, underscores read as dashes) is a pinned flag or a prefix of one. Prefixes
 that are ambiguous would make the engine refuse to start; refusing them at
 admission costs nothing and keeps the rule one regular expression.
+
+An argument is one printable token: control characters (a newline, a tab, NUL)
+are refused, so no spelling hides a flag from the rule or splits into two on the
+way to the engine. The rule is matched against the whole argument in Python as
+RE2 matches it in the CRD (`fullmatch`: Python's `$` also matches before a final
+newline, RE2's only at the end of the text).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from typing import Any
 # render/mindformers.py), or that would load unpinned settings from elsewhere
 # (--config: a YAML file for vLLM, numeric overrides for the adapter;
 # --engine-config: the adapter's pinned engine.json).
-PINNED_LONG_FLAGS: tuple[str, ...] = (
+_SET_FROM_FIELDS: tuple[str, ...] = (
     "--model",
     "--served-model-name",
     "--dtype",
@@ -50,10 +56,26 @@ PINNED_LONG_FLAGS: tuple[str, ...] = (
     "--max-logprobs",
     "--hf-overrides",
     "--revision",
+    "--load-format",
     "--engine",
     "--engine-config",
     "--config",
 )
+# vLLM flags that would serve other weights, config, tokenizer or generation settings
+# than spec.model.uri names (another repository or revision, dummy weights), or run
+# code shipped with the model: the operator would report one model while another
+# answers. No field asks for remote code, so --trust-remote-code is refused outright.
+# --tokenizer-mode and --config-format stay allowed: they choose how the model's own
+# files are read, not which files, and the revision hash covers them.
+_LOADS_FROM_ELSEWHERE: tuple[str, ...] = (
+    "--tokenizer",
+    "--tokenizer-revision",
+    "--hf-config-path",
+    "--code-revision",
+    "--override-generation-config",
+    "--trust-remote-code",
+)
+PINNED_LONG_FLAGS: tuple[str, ...] = _SET_FROM_FIELDS + _LOADS_FROM_ELSEWHERE
 # Single-dash aliases of pinned flags (vLLM: -tp for --tensor-parallel-size).
 PINNED_SHORT_FLAGS: tuple[str, ...] = ("-tp",)
 PINNED_FLAGS: tuple[str, ...] = PINNED_LONG_FLAGS + PINNED_SHORT_FLAGS
@@ -78,7 +100,15 @@ ARGS_MESSAGE = (
     + ", ".join(PINNED_FLAGS)
     + " in any spelling (underscores for dashes, --flag=value, --flag.key sub-keys, or an "
     "abbreviation such as --max-model): they are pinned from spec.model and spec.engine "
-    "(dtype, maxModelLen, tensorParallelSize, seed, config); set those fields instead"
+    "(dtype, maxModelLen, tensorParallelSize, seed, config), or would load weights, config, "
+    "tokenizer, generation settings or code from elsewhere than model.uri; set those fields "
+    "instead"
+)
+# Any C0 control character or DEL; the same text in the CEL rule and in Python.
+CONTROL_CHARACTER_PATTERN = r"[\x00-\x1f\x7f]"
+CONTROL_MESSAGE = (
+    "args must not contain control characters (newline, tab, NUL, ...): each argument is "
+    "one printable token, e.g. --enforce-eager or --max-num-seqs=8"
 )
 CONFIG_MESSAGE = (
     "config must not set "
@@ -119,11 +149,12 @@ PINNED_ARG_PATTERN = (
     + r")(?:[=.][\s\S]*)?$"
 )
 _PINNED_ARG = re.compile(PINNED_ARG_PATTERN)
+_CONTROL = re.compile(CONTROL_CHARACTER_PATTERN)
 
 
 def pinned_flag(arg: str) -> str | None:
     """The pinned flag `arg` would set (in any spelling the engines accept), or None."""
-    if not _PINNED_ARG.match(arg):
+    if not _PINNED_ARG.fullmatch(arg):
         return None
     dashes = "--" if arg.startswith("--") else "-"
     name = re.split(r"[=.]", arg[len(dashes) :], maxsplit=1)[0].replace("_", "-")
@@ -131,6 +162,11 @@ def pinned_flag(arg: str) -> str | None:
     matches = [flag for flag in candidates if flag[len(dashes) :].startswith(name)]
     exact = dashes + name
     return exact if exact in matches else matches[0]
+
+
+def has_control_character(arg: str) -> bool:
+    """Whether `arg` holds a control character (refused: see the module doc)."""
+    return _CONTROL.search(arg) is not None
 
 
 def pinned_config_keys(config: Iterable[str]) -> list[str]:

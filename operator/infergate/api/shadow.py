@@ -45,6 +45,10 @@ class Mirror(KubeModel):
     """CPU and memory of the proxy container."""
 
 
+WINDOW_DEFAULT = 600
+"""Seconds a shadow check collects when its settings leave windowSeconds out."""
+
+
 class ShadowSettings(KubeModel):
     """What a shadow check copies, and how much evidence its verdict needs."""
 
@@ -61,7 +65,7 @@ class ShadowSettings(KubeModel):
     verdict; fewer by the end of windowSeconds: Inconclusive. Each mirror pod keeps its
     scored copies in a bounded budget (128 MiB over all pods, at most 32 MiB each); once
     it is spent the pod copies nothing more (counted as dropped)."""
-    window_seconds: int = Field(default=600, ge=10, le=86400)
+    window_seconds: int = Field(default=WINDOW_DEFAULT, ge=10, le=86400)
     """Seconds to collect mirrored requests before deciding with what was scored."""
     store_prompts: bool = False
     """Keep the text and token ids of the worst requests in the report. Off: metrics only, no

@@ -32,7 +32,11 @@ def register(subparsers: Any) -> None:
     """Add the promote, abort, rollback and status subcommands."""
     for name, help_text, handler in (
         ("promote", "promote the canary revision to stable", run_promote),
-        ("abort", "remove the canary and reject its revision", run_abort),
+        (
+            "abort",
+            "remove the canary and reject its revision (or a promotion still scaling up)",
+            run_abort,
+        ),
         ("rollback", "make a retained earlier revision stable again", run_rollback),
         ("status", "show the rollout state of an InferenceDeployment", run_status),
         ("diff", "show what the canary changes against the stable revision", run_diff),
@@ -182,11 +186,23 @@ def run_promote(args: argparse.Namespace) -> int:
     )
 
 
+def _abortable_promotion(status: JSON) -> str | None:
+    """The revision being promoted while an abort can still undo it (it scales up: no
+    traffic was moved to it yet)."""
+    promotion = status.get("promotion") or {}
+    if promotion.get("step") == "ScalingUp" and promotion.get("revision"):
+        return str(promotion["revision"])
+    return None
+
+
 @_guarded
 def run_abort(args: argparse.Namespace) -> int:
     target = _Target(args)
     status = _status(target.read())
     canary = status.get("canaryRevision")
+    promoting = None if canary else _abortable_promotion(status)
+    if promoting is not None:
+        return _abort_promotion(target, promoting, args)
     if not canary:
         print(f"{target} has no canary to abort (phase {status.get('phase')})")
         return 1
@@ -199,6 +215,24 @@ def run_abort(args: argparse.Namespace) -> int:
         print(f"{target}: canary {canary} still runs after {args.timeout:.0f}s")
         return 1
     print(f"{target}: canary {canary} removed; stable is {_status(body).get('stableRevision')}")
+    return 0
+
+
+def _abort_promotion(target: _Target, revision: str, args: argparse.Namespace) -> int:
+    """Abort a promotion before traffic moved: the previous stable stays."""
+    target.annotate(ABORT, revision)
+    print(f"{target}: abort of the promotion of {revision} requested")
+    if not args.wait:
+        return 0
+    body = target.wait(
+        lambda b: ABORT not in (b["metadata"].get("annotations") or {}), args.timeout
+    )
+    stable = _status(body).get("stableRevision") if body is not None else None
+    if body is None or stable == revision:
+        print(f"{target}: the promotion of {revision} was not aborted (traffic may have moved "
+              "meanwhile); see `kubectl describe idep` or roll back")  # fmt: skip
+        return 1
+    print(f"{target}: promotion of {revision} aborted; stable is {stable}")
     return 0
 
 
@@ -244,6 +278,14 @@ def run_status(args: argparse.Namespace) -> int:
     print(f"  stable:   {status.get('stableRevision') or '-'}")
     print(f"  canary:   {status.get('canaryRevision') or '-'}")
     print(f"  traffic:  {status.get('trafficMechanism') or '-'}")
+    promotion = status.get("promotion")
+    if promotion:
+        print(
+            f"  promotion: {promotion.get('step')}: {promotion.get('previous')} -> "
+            f"{promotion.get('revision')}"
+            + (f", old one scaled down at {promotion['scaleDownAt']}"
+               if promotion.get("scaleDownAt") else "")
+        )  # fmt: skip
     print(f"  replicas: {status.get('readyReplicas', 0)}/{status.get('replicas', 0)} ready")
     check = status.get("lastParityCheck") or {}
     if check:

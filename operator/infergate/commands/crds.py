@@ -3,7 +3,8 @@
 `infergate crds --out crds` writes `crds/*.yaml`; `infergate crds --check crds`
 exits 1 with a diff summary when the files there differ from what the models
 generate (a missing file, an extra file, or changed lines). With `--reference
-FILE` the markdown API reference is written or checked the same way.
+FILE` the markdown API reference is written or checked the same way, and with
+`--profiles FILE` the generated tables of the parity profiles page.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from infergate.api.crd import render_crd_files
 from infergate.api.reference import render_reference
+from infergate.report.profiles_page import ProfilesPageError, render_profiles_page
 
 _DIFF_LINES_SHOWN = 40
 
@@ -39,6 +41,12 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="also write (with --out) or check (with --check) the markdown API reference",
     )
+    parser.add_argument(
+        "--profiles",
+        type=Path,
+        metavar="FILE",
+        help="also write or check the tables of the parity profiles page (its marked part)",
+    )
     parser.set_defaults(handler=run_crds)
 
 
@@ -46,15 +54,54 @@ def run_crds(args: argparse.Namespace) -> int:
     """Write or check; the exit code is 0 when the directory matches the models."""
     generated = render_crd_files()
     reference = getattr(args, "reference", None)
+    profiles = getattr(args, "profiles", None)
     if args.out is not None:
         code = _write(args.out, generated)
         if reference is not None:
             _write_reference(reference)
+        if profiles is not None:
+            code = max(code, _write_profiles(profiles))
         return code
     code = _check(args.check, generated)
     if reference is not None:
         code = max(code, _check_reference(reference))
+    if profiles is not None:
+        code = max(code, _check_profiles(profiles))
     return code
+
+
+def _profiles_page(path: Path) -> tuple[str, str] | None:
+    """(the page on disk, as it should be), or None after saying why it cannot be made."""
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
+    try:
+        return current, render_profiles_page(current)
+    except ProfilesPageError as err:
+        print(f"crds: {path}: {err}", file=sys.stderr)
+        return None
+
+
+def _write_profiles(path: Path) -> int:
+    page = _profiles_page(path)
+    if page is None:
+        return 1
+    current, expected = page
+    if current != expected:
+        path.write_text(expected, encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+def _check_profiles(path: Path) -> int:
+    page = _profiles_page(path)
+    if page is None:
+        return 1
+    current, expected = page
+    if current == expected:
+        print(f"crds check: {path} matches the profiles")
+        return 0
+    print(f"crds check: {path} is stale; run `make crds` and commit", file=sys.stderr)
+    print(diff_summary(path, current, expected), file=sys.stderr)
+    return 1
 
 
 def _write_reference(path: Path) -> None:

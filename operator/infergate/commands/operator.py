@@ -19,22 +19,30 @@ runner namespace (`--runner-namespace`, default the operator's own, $POD_NAMESPA
 else infergate-system), never in the check's: a namespace's users could otherwise mint
 the runner's token and write any verdict. It must be a namespace no tenant may write
 to; with `--namespace`, the operator watches it too.
+
+SIGTERM (or SIGINT) stops kopf, which runs the cleanup handlers (the Lease is given
+up, the API client closed); then the process ends at once, whatever worker threads
+are still inside a blocking API call.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import socket
+import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from pydantic import ValidationError
 
 from infergate.api.golden import GoldenSpec
+from infergate.plan.leadership import DEFAULT_TIMING
 
 _DEFAULT_METRICS_PORT = 9090
 _DEFAULT_HEALTH_PORT = 8080
@@ -116,8 +124,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--lease-seconds",
         type=int,
-        default=15,
-        help="how long a Lease not renewed keeps followers waiting (default: 15)",
+        default=DEFAULT_TIMING.lease_seconds,
+        help="how long a Lease not renewed keeps followers waiting (default: "
+        f"{DEFAULT_TIMING.lease_seconds}); must exceed --renew-deadline-seconds plus the "
+        f"longest write request ({DEFAULT_TIMING.write_request.longest:g}s)",
+    )
+    parser.add_argument(
+        "--renew-deadline-seconds",
+        type=float,
+        default=DEFAULT_TIMING.renew_deadline_seconds,
+        help="how long after its last renewal a leader that cannot renew still acts, then "
+        f"stops (default: {DEFAULT_TIMING.renew_deadline_seconds:g}); must exceed the "
+        f"longest Lease request ({DEFAULT_TIMING.lease_request.longest:g}s)",
     )
     parser.add_argument(
         "--golden-config",
@@ -168,7 +186,8 @@ def runner_namespace_refusal(patterns: list[str], runner_namespace: str) -> str 
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    """Load the handlers and run kopf until interrupted."""
+    """Load the handlers and run kopf until interrupted; then end the process (refused
+    options return their exit code)."""
     # Imported here: the other subcommands must not pay for kopf and the API client.
     import kopf
 
@@ -196,23 +215,45 @@ def run_operator(args: argparse.Namespace) -> int:
     liveness = (
         f"http://{args.bind_address}:{args.health_port}/healthz" if args.health_port else None
     )
+    # A loop of our own: asyncio.run (kopf's default) would wait, without a bound, for
+    # every thread of the default executor to finish its call before returning.
     kopf.run(
+        loop=asyncio.new_event_loop(),
         standalone=True,
         clusterwide=not args.namespace,
         namespaces=watched_namespaces(args.namespace, OPTIONS.runner_namespace),
         liveness_endpoint=liveness,
         stop_flag=LEADER.stop,
     )
+    code = 0
     if LEADER.stop.is_set():
         print("leadership lost: exiting to restart as a follower")
-        return 1
-    return 0
+        code = 1
+    return end_process(code)
+
+
+def end_process(code: int) -> NoReturn:
+    """End the process now that kopf has stopped, whatever threads are still running.
+
+    kopf's cleanup handlers have run (the Lease is released, the API client closed).
+    What can remain are worker threads (kopf's executor, the reconcile and write pools)
+    inside a blocking API call: up to the 60 s request timeout, or a watch far longer.
+    Python joins such threads at exit, so a stopped operator lingered for minutes past
+    its pod's grace period. What they were doing is abandoned, as under SIGKILL: every
+    write is guarded by a resourceVersion and every reconcile starts from what it
+    observes, so the next process redoes it.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _set_options(args: argparse.Namespace) -> str | None:
     """Check the flags and set the operator's options; a refusal says which flag and why."""
     from infergate.controllers._context import OPTIONS
     from infergate.controllers._leader import LEADER
+    from infergate.plan.leadership import timing_refusal
     from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE
     from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
     from infergate.render.network import api_server_peers
@@ -255,12 +296,21 @@ def _set_options(args: argparse.Namespace) -> str | None:
         namespace = os.environ.get("POD_NAMESPACE")
         if not namespace:
             return "--leader-election: set POD_NAMESPACE (the Lease lives in that namespace)"
+        # The renewal deadline and every request timeout must fence the leader's writes.
+        timing = replace(
+            LEADER.timing,
+            lease_seconds=args.lease_seconds,
+            renew_deadline_seconds=args.renew_deadline_seconds,
+        )
+        refused = timing_refusal(timing)
+        if refused:
+            return refused
         OPTIONS.leader_election = True
         OPTIONS.namespace = namespace
         # One identity per process (pod name and a random part, as kube-controller-manager
         # names itself): a restarted container is a new candidate, never the old holder.
         pod = os.environ.get("POD_NAME") or socket.gethostname()
         LEADER.identity = f"{pod}_{uuid.uuid4().hex[:8]}"
-        LEADER.lease_seconds = args.lease_seconds
-        LEADER.leading = False  # nothing acts before the Lease is held
+        LEADER.timing = timing
+        LEADER.follow()  # nothing acts before the Lease is held
     return None

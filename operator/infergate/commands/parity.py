@@ -19,10 +19,10 @@ from infergate.parity.compare import compare_sources
 from infergate.parity.metrics import ParityMetrics
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError
-from infergate.parity.report import render_report
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 from infergate.parity.verdict import Verdict, VerdictStatus, decide
 from infergate.recordio import RecordFormatError, RecordReader
+from infergate.report.page import render_report
 
 EXIT_CODES = {
     VerdictStatus.PASSED: 0,

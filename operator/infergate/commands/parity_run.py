@@ -140,6 +140,6 @@ def html_from_json(text: str | None) -> str | None:
     """The HTML report rebuilt from result.json, when the ConfigMap had no room for the HTML."""
     if text is None:
         return None
-    from infergate.parity.report import render_report_from_json
+    from infergate.report.page import render_report_from_json
 
     return render_report_from_json(text)

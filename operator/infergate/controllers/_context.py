@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from infergate.api.golden import GoldenSpec
+from infergate.controllers._leader import LEADER
 from infergate.controllers._resync import Schedule
 from infergate.kube.background import BackgroundWrites, QueuedWrite
 from infergate.kube.client import KubeClient
@@ -87,10 +88,15 @@ _background: BackgroundWrites | None = None
 
 
 def client() -> KubeClient:
-    """The process's API client, made on first use."""
+    """The process's API client, made on first use: its writes pass the leader's fence and
+    end within the leader's write timeout (`plan.leadership.LeaderTiming`)."""
     global _client  # noqa: PLW0603 - one connection pool per process, made lazily
     if _client is None:
-        _client = KubeClient.from_environment(OPTIONS.kubeconfig)
+        _client = KubeClient.from_environment(
+            OPTIONS.kubeconfig,
+            write_timeout=LEADER.timing.write_request.pair,
+            fence=LEADER.fence,
+        )
     return _client
 
 

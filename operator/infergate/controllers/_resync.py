@@ -18,8 +18,10 @@ failed reconcile runs again after the backoff of `infergate.retry.RECONCILES` (j
 doubling per consecutive failure, a server's Retry-After as a floor), and no wake-up cuts
 that wait short: a change seen meanwhile is reconciled when the backoff ends. A permanent
 error (a spec problem, a refused request) waits for the next change or the usual
-interval: repeating it now would repeat the refusal. Nothing here is rollout truth: a
-restarted process starts with an empty schedule and reconciles everything once.
+interval: repeating it now would repeat the refusal. A write refused because this replica
+no longer leads (`NotLeaderError`) ends the reconcile there and schedules nothing: the
+process is stopping, and the next leader reconciles everything. Nothing here is rollout
+truth: a restarted process starts with an empty schedule and reconciles everything once.
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from infergate.errors import InfergateError, KubeError, PermanentKubeError, SpecError
+from infergate.errors import (
+    InfergateError,
+    KubeError,
+    NotLeaderError,
+    PermanentKubeError,
+    SpecError,
+)
 from infergate.plan.metadata import OwnerKey
 from infergate.retry import RECONCILES
 
@@ -150,7 +158,11 @@ class Resyncer:
 
     def failed(self, key: OwnerKey, error: Exception) -> None:
         """A reconcile of `key` failed, or a write it left to run after it did: reconcile it
-        again after the backoff (a permanent error: at the next change or interval)."""
+        again after the backoff (a permanent error: at the next change or interval; a write
+        refused for want of leadership: not at all)."""
+        if isinstance(error, NotLeaderError):
+            log.info("%s/%s: reconcile stopped: %s", key.namespace, key.name, error)
+            return
         if isinstance(error, (SpecError, PermanentKubeError)):
             self._failures.pop(key, None)
             self._hold.pop(key, None)

@@ -82,7 +82,10 @@ async def elect(**_: Any) -> None:
         CHECK_SCHEDULE.wake_all()
 
     # Its own thread: a busy event loop cannot make the holder miss a renewal.
-    LEADER.start(LeaseClient(client(), OPTIONS.namespace, LEASE_NAME), lead)
+    leases = LeaseClient(
+        client(), OPTIONS.namespace, LEASE_NAME, timeout=LEADER.timing.lease_request
+    )
+    LEADER.start(leases, lead)
 
 
 @kopf.on.cleanup()

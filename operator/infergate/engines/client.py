@@ -35,7 +35,7 @@ import httpx
 import numpy as np
 from numpy.typing import NDArray
 
-from infergate.parity.overhead import ENGINE_SECONDS_HEADER
+from infergate.accounting import ENGINE_SECONDS_HEADER
 from infergate.parity.record import TeacherForced, TopLogprobs
 
 ProbeKind = Literal["adapter", "vllm-pooling"]

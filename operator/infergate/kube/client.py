@@ -4,6 +4,11 @@ Built on the `kubernetes` package for what it does well (kubeconfig and
 in-cluster credentials, token refresh, TLS) and used through its generic
 request path, so every kind goes through one function that maps failures:
 409/429/5xx and transport errors are retriable, other 4xx permanent.
+
+The operator's client sends its writes (POST, PUT, PATCH, DELETE) through a
+`kube.fence.WriteFence` and under a write timeout of their own, short enough that no
+write outlives the leader's Lease (`plan.leadership.LeaderTiming`); reads keep the
+longer timeout, since a late answer to a read changes nothing on the server.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -37,11 +43,16 @@ from infergate.errors import (
     parse_retry_after,
 )
 from infergate.jsontypes import JSON
+from infergate.kube.fence import WriteFence
 
 # The package's config loaders carry no annotations.
 k8s_config: Any = _k8s_config
 MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_TIMEOUT = 30.0
+"""Seconds a request may take in all, unless the client was given other timeouts."""
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# A float: the whole request; a pair: (connect, read), as the `kubernetes` package takes them.
+Timeout = float | tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -213,16 +224,36 @@ def _successful(response: Any) -> bytes:
 class KubeClient:
     """JSON requests to the API server; every failure is one of `infergate.errors`."""
 
-    def __init__(self, api_client: Any, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+        write_timeout: Timeout | None = None,
+        fence: WriteFence | None = None,
+    ) -> None:
         self._api = api_client
         self._timeout = timeout
+        self._write_timeout = timeout if write_timeout is None else write_timeout
+        # None: never fenced (a single operator replica, the runner, the command line).
+        self._fence = fence
 
     @classmethod
     def from_environment(
-        cls, kubeconfig: str | None = None, context: str | None = None
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        *,
+        write_timeout: Timeout | None = None,
+        fence: WriteFence | None = None,
     ) -> KubeClient:
         """A client with in-cluster credentials, or those of the kubeconfig."""
-        return cls(load_api_client(kubeconfig, context))
+        return cls(load_api_client(kubeconfig, context), write_timeout=write_timeout, fence=fence)
+
+    def sharing(self, *, timeout: Timeout) -> KubeClient:
+        """A client over the same connections with `timeout` for every request and no fence
+        (the election's own: its renewals are what keeps the fence open)."""
+        return KubeClient(self._api, timeout=timeout)
 
     def close(self) -> None:
         self._api.close()
@@ -238,8 +269,29 @@ class KubeClient:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> JSON:
-        """One request; the decoded JSON answer (empty for an empty answer)."""
+        """One request; the decoded JSON answer (empty for an empty answer). A write is
+        refused (`NotLeaderError`, nothing sent) when the client's fence is shut."""
+        fence = self._fence if verb in WRITE_VERBS else None
+        with fence.write(f"{verb} {what}") if fence is not None else nullcontext():
+            return self._send(
+                verb, path, what=what, resource=resource, body=body, query=query,
+                content_type=content_type,
+            )  # fmt: skip
+
+    def _send(
+        self,
+        verb: str,
+        path: str,
+        *,
+        what: str,
+        resource: str,
+        body: Any,
+        query: list[tuple[str, str]] | None,
+        content_type: str,
+    ) -> JSON:
+        """`request`, past the fence: a write under the write timeout, a read under the other."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        timeout = self._write_timeout if verb in WRITE_VERBS else self._timeout
         metrics.API_REQUESTS.labels(verb, resource).inc()
         started = time.monotonic()
         try:
@@ -251,7 +303,7 @@ class KubeClient:
                 body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self._api.call_api(*serialized, _request_timeout=self._timeout)
+            response = self._api.call_api(*serialized, _request_timeout=timeout)
             data = _successful(response)
         except ApiException as error:
             metrics.API_ERRORS.labels(verb, resource, str(error.status or 0)).inc()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from infergate.errors import KubeError
+from infergate.errors import KubeError, NotLeaderError
 from infergate.jsontypes import JSON
 from infergate.kube.client import EVENTS, KubeClient
 
@@ -101,7 +101,7 @@ class EventPoster:
             )
             try:
                 self._client.create(EVENTS, item.involved["metadata"]["namespace"], manifest)
-            except KubeError as error:
+            except (KubeError, NotLeaderError) as error:
                 log.warning(
                     "Event %s on %s not posted: %s",
                     item.reason,

@@ -1,4 +1,10 @@
-"""The operator's Lease: read it, create it, write it back guarded by its resourceVersion."""
+"""The operator's Lease: read it, create it, write it back guarded by its resourceVersion.
+
+Its requests go through a client of their own over the process's connections: never
+fenced (a renewal is what keeps the write fence open) and under the election's short
+timeouts (`LeaderTiming.lease_request`), so a renewal stuck behind a partition is given
+up well before the renewal deadline and tried again.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,21 @@ from typing import Any
 from infergate.errors import NotFoundError
 from infergate.jsontypes import JSON
 from infergate.kube.client import LEASES, KubeClient
+from infergate.plan.leadership import DEFAULT_TIMING, RequestTimeout
 
 
 class LeaseClient:
     """One Lease (coordination.k8s.io/v1) in the operator's namespace."""
 
-    def __init__(self, client: KubeClient, namespace: str, name: str) -> None:
-        self.client = client
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        name: str,
+        *,
+        timeout: RequestTimeout = DEFAULT_TIMING.lease_request,
+    ) -> None:
+        self.client = client.sharing(timeout=timeout.pair)
         self.namespace = namespace
         self.name = name
 

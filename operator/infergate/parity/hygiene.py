@@ -13,11 +13,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 from infergate.parity.metrics import HygieneCheck, HygieneFinding
 from infergate.parity.record import PAD_TOKEN_ID, PromptRecord
+from infergate.parity.tokens import is_collapsed
 
 FindingSide = Literal["baseline", "candidate", "both"]
+_NAN_LOGPROBS = "NaN or Inf in logprobs"
 
 
 class HygieneLog:
@@ -45,6 +48,36 @@ class HygieneLog:
             )
             for (check, side, detail), prompt_ids in self._found.items()
         ]
+
+
+def check_prompt_pair(log: HygieneLog, baseline: PromptRecord, candidate: PromptRecord) -> None:
+    """Flag one prompt's pair: differing prompt tokens, NaN/Inf logprobs, a collapse."""
+    pid = baseline.prompt_id
+    if not np.array_equal(baseline.prompt_token_ids, candidate.prompt_token_ids):
+        log.flag(
+            HygieneCheck.PROMPT_TOKENS_DIFFER,
+            "both",
+            "prompt token ids differ (tokenizer, special tokens or chat template drift): "
+            + _first_difference(baseline.prompt_token_ids, candidate.prompt_token_ids),
+            pid,
+        )
+    if nonfinite_logprobs(baseline):
+        log.flag(HygieneCheck.NON_FINITE, "baseline", _NAN_LOGPROBS, pid)
+    if nonfinite_logprobs(candidate):
+        log.flag(HygieneCheck.NON_FINITE, "candidate", _NAN_LOGPROBS, pid)
+    if is_collapsed(candidate.output_token_ids) and not is_collapsed(baseline.output_token_ids):
+        log.flag(HygieneCheck.COLLAPSE, "candidate", "output collapsed to one repeated token", pid)
+
+
+def _first_difference(a: NDArray[np.int64], b: NDArray[np.int64]) -> str:
+    common = min(a.shape[0], b.shape[0])
+    mismatch = np.flatnonzero(a[:common] != b[:common])
+    at = int(mismatch[0]) if mismatch.size else common
+    head_a, head_b = a[at : at + 4].tolist(), b[at : at + 4].tolist()
+    return (
+        f"first at position {at} (baseline {head_a}, candidate {head_b}; "
+        f"lengths {a.shape[0]} / {b.shape[0]})"
+    )
 
 
 def nonfinite_logprobs(record: PromptRecord) -> bool:

@@ -2,7 +2,7 @@
 
 `ParityResult` is what the runner stores and the ParityCheck status summarises; the
 verdict (`verdict.py`) is computed from it and the thresholds, and the report
-(`report.py`) renders both.
+(`infergate.report`) renders both.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from infergate.parity.stats import wilson_interval
-from infergate.parity.thresholds import Thresholds
+from infergate.parity.stats import wilson_bounds, wilson_interval
+from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
+from infergate.parity.wire import WireModel
 
 POSITION_BUCKETS: Final[tuple[tuple[str, int, int | None], ...]] = (
     ("0-1K", 0, 1024),
@@ -33,13 +33,7 @@ def bucket_of(positions: NDArray[np.int64]) -> NDArray[np.intp]:
     return np.searchsorted(edges, positions, side="right")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-class Rate(_Model):
+class Rate(WireModel):
     """A share of successes, with its 95% Wilson interval."""
 
     value: float | None
@@ -70,7 +64,7 @@ class Rate(_Model):
         )
 
 
-class Mean(_Model):
+class Mean(WireModel):
     """A token-weighted mean over the suite with its prompt-clustered standard error."""
 
     value: float | None
@@ -79,7 +73,7 @@ class Mean(_Model):
     clusters: int | None = Field(default=None, description="Prompts the mean is taken over.")
 
 
-class Estimate(_Model):
+class Estimate(WireModel):
     """A metric a threshold decides on: its value and one-sided bounds at `confidence`.
 
     `lower` and `upper` each hold at the check's confidence level; None means the data
@@ -97,8 +91,21 @@ class Estimate(_Model):
         "paired-t (one value per long prompt)."
     )
 
+    @classmethod
+    def wilson(cls, successes: int, total: int, confidence: float, unit: str) -> Estimate:
+        """A rate over `total` units (prompts, long prompts) with its Wilson bounds."""
+        low, high = wilson_bounds(successes, total, confidence)
+        return cls(
+            value=successes / total if total else None,
+            lower=low,
+            upper=high,
+            evidence=total,
+            unit=unit,
+            method="wilson",
+        )
 
-class Evidence(_Model):
+
+class Evidence(WireModel):
     """How much the comparison rests on, against a profile's minimum evidence."""
 
     prompts: int
@@ -107,12 +114,12 @@ class Evidence(_Model):
     hidden_tokens: int
 
 
-class SurvivalPoint(_Model):
+class SurvivalPoint(WireModel):
     position: int = Field(description="Output tokens generated.")
     surviving: float = Field(description="Share of prompts whose outputs still agree.")
 
 
-class FirstDivergence(_Model):
+class FirstDivergence(WireModel):
     prompts: int
     diverged: int
     median: int
@@ -123,7 +130,7 @@ class FirstDivergence(_Model):
     survival: list[SurvivalPoint]
 
 
-class TokenMetrics(_Model):
+class TokenMetrics(WireModel):
     match_rate: Rate = Field(description="Prompts whose greedy outputs are identical.")
     agreement: Rate = Field(description="Output tokens agreeing before each first divergence.")
     first_divergence: FirstDivergence
@@ -134,7 +141,7 @@ class TokenMetrics(_Model):
     divergence_logprob_gap_max: float | None
 
 
-class LogprobMetrics(_Model):
+class LogprobMetrics(WireModel):
     steps: int
     teacher_forced_prompts: int
     mean_kl: Mean
@@ -161,7 +168,7 @@ class LogprobMetrics(_Model):
     )
 
 
-class HiddenMetrics(_Model):
+class HiddenMetrics(WireModel):
     prompts: int
     tokens: int
     max_abs_err: float | None
@@ -182,7 +189,7 @@ class HiddenMetrics(_Model):
     )
 
 
-class BucketMetrics(_Model):
+class BucketMetrics(WireModel):
     name: str
     start: int
     end: int | None
@@ -197,7 +204,7 @@ class BucketMetrics(_Model):
     max_abs_err: float | None
 
 
-class LongPrompt(_Model):
+class LongPrompt(WireModel):
     """One long prompt's own positions, bucket against bucket (teacher-forced on its text)."""
 
     prompt_id: str
@@ -213,14 +220,14 @@ class LongPrompt(_Model):
     failures: list[str] = Field(default_factory=list)
 
 
-class LongSequenceMetrics(_Model):
+class LongSequenceMetrics(WireModel):
     min_prompt_tokens: int
     prompts: int
     divergence_rate: Rate | None
     diverged_prompts: list[str]
     kl_ratio: float | None = Field(
         description="Geometric mean over long prompts of each prompt's own 8K+ over 0-1K KL "
-        "(each plus maxMeanKl / (limit - 1), see compare.ratio_floor): the same text at both "
+        "(each plus maxMeanKl / (limit - 1), see long_prompts.ratio_floor): the same text at both "
         "positions."
     )
     same_top_drop: float | None = Field(
@@ -233,14 +240,16 @@ class LongSequenceMetrics(_Model):
     per_prompt: list[LongPrompt] = Field(default_factory=list)
 
 
-class ParityMetrics(_Model):
+class ParityMetrics(WireModel):
     prompts: int
     tokens: TokenMetrics
     logprobs: LogprobMetrics | None
     hidden: HiddenMetrics | None
     buckets: list[BucketMetrics]
     long_sequence: LongSequenceMetrics
-    confidence: float = Field(default=0.95, description="Level of every one-sided bound.")
+    confidence: float = Field(
+        default=DEFAULT_CONFIDENCE, description="Level of every one-sided bound."
+    )
     evidence: Evidence | None = None
     estimates: dict[str, Estimate] = Field(
         default_factory=dict, description="What each threshold decides on, by metric name."
@@ -252,7 +261,7 @@ class ParityMetrics(_Model):
     )
 
 
-class PromptSummary(_Model):
+class PromptSummary(WireModel):
     """One prompt's headline numbers; worst-prompt lists are drawn from these."""
 
     prompt_id: str
@@ -280,7 +289,7 @@ class PromptSummary(_Model):
     long_failures: list[str] = Field(default_factory=list)
 
 
-class PromptOutputs(_Model):
+class PromptOutputs(WireModel):
     """Both sides' outputs of one prompt, for side-by-side display."""
 
     prompt_id: str
@@ -299,7 +308,7 @@ class HygieneCheck(StrEnum):
     FINGERPRINT_MISSING = "FingerprintMissing"
 
 
-class HygieneFinding(_Model):
+class HygieneFinding(WireModel):
     """A hard failure found outside the thresholds (or an Error when it is the baseline's)."""
 
     check: HygieneCheck
@@ -309,7 +318,7 @@ class HygieneFinding(_Model):
     detail: str
 
 
-class SideInfo(_Model):
+class SideInfo(WireModel):
     engine: str
     engine_version: str
     dtype: str
@@ -319,7 +328,7 @@ class SideInfo(_Model):
     fingerprints: dict[str, Any] = Field(default_factory=dict)
 
 
-class ParityResult(_Model):
+class ParityResult(WireModel):
     """Everything measured: the input the verdict and the report are computed from."""
 
     baseline: SideInfo

@@ -6,9 +6,8 @@ Each profile states:
   at `confidence` (0.95), and the minimum evidence (prompts, long prompts, scored
   teacher-forced steps) below which the verdict is Inconclusive;
 - `warn` thresholds that only add warnings;
-- `sources`: where each number comes from (published anchors, this project's
-  measurements in experiments/RESULTS.md, "to calibrate" where the A/A measurement of
-  `infergate parity calibrate` is still to replace it);
+- `sources`: where each number comes from (`profile_sources`, the one place that prose
+  lives);
 - `reported_only`: metrics measured and shown but not decided on, and why;
 - `expected_differences`: fingerprint and config keys this kind of change may alter.
 
@@ -22,7 +21,7 @@ errors by sqrt(layers / calibrated_layers), 1 - cosine by layers / calibrated_la
 Thresholds given explicitly override the profile's, key by key; an explicit null
 switches a check off, and the verdict then lists it as not part of the decision.
 
-Changes to the numbers (before -> after) are tabled in docs/parity-profiles.md.
+docs/parity-profiles.md tables every profile from this module (`make crds` writes it).
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from infergate.parity import profile_sources as sources
 from infergate.parity.record import RecordMeta
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 
@@ -86,94 +86,6 @@ LONG_KEYS: tuple[str, ...] = (
 )
 """Thresholds judged on long prompts only."""
 
-# -- sources --------------------------------------------------------------------------------
-_LLAMA_CPP = "llama.cpp perplexity --kl-divergence, LLaMA-3-8B: BF16 vs FP16 mean KLD 2.5e-5"
-_Q8 = "q8_0 vs F16 KLD 1.36e-3 (must be blocked)"
-_OURS_BF16 = "experiments/RESULTS.md: vLLM bf16 vs fp32 on the fixture, KL 1.26e-5..1.47e-5"
-_OURS_HIDDEN = (
-    "experiments/RESULTS.md bf16 vs fp32 (2-layer fixture): hidden relative L2 mean 6.2e-3, "
-    "cosine P1 0.99993"
-)
-_DEPTH = "scaled to depth (DESIGN.md: 0.014 after 1 layer, 0.066 after 28 at Qwen2.5-7B shape)"
-_CALIBRATE = "to calibrate with infergate parity calibrate (A/A)"
-_LEGIT = "vLLM check_logprobs_close: both tokens in each other's top-k at the first fork"
-_TAU_BF16 = "PARITY.md: baseline logprob gap at the fork under ~0.1 nat (bf16)"
-_MSPROBE_COS = "msprobe guidance: cosine > 0.99"
-_EVIDENCE = (
-    "one-sided 95% Wilson bound of 0 bad in 32 prompts is 7.8%, under the 10% rate limits; "
-    "16 prompts would allow 15.6%"
-)
-_LONG_EVIDENCE = (
-    "paired per-prompt bounds need several long prompts: t(0.95, 3 df) = 2.35; the default "
-    "suite has 4 (2 Chinese, 2 English), the most that fits a few CPU minutes"
-)
-_STEPS = (
-    "Wilson lower bound of a same-top rate of 1 over n steps is n / (n + 2.7): 4096 steps "
-    "certify 0.9993, above every same-top limit"
-)
-_NORM = (
-    "a final norm scaled by 1.02 moves every token's log norm ratio by 0.0198 (4x this); "
-    "bf16 output rounding is 2^-9 per element, about 5e-4 on a norm"
-)
-_PPL = "vLLM model tests: perplexity gap < 0.01; " + _CALIBRATE
-_DP_RMS = "llama.cpp BF16 vs FP16 RMS delta-p 0.15% (6.7x here for a flatter fixture); "
-_LONG = "PARITY.md long context: 8K+ bucket KLD over 3x the 0-1K bucket's fails"
-_LONG_TOP = "PARITY.md long context: 8K+ same-top rate drop over half a point fails"
-_LONG_HIDDEN = (
-    "experiments/RESULTS.md: bf16 vs fp32 hidden relative L2 flat with position (6.3e-3 at "
-    "0-1K, 6.2e-3 at 8K+); a rope error grows with position"
-)
-_LONG_RATE = "at most half the long prompts fork unexplained (0 of 4: Wilson upper 0.40)"
-_FORK_BF16 = (
-    "ours: under 10% of prompts fork unexplained within 16 tokens (legitimate near-tie forks "
-    "are expected without batch invariance: vLLM forks around token 100 on Qwen3-235B)"
-)
-_ILLEGIT = f"{_LEGIT}; ours: under 10% of prompts with an unexplained fork"
-
-_BF16_SOURCES = {
-    "confidence": "TensorRT-LLM accuracy gate: one-sided test at alpha 0.05",
-    "minPrompts": _EVIDENCE,
-    "minLongPrompts": _LONG_EVIDENCE,
-    "minScoredSteps": _STEPS,
-    "maxMeanKl": f"{_LLAMA_CPP} (4x); {_OURS_BF16} (7x); {_Q8} is 13x above",
-    "maxKlP99": f"10x the mean limit for a heavy tail; {_CALIBRATE}",
-    "minSameTopRate": "PARITY.md bf16 row; llama.cpp BF16 vs FP16 same top 99.74%, q8_0 97.67%",
-    "maxDeltaPRms": _DP_RMS + _CALIBRATE,
-    "maxDeltaPMean": f"llama.cpp reports mean delta-p near 0 for BF16; {_CALIBRATE}",
-    "maxLogPerplexityRatio": _PPL,
-    "maxHiddenNormLogRatio": _NORM,
-    "minHiddenCosineP1": f"{_OURS_HIDDEN} (1 - cos 7e-5, 7x); {_DEPTH}",
-    "minHiddenCosine": (
-        f"{_MSPROBE_COS} at 28 layers; at the fixture's 2: experiments/GATE_BENCH.md "
-        "calibration, benign bf16 vs fp32 worst token 1 - cos = 1.06e-3 over 35,813 tokens, "
-        f"9x (the rule for quadratic errors) gives 0.99 (0.999 failed that benign pair); {_DEPTH}"
-    ),
-    "maxHiddenRelL2P99": f"{_OURS_HIDDEN} (P99 about 1.2e-2, 2.5x); {_DEPTH}",
-    "maxIllegitimateDivergenceRate": _ILLEGIT,
-    "maxDivergenceLogprobGap": f"{_TAU_BF16}; scaled by the dtype rounding step at the logit",
-    "minFirstDivergenceP10": _FORK_BF16,
-    "maxLongSeqDivergenceRate": _LONG_RATE,
-    "maxLongToShortKlRatio": _LONG + "; now paired per prompt on its own positions",
-    "maxLongSameTopDrop": _LONG_TOP + "; now paired per prompt",
-    "maxLongToShortHiddenRatio": _LONG_HIDDEN,
-    "longPromptTokens": "PARITY.md long context: 8K+",
-}
-
-_BF16_REPORTED = {
-    "hiddenMeanAbsErr": "absolute scale depends on the model; relative L2 decides",
-    "hiddenMaxAbsErr": (
-        "msprobe's max-abs < 1e-3 is below one bf16 rounding step of a unit-scale state "
-        "(3.9e-3); msprobe's bf16 rule (dual 100) needs per-element errors, not measured"
-    ),
-    "minTokenMatchRate": "forks at near-ties are expected without batch invariance",
-    "minTokenAgreement": "as the token match rate",
-    "minLegitimateDivergenceRate": (
-        "replaced by maxIllegitimateDivergenceRate: a share among forks is undefined with few forks"
-    ),
-    "hiddenNormLogRatio": "signed direction of maxHiddenNormLogRatio, shown for reports",
-    "kl coverage": "covered mass of the top-k is reported beside the KL it bounds",
-}
-
 _BF16_BLOCK = Thresholds(
     confidence=0.95,
     min_prompts=32,
@@ -205,41 +117,6 @@ _BF16_BLOCK = Thresholds(
 _VERSIONS = ("versions.*", "engine.kind")
 _DTYPE_KEYS = ("dtype", "*dtype", "*_dtype", "*.dtype", *_VERSIONS)
 
-_FP32_SOURCES = {
-    **_BF16_SOURCES,
-    "maxMeanKl": (
-        "PARITY.md fp32 warn row (1e-6); experiments/RESULTS.md fp32 across frameworks "
-        "3e-13..7e-11 at 2 layers; room for depth; " + _CALIBRATE
-    ),
-    "maxKlP99": f"10x the mean limit; {_CALIBRATE}",
-    "minSameTopRate": "PARITY.md fp32-across-frameworks row",
-    "maxDeltaPRms": f"fp32 logit errors are ~1e-6 relative; {_CALIBRATE}",
-    "maxDeltaPMean": _CALIBRATE,
-    "maxLogPerplexityRatio": f"100x under the bf16 limit; {_CALIBRATE}",
-    "maxHiddenNormLogRatio": "experiments/RESULTS.md fp32 relative L2 5e-7; 20x",
-    "minHiddenCosineP1": f"PARITY.md fp32 row; {_DEPTH}",
-    "minHiddenCosine": f"PARITY.md fp32 row, 10x looser for the worst token; {_DEPTH}",
-    "maxHiddenRelL2P99": (
-        f"experiments/RESULTS.md fp32 relative L2 5e-7 (40x); torch.testing fp32 rtol 1.3e-6; "
-        f"{_DEPTH}"
-    ),
-    "maxHiddenMaxAbsErr": "msprobe guidance: MaxAbsErr < 1e-3",
-    "maxDivergenceLogprobGap": "PARITY.md: gap under ~1e-3 nat (fp32)",
-    "minFirstDivergenceP10": "ours: fp32 forks are rare; " + _CALIBRATE,
-    "maxLongSameTopDrop": _LONG_TOP + "; paired per prompt",
-}
-
-_STRICT_KEYS = (
-    "minTokenMatchRate",
-    "minTokenAgreement",
-    "maxMeanKl",
-    "minSameTopRate",
-    "maxHiddenMaxAbsErr",
-    "maxHiddenRelL2P99",
-    "minHiddenCosineP1",
-    "maxLongSeqDivergenceRate",
-)
-
 PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
     {
         ProfileName.BF16_KERNEL: Profile(
@@ -247,9 +124,9 @@ PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
             summary="same dtype (bfloat16), new kernel or engine version",
             block=_BF16_BLOCK,
             warn=Thresholds(max_mean_kl=3e-5, min_same_top_rate=0.995),
-            sources=MappingProxyType(_BF16_SOURCES),
+            sources=sources.BF16,
             allowed_config_differences=_VERSIONS,
-            reported_only=MappingProxyType(_BF16_REPORTED),
+            reported_only=sources.BF16_REPORTED,
             calibrated_layers=2,
         ),
         ProfileName.DTYPE_CHANGE: Profile(
@@ -257,14 +134,9 @@ PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
             summary="compute dtype change, e.g. float16 against bfloat16",
             block=_BF16_BLOCK,
             warn=Thresholds(max_mean_kl=3e-5, min_same_top_rate=0.993),
-            sources=MappingProxyType(
-                {
-                    **_BF16_SOURCES,
-                    "maxMeanKl": f"PARITY.md dtype-change row; {_BF16_SOURCES['maxMeanKl']}",
-                }
-            ),
+            sources=sources.DTYPE_CHANGE,
             allowed_config_differences=_DTYPE_KEYS,
-            reported_only=MappingProxyType(_BF16_REPORTED),
+            reported_only=sources.BF16_REPORTED,
             calibrated_layers=2,
         ),
         ProfileName.FP32_CROSS_FRAMEWORK: Profile(
@@ -296,11 +168,9 @@ PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
                 long_prompt_tokens=8192,
             ),
             warn=Thresholds(max_mean_kl=1e-7, min_same_top_rate=0.9999),
-            sources=MappingProxyType(_FP32_SOURCES),
+            sources=sources.FP32_CROSS_FRAMEWORK,
             allowed_config_differences=_VERSIONS,
-            reported_only=MappingProxyType(
-                {k: v for k, v in _BF16_REPORTED.items() if k != "hiddenMaxAbsErr"}
-            ),
+            reported_only=sources.FP32_REPORTED,
             calibrated_layers=2,
         ),
         ProfileName.GPU_TO_ASCEND_BF16: Profile(
@@ -308,14 +178,9 @@ PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
             summary="vLLM on NVIDIA GPU against MindFormers on Ascend, both bfloat16",
             block=_BF16_BLOCK,
             warn=Thresholds(max_mean_kl=3e-5, min_same_top_rate=0.995),
-            sources=MappingProxyType(
-                {
-                    k: f"PARITY.md GPU -> Ascend bf16 row: as bf16; {v}"
-                    for k, v in _BF16_SOURCES.items()
-                }
-            ),
+            sources=sources.GPU_TO_ASCEND_BF16,
             allowed_config_differences=_VERSIONS,
-            reported_only=MappingProxyType(_BF16_REPORTED),
+            reported_only=sources.BF16_REPORTED,
             calibrated_layers=2,
         ),
         ProfileName.STRICT: Profile(
@@ -336,25 +201,8 @@ PROFILES: Final[MappingProxyType[ProfileName, Profile]] = MappingProxyType(
                 max_long_seq_divergence_rate=0.0,
             ),
             warn=Thresholds(),
-            sources=MappingProxyType(
-                {
-                    **dict.fromkeys(
-                        _STRICT_KEYS,
-                        "vLLM batch invariance: logprobs bitwise equal between batch sizes; "
-                        "PARITY.md replay row (KLD 0, same top 100%, cos 1.0, relL2 0). A "
-                        "limit at a bound of its range is decided on what was observed: any "
-                        "violation fails",
-                    ),
-                    "confidence": _BF16_SOURCES["confidence"],
-                    "minPrompts": _EVIDENCE,
-                    "minLongPrompts": "bit-exactness shows at any position: long prompts "
-                    "are judged when present, not required",
-                    "minScoredSteps": "enough positions for one difference to show",
-                }
-            ),
-            reported_only=MappingProxyType(
-                {"every other metric": "any difference already fails the exact checks"}
-            ),
+            sources=sources.STRICT,
+            reported_only=sources.STRICT_REPORTED,
         ),
     }
 )

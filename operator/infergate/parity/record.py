@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field, field_validator
+
+from infergate.parity.wire import WIRE_CONFIG
 
 PAD_TOKEN_ID = -1
 """Token id that pads a top-k row holding fewer than k candidates."""
@@ -44,9 +45,7 @@ class ParityInputError(ValueError):
 class RecordMeta(BaseModel):
     """Who produced a record, with what numerics, on which suite."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
+    model_config = WIRE_CONFIG
 
     engine: str = Field(description="Engine kind, e.g. vllm, mindformers, transformers.")
     engine_version: str = Field(description="Engine version string as the engine reports it.")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, Field
+
+from infergate.parity.wire import WIRE_CONFIG
 
 
 class ProfileName(StrEnum):
@@ -30,18 +31,14 @@ class ProfileName(StrEnum):
     """Bit-exact: replays with batch invariance, where the A/A floor is exactly zero."""
 
 
-_MODEL_CONFIG = ConfigDict(
-    alias_generator=to_camel,
-    populate_by_name=True,
-    extra="forbid",
-    frozen=True,
-)
+DEFAULT_CONFIDENCE = 0.95
+"""Level of every one-sided bound when the thresholds leave `confidence` unset."""
 
 
 class Thresholds(BaseModel):
     """Pass/fail limits of a parity check; a check fails only past its limit."""
 
-    model_config = _MODEL_CONFIG
+    model_config = WIRE_CONFIG
 
     min_token_match_rate: float | None = Field(
         default=None,
@@ -260,10 +257,10 @@ class RegressionTolerance(BaseModel):
     a limit is not tested unless its allowance is set.
     """
 
-    model_config = _MODEL_CONFIG
+    model_config = WIRE_CONFIG
 
     confidence: float = Field(
-        default=0.95,
+        default=DEFAULT_CONFIDENCE,
         gt=0.5,
         lt=1.0,
         description="Two-sided confidence level of the bounds (0.5..1, exclusive).",

@@ -5,7 +5,7 @@ A room per resource and concern; a room imports only the rooms below it
 (deployment -> drift -> check -> the shared modules here, which import no room):
 
     deployment/   the InferenceDeployment rollout: which revisions run at what size, the
-                  canary's fate, traffic, the children to write, status
+                  canary's fate, traffic, the promotion's order, the children to write, status
                   (`deployment.reconcile.plan_reconcile`)
     drift/        the drift watch of the stable revision: when a run starts and what its
                   verdict means (`drift.watch.decide_drift`)

@@ -53,6 +53,9 @@ _PROGRESSING_PHASE: dict[str, DeploymentPhase] = {
     reasons.AWAITING_PARITY: DeploymentPhase.VERIFYING,
     reasons.AWAITING_PROMOTION: DeploymentPhase.VERIFYING,
     reasons.PROMOTING: DeploymentPhase.PROMOTING,
+    reasons.PROMOTION_SCALING_UP: DeploymentPhase.PROMOTING,
+    reasons.PROMOTION_SWITCHING: DeploymentPhase.PROMOTING,
+    reasons.PROMOTION_SCALE_DOWN_DELAY: DeploymentPhase.PROMOTING,
     # Gateway steps: the canary serves a growing share after its check passed.
     reasons.TRAFFIC_STEPPING: DeploymentPhase.PROMOTING,
     reasons.ROLLOUT_COMPLETE: DeploymentPhase.STABLE,

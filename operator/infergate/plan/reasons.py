@@ -31,6 +31,11 @@ CANARY_STARTED: Final = "CanaryStarted"
 AWAITING_PARITY: Final = "AwaitingParity"
 AWAITING_PROMOTION: Final = "AwaitingPromotion"
 PROMOTING: Final = "Promoting"
+# A promotion, step by step (plan.deployment.promotion): the new stable grows to full size,
+# then traffic moves to it, then the previous one keeps its pods for scaleDownDelaySeconds.
+PROMOTION_SCALING_UP: Final = "PromotionScalingUp"
+PROMOTION_SWITCHING: Final = "PromotionSwitching"
+PROMOTION_SCALE_DOWN_DELAY: Final = "PromotionScaleDownDelay"
 TRAFFIC_STEPPING: Final = "TrafficStepping"
 # A passed canary waits: the Service or HTTPRoute clients use is someone else's object.
 TRAFFIC_HELD: Final = "TrafficHeld"

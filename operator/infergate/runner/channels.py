@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
+from infergate.accounting import OverheadError
 from infergate.engines.client import EngineClient, HiddenStateProbe
-from infergate.parity.overhead import OverheadError
 from infergate.runner.drive import Channels, SideUnavailableError
 from infergate.runner.overhead import RequestLog
 from infergate.runner.sides import EndpointDescription, SideTarget

@@ -40,8 +40,8 @@ from infergate.parity.layers import (
     localise,
     per_layer_errors,
 )
-from infergate.parity.layers_svg import layer_error_chart
 from infergate.parity.metrics import ParityResult, PromptSummary
+from infergate.report.layer_chart import layer_error_chart
 from infergate.runner.sides import SideTarget
 
 WORST_PROMPTS: Final = 3

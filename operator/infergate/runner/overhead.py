@@ -3,7 +3,7 @@
 Around driving the suite the runner scrapes every engine a check talks to (each side's
 serving engine, and its hidden-state probe when that is an engine of its own) and counts
 the requests it sends to each by path, with the engine seconds each answer states when
-the engine states them (infergate's adapter does); `parity.overhead` turns the scrapes,
+the engine states them (infergate's adapter does); `infergate.accounting` turns the scrapes,
 the counts and the stated seconds into the figure, or says why the engines' time is not
 the check's alone. An engine whose every answer to the runner stated its seconds is
 timed by those (exact also while other clients use it); any other by its metrics.
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infergate.parity.overhead import (
+from infergate.accounting import (
     EngineTime,
     Overhead,
     OverheadError,

@@ -12,8 +12,8 @@ from html import escape
 from typing import Any
 
 from infergate.parity.metrics import ParityResult
-from infergate.parity.report import render_report
 from infergate.parity.verdict import Verdict, decide
+from infergate.report.page import render_report
 
 
 def check_page(

@@ -14,8 +14,9 @@ from collections.abc import Iterable
 
 from infergate.api.check_status import Comparison, VerdictReason
 from infergate.api.enums import CheckPhase
+from infergate.parity.checks import CheckResult
 from infergate.parity.metrics import HygieneFinding, ParityMetrics, ParityResult
-from infergate.parity.verdict import CheckResult, Verdict, VerdictStatus
+from infergate.parity.verdict import Verdict, VerdictStatus
 from infergate.plan.check.status import MESSAGE_MAX, Judgement
 
 _REASON_PROMPTS_MAX = 100

@@ -20,7 +20,7 @@ worker thread under one lock: requests are served one at a time, in arrival orde
 Each answer of an engine route carries the seconds it spent inside the engine (lock
 held, queueing not counted) in the header `X-Infergate-Engine-Seconds`, so a client can
 count the engine's time for its own requests even while others use the engine too
-(the runner's overhead: `infergate.parity.overhead`).
+(the runner's overhead: `infergate.accounting`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from infergate.parity.overhead import ENGINE_SECONDS_HEADER
+from infergate.accounting import ENGINE_SECONDS_HEADER
 from infergate.runtime.backend import BackendError, EngineBackend, GreedyOutput, top_k_rows
 from infergate.runtime.layer_states import (
     LayerProbeBackend,

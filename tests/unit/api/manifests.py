@@ -116,6 +116,13 @@ def full_deployment_status() -> dict[str, Any]:
             "message": "run qwen-ab12cd34ef-drift3 started",
         },
         "trafficMechanism": "Dark",
+        "promotion": {
+            "revision": "ab12cd34ef",
+            "previous": "99887766aa",
+            "step": "ScaleDownDelay",
+            "switchedAt": _NOW,
+            "scaleDownAt": _NOW,
+        },
         "endpoints": {
             "stable": {"service": "qwen", "port": 8000},
             "canary": {"service": "qwen-0011223344", "port": 8000, "revision": "0011223344"},

@@ -148,6 +148,7 @@ def test_server_defaults_agree_with_model_defaults() -> None:
     # What the server fills in is what the models assume...
     assert defaulted["replicas"] == 1
     assert defaulted["rollout"]["canaryReplicas"] == 1
+    assert defaulted["rollout"]["scaleDownDelaySeconds"] == 30
     assert defaulted["rollout"]["parity"]["sampling"]["temperature"] == 0
     assert defaulted["rollout"]["parity"]["runner"]["activeDeadlineSeconds"] == 3600
     # ...so reading a stored object back gives the same spec as the manifest applied.

@@ -55,6 +55,7 @@ def test_defaults_fill_what_a_user_leaves_out() -> None:
     assert spec.rollout.canary_replicas == 1
     assert spec.rollout.auto_rollback is True
     assert spec.rollout.progress_deadline_seconds == 1800
+    assert spec.rollout.scale_down_delay_seconds == 30
     assert spec.revision_history_limit == 5
     assert spec.engine.tensor_parallel_size == 1
     assert spec.engine.seed == 42

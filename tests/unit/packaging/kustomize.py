@@ -72,3 +72,11 @@ def bound_cluster_roles(documents: list[dict[str, Any]]) -> list[dict[str, Any]]
         )
     }
     return [d for d in documents if d["kind"] == "ClusterRole" and d["metadata"]["name"] in names]
+
+
+def tenant_role(document: dict[str, Any]) -> bool:
+    """A ClusterRole aggregated into a built-in role (admin, edit, view) for namespace users."""
+    labels = document["metadata"].get("labels") or {}
+    return document["kind"] == "ClusterRole" and any(
+        key.startswith("rbac.authorization.k8s.io/aggregate-to-") for key in labels
+    )

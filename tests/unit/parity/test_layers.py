@@ -1,10 +1,9 @@
-"""First diverging layer: tables of per-layer errors with known answers, the error
-computation on synthetic states, and the per-layer plot."""
+"""First diverging layer: tables of per-layer errors with known answers, and the error
+computation on synthetic states (the per-layer plot: tests/unit/report/test_layer_chart.py)."""
 
 from __future__ import annotations
 
 import math
-import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -19,7 +18,6 @@ from infergate.parity.layers import (
     localise,
     per_layer_errors,
 )
-from infergate.parity.layers_svg import layer_error_chart
 
 FLAT = [0.05] * 8
 # Noise growing with depth, as bf16 against fp32 does (0.014 after layer 1, 0.066 after 28).
@@ -149,21 +147,3 @@ def test_no_divergence_says_where_the_difference_must_be() -> None:
     found = localise(errors, [0.1] * 4)
     assert found.index is None
     assert "lm_head" in found.reason()
-
-
-def test_the_chart_is_valid_svg_with_every_string_escaped() -> None:
-    names = ["embeddings", "layer <0>", "layer & 1", "final norm"]
-    svg = layer_error_chart(
-        names, [0.0, 1e-3, 0.4, math.inf], [0.01] * 4, first=2, note='stand-in "transformers"'
-    )
-    root = ET.fromstring(svg)  # noqa: S314 - our own output, parsed to prove it is well formed
-    text = "".join(root.itertext())
-    assert "layer <0>" in text
-    assert "first diverging: layer & 1" in text
-    assert "<0>" not in svg
-    assert len(root.findall("{http://www.w3.org/2000/svg}circle")) == 4
-
-
-def test_the_chart_refuses_ragged_inputs() -> None:
-    with pytest.raises(ValueError, match="one of each"):
-        layer_error_chart(["a", "b"], [0.1], [0.1, 0.1], first=None)

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infergate.parity.logprobs import LogprobAccumulator, compare_logprobs, kl_full, kl_top_k
+from infergate.parity.logprob_suite import LogprobAccumulator
+from infergate.parity.logprobs import compare_logprobs, kl_full, kl_top_k
 from infergate.parity.record import ParityInputError, TopLogprobs
 
 from .builders import (

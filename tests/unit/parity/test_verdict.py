@@ -15,18 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from infergate.parity.compare import compare_sources, ratio_floor
+from infergate.parity.compare import compare_sources
+from infergate.parity.long_prompts import ratio_floor
 from infergate.parity.metrics import ParityMetrics, ParityResult
 from infergate.parity.profiles import ProfileChoiceError, plan_gate, suggest_profile
 from infergate.parity.record import ParityRecord, PromptRecord, TopLogprobs
+from infergate.parity.regression import check_regression, regression_comparable
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
-from infergate.parity.verdict import (
-    Verdict,
-    VerdictStatus,
-    check_regression,
-    decide,
-    regression_comparable,
-)
+from infergate.parity.verdict import Verdict, VerdictStatus, decide
 
 from .builders import (
     candidate_of,

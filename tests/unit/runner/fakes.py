@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from infergate.accounting import VLLM_ENGINE_ROUTES
 from infergate.engines.client import Completion
 from infergate.engines.layer_probe import LayerStates
 from infergate.errors import ConflictError, NotFoundError
 from infergate.parity.layers import layer_state_names
-from infergate.parity.overhead import VLLM_ENGINE_ROUTES
 from infergate.parity.record import TeacherForced, TopLogprobs
 from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC
 from infergate.render.check_names import SideName, probe_name
@@ -529,7 +529,7 @@ class ToyConnector:
             self.engines[url].serve("/health")
 
     def scrape(self, url: str) -> str:
-        from infergate.parity.overhead import OverheadError
+        from infergate.accounting import OverheadError
 
         engine = self.engines[url]
         if not engine.metrics_served:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from infergate.parity.overhead import ADAPTER_CLOCK, engine_time, parse_samples
+from infergate.accounting import ADAPTER_CLOCK, engine_time, parse_samples
 from infergate.runtime.metrics import AdapterMetrics
 
 # A served model name a user may well write, and one that breaks hand-written label text.

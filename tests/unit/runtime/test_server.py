@@ -15,8 +15,8 @@ import pytest
 from numpy.typing import NDArray
 from starlette.testclient import TestClient
 
+from infergate.accounting import ENGINE_SECONDS_HEADER
 from infergate.engines.client import EngineClient, score_from
-from infergate.parity.overhead import ENGINE_SECONDS_HEADER
 from infergate.runtime.backend import GreedyLoop, GreedyOutput, log_softmax
 from infergate.runtime.server import AdapterServer
 

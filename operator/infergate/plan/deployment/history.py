@@ -26,8 +26,10 @@ def _created(ctx: Context, record: RevisionRecord) -> datetime:
 
 
 def history(ctx: Context, rollout: Rollout) -> list[RevisionRecord]:
-    """Records of stable, canary and desired, plus the newest `revisionHistoryLimit` others."""
-    pinned = {r for r in (rollout.stable, rollout.canary, ctx.desired) if r is not None}
+    """Records of stable, canary, desired and the stable a promotion replaces, plus the newest
+    `revisionHistoryLimit` others."""
+    previous = rollout.promotion.previous if rollout.promotion is not None else None
+    pinned = {r for r in (rollout.stable, rollout.canary, ctx.desired, previous) if r is not None}
     others = sorted(
         (r for r in rollout.records.values() if r.hash not in pinned),
         key=lambda r: _created(ctx, r),
@@ -41,7 +43,9 @@ def sizes(
     ctx: Context, rollout: Rollout, records: list[RevisionRecord]
 ) -> tuple[Rollout, list[KeptRevision]]:
     """The revisions whose objects stay, with sizes: stable at spec.replicas, canary at
-    canaryReplicas, earlier stables kept until the stable is fully rolled out, then at 0."""
+    canaryReplicas, the stable a promotion replaces at its size until the promotion ends
+    (`plan.deployment.promotion`), other earlier stables kept until the stable is fully
+    rolled out, then at 0."""
     kept: list[KeptRevision] = []
     stable_ready = False
     stable = rollout.stable
@@ -70,18 +74,22 @@ def sizes(
         )
     draining: list[str] = []
     running = {k.revision for k in kept}
-    for record in records:
-        if record.hash in running or record.promoted_at is None:
+    previous = rollout.promotion.previous if rollout.promotion is not None else None
+    earlier = [r.hash for r in records if r.promoted_at is not None]
+    # The stable being replaced stays even without a record (a status lost midway).
+    if previous is not None and previous not in earlier:
+        earlier.append(previous)
+    for revision in earlier:
+        spec = ctx.revision_spec(revision)
+        if revision in running or spec is None:
             continue
-        spec = ctx.revision_spec(record.hash)
-        if spec is None:
-            continue
-        deployment = ctx.observed.deployments.get(record.hash)
+        deployment = ctx.observed.deployments.get(revision)
         current = deployment.spec_replicas if deployment is not None else 0
-        replicas = 0 if stable_ready else current
-        if replicas:
-            draining.append(record.hash)
-        kept.append(KeptRevision(record.hash, spec, replicas, ROLE_RETIRED))
+        # It serves until traffic has moved and the delay passed: never scaled down before.
+        replicas = current if revision == previous or not stable_ready else 0
+        if replicas and revision != previous:
+            draining.append(revision)
+        kept.append(KeptRevision(revision, spec, replicas, ROLE_RETIRED))
     if draining and rollout.progress is None:
         rollout = replace(
             rollout,

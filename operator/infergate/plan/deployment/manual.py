@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from infergate.api.enums import VerdictOutcome
 from infergate.plan import reasons
+from infergate.plan.deployment.promotion import abort_promotion, abortable
 from infergate.plan.deployment.state import Context, Rollout
 
 
@@ -103,11 +104,18 @@ def roll_back(ctx: Context, rollout: Rollout, target: str, *, reason: str, why: 
 
 
 def manual_abort(ctx: Context, rollout: Rollout) -> Rollout:
-    """`infergate.io/abort: "true"`: the canary is rolled back."""
+    """`infergate.io/abort: "true"`: the canary is rolled back; so is a promotion while its
+    revision still scales up (`plan.deployment.promotion`), and the stable before it stays,
+    untouched. Once traffic moves to the promoted revision, an abort is refused: a rollback
+    to the previous revision goes back."""
     manual = ctx.state.manual
     if manual.abort is None:
         return rollout
     canary = rollout.canary
+    if canary is None:
+        promoting = ctx.state.status.promotion
+        if promoting is not None and promoting.revision == rollout.stable:
+            return _abort_promotion(ctx, rollout, promoting.revision, promoting.previous)
     refused = _not_this_canary(rollout, "abort", str(manual.abort), manual.aborts)
     if refused is not None or canary is None:
         return refused or rollout
@@ -115,6 +123,34 @@ def manual_abort(ctx: Context, rollout: Rollout) -> Rollout:
     said = f"aborted {_by(ctx)}; parity verdict {verdict.value if verdict else 'none'}"
     rollout = rollout.reject(ctx, canary, reasons.ROLLBACK_ABORTED, said)
     return rollout.noting(reasons.MANUAL_ACTION, f"canary {canary} {said}")
+
+
+def _abort_promotion(ctx: Context, rollout: Rollout, revision: str, previous: str) -> Rollout:
+    manual = ctx.state.manual
+    if not manual.aborts(revision):
+        return rollout.noting(
+            reasons.MANUAL_ACTION_REFUSED,
+            f"abort: asked for revision {manual.abort}, but the revision being promoted is "
+            f"{revision}",
+            warning=True,
+        )
+    if abortable(ctx, rollout) is None:
+        return rollout.noting(
+            reasons.MANUAL_ACTION_REFUSED,
+            f"abort: revision {revision} is promoted and traffic is moving to it; roll back "
+            f"to revision {previous} instead (infergate.io/rollback-to), which keeps its pods "
+            "until scaleDownDelaySeconds after the move",
+            warning=True,
+        )
+    verdict = rollout.record(ctx, revision).verdict
+    said = (
+        f"promotion aborted {_by(ctx)} before traffic moved; parity verdict "
+        f"{verdict.value if verdict else 'none'}"
+    )
+    rollout = abort_promotion(ctx, rollout, reasons.ROLLBACK_ABORTED, said)
+    return rollout.noting(
+        reasons.MANUAL_ACTION, f"revision {revision} {said}; revision {previous} stays stable"
+    )
 
 
 def manual_promote(ctx: Context, rollout: Rollout) -> Rollout:

@@ -13,7 +13,7 @@ from typing import Any
 
 from infergate.api.common import Condition
 from infergate.api.deployment_status import InferenceDeploymentStatus
-from infergate.api.enums import ConditionStatus
+from infergate.api.enums import ConditionStatus, PromotionStep
 from infergate.plan import reasons
 from infergate.plan.conditions import (
     ConditionUpdate,
@@ -25,7 +25,13 @@ from infergate.plan.deployment.desired import (
     desired_revision,
     desired_stable_service,
 )
-from infergate.plan.deployment.rollout import DeploymentState, Notice, Outcome, decide
+from infergate.plan.deployment.rollout import (
+    DeploymentState,
+    Notice,
+    Outcome,
+    RolloutDecision,
+    decide,
+)
 from infergate.plan.deployment.state import Context, taken_message
 from infergate.plan.deployment.status import StatusInput, build_status
 from infergate.plan.deployment.sync import Create, SyncPlan, sync_children
@@ -115,17 +121,16 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         desired_revision(state.owner, kept.spec, replicas=kept.replicas, role=kept.role)
         for kept in decision.kept
     ]
-    serving = decision.stable or decision.desired
-    weight = Context.of(state).step_weight(decision.step) if decision.canary is not None else 0
+    route_stable, route_canary, weight = _route(state, decision)
     sync = sync_children(
         revisions,
         state.observed,
-        stable_service=desired_stable_service(state.owner, state.spec, serving),
+        stable_service=desired_stable_service(state.owner, state.spec, decision.serving),
         extras=desired_extras(
             state.owner,
             state.spec,
-            stable=decision.stable,
-            canary=decision.canary,
+            stable=route_stable,
+            canary=route_canary,
             canary_weight=weight,
             mirror_image=state.mirror_image,
             runner_namespace=state.runner_namespace,
@@ -175,6 +180,17 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
             state.now,
         ),
     )
+
+
+def _route(state: DeploymentState, decision: RolloutDecision) -> tuple[str | None, str | None, int]:
+    """(stable, canary, canary weight) of the HTTPRoute: while a promotion scales the new
+    stable up, the route stays as it is seen (the new stable at the weight it carries);
+    it moves with the Service, at the switch."""
+    promotion = decision.promotion
+    if promotion is not None and promotion.step is PromotionStep.SCALING_UP:
+        return promotion.previous, promotion.revision, promotion.carried
+    weight = Context.of(state).step_weight(decision.step) if decision.canary is not None else 0
+    return decision.stable, decision.canary, weight
 
 
 def _sooner(due: datetime | None, at: datetime) -> datetime:

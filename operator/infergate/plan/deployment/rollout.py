@@ -16,6 +16,8 @@ shared but what one hands the next (`plan.deployment.state.Rollout`, immutable):
     drift_rollback      onDrift rollback after a drift  (plan.deployment.drift)
     advance_canary      wait for it, then judge it      (plan.deployment.canary, judge)
     advance_initial     the first revision becomes stable once rolled out
+    advance_promotion   a new stable grows, takes the traffic, then the previous one goes
+                                                        (plan.deployment.promotion)
     history, sizes      what stays, at which size       (plan.deployment.history)
     watch_drift         the drift watch's runs on the stable revision
     prune_checks        checks of revisions out of history
@@ -37,10 +39,12 @@ from infergate.plan.deployment.canary import advance_canary, advance_initial, ch
 from infergate.plan.deployment.drift import drift_rollback, watch_drift
 from infergate.plan.deployment.history import history, prune_checks, settle, sizes
 from infergate.plan.deployment.manual import manual_abort, manual_promote, manual_rollback
+from infergate.plan.deployment.promotion import advance_promotion
 from infergate.plan.deployment.state import (
     Context,
     DeploymentState,
     KeptRevision,
+    Promotion,
     Rollout,
     StepState,
 )
@@ -52,6 +56,7 @@ __all__ = [
     "KeptRevision",
     "Notice",
     "Outcome",
+    "Promotion",
     "RolloutDecision",
     "StepState",
     "decide",
@@ -80,9 +85,20 @@ class RolloutDecision:
     """The canary's gateway step (gateway mode, once its check passed)."""
     drift: DriftPlan | None = None
     """The drift watch's status, condition and next look."""
+    promotion: Promotion | None = None
+    """The change of stable revision in progress: which step, which revision serves."""
     due: datetime | None = None
     """When this decision changes by time alone (a deadline, the end of a pause): the
     deployment is reconciled again then; None: only a change, or the safety resync."""
+
+    @property
+    def serving(self) -> str:
+        """The revision the stable Service and the HTTPRoute send requests to: the stable
+        one, but the previous stable while a promotion scales the new one up (the first
+        revision before it is stable)."""
+        if self.promotion is not None:
+            return self.promotion.serving
+        return self.stable or self.desired
 
 
 def decide(state: DeploymentState) -> RolloutDecision:
@@ -97,6 +113,7 @@ def decide(state: DeploymentState) -> RolloutDecision:
         drift_rollback,
         advance_canary,
         advance_initial,
+        advance_promotion,
     ):
         rollout = step(ctx, rollout)
     records = history(ctx, rollout)
@@ -119,6 +136,7 @@ def decide(state: DeploymentState) -> RolloutDecision:
         unschedulable=rollout.unschedulable,
         step=rollout.step,
         drift=rollout.drift,
+        promotion=rollout.promotion,
         due=rollout.due,
     )
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from infergate.api.deployment_status import InferenceDeploymentStatus, RevisionRecord
-from infergate.api.enums import ConditionStatus
+from infergate.api.enums import ConditionStatus, PromotionStep
 from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.api.traffic import TrafficMode
@@ -31,7 +31,8 @@ from infergate.plan.drift.state import DriftPlan
 from infergate.plan.notices import Notice, Outcome
 from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE
 from infergate.render.images import DEFAULT_RUNNER_IMAGE, resolved_image
-from infergate.render.labels import revision_object_name
+from infergate.render.labels import LABEL_REVISION, revision_object_name
+from infergate.render.traffic import stable_selector
 
 ROLE_STABLE = "stable"
 ROLE_CANARY = "canary"
@@ -98,6 +99,30 @@ class StepState:
     step: int
     started_at: datetime
     recheck: str | None = None
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A change of stable revision in progress (written to and read from status.promotion;
+    `plan.deployment.promotion` decides it)."""
+
+    revision: str
+    """The new stable."""
+    previous: str
+    """The revision that served before: it keeps its pods until the promotion ends."""
+    step: PromotionStep
+    switched_at: datetime | None = None
+    """When the move of traffic to `revision` was first seen."""
+    scale_down_at: datetime | None = None
+    """When `previous` is scaled down (once the move was seen)."""
+    carried: int = 0
+    """The HTTPRoute's weight for `revision` as observed (gateway mode), kept while it scales
+    up: the route moves only at the switch."""
+
+    @property
+    def serving(self) -> str:
+        """The revision the stable Service (and the route) should send requests to."""
+        return self.previous if self.step is PromotionStep.SCALING_UP else self.revision
 
 
 @dataclass(frozen=True)
@@ -192,19 +217,55 @@ class Context:
         # What is seen as ours is ours, whatever an earlier create found.
         return taken_message({r: self.state.taken[r] for r in refs if r in self.state.taken})
 
+    def route_weights(self) -> dict[str, int] | None:
+        """Backend Service -> weight, as the deployment's own HTTPRoute is observed (None:
+        no route of ours is seen)."""
+        route = self.observed.extras.get(("HTTPRoute", self.state.owner.name))
+        if route is None:
+            return None
+        weights: dict[str, int] = {}
+        for rule in route.content.get("rules") or []:
+            for backend in rule.get("backendRefs") or []:
+                if isinstance(backend.get("weight"), int):
+                    weights[str(backend.get("name"))] = int(backend["weight"])
+        return weights
+
     def route_weight(self, revision: str) -> int | None:
         """The weight the deployment's own HTTPRoute, as observed, gives `revision`'s
         Service (None: no route of ours is seen, or it names no such backend)."""
-        name = self.state.owner.name
-        route = self.observed.extras.get(("HTTPRoute", name))
-        if route is None:
+        weights = self.route_weights() or {}
+        return weights.get(revision_object_name(self.state.owner.name, revision))
+
+    def selected_revision(self) -> str | None:
+        """The one revision the stable Service, as observed, selects (dark and gateway
+        modes), when that revision has a Deployment; None otherwise (replicas mode selects
+        every revision)."""
+        service = self.observed.services.get(self.state.owner.name)
+        if service is None:
             return None
-        service = revision_object_name(name, revision)
-        for rule in route.content.get("rules") or []:
-            for backend in rule.get("backendRefs") or []:
-                if backend.get("name") == service and isinstance(backend.get("weight"), int):
-                    return int(backend["weight"])
-        return None
+        selected = (service.content.get("selector") or {}).get(LABEL_REVISION)
+        return str(selected) if selected and selected in self.observed.deployments else None
+
+    def moved_to(self, revision: str) -> bool:
+        """Whether what clients reach the revisions through, as observed (read back, not
+        assumed from a write), sends their requests to `revision`: the stable Service's
+        selector is the one `revision` serves under (every revision's pods in replicas
+        mode), and in gateway mode the HTTPRoute gives weight to its Service alone."""
+        name = self.state.owner.name
+        mode = self.spec.rollout.traffic.mode
+        service = self.observed.services.get(name)
+        if service is None:
+            return False
+        if (service.content.get("selector") or {}) != stable_selector(name, mode, revision):
+            return False
+        if mode is not TrafficMode.GATEWAY:
+            return True
+        weights = self.route_weights()
+        if weights is None:
+            return False
+        target = revision_object_name(name, revision)
+        others = [weight for backend, weight in weights.items() if backend != target]
+        return weights.get(target, 0) > 0 and not any(others)
 
     def step_weight(self, state: StepState | None) -> int:
         """The canary's route weight at `state` (0 before its check passed, or without steps)."""
@@ -265,6 +326,8 @@ class Rollout:
     """The canary's gateway step, once its check passed (gateway mode only)."""
     drift: DriftPlan | None = None
     """What the drift watch decided (plan.deployment.drift), once it ran."""
+    promotion: Promotion | None = None
+    """The change of stable revision in progress (plan.deployment.promotion), once decided."""
     due: datetime | None = None
     """The earliest time at which this decision changes by time alone (a deadline, the end
     of a pause): the reconcile is scheduled then, not polled."""
@@ -314,7 +377,8 @@ class Rollout:
     def promote(
         self, ctx: Context, revision: str, reason: str, message: str, *, count: bool = True
     ) -> Rollout:
-        """`revision` becomes stable; the previous stable is scaled down once it rolled out."""
+        """`revision` becomes stable. Traffic moves to it, and the previous stable is scaled
+        down, in the order `plan.deployment.promotion` decides from here: never at once."""
         previous = self.stable
         result = self.with_record(
             ctx, revision, promoted_at=ctx.now, rejected=False, message=message
@@ -329,7 +393,7 @@ class Rollout:
                 ConditionStatus.TRUE,
                 reasons.PROMOTING,
                 f"revision {revision} promoted ({message}); "
-                + (f"revision {previous} is scaled down once it is rolled out" if previous else ""),
+                + (f"revision {previous} serves until traffic has moved" if previous else ""),
             ),
         )
         return result.counting("promotion", reason) if count else result

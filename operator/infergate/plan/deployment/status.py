@@ -17,6 +17,7 @@ from infergate.api.deployment_status import (
     Endpoints,
     InferenceDeploymentStatus,
     LastParityCheck,
+    PromotionStatus,
     ServiceEndpoint,
     TrafficStatus,
 )
@@ -100,9 +101,13 @@ def drift_condition(
 
 
 def available_condition(
-    spec: InferenceDeploymentSpec, stable: str | None, observed: Observed
+    spec: InferenceDeploymentSpec,
+    stable: str | None,
+    observed: Observed,
+    serving: str | None = None,
 ) -> ConditionUpdate:
-    """Available: at least one pod of the stable revision serves."""
+    """Available: at least one pod of the stable revision serves (of `serving`, the previous
+    stable, while a promotion scales the new one up)."""
     if stable is None:
         return ConditionUpdate(
             reasons.AVAILABLE,
@@ -117,9 +122,16 @@ def available_condition(
             reasons.SCALED_TO_ZERO,
             f"spec.replicas is 0: stable revision {stable} runs no pods",
         )
-    deployment = observed.deployments.get(stable)
+    serving = serving or stable
+    deployment = observed.deployments.get(serving)
     available = deployment.available_replicas if deployment is not None else 0
     message = f"{available}/{spec.replicas} pods of stable revision {stable} available"
+    if serving != stable:
+        wanted = deployment.spec_replicas if deployment is not None else 0
+        message = (
+            f"{available}/{wanted} pods of revision {serving} available: it serves until "
+            f"stable revision {stable} takes over"
+        )
     if available >= 1:
         return ConditionUpdate(
             reasons.AVAILABLE, ConditionStatus.TRUE, reasons.MINIMUM_REPLICAS_AVAILABLE, message
@@ -190,7 +202,8 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
     decision = inputs.decision
     previous = inputs.previous
     conditions: list[Condition] = list(previous.conditions)
-    available = available_condition(inputs.spec, decision.stable, inputs.observed)
+    serving = decision.serving if decision.stable is not None else None
+    available = available_condition(inputs.spec, decision.stable, inputs.observed, serving)
     parity = decision.parity or _kept_parity(previous.conditions)
     updates = [
         available,
@@ -231,6 +244,7 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
         drift=drift.status if drift is not None else None,
         traffic_mechanism=MECHANISM[rollout.traffic.mode],
         traffic=traffic_status(inputs.spec, decision),
+        promotion=promotion_status(decision),
         endpoints=endpoints,
         replicas=sum(d.replicas for d in deployments),
         ready_replicas=sum(d.ready_replicas for d in deployments),
@@ -256,6 +270,21 @@ def traffic_status(spec: InferenceDeploymentSpec, decision: RolloutDecision) -> 
         step=step.step if step is not None else None,
         step_started_at=step.started_at if step is not None else None,
         recheck=step.recheck if step is not None else None,
+    )
+
+
+def promotion_status(decision: RolloutDecision) -> PromotionStatus | None:
+    """The promotion's step, and what is read back next reconcile (which revision served
+    before, when the move was first seen)."""
+    promotion = decision.promotion
+    if promotion is None:
+        return None
+    return PromotionStatus(
+        revision=promotion.revision,
+        previous=promotion.previous,
+        step=promotion.step,
+        switched_at=promotion.switched_at,
+        scale_down_at=promotion.scale_down_at,
     )
 
 

@@ -589,7 +589,8 @@ def test_a_runner_job_in_the_checks_namespace_is_not_the_runner() -> None:
 
 
 def test_a_shadow_checks_runner_may_reach_the_mirrors_control_port() -> None:
-    body = check(source="shadow", shadow={"minRequests": 10})
+    # The window ends before the runner's deadline (300 s), as admission requires.
+    body = check(source="shadow", shadow={"minRequests": 10, "windowSeconds": 120})
     del body["spec"]["suite"]
     baseline = replace(READY_SIDES["baseline"], needs_probe=False)
     sides = {"baseline": baseline, "candidate": READY_SIDES["candidate"]}

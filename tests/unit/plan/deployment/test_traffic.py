@@ -87,6 +87,10 @@ def test_dark_by_default_the_canary_serves_nobody_until_promoted() -> None:
     world.set_check(check, "Passed", passed=True)
     world.reconcile()
     assert world.status.stable_revision == canary
+    # The new stable grows to full size first; the old one answers meanwhile.
+    assert _selected(world) == {stable}
+    world.make_available(canary)
+    world.reconcile()
     # Promotion moves traffic: from now on only the new stable answers.
     assert _selected(world) == {canary}
 
@@ -175,6 +179,10 @@ def test_gateway_weights_follow_the_steps_then_the_canary_is_promoted() -> None:
     world.reconcile()
     assert world.status.stable_revision == canary
     assert world.status.canary_revision is None
+    # The route keeps the last step's weights while the new stable grows to full size.
+    assert _weights(world) == {stable: 50, canary: 50}
+    world.make_available(canary)
+    world.reconcile()
     assert _weights(world) == {canary: 100}
     assert _selected(world) == {canary}
 
@@ -236,8 +244,10 @@ def test_a_manual_promote_skips_the_remaining_steps() -> None:
     world.annotations["infergate.io/promote"] = "true"
     world.reconcile()
     assert world.status.stable_revision == canary
+    assert _weights(world) == {stable: 90, canary: 10}  # until it runs at full size
+    world.make_available(canary)
+    world.reconcile()
     assert _weights(world) == {canary: 100}
-    del stable
 
 
 def test_a_step_counts_only_once_the_route_is_seen_carrying_its_weight() -> None:
@@ -331,6 +341,8 @@ def test_a_stable_service_someone_else_made_holds_promotion_even_by_hand() -> No
     world.reconcile()
     world.reconcile()
     assert world.status.stable_revision == canary
+    world.make_available(canary)  # the new stable at full size before the Service moves
+    world.reconcile()
     assert _selected(world) == {canary}
     assert world.condition("Degraded") == ("False", "Healthy")
 

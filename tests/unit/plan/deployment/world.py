@@ -50,6 +50,9 @@ def base_spec() -> dict[str, Any]:
         "rollout": {
             "canaryReplicas": 1,
             "progressDeadlineSeconds": 600,
+            # A promotion ends as soon as its move is read back, so `settle` (in which no
+            # time passes) finishes one; test_promotion.py tests the delay.
+            "scaleDownDelaySeconds": 0,
             "parity": {"suite": {"inline": [{"id": "p1", "text": "The capital of France is"}]}},
         },
         "revisionHistoryLimit": 2,
@@ -73,6 +76,11 @@ class World:
     """The operator's golden record store (--golden-config)."""
     taken: dict[str, str] = field(default_factory=dict)
     """What the writer's creates found of names held by others' objects (`on_name`)."""
+    conflicts: set[tuple[str, str]] = field(default_factory=set)
+    """(kind, name) of children whose updates the API server answers 409 Conflict: the write
+    is not applied, and the next reconcile sees the object as it was."""
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    """Every update answered 409, in order."""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # -- the user's side -------------------------------------------------------------------
@@ -153,6 +161,10 @@ class World:
             if isinstance(write, Create):
                 self._create_child(write.manifest)
             elif isinstance(write, Update):
+                key = (write.manifest["kind"], write.manifest["metadata"]["name"])
+                if key in self.conflicts:
+                    self.refused.append(key)
+                    continue
                 self._update(write.manifest)
             elif isinstance(write, Recreate):
                 self.objects.pop((write.manifest["kind"], write.manifest["metadata"]["name"]))

@@ -7,11 +7,10 @@ import re
 
 from infergate.parity.compare import compare_sources
 from infergate.parity.profiles import resolve_thresholds
-from infergate.parity.report import render_report, render_report_from_json
 from infergate.parity.thresholds import ProfileName
 from infergate.parity.verdict import decide
-
-from .builders import fork_pair, record, replace, suite
+from infergate.report.page import render_report, render_report_from_json
+from tests.unit.parity.builders import fork_pair, record, replace, suite
 
 
 def _report(text_of_p0: str = "text of p0") -> str:

@@ -1,4 +1,8 @@
-"""Runner overhead: a check's wall time over the time the engines spent on its requests.
+"""Engine-time accounting: a check's wall time over the time the engines spent on its requests.
+
+Shared by the runner (which scrapes and counts), the adapter inside engine pods and the
+engine client (which state and read each request's engine seconds), and the report;
+none of it decides parity, so it lives beside the parity core, not in it.
 
 The engines say how long they worked, in their Prometheus metrics, scraped just before
 the runner starts sending a side requests and just after its last answer:

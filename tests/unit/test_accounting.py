@@ -1,10 +1,10 @@
-"""Runner overhead from two scrapes of the engines' metrics (infergate.parity.overhead)."""
+"""Runner overhead from two scrapes of the engines' metrics (infergate.accounting)."""
 
 from __future__ import annotations
 
 import pytest
 
-from infergate.parity.overhead import (
+from infergate.accounting import (
     ADAPTER_CLOCK,
     VLLM_CLOCK,
     EngineTime,
