@@ -183,11 +183,18 @@ def assert_gate_held(watch: GateWatch, stable: str, replicas: int) -> None:
     )
 
 
+def runner_selector(namespace: str, check: str) -> str:
+    """The labels of the runner objects of check `namespace/check`, which live in the
+    runner namespace (the operator's), whichever it is."""
+    return (
+        f"infergate.io/paritycheck={check},infergate.io/paritycheck-role=runner,"
+        f"infergate.io/paritycheck-namespace={namespace}"
+    )
+
+
 def runner_jobs(cluster: Cluster, namespace: str, check: str) -> list[str]:
-    listed = cluster.get_json(
-        "jobs", "-n", namespace,
-        "-l", f"infergate.io/paritycheck={check},infergate.io/paritycheck-role=runner",
-    )["items"]  # fmt: skip
+    """The runner Jobs of check `namespace/check`, in any namespace."""
+    listed = cluster.get_json("jobs", "-A", "-l", runner_selector(namespace, check))["items"]
     return [j["metadata"]["name"] for j in listed]
 
 
