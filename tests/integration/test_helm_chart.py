@@ -194,6 +194,14 @@ def test_install_namespace_scoped_grants_roles_only_where_it_watches(
             f"{fullname}-operator",
             f"{fullname}-paritycheck-controller",
         }
+        # In its own namespace: the Lease, and the runners' Jobs it makes there.
+        own = cluster.get_json(
+            "roles", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}"
+        )["items"]
+        assert {r["metadata"]["name"] for r in own} == {
+            f"{fullname}-operator-leader-election",
+            f"{fullname}-runner-namespace",
+        }
         assert _stable_rollout(cluster, watched)
     finally:
         helm("uninstall", release, "--namespace", namespace, "--wait", "--timeout=3m", check=False)
