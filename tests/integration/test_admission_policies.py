@@ -252,9 +252,8 @@ def test_a_namespace_editor_cannot_act_as_the_runner(
     right in the runner namespace, and a ServiceAccount of its own namespace under the
     runner's very name, with a token it minted, writes no verdict.
 
-    (`edit` has no rule on infergate.io objects, and the project ships no aggregated role:
-    the team is also granted status rights, so that what refuses the verdict is the
-    policy, not RBAC.)"""
+    (The project's roles aggregated into `edit` give no status rights: the team is also
+    granted them, so that what refuses the verdict is the policy, not RBAC.)"""
     runners = admission.ops_namespace
     team = "app-team"
     admission.apply(
