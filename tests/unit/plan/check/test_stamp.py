@@ -101,15 +101,7 @@ def _world_with_suite_config_map() -> tuple[World, str, str]:
     world = World()
     world.set("rollout.parity.suite", {"configMapRef": {"name": REF.name, "key": REF.key}})
     world.objects[("ConfigMap", REF.name)] = config_map(CANARY_PROMPTS)
-    world.settle()
-    stable = world.status.stable_revision
-    assert stable is not None
-    world.change(dtype="float16")
-    world.reconcile()
-    canary = world.status.canary_revision
-    assert canary is not None
-    world.make_available(canary)
-    world.reconcile()
+    stable, canary = world.available_canary()
     return world, stable, canary
 
 

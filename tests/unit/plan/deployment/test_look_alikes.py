@@ -60,15 +60,7 @@ def _canary_world(traffic: dict[str, Any] | None = None) -> tuple[World, str, st
     world = World()
     if traffic is not None:
         world.set("rollout.traffic", traffic)
-    world.settle()
-    stable = world.status.stable_revision
-    assert stable is not None
-    world.change(dtype="float16")
-    world.reconcile()
-    canary = world.status.canary_revision
-    assert canary is not None
-    world.make_available(canary)
-    world.reconcile()
+    stable, canary = world.available_canary()
     return world, stable, canary
 
 
@@ -112,15 +104,7 @@ def _watched(on_drift: dict[str, Any] | None = None) -> tuple[World, str, str]:
     world.set("rollout.parity.watch", {"intervalSeconds": 3600})
     if on_drift is not None:
         world.set("rollout.parity.onDrift", on_drift)
-    world.settle()
-    old = world.status.stable_revision
-    assert old is not None
-    world.change(dtype="float16")
-    world.reconcile()
-    canary = world.status.canary_revision
-    assert canary is not None
-    world.make_available(canary)
-    world.reconcile()
+    old, canary = world.available_canary()
     world.set_check(
         f"{NAME}-{canary}", "Passed", passed=True, metrics={"tokenMatchRate": 1.0},
         golden={"stored": True, "entries": [_entry(old, "baseline"), _entry(canary, "candidate")]},

@@ -269,6 +269,20 @@ class World:
                 "availableReplicas": replicas,
             }
 
+    def available_canary(self, **engine: Any) -> tuple[str, str]:
+        """Settle a stable, change the engine (float16 by default), and make the canary
+        available: (stable revision, canary revision), the canary's check not yet run."""
+        self.settle()
+        stable = self.status.stable_revision
+        assert stable is not None
+        self.change(**(engine or {"dtype": "float16"}))
+        self.reconcile()
+        canary = self.status.canary_revision
+        assert canary is not None
+        self.make_available(canary)
+        self.reconcile()
+        return stable, canary
+
     def unschedulable_pod(self, revision: str, message: str) -> None:
         self.pods[f"{NAME}-{revision}-x"] = {
             "metadata": {
