@@ -740,7 +740,7 @@ def test_the_operator_writes_nothing_in_system_namespaces_or_its_own(
     )
     assert not own.allowed
     own_map = _dry_run(admission, admission.ops_namespace, config_map)
-    assert "may write in its own namespace only the parity runners'" in own_map.stderr
+    assert "may write in its own namespace only the Jobs," in own_map.stderr
     assert "not configmaps x" in own_map.stderr
     # There, a runner Job runs as the account of its own name, never as the operator.
     job, account, _, _ = _runner_objects("llm", admission.ops_namespace)

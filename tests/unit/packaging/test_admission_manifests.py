@@ -242,3 +242,54 @@ def test_only_the_operator_writes_an_inference_deployments_status() -> None:
     assert username in validation["message"]
     assert "variables.operator" in validation["messageExpression"]
     assert "request.userInfo.username" in validation["messageExpression"]
+
+
+_CEL_KEYS = ("expression", "messageExpression")
+# What may follow a CEL string literal: an operator (`in` too), a closing bracket, a separator or the
+# end. A word right after one (`'the runners' Jobs'`) is a quote that ended the literal.
+_AFTER_LITERAL = re.compile(r"\s*(?:$|in\b|[-+*/%)\],}:?=!<>&|.])")
+
+
+def _cel_expressions(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k in _CEL_KEYS and isinstance(v, str)]
+        return found + [e for v in node.values() for e in _cel_expressions(v)]
+    if isinstance(node, list):
+        return [e for v in node for e in _cel_expressions(v)]
+    return []
+
+
+def _literal_ends(expression: str) -> list[int]:
+    """Where each string literal of a CEL expression ends (its closing quote); raises if
+    one never ends."""
+    ends, quote, i = [], "", 0
+    while i < len(expression):
+        ch = expression[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif expression.startswith(quote, i):
+                ends.append(i + len(quote) - 1)
+                i += len(quote) - 1
+                quote = ""
+        elif ch in "'\"":
+            quote = ch * 3 if expression.startswith(ch * 3, i) else ch
+            i += len(quote) - 1
+        i += 1
+    if quote:
+        raise AssertionError(f"a string literal never ends in: {expression}")
+    return ends
+
+
+def test_every_cel_string_literal_ends_where_its_text_does() -> None:
+    """A quote inside a message (`the runners' Jobs`) ends the literal early: the API server
+    refuses the whole policy at install. Every literal must close, and be followed by an
+    operator, a bracket or the end, never by a word."""
+    for document in _policies():
+        for expression in _cel_expressions(document["spec"]):
+            for end in _literal_ends(expression):
+                rest = expression[end + 1 :]
+                assert _AFTER_LITERAL.match(rest), (
+                    f"{document['metadata']['name']}: a word follows a string literal at "
+                    f"{rest[:40]!r} in {expression!r}"
+                )
