@@ -102,31 +102,38 @@ def watched(cluster: Cluster, session: str) -> Iterator[str]:
 def test_helm_template_is_accepted_by_the_api_server(
     cluster: Cluster, helm: Helm, namespace: str
 ) -> None:
-    """A server-side dry run of both modes (all but the Prometheus Operator's kinds)."""
-    for values in (
-        {"fullnameOverride": "ig-dry", "networkPolicy.enabled": "true"},
-        {
-            "fullnameOverride": "ig-dry-ns",
-            "rbac.scope": "namespace",
-            "watchNamespaces": f"{{{namespace}}}",
-        },
-    ):
-        rendered = helm(
-            "template",
-            "dry",
-            str(CHART),
-            "--namespace",
-            namespace,
-            "--include-crds",
-            *_sets(values),
-        )
-        documents = [d for d in yaml.safe_load_all(rendered) if d]
-        text = "\n---\n".join(json.dumps(d) for d in documents)
-        result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
-        accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
-        assert len(accepted) == len(documents), result.stdout
-        kinds = {d["kind"] for d in documents}
-        assert {"Deployment", "ServiceAccount", "CustomResourceDefinition"} <= kinds
+    """A server-side dry run of both modes (all but the Prometheus Operator's kinds). The
+    namespaced mode watches a tenant namespace apart from the release's, where the parity
+    runners run (the chart refuses the release namespace among the watched ones)."""
+    tenants = f"{namespace}-t"
+    cluster.kubectl("create", "namespace", tenants)
+    try:
+        for values in (
+            {"fullnameOverride": "ig-dry", "networkPolicy.enabled": "true"},
+            {
+                "fullnameOverride": "ig-dry-ns",
+                "rbac.scope": "namespace",
+                "watchNamespaces": f"{{{tenants}}}",
+            },
+        ):
+            rendered = helm(
+                "template",
+                "dry",
+                str(CHART),
+                "--namespace",
+                namespace,
+                "--include-crds",
+                *_sets(values),
+            )
+            documents = [d for d in yaml.safe_load_all(rendered) if d]
+            text = "\n---\n".join(json.dumps(d) for d in documents)
+            result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
+            accepted = [line for line in result.stdout.splitlines() if "(server dry run)" in line]
+            assert len(accepted) == len(documents), result.stdout
+            kinds = {d["kind"] for d in documents}
+            assert {"Deployment", "ServiceAccount", "CustomResourceDefinition"} <= kinds
+    finally:
+        release_namespace(cluster, tenants)
 
 
 def test_install_upgrade_and_uninstall_cluster_wide(
