@@ -294,6 +294,11 @@ def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flig
     previous = _previous_chart(tmp_path)
     assert not (previous / "values.schema.json").exists()  # the chart before this one
     try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
+        # A cluster that runs the previous chart has the previous chart's CRDs (Helm applies
+        # the chart's crds/ server-side at install, which CRDs of a newer tree would
+        # contradict): restored by apply_crds below.
+        crds = sorted((previous / "crds").glob("*.yaml"))
+        cluster.kubectl("replace", *(f"--filename={path}" for path in crds))
         helm("install", release, str(previous), "--namespace", namespace, "--create-namespace",
              *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
         first = wait_for(

@@ -205,6 +205,35 @@ def _status_patch(status: dict[str, Any]) -> tuple[str, ...]:
     return ("--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
 
 
+def _runner_writes(setting: Setting, runner: str, check: str, status: dict[str, Any]) -> Result:
+    """The verdict as the runner writes it: a PATCH of the status subresource (the only
+    verb its Role grants there; kubectl would read the subresource first) under a real
+    token of its ServiceAccount in the runner namespace."""
+    import ssl
+
+    import httpx
+    import yaml
+
+    cluster = setting.cluster
+    token = cluster.kubectl(
+        "create", "token", runner, "-n", setting.runners, "--duration=10m"
+    ).stdout.strip()
+    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    answer = httpx.patch(
+        f"{server}/apis/infergate.io/v1alpha1/namespaces/{setting.namespace}/paritychecks/"
+        f"{check}/status",
+        content=json.dumps({"status": status}),
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/merge-patch+json",
+        },
+        verify=ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt")),
+        timeout=30,
+    )
+    ok = answer.status_code == 200
+    return Result(0 if ok else 1, answer.text if ok else "", "" if ok else answer.text)
+
+
 def _token_kubeconfig(setting: Setting, token: str, tmp: Path) -> Path:
     """A kubeconfig that authenticates with `token` alone."""
     import yaml
@@ -275,14 +304,14 @@ def test_the_team_cannot_mint_the_runners_token_nor_make_one_that_writes_a_verdi
     kubeconfig = _token_kubeconfig(setting, minted.stdout.strip(), tmp_path)
     # The team cannot give it rights: no Role or RoleBinding, and the check's own runner
     # binding is not theirs to edit.
-    for verb, resource in (
+    for verb, resource, *extra in (
         ("create", "rolebindings"),
         ("create", "roles"),
         ("patch", "rolebindings"),
-        ("patch", "paritychecks.infergate.io/status"),
+        ("patch", "paritychecks.infergate.io", "--subresource=status"),
     ):
-        answer = setting.team("auth", "can-i", verb, resource)
-        assert answer.stdout.strip() == "no", (verb, resource)
+        answer = setting.team("auth", "can-i", verb, resource, *extra)
+        assert answer.stdout.strip() == "no", (verb, resource, *extra)
     bind = setting.team(
         "create", "rolebinding", "mine", "--clusterrole=edit",
         f"--serviceaccount={setting.namespace}:{account}",
@@ -346,10 +375,7 @@ def test_a_correctly_bound_forged_verdict_is_refused_on_every_path(setting: Sett
 
     # The runner, under its own token, writes the verdict the team could not: it counts.
     runner = check["status"]["runnerServiceAccount"]["name"]
-    real = setting.admission.as_service_account(
-        setting.runners, runner, "patch", "pcheck", name, "-n", setting.namespace,
-        *_status_patch(_bound_verdict(check, passed=True)),
-    )  # fmt: skip
+    real = _runner_writes(setting, runner, name, _bound_verdict(check, passed=True))
     assert real.allowed, real.stderr
     promoted = idep.wait("the canary promoted", lambda s: s.get("stableRevision") == canary, 90)
     assert promoted["stableRevision"] == canary
@@ -368,10 +394,7 @@ def test_a_re_applied_promote_does_not_promote_a_canary_whose_check_failed(
     idep, stable, canary, check = _canary_in_flight(setting)
     name = check["metadata"]["name"]
     runner = check["status"]["runnerServiceAccount"]["name"]
-    failed = setting.admission.as_service_account(
-        setting.runners, runner, "patch", "pcheck", name, "-n", setting.namespace,
-        *_status_patch(_bound_verdict(check, passed=False)),
-    )  # fmt: skip
+    failed = _runner_writes(setting, runner, name, _bound_verdict(check, passed=False))
     assert failed.allowed, failed.stderr
     status = idep.wait_phase("RolledBack", timeout=90)
     assert status["stableRevision"] == stable
