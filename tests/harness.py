@@ -226,25 +226,28 @@ def leader_pod(cluster: Cluster, namespace: str) -> dict[str, Any] | None:
     return next((p for p in pods if p["metadata"]["name"] == name), None)
 
 
-# -- a golden-record claim in a test namespace -----------------------------------------------
+# -- a golden-record claim in a runner namespace ---------------------------------------------
 
 GOLDEN_CLAIM = "golden-records"
 
 
 def golden_store_dir(namespace: str) -> Path:
-    """Where the local executor keeps `namespace`'s golden claim: the store's root directory.
+    """Where the local executor keeps the golden claim of `namespace`: the store's root
+    directory. Runner Jobs mount the claim in the runner namespace (the operator's), so
+    that is the `namespace` of a store the runners use.
 
     The executor mounts a claim from `pvc/<namespace>/<claim>` under the cache when that
     directory exists, else from `pvc/<claim>`, shared by every namespace; `golden_claim`
-    makes it, so each namespace's records stay its own.
+    makes it, so each install's records stay its own.
     """
     return cache_dir() / "pvc" / namespace / GOLDEN_CLAIM
 
 
 @contextmanager
 def golden_claim(cluster: Cluster, namespace: str) -> Iterator[Path]:
-    """The claim an operator's `--golden-config` names, bound in `namespace` (which exists)
-    to a volume of its own; the volume and the directory go afterwards."""
+    """The claim an operator's `--golden-config` names, bound in `namespace` (which exists;
+    the runner namespace, where runner Jobs mount it) to a volume of its own; the volume
+    and the directory go afterwards."""
     store = golden_store_dir(namespace)
     store.mkdir(parents=True)
     volume = f"{namespace}-{GOLDEN_CLAIM}"

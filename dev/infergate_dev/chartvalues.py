@@ -51,8 +51,9 @@ class Rbac(_Strict):
         default="cluster",
         description=(
             "cluster: ClusterRoles (every namespace, or the patterns of watchNamespaces); "
-            "namespace: a Role and RoleBinding in each of watchNamespaces (exact names), "
-            "no cluster-wide grant to the operator."
+            "namespace: a Role and RoleBinding in each of watchNamespaces (exact names) "
+            "and one in the release namespace for the parity runners' Jobs, ServiceAccounts "
+            "and NetworkPolicies, no cluster-wide grant to the operator."
         ),
     )
 
@@ -168,7 +169,10 @@ class Values(_Strict):
     rbac: Rbac = Field(default_factory=Rbac, description="What the operator is granted.")
     watch_namespaces: list[str] = Field(
         default_factory=list,
-        description="Namespaces the operator watches (empty: all; needs rbac.scope=cluster).",
+        description=(
+            "Namespaces the operator watches (empty: all; needs rbac.scope=cluster); never "
+            "the release namespace, where the parity runners run (the chart refuses it)."
+        ),
     )
     service_account: ServiceAccount = Field(
         default_factory=ServiceAccount, description="The operator's ServiceAccount."

@@ -1,9 +1,10 @@
 """The Helm chart, generated from what kustomize builds of manifests/.
 
-`render_chart(base, components)` turns the documents of `kubectl kustomize
-manifests/` (the base, CRDs included) and of each kustomize Component under
-manifests/ (optional pieces: ServiceMonitor, NetworkPolicy, PrometheusRule, ...)
-into the files of charts/infergate. Nothing of an object is
+`render_chart(base, components, namespace_scope=...)` turns the documents of
+`kubectl kustomize manifests/` (the base, CRDs included), of each kustomize Component
+under manifests/ (optional pieces: ServiceMonitor, NetworkPolicy, PrometheusRule, ...)
+and of what the namespaced overlay adds in the operator's own namespace into the files
+of charts/infergate. Nothing of an object is
 written by hand: the generator copies every object and opens a few holes for
 values, so the chart installs what the kustomize base installs, and an object
 added to manifests/ appears in the chart at the next `make chart`.
@@ -24,7 +25,10 @@ The holes, each the same for every object:
 - ClusterRoles bound to the operator's ServiceAccount render with
   `rbac.scope=cluster`; with `rbac.scope=namespace` their rules on namespaced
   resources become a Role and RoleBinding in each of `watchNamespaces` instead,
-  and the operator watches exactly those namespaces;
+  and the operator watches exactly those namespaces; the `namespace_scope` objects
+  (manifests/overlays/namespaced/runner-namespace: the operator's Role in its own
+  namespace, where the parity runners' Jobs run) render in the release namespace then
+  only, as the namespaced overlay installs them (the ClusterRoles cover it otherwise);
 - strings that contain `{{` (Prometheus alert templates, Grafana legends) are
   written as quoted literals, and large ConfigMap values as files of the chart.
 
@@ -37,7 +41,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,7 +232,7 @@ class Install:
     operator_roles: frozenset[str]
 
 
-def _install(base: list[JSON]) -> Install:
+def _install(base: list[JSON], namespace_scope: Sequence[JSON]) -> Install:
     deployments = [
         d
         for d in base
@@ -246,7 +250,7 @@ def _install(base: list[JSON]) -> Install:
     )
     names = frozenset(
         d["metadata"]["name"]
-        for d in base
+        for d in [*base, *namespace_scope]
         if d["kind"] not in ("Namespace", "CustomResourceDefinition")
         and d["metadata"]["name"].startswith(DEFAULT_FULLNAME)
     )
@@ -334,6 +338,7 @@ def _generic_holes(doc: JSON, install: Install, holes: _Holes, root: str) -> JSO
 
     # The operator's user name, as admission policies compare request.userInfo with it.
     username = f"system:serviceaccount:{install.namespace}:{install.service_account}"
+    quoted_namespace = f"'{install.namespace}'"
     account = install.service_account
     account_template = (
         f'(printf "%s{account[len(DEFAULT_FULLNAME) :]}" (include "infergate.fullname" {root}))'
@@ -352,6 +357,14 @@ def _generic_holes(doc: JSON, install: Install, holes: _Holes, root: str) -> JSO
             )
             quoted = f"{_go_string(before)} {user} {_go_string(after)}"
             return holes.value(f'{{{{ printf "%s%s%s" {quoted} | toJson }}}}')
+        if quoted_namespace in value:
+            # A CEL string literal naming the install namespace (the runner namespace of
+            # the admission policies): the release's namespace instead.
+            parts = value.split(quoted_namespace)
+            namespace = f"(printf \"'%s'\" {root}.Release.Namespace)"
+            pieces = f" {namespace} ".join(_go_string(p) for p in parts)
+            formats = "%s" * (2 * len(parts) - 1)
+            return holes.value(f'{{{{ printf "{formats}" {pieces} | toJson }}}}')
         if key in _REFERENCE_KEYS and value in install.names:
             return holes.value(_name_template(value, root))
         if "{{" in value:
@@ -484,6 +497,9 @@ def _object_template(
     return text
 
 
+_NAMESPACE_SCOPE = '{{- if eq $.Values.rbac.scope "namespace" }}\n'
+
+
 def _is_operator_rbac(doc: JSON, install: Install) -> bool:
     """A ClusterRole the operator's ServiceAccount is bound to, or such a binding."""
     if doc["kind"] == "ClusterRoleBinding":
@@ -524,8 +540,8 @@ def _namespaced_rbac(role: JSON, install: Install, index: int) -> str:
         _label_holes(work, holes, None, "$")
         parts.append("---\n" + holes.fill(_dump(work)))
     return (
-        '{{- if eq $.Values.rbac.scope "namespace" }}\n'
-        "{{- range $watched := $.Values.watchNamespaces }}\n"
+        _NAMESPACE_SCOPE
+        + "{{- range $watched := $.Values.watchNamespaces }}\n"
         + "".join(parts)
         + "{{- end }}\n{{- end }}\n"
     )
@@ -596,6 +612,10 @@ _HELPERS = """\
 {{- if and (eq $.Values.rbac.scope "namespace") (regexMatch "[*?\\\\[\\\\]!]" .) -}}
 {{- fail (printf "watchNamespaces: %%q is a pattern; rbac.scope=namespace needs exact names" .) -}}
 {{- end -}}
+{{- if eq . $.Release.Namespace -}}
+{{- $runners := "the release namespace, where the parity runners run" -}}
+{{- fail (printf "watchNamespaces: %%q is %%s; list only the tenants' namespaces" . $runners) -}}
+{{- end -}}
 {{- $args = append $args (printf "--namespace=%%s" .) -}}
 {{- end -}}
 {{- range .Values.operator.extraArgs }}{{ $args = append $args . }}{{ end -}}
@@ -619,7 +639,8 @@ _HELPERS = """\
 _NOTES = """\
 infergate {{ .Chart.AppVersion }} is installed in namespace {{ .Release.Namespace }}.
 {{- if eq .Values.rbac.scope "namespace" }}
-It watches {{ join ", " .Values.watchNamespaces }}, with a Role in each.
+It watches {{ join ", " .Values.watchNamespaces }}, with a Role in each; the parity
+runners run in {{ .Release.Namespace }}, where a Role lets it make their Jobs.
 {{- else if .Values.watchNamespaces }}
 It watches the namespaces matching {{ join ", " .Values.watchNamespaces }} (ClusterRoles).
 {{- else }}
@@ -679,9 +700,15 @@ def render_chart(
     *,
     version: str,
     gates: Iterable[VersionGate] = (),
+    namespace_scope: Sequence[JSON] = (),
 ) -> dict[str, str]:
-    """Path in the chart -> text, for every file of charts/infergate."""
-    install = _install(base)
+    """Path in the chart -> text, for every file of charts/infergate.
+
+    `gates`: admission objects that render only on API servers that serve their kind.
+    `namespace_scope`: objects of the install namespace that only `rbac.scope=namespace`
+    installs (with ClusterRoles bound cluster-wide they would grant nothing more).
+    """
+    install = _install(base, namespace_scope)
     values = chart_values(install)
     gated = {key: gate for gate in gates for key in gate.objects}
     files: dict[str, str] = {
@@ -725,6 +752,18 @@ def render_chart(
             role_path = f"templates/role-{doc['metadata']['name']}.yaml"
             files[role_path] = _HEADER + _namespaced_rbac(doc, install, index)
             index += 1
+    for doc in namespace_scope:
+        path = f"templates/{_file_name(doc)}"
+        if doc["metadata"].get("namespace") != install.namespace:
+            raise ChartError(
+                f"{doc['kind']} {doc['metadata']['name']}: a namespace-scope object must live "
+                f"in the install namespace {install.namespace}"
+            )
+        if path in files:
+            raise ChartError(f"two objects would be written to {path}")
+        text = _object_template(doc, install, files, None, index)
+        files[path] = _HEADER + _NAMESPACE_SCOPE + text + "{{- end }}\n"
+        index += 1
     return files
 
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from infergate.fixture.generate import default_model_dir, is_complete
+from infergate.render.check_names import runner_account_name
 from infergate.runner.report_store import read_report
 from tests.harness import REPO, Cluster, apply_crds, install_for_session, wait_for
 
@@ -230,7 +231,18 @@ def report(cluster: Cluster, namespace: str, status: dict[str, Any]) -> tuple[st
 
 
 def runner_log(cluster: Cluster, namespace: str) -> str:
-    logs = sorted((cluster.layout.logs / "pods").glob(f"{namespace}_*-runner-*_runner.log"))
+    """The runner logs of the checks of `namespace`: their pods run in the runner namespace
+    (the operator's), named after each check's uid."""
+    listed = cluster.kubectl(
+        "get", "paritychecks.infergate.io", "-n", namespace, "-o", "json", check=False
+    )
+    items = json.loads(listed.stdout)["items"] if listed.returncode == 0 else []
+    pods = cluster.layout.logs / "pods"
+    logs = sorted(
+        path
+        for check in items
+        for path in pods.glob(f"*_{runner_account_name(check['metadata']['uid'])}-*_runner.log")
+    )
     return "\n".join(p.read_text(errors="replace") for p in logs)
 
 

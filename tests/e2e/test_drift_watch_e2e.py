@@ -1,7 +1,7 @@
 """The drift watch on real engines: quiet on an unchanged stable revision, and a drift
 flagged when the model files the stable pods load change under them with no spec change.
 
-An operator of its own keeps golden records on a claim of the test namespace
+An operator of its own keeps golden records on a claim of its own namespace, the runners'
 (tests/e2e/golden.py), and allows file:// models from a directory the test owns: the engines load a copy of the
 fixture model made for this test, so changing its weights never touches the shared cache.
 
@@ -63,7 +63,7 @@ def golden_operator(cluster: Cluster, model_copy: Path) -> Iterator[Operator]:
 def golden_namespace(
     golden_operator: Operator, cluster: Cluster, request: pytest.FixtureRequest
 ) -> Iterator[str]:
-    """A namespace of that operator with the claim its runner Jobs mount, bound."""
+    """A namespace of that operator; its runner Jobs mount the claim of the operator's."""
     yield from golden_claim_namespace(golden_operator, cluster, request)
 
 

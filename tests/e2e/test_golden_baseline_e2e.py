@@ -1,7 +1,7 @@
 """Golden records on real engines: a check against the old stable revision's record, after
 its pods are gone and the operator has restarted, gives the verdict the live check gave.
 
-An operator of its own keeps records on a claim of the test namespace
+An operator of its own keeps records on a claim of its own namespace, the runners'
 (tests/e2e/golden.py) with `hiddenStates: full`, so a check against a record compares
 everything the live check compared (hidden states included) and no setting of the second
 check differs from the first but its baseline. MindFormers float32 on the Ascend
@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.canary import Rollout, engines_start, mindformers_deployment
-from tests.e2e.golden import GOLDEN_CONFIG, install_golden_operator
+from tests.e2e.golden import GOLDEN_CONFIG, golden_store, install_golden_operator
 from tests.e2e.golden import golden_namespace as golden_claim_namespace
 from tests.e2e.support import Operator, Stopwatch, report, wait_check_ended
-from tests.harness import REPO, Cluster, golden_store_dir, wait_for
+from tests.harness import REPO, Cluster, wait_for
 
 __all__ = ["engines_start"]  # autouse: this module's tests need startable engine pods
 
@@ -63,11 +63,12 @@ def golden_namespace(
     yield from golden_claim_namespace(golden_operator, cluster, request)
 
 
-def _golden_list(namespace: str) -> list[dict[str, Any]]:
-    """`infergate golden list -o json` over the claim's directory, as an admin reads it."""
+def _golden_list(operator: Operator, namespace: str) -> list[dict[str, Any]]:
+    """`infergate golden list -o json` over the claim's directory, as an admin reads it:
+    the records of `namespace`."""
     command = [
         str(REPO / ".venv" / "bin" / "infergate"), "golden", "list",
-        "--store", str(golden_store_dir(namespace)), "-n", namespace, "--deployment", "qwen",
+        "--store", str(golden_store(operator)), "-n", namespace, "--deployment", "qwen",
         "-o", "json",
     ]  # fmt: skip
     listed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
@@ -130,7 +131,7 @@ def test_a_check_against_a_golden_record_gives_the_live_verdict_after_the_stable
     # The operator restarts; the records written before are still listed.
     golden_operator.restart()
     clock.mark("operator restarted")
-    listed = {(d["revision"], d["role"]): d for d in _golden_list(namespace)}
+    listed = {(d["revision"], d["role"]): d for d in _golden_list(golden_operator, namespace)}
     assert set(listed) == {(stable, "baseline"), (canary, "candidate")}, sorted(listed)
     record = listed[(stable, "baseline")]
     assert sorted(_entry(d) for d in listed.values()) == sorted(live["golden"]["entries"])
@@ -194,4 +195,4 @@ def test_a_check_against_a_golden_record_gives_the_live_verdict_after_the_stable
     # Nothing of the old stable ran for it; a check against a record stores none itself.
     assert not rollout.live_pods(stable)
     assert not (replay.get("golden") or {}).get("stored")
-    assert len(_golden_list(namespace)) == len(listed)
+    assert len(_golden_list(golden_operator, namespace)) == len(listed)

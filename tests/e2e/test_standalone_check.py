@@ -74,7 +74,7 @@ def check(name: str, baseline: str, candidate: str, *, concurrency: int = 2) -> 
 
 
 def test_identical_endpoints_pass_with_metrics_report_and_cleanup(
-    servers: tuple[str, dict[str, str]], cluster: Cluster
+    servers: tuple[str, dict[str, str]], cluster: Cluster, operator: Operator
 ) -> None:
     namespace, urls = servers
     clock = Stopwatch()
@@ -106,17 +106,19 @@ def test_identical_endpoints_pass_with_metrics_report_and_cleanup(
 
     # The runner's permissions are gone once the check ended.
 
+    # Its Role and RoleBinding in the check's namespace, its ServiceAccount in the runner
+    # namespace (the operator's).
     def rbac_left() -> str:
-        return cluster.kubectl(
-            "get",
-            "serviceaccount,role,rolebinding",
-            "-n",
-            namespace,
-            "-l",
-            "infergate.io/paritycheck=same",
-            "-o",
-            "name",
-        ).stdout.strip()
+        here = cluster.kubectl(
+            "get", "role,rolebinding", "-n", namespace, "-l", "infergate.io/paritycheck=same",
+            "-o", "name",
+        )  # fmt: skip
+        runners = cluster.kubectl(
+            "get", "serviceaccount", "-n", operator.namespace,
+            "-l", f"infergate.io/paritycheck=same,infergate.io/paritycheck-namespace={namespace}",
+            "-o", "name",
+        )  # fmt: skip
+        return (here.stdout + runners.stdout).strip()
 
     wait_for(
         lambda: rbac_left() == "",

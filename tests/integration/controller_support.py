@@ -164,8 +164,8 @@ def session_manifests(
 
 # One install per set of extra operator arguments, shared by the session's modules.
 _INSTALLS: dict[tuple[str, ...], OperatorInstall] = {}
-# The operator keeps golden records in a claim of each namespace (never created here: the
-# runner Jobs it starts stay unscheduled, and the tests write the verdicts).
+# The operator keeps golden records in a claim of the runner namespace, its own (never
+# created here: the runner Jobs it starts stay unscheduled, and the tests write the verdicts).
 GOLDEN_ARGS = ('--golden-config={"store": {"pvc": {"claimName": "golden-records"}}}',)
 
 

@@ -196,11 +196,18 @@ def assert_gate_held(watch: GateWatch, stable: str, replicas: int) -> None:
     )
 
 
+def runner_selector(namespace: str, check: str) -> str:
+    """The labels of the runner objects of check `namespace/check`, which live in the
+    runner namespace (the operator's), whichever it is."""
+    return (
+        f"infergate.io/paritycheck={check},infergate.io/paritycheck-role=runner,"
+        f"infergate.io/paritycheck-namespace={namespace}"
+    )
+
+
 def runner_jobs(cluster: Cluster, namespace: str, check: str) -> list[str]:
-    listed = cluster.get_json(
-        "jobs", "-n", namespace,
-        "-l", f"infergate.io/paritycheck={check},infergate.io/paritycheck-role=runner",
-    )["items"]  # fmt: skip
+    """The runner Jobs of check `namespace/check`, in any namespace."""
+    listed = cluster.get_json("jobs", "-A", "-l", runner_selector(namespace, check))["items"]
     return [j["metadata"]["name"] for j in listed]
 
 
@@ -294,27 +301,52 @@ class RunnerIdep(Idep):
     with a token of the ServiceAccount the operator recorded in the check's
     status.runnerServiceAccount (the API server sets its uid), by a PATCH of the status
     subresource, the only verb its Role grants there. The admission policies refuse anyone
-    else, a cluster admin included."""
+    else, a cluster admin included. The account lives in the runner namespace (the
+    operator's: `runner_namespace`, or wherever the recorded uid is found when None), apart
+    from the check's."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        manifest: dict[str, Any],
+        *,
+        runner_namespace: str | None = None,
+    ) -> None:
+        super().__init__(cluster, namespace, manifest)
+        self.runner_namespace = runner_namespace
 
     def write_check_status(
         self, check: str, status: dict[str, Any], *, as_user: str | None = None
     ) -> None:
         del as_user  # the runner's own token, never an impersonated user
-        cluster, namespace = self.cluster, self.namespace
+        cluster, namespace, runners = self.cluster, self.namespace, self.runner_namespace
 
-        def recorded() -> str | None:
+        def recorded() -> tuple[str, str] | None:
+            # The recorded account, found by its uid: a check begun by an operator of another
+            # runner namespace is recorded again once this one has made its runner.
             body = cluster.get_json("pcheck", check, "-n", namespace)
             account = (body.get("status") or {}).get("runnerServiceAccount") or {}
-            return account.get("name") or None
+            name, uid = account.get("name"), account.get("uid")
+            if not name:
+                return None
+            where = ["-n", runners] if runners else ["-A"]
+            listed = cluster.get_json(
+                "serviceaccounts", *where, "--field-selector", f"metadata.name={name}"
+            )["items"]
+            found = [a["metadata"]["namespace"] for a in listed if a["metadata"]["uid"] == uid]
+            return (str(name), found[0]) if found else None
 
-        account = wait_for(recorded, 120, f"{check}'s runner ServiceAccount recorded")
+        account, account_namespace = wait_for(
+            recorded, 120, f"{check}'s recorded runner ServiceAccount in {runners or 'any'}"
+        )
         # The runner runs once its Job exists, which the operator creates after the
         # runner's Role and RoleBinding.
         wait_for(
             lambda: runner_jobs(cluster, namespace, check) or None, 120, f"{check}'s runner Job"
         )
         token = cluster.kubectl(
-            "create", "token", account, "-n", namespace, "--duration=10m"
+            "create", "token", account, "-n", account_namespace, "--duration=10m"
         ).stdout.strip()
         config = yaml.safe_load(cluster.kubeconfig.read_text())
         server = config["clusters"][0]["cluster"]["server"]

@@ -22,6 +22,7 @@ from infergate.api import InferenceDeployment, ParityCheckSpec
 from infergate.plan.deployment.control import ABORT, PROMOTE, REQUESTED_BY
 from infergate.render import check_children as children
 from infergate.render import render_revision
+from infergate.render.check_names import runner_account_name
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
 from tests.harness import Cluster, apply_crds, namespace_for, release_namespace, wait_for
 from tests.integration.admission_support import (
@@ -122,23 +123,37 @@ def _uid(cluster: Cluster, namespace: str, account: str) -> str:
     return str(cluster.get_json("serviceaccount", account, "-n", namespace)["metadata"]["uid"])
 
 
+def _runner_account(
+    admission: AdmissionSession, cluster: Cluster, tenant: str, check: str
+) -> tuple[str, dict[str, str]]:
+    """The check's runner ServiceAccount as the operator makes it: check-<uid>-runner in the
+    runner namespace (the session's stand-in for infergate-system), granted status rights
+    on the check's namespace across namespaces; its name and the record {name, uid}."""
+    uid = cluster.get_json("pcheck", check, "-n", tenant)["metadata"]["uid"]
+    account = runner_account_name(uid)
+    cluster.kubectl("create", "serviceaccount", account, "-n", admission.ops_namespace)
+    admission.grant(
+        tenant, f"{check}-runner", _STATUS_WRITER, service_account(admission.ops_namespace, account)
+    )
+    return account, {"name": account, "uid": _uid(cluster, admission.ops_namespace, account)}
+
+
 # -- ParityCheck status: the operator and the check's own runner, nobody else -------------
 
 
 def test_only_the_operator_and_the_checks_own_runner_write_its_status(
     admission: AdmissionSession, cluster: Cluster, tenant: str
 ) -> None:
+    runners = admission.ops_namespace
+    accounts: dict[str, str] = {}
+    records: dict[str, dict[str, str]] = {}
     for name in ("a", "b"):
         cluster.apply(_check(name), tenant)
-        cluster.kubectl("create", "serviceaccount", f"{name}-runner", "-n", tenant)
+        accounts[name], records[name] = _runner_account(admission, cluster, tenant, name)
     # RBAC lets every one of them write any check's status: what refuses is the policy.
     # (kubectl reads the subresource before patching it, hence `get` for the operator too.)
     admission.grant(tenant, "status-writer", _STATUS_WRITER, user("mallory"))
     admission.grant(tenant, "operator-reader", _STATUS_WRITER, user(admission.operator))
-    for name in ("a", "b"):
-        admission.grant(
-            tenant, f"{name}-writer", _STATUS_WRITER, service_account(tenant, f"{name}-runner")
-        )
     passed = {"phase": "Passed", "verdict": {"passed": True, "outcome": "Passed"}}
 
     def mallory_writes() -> Any:
@@ -153,19 +168,18 @@ def test_only_the_operator_and_the_checks_own_runner_write_its_status(
 
     # The operator records each check's runner (name and uid) before starting it.
     for name in ("a", "b"):
-        record = {"name": f"{name}-runner", "uid": _uid(cluster, tenant, f"{name}-runner")}
         stamped = admission.as_operator(
             "patch", "pcheck", name, "-n", tenant,
-            *_patch_status({"phase": "Pending", "runnerServiceAccount": record}),
+            *_patch_status({"phase": "Pending", "runnerServiceAccount": records[name]}),
         )  # fmt: skip
         assert stamped.allowed, stamped.stderr
 
     own = admission.as_service_account(
-        tenant, "a-runner", "patch", "pcheck", "a", "-n", tenant, *_patch_status(passed)
+        runners, accounts["a"], "patch", "pcheck", "a", "-n", tenant, *_patch_status(passed)
     )
     assert own.allowed, own.stderr
     other = admission.as_service_account(
-        tenant, "a-runner", "patch", "pcheck", "b", "-n", tenant, *_patch_status(passed)
+        runners, accounts["a"], "patch", "pcheck", "b", "-n", tenant, *_patch_status(passed)
     )
     assert not other.allowed
     assert "status of ParityCheck b may be written only" in other.stderr
@@ -174,8 +188,8 @@ def test_only_the_operator_and_the_checks_own_runner_write_its_status(
 
     # The runner may not move the record to someone else.
     moved = admission.as_service_account(
-        tenant, "a-runner", "patch", "pcheck", "a", "-n", tenant,
-        *_patch_status({"runnerServiceAccount": {"name": "a-runner", "uid": "forged"}}),
+        runners, accounts["a"], "patch", "pcheck", "a", "-n", tenant,
+        *_patch_status({"runnerServiceAccount": {"name": accounts["a"], "uid": "forged"}}),
     )  # fmt: skip
     assert not moved.allowed
     assert "status.runnerServiceAccount is written by the infergate operator only" in moved.stderr
@@ -226,11 +240,10 @@ def test_only_the_operator_writes_an_inference_deployments_status(
 def test_a_service_account_made_again_under_the_runners_name_is_refused(
     admission: AdmissionSession, cluster: Cluster, tenant: str
 ) -> None:
+    runners = admission.ops_namespace
     cluster.apply(_check("a"), tenant)
-    cluster.kubectl("create", "serviceaccount", "a-runner", "-n", tenant)
-    admission.grant(tenant, "a-writer", _STATUS_WRITER, service_account(tenant, "a-runner"))
+    account, record = _runner_account(admission, cluster, tenant, "a")
     admission.grant(tenant, "operator-reader", _STATUS_WRITER, user(admission.operator))
-    record = {"name": "a-runner", "uid": _uid(cluster, tenant, "a-runner")}
 
     def stamp() -> Any:
         return admission.as_operator(
@@ -245,32 +258,120 @@ def test_a_service_account_made_again_under_the_runners_name_is_refused(
         "the status policy",
     )  # fmt: skip
     assert stamp().allowed
-    cluster.kubectl("delete", "serviceaccount", "a-runner", "-n", tenant)
-    cluster.kubectl("create", "serviceaccount", "a-runner", "-n", tenant)
+    cluster.kubectl("delete", "serviceaccount", account, "-n", runners)
+    cluster.kubectl("create", "serviceaccount", account, "-n", runners)
     forged = admission.as_service_account(
-        tenant, "a-runner", "patch", "pcheck", "a", "-n", tenant,
+        runners, account, "patch", "pcheck", "a", "-n", tenant,
         *_patch_status({"phase": "Passed", "verdict": {"passed": True}}),
     )  # fmt: skip
     assert not forged.allowed
-    assert "may be written only by the infergate operator or by the runner" in forged.stderr
+    assert "may be written only by the infergate operator or by its runner" in forged.stderr
 
 
 def test_a_runner_without_a_recorded_identity_cannot_write(
     admission: AdmissionSession, cluster: Cluster, tenant: str
 ) -> None:
     cluster.apply(_check("c"), tenant)
-    cluster.kubectl("create", "serviceaccount", "c-runner", "-n", tenant)
-    admission.grant(tenant, "c-writer", _STATUS_WRITER, service_account(tenant, "c-runner"))
+    account, _ = _runner_account(admission, cluster, tenant, "c")
 
     def runner_writes() -> Any:
         return admission.as_service_account(
-            tenant, "c-runner", "patch", "pcheck", "c", "-n", tenant,
+            admission.ops_namespace, account, "patch", "pcheck", "c", "-n", tenant,
             *_patch_status({"phase": "Passed", "verdict": {"passed": True}}),
         )  # fmt: skip
 
     wait_until_enforced(runner_writes, "the status policy to refuse an unrecorded runner")
     assert "status of ParityCheck c may be written only" in runner_writes().stderr
     assert cluster.get_json("pcheck", "c", "-n", tenant).get("status") is None
+
+
+def test_a_namespace_editor_cannot_act_as_the_runner(
+    admission: AdmissionSession, cluster: Cluster, tenant: str
+) -> None:
+    """An application team holding the namespace's built-in `edit` role, a canary check in
+    flight with its runner recorded. `edit` mints tokens for any ServiceAccount of the
+    namespace and runs pods as them: the runner's account is not one of them. It has no
+    right in the runner namespace, and a ServiceAccount of its own namespace under the
+    runner's very name, with a token it minted, writes no verdict.
+
+    (The project's roles aggregated into `edit` give no status rights: the team is also
+    granted them, so that what refuses the verdict is the policy, not RBAC.)"""
+    runners = admission.ops_namespace
+    team = "app-team"
+    admission.apply(
+        [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "app-team-edit", "namespace": tenant},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "edit",
+                },
+                "subjects": [user(team)],
+            }
+        ]
+    )
+    admission.grant(tenant, "team-status", _STATUS_WRITER, user(team))
+    admission.grant(tenant, "operator-reader", _STATUS_WRITER, user(admission.operator))
+    cluster.apply(_check("canary"), tenant)
+    account, record = _runner_account(admission, cluster, tenant, "canary")
+    passed = {"phase": "Passed", "verdict": {"passed": True, "outcome": "Passed"}}
+
+    def team_writes() -> Any:
+        return admission.as_user(
+            team, "patch", "pcheck", "canary", "-n", tenant, *_patch_status(passed)
+        )
+
+    wait_until_enforced(team_writes, "the status policy to refuse the team")
+    stamped = admission.as_operator(
+        "patch", "pcheck", "canary", "-n", tenant,
+        *_patch_status({"phase": "Running", "runnerServiceAccount": record}),
+    )  # fmt: skip
+    assert stamped.allowed, stamped.stderr
+
+    # What `edit` gives in its own namespace: tokens and pods of its ServiceAccounts.
+    for verb, resource, subresource in (
+        ("create", "serviceaccounts", "token"),
+        ("create", "pods", ""),
+    ):
+        extra = [f"--subresource={subresource}"] if subresource else []
+        here = admission.as_user(team, "auth", "can-i", verb, resource, *extra, "-n", tenant)
+        assert here.stdout.strip() == "yes", (resource, here.stderr)
+        there = admission.as_user(team, "auth", "can-i", verb, resource, *extra, "-n", runners)
+        assert there.stdout.strip() == "no", (resource, there.stdout)
+    # The runner's account: not in the team's namespace, and out of reach in the runner's.
+    missing = admission.as_user(team, "create", "token", account, "-n", tenant)
+    assert not missing.allowed
+    assert "not found" in missing.stderr
+    minted = admission.as_user(team, "create", "token", account, "-n", runners)
+    assert not minted.allowed
+    assert "forbidden" in minted.stderr.lower()
+    secrets = admission.as_user(team, "get", "secrets", "-n", runners)
+    assert not secrets.allowed
+
+    # A look-alike: the runner's name in the team's namespace, a token the team mints,
+    # status rights granted to it. Refused by the policy: it is not the runner namespace's.
+    made = admission.as_user(team, "create", "serviceaccount", account, "-n", tenant)
+    assert made.allowed, made.stderr
+    assert admission.as_user(team, "create", "token", account, "-n", tenant).allowed
+    admission.grant(tenant, "look-alike", _STATUS_WRITER, service_account(tenant, account))
+    look_alike = admission.as_service_account(
+        tenant, account, "patch", "pcheck", "canary", "-n", tenant, *_patch_status(passed)
+    )
+    assert not look_alike.allowed
+    assert f"by its runner ServiceAccount in namespace {runners}" in look_alike.stderr
+    refused = team_writes()
+    assert not refused.allowed
+    assert f"not by {team}" in refused.stderr
+    assert cluster.get_json("pcheck", "canary", "-n", tenant)["status"]["phase"] == "Running"
+
+    # The runner itself still writes its verdict.
+    own = admission.as_service_account(
+        runners, account, "patch", "pcheck", "canary", "-n", tenant, *_patch_status(passed)
+    )
+    assert own.allowed, own.stderr
 
 
 # -- InferenceDeployments: host paths and ServiceAccounts from the admin's lists ----------
@@ -466,8 +567,37 @@ def _dry_run(admission: AdmissionSession, namespace: str, manifest: dict[str, An
     )
 
 
+def _runner_check(namespace: str) -> dict[str, Any]:
+    return {
+        **_check("qwen-check"),
+        "metadata": {"name": "qwen-check", "namespace": namespace, "uid": "u"},
+    }
+
+
+def _runner_objects(namespace: str, runner_namespace: str) -> list[dict[str, Any]]:
+    """The runner's Job and ServiceAccount (runner namespace), its Role and RoleBinding (the
+    check's namespace), as infergate renders them, without namespace or owner."""
+    check = _runner_check(namespace)
+    runner = ParityCheckSpec.model_validate(check["spec"]).runner
+    settings = children.RunnerSettings(
+        active_deadline_seconds=runner.active_deadline_seconds, backoff_limit=runner.backoff_limit
+    )
+    job = children.runner_job(
+        check, settings, image=DEFAULT_RUNNER_IMAGE, runner_namespace=runner_namespace
+    )
+    account, role, binding = children.runner_rbac(
+        check, runner_namespace=runner_namespace, deployments=[], services=[], config_maps=[]
+    )
+    out = [job, account, role, binding]
+    for item in out:
+        item["metadata"].pop("ownerReferences", None)
+        item["metadata"].pop("namespace", None)
+    return out
+
+
 def _rendered(namespace: str, uri: str, accelerator: str) -> list[dict[str, Any]]:
-    """What infergate renders for one revision, its parity probe and its runner Job."""
+    """What infergate renders for one revision and its parity probe (the runner Job goes
+    to the runner namespace: `_runner_objects`)."""
     engine = "vllm" if accelerator == "nvidia-gpu" else "mindformers"
     document = _deployment(
         "qwen",
@@ -477,19 +607,11 @@ def _rendered(namespace: str, uri: str, accelerator: str) -> list[dict[str, Any]
     )
     spec = InferenceDeployment.model_validate(document).spec
     objects = render_revision("qwen", namespace, spec)
-    check = {
-        **_check("qwen-check"),
-        "metadata": {"name": "qwen-check", "namespace": namespace, "uid": "u"},
-    }
-    runner = ParityCheckSpec.model_validate(check["spec"]).runner
-    settings = children.RunnerSettings(
-        active_deadline_seconds=runner.active_deadline_seconds, backoff_limit=runner.backoff_limit
-    )
-    job = children.runner_job(check, settings, image=DEFAULT_RUNNER_IMAGE)
+    check = _runner_check(namespace)
     probe = children.probe_pod(
         check, "candidate", objects.deployment, fingerprint_image=DEFAULT_RUNNER_IMAGE
     )
-    out = [*objects.manifests(), job, probe]
+    out = [*objects.manifests(), probe]
     for item in out:
         item["metadata"].pop("ownerReferences", None)
         item["metadata"].pop("namespace", None)
@@ -516,6 +638,21 @@ def test_what_infergate_renders_passes_and_what_it_never_renders_is_refused(
             assert answer.allowed, (
                 f"{manifest['kind']} {manifest['metadata']['name']}: {answer.stderr}"
             )
+    # The runner's Job and ServiceAccount in the runner namespace, its grant in the check's.
+    job, account, role, binding = _runner_objects(tenant, admission.ops_namespace)
+    # The Role exists before its binding (RBAC resolves it to check the grant).
+    cluster.apply(role, tenant)
+    # It exists (see above), so that what refuses a pod running as it is the policy.
+    cluster.kubectl("create", "serviceaccount", account["metadata"]["name"], "-n", tenant)
+    for namespace, manifest in (
+        (admission.ops_namespace, job),
+        (admission.ops_namespace, account),
+        (tenant, binding),
+    ):
+        answer = _dry_run(admission, namespace, manifest)
+        assert answer.allowed, f"{manifest['kind']} in {namespace}: {answer.stderr}"
+    # A runner Job in the tenant's namespace is not what infergate renders any more.
+    assert not _dry_run(admission, tenant, job).allowed
 
     refused = {
         "hostPath outside the list": (hostile, "mounts from the node only the accelerator driver"),
@@ -531,6 +668,21 @@ def test_what_infergate_renders_passes_and_what_it_never_renders_is_refused(
         "foreign ServiceAccount": (
             _pod("sa", serviceAccountName="ci-deployer"),
             "run as the namespace's default ServiceAccount",
+        ),
+        "a runner account in the tenant's namespace": (
+            _pod(
+                "runner", serviceAccountName=job["spec"]["template"]["spec"]["serviceAccountName"]
+            ),
+            "run as the namespace's default ServiceAccount",
+        ),
+        "binding a tenant Role to another namespace's account": (
+            {
+                **binding,
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": "default", "namespace": "kube-system"}
+                ],
+            },
+            "bind a Role of their namespace",
         ),
         "externalIPs": (
             {
@@ -588,7 +740,16 @@ def test_the_operator_writes_nothing_in_system_namespaces_or_its_own(
     )
     assert not own.allowed
     own_map = _dry_run(admission, admission.ops_namespace, config_map)
-    assert f"may not write configmaps in namespace {admission.ops_namespace}" in own_map.stderr
+    assert "may write in its own namespace only the Jobs," in own_map.stderr
+    assert "not configmaps x" in own_map.stderr
+    # There, a runner Job runs as the account of its own name, never as the operator.
+    job, account, _, _ = _runner_objects("llm", admission.ops_namespace)
+    assert _dry_run(admission, admission.ops_namespace, job).allowed
+    assert _dry_run(admission, admission.ops_namespace, account).allowed
+    as_operator = copy.deepcopy(job)
+    as_operator["spec"]["template"]["spec"]["serviceAccountName"] = "infergate-operator"
+    answer = _dry_run(admission, admission.ops_namespace, as_operator)
+    assert not answer.allowed
     # Nor can it widen what a namespace may mount: Namespaces are beyond its RBAC.
     widen = admission.as_operator("auth", "can-i", "patch", "namespaces")
     assert widen.stdout.strip() == "no"

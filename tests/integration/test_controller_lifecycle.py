@@ -184,8 +184,9 @@ def test_the_mirrors_control_port_is_fenced_and_the_fence_goes_with_the_mirror(
     cluster: Cluster, idep_namespace: str, operator: OperatorInstall
 ) -> None:
     """The mirror's NetworkPolicy as the API server stores it (the local cluster runs no
-    network plugin that enforces it): clients reach `http`, only parity runner pods of the
-    namespace reach `control`; opened by hand, it is closed again; it goes with the mirror."""
+    network plugin that enforces it): clients reach `http`, only the parity runner pods of
+    the namespace's checks (in the runner namespace, the operator's) reach `control`;
+    opened by hand, it is closed again; it goes with the mirror."""
     manifest = deployment_manifest()
     rollout = manifest["spec"]["rollout"]
     idep = Idep(cluster, idep_namespace, manifest)
@@ -210,8 +211,16 @@ def test_the_mirrors_control_port_is_fenced_and_the_fence_goes_with_the_mirror(
         "app.kubernetes.io/managed-by": "infergate",
         "app.kubernetes.io/component": "parity-runner",
         "infergate.io/paritycheck-role": "runner",
+        "infergate.io/paritycheck-namespace": idep_namespace,
     }
-    assert control["from"] == [{"podSelector": {"matchLabels": runners}}]
+    assert control["from"] == [
+        {
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": operator.namespace}
+            },
+            "podSelector": {"matchLabels": runners},
+        }
+    ]
     [owner] = policy["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("InferenceDeployment", idep.get()["metadata"]["uid"])
 

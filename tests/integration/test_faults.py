@@ -55,6 +55,7 @@ from tests.integration.fault_support import (
     mid_canary,
     rig,
     runner_jobs,
+    runner_selector,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -200,10 +201,10 @@ def test_a_control_plane_restart_mid_canary_promotes_nothing_and_converges(
 
 
 def _runner_pods(cluster: Cluster, namespace: str, check: str) -> list[dict[str, Any]]:
+    """The runner pods of check `namespace/check` (in the runner namespace)."""
     listed: list[dict[str, Any]] = cluster.get_json(
-        "pods", "-n", namespace,
-        "-l", f"infergate.io/paritycheck={check},infergate.io/paritycheck-role=runner",
-    )["items"]  # fmt: skip
+        "pods", "-A", "-l", runner_selector(namespace, check)
+    )["items"]
     return listed
 
 
@@ -381,6 +382,7 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
     A new process (as a restarted pod would be) must finish the work from what it observes."""
     proxy = rig.proxy()
     ns, name = idep_namespace, "qwen"
+    runners = rig.install.namespace  # the runner namespace: the operator's own
     check_name = ""
     idep = RunnerIdep(cluster, ns, deployment_manifest(name))
     runs = [rig.operator(proxy, "run-0")]
@@ -439,7 +441,7 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
             after=(
                 answered("DELETE", rf"/namespaces/{ns}/paritychecks/{check_name}$", 200),
                 answered("POST", rf"/namespaces/{ns}/paritychecks$", 201),
-                answered("POST", rf"/namespaces/{ns}/serviceaccounts$", 201),
+                answered("POST", rf"/namespaces/{runners}/serviceaccounts$", 201),
             ),
         )
         kill_and_restart(third)

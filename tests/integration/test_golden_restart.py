@@ -1,13 +1,15 @@
 """The golden record store across an operator restart, on the real local cluster.
 
-Records of a Passed check are written to the namespace's claim directory (the one the
-local executor mounts for the claim the operator's `--golden-config` names) through the
-store's own API, as the runner writes them (the simulated engines cannot answer a runner), and the check's verdict names them as the
-runner's does. The operator pod is then deleted. Afterwards `infergate golden list` and
-`verify` still find both records intact, and the new operator process takes the stable
-revision's record as the drift watch's baseline: what it knows of records comes from the
-API (the Passed check's status), never from its memory. The runner reading a record after
-a restart, on real engines: tests/e2e/test_golden_baseline_e2e.py.
+Records of a Passed check are written to the claim directory of the runner namespace
+(the one the local executor mounts for the claim the operator's `--golden-config` names,
+in the operator's namespace, where runner Jobs run) through the store's own API, as the
+runner writes them (the simulated engines cannot answer a runner), and the check's
+verdict names them as the runner's does. The operator pod is then deleted. Afterwards
+`infergate golden list` and `verify` still find both records intact, and the new
+operator process takes the stable revision's record as the drift watch's baseline: what
+it knows of records comes from the API (the Passed check's status), never from its
+memory. The runner reading a record after a restart, on real engines:
+tests/e2e/test_golden_baseline_e2e.py.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ POLICY = StoragePolicy(HiddenStatesPolicy.SUMMARY, max_bytes=8 << 20, sketch_dim
 
 
 @pytest.fixture
-def store_root(golden_namespace: str) -> Iterator[Path]:
-    """The namespace's claim directory on this machine (the claim itself is not made, so
-    runner Jobs stay unscheduled and the test writes the verdicts)."""
-    root = golden_store_dir(golden_namespace)
+def store_root(golden_operator: OperatorInstall) -> Iterator[Path]:
+    """The directory of the claim in the runner namespace (the operator's) on this machine,
+    for one test: the claim itself is not made, so runner Jobs stay unscheduled and the
+    test writes the verdicts."""
+    root = golden_store_dir(golden_operator.namespace)
     root.mkdir(parents=True)
     yield root
     shutil.rmtree(root.parent, ignore_errors=True)
@@ -130,13 +133,13 @@ def test_golden_records_outlive_an_operator_restart_and_stay_a_baseline(
         raise AssertionError(f"{err}\nDrifted: {_drifted(idep.status())}") from None
     assert drift["spec"]["baseline"] == {"golden": {"revision": canary}}
     assert _drifted(idep.status()).get("reason") != "NoGoldenRecord"
-    # Its runner gets the operator's store: the claim and the setting.
+    # Its runner (in the runner namespace, the operator's) gets the operator's store: the
+    # claim and the setting.
+    selector = f"infergate.io/paritycheck={run_name},infergate.io/paritycheck-namespace={namespace}"
     job = wait_for(
         lambda: next(
             iter(
-                cluster.get_json(
-                    "jobs", "-n", namespace, "-l", f"infergate.io/paritycheck={run_name}"
-                )["items"]
+                cluster.get_json("jobs", "-n", golden_operator.namespace, "-l", selector)["items"]
             ),
             None,
         ),

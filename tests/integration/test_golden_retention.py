@@ -6,8 +6,8 @@ deletes nothing of other deployments when it may not list them; `infergate golde
 does the same from outside the cluster. The bucket is real throughout. In the first
 tests the InferenceDeployments come from the runner unit tests' in-memory API (the
 decision is what matters); the last one asks the real local API server, as the runner's
-own ServiceAccount with the Role the operator renders for it, once without and once with
-the `list` verb.
+own ServiceAccount (in a namespace of its own, as in the runner namespace) with the Role
+the operator renders for it in the check's, once without and once with the `list` verb.
 """
 
 from __future__ import annotations
@@ -181,28 +181,28 @@ def test_prune_reads_an_s3_store_and_deletes_only_with_apply(
 # -- against the real API server ------------------------------------------------------------
 
 
-def _runner_identity(cluster: Any, namespace: str, name: str, *, list_deployments: bool) -> str:
-    """Apply the runner's ServiceAccount, Role and RoleBinding as the operator renders them
-    for check `name` (without owner references: the check is not in this cluster); the
-    user name the API server knows the runner by."""
+def _runner_identity(
+    cluster: Any, namespace: str, runners: str, name: str, *, list_deployments: bool
+) -> str:
+    """Apply the runner's ServiceAccount (in `runners`, standing in for the runner
+    namespace), Role and RoleBinding (in the check's `namespace`) as the operator renders
+    them for check `name`, without owner references (the check is not in this cluster);
+    the user name the API server knows the runner by."""
     from infergate.render.check_children import runner_rbac
 
-    body = {"metadata": {"name": name, "namespace": namespace, "uid": "none"}}
-    objects = runner_rbac(
-        body, deployments=["qwen"], services=[], config_maps=[], list_deployments=list_deployments
+    body = {"metadata": {"name": name, "namespace": namespace, "uid": name}}
+    account, role, binding = runner_rbac(
+        body,
+        runner_namespace=runners,
+        deployments=["qwen"],
+        services=[],
+        config_maps=[],
+        list_deployments=list_deployments,
     )
-    for manifest in objects:
+    for manifest, where in ((account, runners), (role, namespace), (binding, namespace)):
         manifest["metadata"].pop("ownerReferences", None)
-    cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-    )
-    account = objects[0]["metadata"]["name"]
-    return f"system:serviceaccount:{namespace}:{account}"
+        cluster.kubectl("apply", "-n", where, "-f", "-", input=json.dumps(manifest))
+    return f"system:serviceaccount:{runners}:{account['metadata']['name']}"
 
 
 def _as(cluster: Any, user: str, namespace: str) -> Any:
@@ -217,9 +217,13 @@ def _as(cluster: Any, user: str, namespace: str) -> Any:
 
 @pytest.mark.cluster
 def test_the_runners_own_role_decides_whether_deleted_deployments_are_pruned(
-    s3: S3Server, cluster: Any, namespace: str, capsys: pytest.CaptureFixture[str]
+    s3: S3Server,
+    cluster: Any,
+    namespace: str,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    from tests.harness import apply_crds
+    from tests.harness import apply_crds, release_namespace
     from tests.integration.controller_support import deployment_manifest
 
     apply_crds(cluster)
@@ -236,9 +240,12 @@ def test_the_runners_own_role_decides_whether_deleted_deployments_are_pruned(
     seeded = {f"{namespace}/gone", f"{namespace}/kept", f"{other}/gone"}
     api = live.cluster()
     api.namespace = namespace
+    runners = f"{namespace}-runners"
+    cluster.kubectl("create", "namespace", runners)
+    request.addfinalizer(lambda: release_namespace(cluster, runners))
 
     # The Role without `list` (the operator's under whenDeleted: Retain): a real 403.
-    user = _runner_identity(cluster, namespace, "check", list_deployments=False)
+    user = _runner_identity(cluster, namespace, runners, "check", list_deployments=False)
     api.inference_deployments = _as(cluster, user, namespace).inference_deployments  # type: ignore[method-assign]
     message = _run(s3, prefix, "Delete", api, "check")
     assert "could not list the InferenceDeployments" in message
@@ -261,7 +268,7 @@ def test_the_runners_own_role_decides_whether_deleted_deployments_are_pruned(
     assert _objects(s3, prefix) == {f"{namespace}/qwen", *seeded}
 
     # The Role with `list` (whenDeleted: Delete): the runner itself prunes them.
-    user = _runner_identity(cluster, namespace, "again", list_deployments=True)
+    user = _runner_identity(cluster, namespace, runners, "again", list_deployments=True)
     api.inference_deployments = _as(cluster, user, namespace).inference_deployments  # type: ignore[method-assign]
     api.add_check("again", api.checks["check"]["spec"])
     api.add_probe("again", "baseline", live.PROBE_IP)

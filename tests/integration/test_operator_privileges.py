@@ -202,8 +202,8 @@ def test_the_operator_may_create_the_runner_role_it_renders(
 
     body = {"metadata": {"name": "check", "namespace": namespaced.watched, "uid": "none"}}
     objects = runner_rbac(
-        body, deployments=["qwen"], services=["qwen-aaaaaaaaaa"], config_maps=["prompts"],
-        list_deployments=list_deployments,
+        body, runner_namespace="infergate-system", deployments=["qwen"],
+        services=["qwen-aaaaaaaaaa"], config_maps=["prompts"], list_deployments=list_deployments,
     )  # fmt: skip
     role = next(o for o in objects if o["kind"] == "Role")
     role["metadata"].pop("ownerReferences", None)

@@ -14,9 +14,11 @@ import yaml
 
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.plan.deployment.desired import revision_of
+from infergate.render.check_names import runner_account_name
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
+    OperatorInstall,
     deployment_manifest,
     idep_namespace,
     operator,
@@ -59,6 +61,15 @@ def _labelled(cluster: Cluster, namespace: str, kind: str, check: str) -> list[s
     return sorted(item["metadata"]["name"] for item in listed["items"])
 
 
+def _runner_objects(
+    cluster: Cluster, operator: OperatorInstall, kind: str, check: str, namespace: str
+) -> list[str]:
+    """The check's runner objects of `kind` in the runner namespace (the operator's)."""
+    selector = f"infergate.io/paritycheck={check},infergate.io/paritycheck-namespace={namespace}"
+    listed = cluster.get_json(kind, "-n", operator.namespace, "-l", selector)
+    return sorted(item["metadata"]["name"] for item in listed["items"])
+
+
 def _standalone(name: str, deployment: str) -> dict[str, Any]:
     return {
         "apiVersion": "infergate.io/v1alpha1",
@@ -72,7 +83,9 @@ def _standalone(name: str, deployment: str) -> dict[str, Any]:
     }
 
 
-def test_a_check_waits_for_its_sides_and_says_which(cluster: Cluster, idep_namespace: str) -> None:
+def test_a_check_waits_for_its_sides_and_says_which(
+    cluster: Cluster, idep_namespace: str, operator: OperatorInstall
+) -> None:
     cluster.apply(_standalone("waits", "missing"), idep_namespace)
     body = _wait_check(
         cluster,
@@ -85,10 +98,11 @@ def test_a_check_waits_for_its_sides_and_says_which(cluster: Cluster, idep_names
     assert body["status"]["phase"] == "Pending"
     assert "InferenceDeployment missing does not exist" in _condition(body, "Complete")["message"]
     assert _labelled(cluster, idep_namespace, "jobs", "waits") == []
+    assert _runner_objects(cluster, operator, "jobs", "waits", idep_namespace) == []
 
 
 def test_a_canary_check_starts_probes_and_runner_and_frees_them_when_it_ends(
-    cluster: Cluster, idep_namespace: str
+    cluster: Cluster, idep_namespace: str, operator: OperatorInstall
 ) -> None:
     idep = Idep(cluster, idep_namespace, deployment_manifest())
     idep.apply()
@@ -96,15 +110,28 @@ def test_a_canary_check_starts_probes_and_runner_and_frees_them_when_it_ends(
     idep.apply(dtype="float16")
     _, check = idep.wait_check()
     name = check["metadata"]["name"]
-    # vLLM sides: a hidden-state probe each, then the runner under its own account.
+    # vLLM sides: a hidden-state probe each, then the runner under its own account, in the
+    # runner namespace (the operator's), granted a Role in the check's namespace.
+    runner = runner_account_name(check["metadata"]["uid"])
     wait_for(
-        lambda: _labelled(cluster, idep_namespace, "jobs", name), 90, f"the runner Job of {name}"
+        lambda: _runner_objects(cluster, operator, "jobs", name, idep_namespace),
+        90,
+        f"the runner Job of {name}",
     )
+    assert _runner_objects(cluster, operator, "jobs", name, idep_namespace) == [runner]
+    assert _runner_objects(cluster, operator, "serviceaccounts", name, idep_namespace) == [runner]
+    assert _labelled(cluster, idep_namespace, "jobs", name) == []
+    assert _labelled(cluster, idep_namespace, "serviceaccounts", name) == []
     assert _labelled(cluster, idep_namespace, "pods", name)
     assert _labelled(cluster, idep_namespace, "roles", name) == [f"{name}-runner"]
+    binding = cluster.get_json("rolebinding", f"{name}-runner", "-n", idep_namespace)
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": runner, "namespace": operator.namespace}
+    ]
     pinned = _check(cluster, idep_namespace, name)["status"]
     assert pinned["candidateRevision"] == check["spec"]["candidate"]["revision"]
-    _assert_runner_confined(cluster, idep_namespace, name)
+    assert pinned["runnerServiceAccount"]["name"] == runner
+    _assert_runner_confined(cluster, idep_namespace, operator.namespace, name)
 
     idep.verdict(name, "Failed", passed=False)
     ended = _wait_check(
@@ -128,12 +155,42 @@ def test_a_canary_check_starts_probes_and_runner_and_frees_them_when_it_ends(
         60,
         "probes and runner RBAC deleted",
     )
+    assert not _runner_objects(cluster, operator, "serviceaccounts", name, idep_namespace)
     idep.wait_phase("RolledBack")
     # The runner was stopped; once its pod is gone, so is the policy that confined it.
     wait_for(
-        lambda: not _labelled(cluster, idep_namespace, "networkpolicies", name),
+        lambda: not _runner_objects(cluster, operator, "networkpolicies", name, idep_namespace),
         90,
         "the runner's NetworkPolicy deleted",
+    )
+
+
+def test_a_deleted_checks_runner_objects_are_deleted_with_it(
+    cluster: Cluster, idep_namespace: str, operator: OperatorInstall
+) -> None:
+    """Owner references cannot reach the runner namespace: the controller deletes the
+    runner's Job, ServiceAccount and NetworkPolicy there when their check goes."""
+    idep = Idep(cluster, idep_namespace, deployment_manifest(name="gone"))
+    idep.apply()
+    idep.wait_stable()
+    check = _standalone("gone", "gone")
+    check["spec"]["hiddenStates"] = {"enabled": False}
+    cluster.apply(check, idep_namespace)
+    wait_for(
+        lambda: _runner_objects(cluster, operator, "jobs", "gone", idep_namespace),
+        90,
+        "the runner Job",
+    )
+    cluster.kubectl("delete", "pcheck", "gone", "-n", idep_namespace)
+    wait_for(
+        lambda: (
+            not any(
+                _runner_objects(cluster, operator, kind, "gone", idep_namespace)
+                for kind in ("jobs", "serviceaccounts", "networkpolicies")
+            )
+        ),
+        60,
+        "the deleted check's runner objects deleted",
     )
 
 
@@ -144,22 +201,28 @@ def _pods(cluster: Cluster, namespace: str, labels: dict[str, str]) -> set[str]:
     return {p["metadata"]["name"] for p in listed if not p["metadata"].get("deletionTimestamp")}
 
 
-def _assert_runner_confined(cluster: Cluster, namespace: str, check: str) -> None:
+def _assert_runner_confined(
+    cluster: Cluster, namespace: str, runner_namespace: str, check: str
+) -> None:
     """The runner's NetworkPolicy, as stored by the API server (no implementation enforces
-    it on the local cluster): it selects exactly the runner's pods, and its pod rules
-    exactly the two sides' engine pods and probes; the rest is the API server and DNS."""
-    policy = cluster.get_json("networkpolicy", f"{check}-runner", "-n", namespace)
+    it on the local cluster): beside the runner in the runner namespace, it selects exactly
+    the runner's pods, and its pod rules exactly the two sides' engine pods and probes of
+    the check's namespace; the rest is the API server and DNS."""
+    name = runner_account_name(_check(cluster, namespace, check)["metadata"]["uid"])
+    policy = cluster.get_json("networkpolicy", name, "-n", runner_namespace)
     runner = wait_for(
-        lambda: _pods(cluster, namespace, {"job-name": f"{check}-runner"}), 60, "the runner pod"
+        lambda: _pods(cluster, runner_namespace, {"job-name": name}), 60, "the runner pod"
     )
-    assert _pods(cluster, namespace, policy["spec"]["podSelector"]["matchLabels"]) == runner
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert _pods(cluster, runner_namespace, selected) == runner
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert not policy["spec"].get("ingress")
+    in_check_namespace = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
     pod_rules = [
         peer["podSelector"]["matchLabels"]
         for rule in policy["spec"]["egress"]
         for peer in rule["to"]
-        if "podSelector" in peer and "namespaceSelector" not in peer
+        if "podSelector" in peer and peer.get("namespaceSelector") == in_check_namespace
     ]
     reachable = set().union(*(_pods(cluster, namespace, labels) for labels in pod_rules))
     body = _check(cluster, namespace, check)
@@ -193,22 +256,17 @@ def _terminating(cluster: Cluster, namespace: str, pod: str) -> bool:
     )
 
 
-def test_a_runner_job_made_by_someone_else_is_not_used_and_not_deleted(
+def test_a_runner_role_made_by_someone_else_is_not_used_and_not_deleted(
     cluster: Cluster, idep_namespace: str
 ) -> None:
+    """The runner's Role is made in the check's namespace, where its users may make one of
+    that name first: it is neither used nor deleted, and the check says so. (The runner's
+    Job and ServiceAccount live in the runner namespace, where they cannot.)"""
     foreign = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
         "metadata": {"name": "borrowed-runner"},
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "x", "image": "busybox:1.36", "command": ["true"]}],
-                }
-            },
-        },
+        "rules": [],
     }
     cluster.apply(foreign, idep_namespace)
     idep = Idep(cluster, idep_namespace, deployment_manifest(name="borrowed"))
@@ -226,9 +284,9 @@ def test_a_runner_job_made_by_someone_else_is_not_used_and_not_deleted(
         what="the check to end in Error",
     )
     assert _condition(body, "Error")["reason"] == "ChildNotOurs"
-    assert "Job borrowed-runner" in _condition(body, "Error")["message"]
-    job = cluster.get_json("job", "borrowed-runner", "-n", idep_namespace)
-    assert "ownerReferences" not in job["metadata"]  # untouched
+    assert "Role borrowed-runner" in _condition(body, "Error")["message"]
+    role = cluster.get_json("role", "borrowed-runner", "-n", idep_namespace)
+    assert "ownerReferences" not in role["metadata"]  # untouched
 
 
 def _stable_and_its_float16_revision(cluster: Cluster, namespace: str) -> tuple[Idep, str, str]:

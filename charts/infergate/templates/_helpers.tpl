@@ -31,6 +31,10 @@
 {{- if and (eq $.Values.rbac.scope "namespace") (regexMatch "[*?\\[\\]!]" .) -}}
 {{- fail (printf "watchNamespaces: %q is a pattern; rbac.scope=namespace needs exact names" .) -}}
 {{- end -}}
+{{- if eq . $.Release.Namespace -}}
+{{- $runners := "the release namespace, where the parity runners run" -}}
+{{- fail (printf "watchNamespaces: %q is %s; list only the tenants' namespaces" . $runners) -}}
+{{- end -}}
 {{- $args = append $args (printf "--namespace=%s" .) -}}
 {{- end -}}
 {{- range .Values.operator.extraArgs }}{{ $args = append $args . }}{{ end -}}

@@ -1,7 +1,9 @@
 """`infergate-dev chart`: write the Helm chart generated from manifests/, or check it.
 
-`infergate-dev chart --out charts/infergate` builds `manifests/` and every kustomize
-Component under it with kubectl's kustomize and writes the chart
+`infergate-dev chart --out charts/infergate` builds `manifests/`, every kustomize
+Component under it and the namespaced overlay's Role in the operator's own namespace
+(`overlays/namespaced/runner-namespace`, installed with `rbac.scope=namespace`) with
+kubectl's kustomize and writes the chart
 (infergate_dev.helmchart says how objects become templates). `--check DIR` exits 1
 naming the files that differ, are missing or are not generated.
 """
@@ -24,6 +26,8 @@ from infergate_dev.helmchart import Component, component_key, render_chart, vers
 from infergate_dev.localcluster.layout import kubernetes_bin, repo_root
 
 JSON = dict[str, Any]
+# What a namespace-scoped install adds in the operator's own namespace, under manifests/.
+NAMESPACE_SCOPE = Path("overlays") / "namespaced" / "runner-namespace"
 
 
 def register(subparsers: Any) -> None:
@@ -132,7 +136,14 @@ def generate(manifests: Path, kubectl: Path) -> dict[str, str]:
         seen[key] = directory
         relative = directory.relative_to(manifests.parent)
         components.append(Component(key=key, path=str(relative), documents=tuple(added)))
-    return render_chart(base, components, version=__version__, gates=gates)
+    namespace_scope = kustomize(kubectl, manifests / NAMESPACE_SCOPE)
+    return render_chart(
+        base,
+        components,
+        version=__version__,
+        gates=gates,
+        namespace_scope=namespace_scope,
+    )
 
 
 def run_chart(args: argparse.Namespace) -> int:

@@ -14,6 +14,12 @@ replica acts only while it holds the Lease `infergate-operator` in its own names
 expires. Without it, run one replica: two operators acting on the same objects
 undo each other.
 
+ParityCheck runner Jobs, their ServiceAccounts and NetworkPolicies are made in the
+runner namespace (`--runner-namespace`, default the operator's own, $POD_NAMESPACE,
+else infergate-system), never in the check's: a namespace's users could otherwise mint
+the runner's token and write any verdict. It must be a namespace no tenant may write
+to; with `--namespace`, the operator watches it too.
+
 SIGTERM (or SIGINT) stops kopf, which runs the cleanup handlers (the Lease is given
 up, the API client closed); then the process ends at once, whatever worker threads
 are still inside a blocking API call.
@@ -138,7 +144,16 @@ def register(subparsers: Any) -> None:
         help="keep golden records of every Passed check in this store: a YAML/JSON file (or "
         "inline JSON) with store: {pvc: {claimName}} or {s3: {endpoint, bucket, prefix, "
         "secretRef}}, hiddenStates, maxBytes, sketchDimensions; the claim or Secret must "
-        "exist in each namespace whose checks are recorded. Default: no golden records",
+        "exist in the runner namespace (--runner-namespace), where the runner Jobs run and "
+        "tenants cannot read it or write records. Default: no golden records",
+    )
+    parser.add_argument(
+        "--runner-namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help="where ParityCheck runner Jobs and their ServiceAccounts run: a namespace no "
+        "tenant may write to (default: $POD_NAMESPACE, the operator's own, else "
+        "infergate-system)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(handler=run_operator)
@@ -151,6 +166,25 @@ def load_golden_config(value: str) -> GoldenSpec:
     return GoldenSpec.model_validate(document)
 
 
+def watched_namespaces(patterns: list[str], runner_namespace: str) -> list[str]:
+    """What kopf watches given `--namespace` patterns: those and the runner namespace (its
+    runner Jobs are children too); none (every namespace) without patterns."""
+    if not patterns or runner_namespace in patterns:
+        return list(patterns)
+    return [*patterns, runner_namespace]
+
+
+def runner_namespace_refusal(patterns: list[str], runner_namespace: str) -> str | None:
+    """Why the runner namespace cannot be one the operator serves checks in, if it is."""
+    if runner_namespace in patterns:
+        return (
+            f"--runner-namespace: {runner_namespace} is also watched with --namespace; runner "
+            "Jobs must run where no tenant may write or mint tokens: give a namespace of "
+            "their own (default: the operator's)"
+        )
+    return None
+
+
 def run_operator(args: argparse.Namespace) -> int:
     """Load the handlers and run kopf until interrupted; then end the process (refused
     options return their exit code)."""
@@ -159,6 +193,7 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from infergate import metrics
     from infergate.controllers import load_handlers
+    from infergate.controllers._context import OPTIONS
     from infergate.controllers._leader import LEADER
 
     refused = _set_options(args)
@@ -186,7 +221,7 @@ def run_operator(args: argparse.Namespace) -> int:
         loop=asyncio.new_event_loop(),
         standalone=True,
         clusterwide=not args.namespace,
-        namespaces=args.namespace,
+        namespaces=watched_namespaces(args.namespace, OPTIONS.runner_namespace),
         liveness_endpoint=liveness,
         stop_flag=LEADER.stop,
     )
@@ -219,6 +254,7 @@ def _set_options(args: argparse.Namespace) -> str | None:
     from infergate.controllers._context import OPTIONS
     from infergate.controllers._leader import LEADER
     from infergate.plan.leadership import timing_refusal
+    from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE
     from infergate.render.images import DEFAULT_RUNNER_IMAGE, RUNNER_IMAGE_ENV
     from infergate.render.network import api_server_peers
 
@@ -230,6 +266,12 @@ def _set_options(args: argparse.Namespace) -> str | None:
     OPTIONS.resync_seconds = args.resync_seconds
     OPTIONS.kubeconfig = args.kubeconfig
     OPTIONS.runner_image = os.environ.get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE
+    OPTIONS.runner_namespace = (
+        args.runner_namespace or os.environ.get("POD_NAMESPACE") or DEFAULT_RUNNER_NAMESPACE
+    )
+    refused = runner_namespace_refusal(args.namespace, OPTIONS.runner_namespace)
+    if refused:
+        return refused
     bad = [d for d in args.allow_host_path if not d.startswith("/")]
     if bad:
         return f"--allow-host-path: {', '.join(bad)}: give absolute directories, e.g. /models"

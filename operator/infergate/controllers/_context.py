@@ -22,6 +22,7 @@ from infergate.kube.background import BackgroundWrites, QueuedWrite
 from infergate.kube.client import KubeClient
 from infergate.kube.events import EventPoster
 from infergate.plan.metadata import OwnerKey
+from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
 from infergate.render.network import Peer
 
@@ -72,6 +73,9 @@ class OperatorOptions:
     storage of its choosing."""
     runner_api_server: tuple[Peer, ...] = ()
     """Addresses of the API server the runner's NetworkPolicy lets it reach."""
+    runner_namespace: str = DEFAULT_RUNNER_NAMESPACE
+    """Where runner Jobs, their ServiceAccounts and NetworkPolicies live (`--runner-namespace`,
+    default the operator's own): a namespace no tenant may write to or mint tokens in."""
 
 
 OPTIONS = OperatorOptions()

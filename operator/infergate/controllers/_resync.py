@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from infergate.errors import (
@@ -210,15 +210,21 @@ class Schedule:
         index: str,
         indexes: Mapping[str, Any],
         *,
+        also: Sequence[str] = (),
         concurrency: int = 16,
         on_start: Callable[[float], None] | None = None,
     ) -> None:
-        """Reconcile every key of the kopf index `index` every `interval` seconds, at most
-        `concurrency` at once (`on_start`: told each one's wait past its due time)."""
+        """Reconcile every key of the kopf index `index` (and of the indexes `also` names)
+        every `interval` seconds, at most `concurrency` at once (`on_start`: told each
+        one's wait past its due time)."""
 
-        def known() -> list[OwnerKey]:
-            found = indexes.get(index)
-            return list(found) if found is not None else []
+        def known() -> set[OwnerKey]:
+            keys: set[OwnerKey] = set()
+            for name in (index, *also):
+                found = indexes.get(name)
+                if found is not None:
+                    keys.update(found)
+            return keys
 
         self.resyncer = Resyncer(reconcile, interval, concurrency=concurrency, on_start=on_start)
         self.task = asyncio.create_task(self.resyncer.run(known), name=f"resync-{index}")

@@ -153,6 +153,7 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
         observed=observed,
         now=now,
         mirror_image=OPTIONS.runner_image,
+        runner_namespace=OPTIONS.runner_namespace,
         golden=OPTIONS.golden,
         taken=TAKEN.of(OwnerKey(metadata["namespace"], metadata["name"])),
     )

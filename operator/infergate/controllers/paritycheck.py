@@ -8,7 +8,11 @@ writes only what the plan says (status guarded by the resourceVersion it was dec
 from). Reconciles run when the check, a child or a side changes, at the check's
 deadline, and otherwise every `check_resync_seconds` as a safety net; a check at rest
 costs no API call. The runner writes progress and the verdict itself. No finalizer:
-children are owned by the check and go with it.
+children in the check's namespace are owned by the check and go with it; the runner's
+Job, ServiceAccount and NetworkPolicy in the runner namespace cannot be owned by it, and
+are deleted here once their check is gone (`plan.check.cleanup`): the work list holds
+every check and every check key the runner namespace has objects of, so a reconcile of
+a deleted check, and the first round after a start, remove what is left.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from infergate.controllers._context import (
     wake_check,
 )
 from infergate.controllers._leader import LEADER
-from infergate.kube.check_writer import CheckWriter, ForeignChildError
+from infergate.kube.check_writer import CheckWriter, ForeignChildError, delete_children
+from infergate.plan.check.cleanup import RUNNER_NAMESPACE_KINDS, stale_runner_objects
 from infergate.plan.check.lifecycle import decide, foreign_child
 from infergate.plan.check.observed import (
     CheckChild,
@@ -60,6 +65,17 @@ log = logging.getLogger(__name__)
 CHILD_LABELS = {LABEL_CHECK: kopf.PRESENT}
 
 
+class _Listing:
+    """Whether kopf has listed every watched resource once. kopf calls event handlers
+    only after every index is filled, so the first event handler call says so; before
+    it, a check missing from the index may just not be listed yet."""
+
+    done = False
+
+
+LISTING = _Listing()
+
+
 # -- indexes: what a reconcile gathers from ------------------------------------------------
 
 
@@ -80,9 +96,23 @@ async def parity_checks(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedPar
 @kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
 async def check_children(body: kopf.Body, **_: Any) -> dict[OwnerKey, CheckChild] | None:
     """Objects labelled with a check: probes, runner Job and pods, runner RBAC and
-    NetworkPolicy, report."""
-    key = child_key(body)
-    return {key: observe_child(body)} if key is not None else None
+    NetworkPolicy, report (in the runner namespace, by the check their labels name)."""
+    key = child_key(body, OPTIONS.runner_namespace)
+    return {key: observe_child(body, OPTIONS.runner_namespace)} if key is not None else None
+
+
+@kopf.index("", "v1", "serviceaccounts", labels=CHILD_LABELS)
+@kopf.index("batch", "v1", "jobs", labels=CHILD_LABELS)
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
+async def runner_namespace_objects(body: kopf.Body, **_: Any) -> dict[OwnerKey, str] | None:
+    """The runner namespace's Jobs, ServiceAccounts and NetworkPolicies, by their check's
+    key: beside `parity_checks`, the resync loop's work list (what outlives a check)."""
+    if body.get("metadata", {}).get("namespace") != OPTIONS.runner_namespace:
+        return None
+    if body.get("kind") not in RUNNER_NAMESPACE_KINDS:
+        return None
+    key = child_key(body, OPTIONS.runner_namespace)
+    return {key: str(body.get("metadata", {}).get("uid") or "")} if key is not None else None
 
 
 # -- wake-ups -------------------------------------------------------------------------------
@@ -91,6 +121,7 @@ async def check_children(body: kopf.Body, **_: Any) -> dict[OwnerKey, CheckChild
 @kopf.on.event(GROUP, VERSION, PARITY_CHECKS_PLURAL)
 async def check_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
     """Reconcile a check when it changed; keep the map from deployments to their checks."""
+    LISTING.done = True
     record = observe_parity_check(body)
     key = check_key(record.namespace, record.name)
     for deployments in CHECKS_OF_DEPLOYMENT.values():
@@ -113,7 +144,8 @@ async def check_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  #
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
 async def child_changed(body: kopf.Body, **_: Any) -> None:
     """Reconcile the check a child belongs to."""
-    key = child_key(body)
+    LISTING.done = True
+    key = child_key(body, OPTIONS.runner_namespace)
     if key is not None:
         wake_check(key)
 
@@ -191,6 +223,7 @@ def _state(key: OwnerKey, indexes: Mapping[str, Any], now: datetime) -> CheckSta
         now=now,
         previous_report=previous,
         api_server=OPTIONS.runner_api_server,
+        runner_namespace=OPTIONS.runner_namespace,
     )
 
 
@@ -200,7 +233,7 @@ def _state(key: OwnerKey, indexes: Mapping[str, Any], now: datetime) -> CheckSta
 def _write(state: CheckState, plan: CheckPlan) -> None:
     """Carry the plan out (blocking API calls: runs in a worker thread)."""
     check = state.check
-    writer = CheckWriter(client(), check)
+    writer = CheckWriter(client(), check, runner_namespace=state.runner_namespace)
     if plan.status:
         writer.patch_status(plan.status)
     try:
@@ -221,11 +254,28 @@ def _write(state: CheckState, plan: CheckPlan) -> None:
         log.info("ParityCheck %s/%s ended: %s", check.namespace, check.name, plan.terminal["phase"])
 
 
+def _stale(key: OwnerKey, indexes: Mapping[str, Any], state: CheckState | None) -> list[CheckChild]:
+    """Runner objects of the key's check in the runner namespace that outlived it."""
+    return stale_runner_objects(
+        state.check if state is not None else None,
+        _values(indexes, "check_children", key),
+        runner_namespace=OPTIONS.runner_namespace,
+        listed=LISTING.done,
+    )
+
+
 async def reconcile(key: OwnerKey, indexes: Mapping[str, Any]) -> float | None:
     """One reconcile of one check; how soon it wants to run again (its deadline)."""
     if not LEADER.leading:
         return None  # a follower keeps its indexes warm and acts once it leads
     state = _state(key, indexes, datetime.now(UTC).replace(microsecond=0))
+    stale = _stale(key, indexes, state)
+    if stale:
+        log.info(
+            "ParityCheck %s/%s: deleting runner objects it left: %s",
+            key.namespace, key.name, ", ".join(f"{c.kind} {c.name}" for c in stale),
+        )  # fmt: skip
+        await asyncio.to_thread(delete_children, client(), stale)
     if state is None:
         return None
     plan = decide(state)
@@ -243,7 +293,13 @@ async def start_following(**kwargs: Any) -> None:
     async def one(key: OwnerKey) -> float | None:
         return await reconcile(key, indexes)
 
-    CHECK_SCHEDULE.start(one, OPTIONS.check_resync_seconds, "parity_checks", indexes)
+    CHECK_SCHEDULE.start(
+        one,
+        OPTIONS.check_resync_seconds,
+        "parity_checks",
+        indexes,
+        also=("runner_namespace_objects",),
+    )
 
 
 @kopf.on.cleanup()

@@ -4,7 +4,9 @@ children, the terminal status (only if the check has not ended meanwhile), delet
 A create that finds the name taken reads the object once: if the check does not own
 it, it is someone else's, and `ForeignChildError` says so (the check then ends in
 Error; the object is neither used nor deleted). A deletion names the uid it decided
-on, so an object that took the name since is never removed.
+on, so an object that took the name since is never removed. Children are written in
+their own namespace: the check's, or the runner namespace for the runner's Job,
+ServiceAccount and NetworkPolicy.
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ class CheckWriteResult:
 class CheckWriter:
     """Applies plans for one ParityCheck."""
 
-    def __init__(self, client: KubeClient, check: ObservedParityCheck) -> None:
+    def __init__(
+        self, client: KubeClient, check: ObservedParityCheck, *, runner_namespace: str
+    ) -> None:
         self.client = client
         self.check = check
+        self.runner_namespace = runner_namespace
 
     def patch_status(self, fields: Mapping[str, Any], *, guarded: bool = True) -> None:
         """Merge `fields` into status; `guarded`: only if the check is still at the version
@@ -75,10 +80,13 @@ class CheckWriter:
         """Create a child; the object made, or None when the check already owns one."""
         resource = BY_KIND[manifest["kind"]]
         name = str(manifest["metadata"]["name"])
+        namespace = str(manifest["metadata"].get("namespace") or self.check.namespace)
         try:
-            return self.client.create(resource, self.check.namespace, manifest)
+            return self.client.create(resource, namespace, manifest)
         except AlreadyExistsError:
-            existing = observe_child(self.client.get(resource, self.check.namespace, name))
+            existing = observe_child(
+                self.client.get(resource, namespace, name), self.runner_namespace
+            )
             if existing.owner_uid != self.check.uid:
                 raise ForeignChildError(
                     f"{existing.kind} {name} exists and is not owned by ParityCheck "
@@ -88,10 +96,17 @@ class CheckWriter:
             return None
 
     def delete(self, children: Sequence[CheckChild]) -> None:
-        for child in children:
-            try:
-                self.client.delete(
-                    BY_KIND[child.kind], self.check.namespace, child.name, uid=child.uid
-                )
-            except (NotFoundError, ConflictError):
-                continue  # gone, or the name belongs to another object now
+        delete_children(self.client, children, default_namespace=self.check.namespace)
+
+
+def delete_children(
+    client: KubeClient, children: Sequence[CheckChild], *, default_namespace: str = ""
+) -> None:
+    """Delete each child in its namespace, only while its uid is the one seen (also those
+    whose check is gone: the runner's objects in the runner namespace)."""
+    for child in children:
+        namespace = child.namespace or default_namespace
+        try:
+            client.delete(BY_KIND[child.kind], namespace, child.name, uid=child.uid)
+        except (NotFoundError, ConflictError):
+            continue  # gone, or the name belongs to another object now

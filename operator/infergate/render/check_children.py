@@ -2,7 +2,14 @@
 its least-privilege ServiceAccount, Role and RoleBinding, the NetworkPolicy that confines
 it, and the empty report ConfigMap.
 
-Every child is owned by its check (garbage-collected with it) and labelled with it.
+Probes, the report and the runner's Role and RoleBinding live in the check's namespace,
+owned by the check (garbage-collected with it) and labelled with it. The runner's Job,
+ServiceAccount and NetworkPolicy live in the runner namespace (the operator's), which
+no tenant can write to: a namespace's users could otherwise mint the runner's token
+(`kubectl create token`), run a pod as it, or read what its pod is given, and so write
+any verdict. Owner references cannot cross namespaces: these carry the check's
+namespace, name and uid as labels (`check_names.runner_labels`), and the controller
+deletes them (`plan.check.cleanup`).
 
 A probe serves the last-layer hidden states of a vLLM revision: the revision's own pod
 template (same image, same pinned flags, same accelerator, node selection and
@@ -13,14 +20,16 @@ Service nor the stable Service ever sends it traffic.
 
 The runner's Role names every object it may read (`resourceNames`), and may write only
 its own check's status and its own report ConfigMap: a compromised runner can neither
-read other ConfigMaps nor change any rollout.
+read other ConfigMaps nor change any rollout. Its RoleBinding names the runner's
+ServiceAccount in the runner namespace (a subject may be another namespace's account).
 
 Its NetworkPolicy admits no traffic to it and lets it open connections only to the pods
-of the two revisions it compares and of their probes (by their labels, on the engine
-port), to the API server (the addresses the operator is given) and to the cluster DNS.
-A side given as an `endpoint` URL gets no rule: a check's author could otherwise aim the
-runner at any address; a namespace administrator who wants such a check to run adds a
-NetworkPolicy of their own selecting the runner pods (policies add up).
+of the two revisions it compares and of their probes (by their namespace and labels, on
+the engine port), to the API server (the addresses the operator is given) and to the
+cluster DNS. A side given as an `endpoint` URL gets no rule: a check's author could
+otherwise aim the runner at any address; a cluster administrator who wants such a check
+to run adds a NetworkPolicy of their own in the runner namespace selecting that check's
+runner pods (policies add up).
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ from infergate.render.check_names import (
     child_labels,
     probe_name,
     report_name,
+    runner_account_name,
+    runner_labels,
     runner_name,
 )
 from infergate.render.launch import CONFIG_PATH, POD_IP_REF
@@ -98,6 +109,21 @@ def _metadata(check: Mapping[str, Any], name: str, labels: Mapping[str, str]) ->
         "namespace": check["metadata"]["namespace"],
         "labels": dict(labels),
         "ownerReferences": [owner_reference(check)],
+    }
+
+
+def _runner_labels(check: Mapping[str, Any]) -> dict[str, str]:
+    meta = check["metadata"]
+    return runner_labels(meta["namespace"], meta["name"], meta["uid"])
+
+
+def _runner_metadata(check: Mapping[str, Any], runner_namespace: str) -> JSON:
+    """Metadata of a runner object in the runner namespace: no owner reference (it cannot
+    name an owner in another namespace), the check's identity in its labels."""
+    return {
+        "name": runner_account_name(check["metadata"]["uid"]),
+        "namespace": runner_namespace,
+        "labels": _runner_labels(check),
     }
 
 
@@ -254,19 +280,22 @@ def _rule(
 def runner_rbac(
     check: Mapping[str, Any],
     *,
+    runner_namespace: str,
     deployments: Sequence[str],
     services: Sequence[str],
     config_maps: Sequence[str],
     list_deployments: bool = False,
 ) -> list[JSON]:
-    """ServiceAccount, Role and RoleBinding of the runner: only what this check needs.
+    """ServiceAccount of the runner (in `runner_namespace`), and the Role and RoleBinding
+    in the check's namespace that grant it only what this check needs.
 
     `list_deployments`: the runner may list the namespace's InferenceDeployments, which
     golden-record retention under `whenDeleted: Delete` needs to tell a deleted deployment
     from one still there (a list cannot be narrowed to names).
     """
     name = check["metadata"]["name"]
-    account = runner_name(name)
+    role_name = runner_name(name)
+    account = runner_account_name(check["metadata"]["uid"])
     labels = child_labels(name, ROLE_RUNNER)
     report = report_name(name)
     rules = [
@@ -283,47 +312,54 @@ def runner_rbac(
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _metadata(check, account, labels),
+            "metadata": _runner_metadata(check, runner_namespace),
             "automountServiceAccountToken": True,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": _metadata(check, account, labels),
+            "metadata": _metadata(check, role_name, labels),
             "rules": [r for r in rules if r is not None],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _metadata(check, account, labels),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "metadata": _metadata(check, role_name, labels),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": role_name,
+            },
             "subjects": [
-                {
-                    "kind": "ServiceAccount",
-                    "name": account,
-                    "namespace": check["metadata"]["namespace"],
-                }
+                {"kind": "ServiceAccount", "name": account, "namespace": runner_namespace}
             ],
         },
     ]
 
 
+# Set by the API server on every Namespace (v1.22+): a namespaceSelector a tenant cannot fake.
+_NAMESPACE_NAME = "kubernetes.io/metadata.name"
 # The cluster DNS: CoreDNS (and kube-dns before it) pods carry k8s-app=kube-dns in
 # kube-system on kubeadm, kind, EKS, GKE and AKS alike.
 _DNS_PEER: JSON = {
-    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "namespaceSelector": {"matchLabels": {_NAMESPACE_NAME: "kube-system"}},
     "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
 }
 
 
-def runner_network_policy(check: Mapping[str, Any], peers: Sequence[Peer]) -> JSON:
-    """The runner pods' NetworkPolicy: no ingress; egress to `peers` and the cluster DNS."""
-    name = check["metadata"]["name"]
-    labels = child_labels(name, ROLE_RUNNER)
+def runner_network_policy(
+    check: Mapping[str, Any], peers: Sequence[Peer], *, runner_namespace: str
+) -> JSON:
+    """The runner pods' NetworkPolicy, in `runner_namespace`: no ingress; egress to `peers`
+    (pods of the check's namespace by their labels, or address blocks) and the cluster DNS."""
+    namespace = check["metadata"]["namespace"]
     egress: list[JSON] = []
     for peer in peers:
         target: JSON = (
-            {"podSelector": {"matchLabels": dict(peer.pods)}}
+            {
+                "namespaceSelector": {"matchLabels": {_NAMESPACE_NAME: namespace}},
+                "podSelector": {"matchLabels": dict(peer.pods)},
+            }
             if peer.pods is not None
             else {"ipBlock": {"cidr": peer.cidr}}
         )
@@ -337,9 +373,9 @@ def runner_network_policy(check: Mapping[str, Any], peers: Sequence[Peer]) -> JS
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _metadata(check, runner_name(name), labels),
+        "metadata": _runner_metadata(check, runner_namespace),
         "spec": {
-            "podSelector": {"matchLabels": dict(labels)},
+            "podSelector": {"matchLabels": _runner_labels(check)},
             "policyTypes": ["Ingress", "Egress"],
             "egress": egress,
         },
@@ -361,18 +397,23 @@ def runner_job(
     runner: RunnerSettings,
     *,
     image: str,
+    runner_namespace: str,
     previous_report: str | None = None,
     golden: GoldenSpec | None = None,
 ) -> JSON:
-    """The runner Job: `infergate parity run --check NS/NAME` under the check's own account.
+    """The runner Job, in `runner_namespace`: `infergate parity run --check NS/NAME` under
+    the check's own account there. Its image is the operator's (`image`), never the
+    check's: a ParityCheck sets only the runner's resources, deadline, retries and
+    concurrency (`RunnerSettings`), nothing that chooses what runs as its identity.
 
     With the operator's golden store (`golden`), the Job also gets the store's settings
-    as JSON, the claim mounted at GOLDEN_MOUNT_PATH or the S3 Secret's keys as env, and
-    a scratch TMPDIR (the root filesystem is read-only; S3 records are staged there).
+    as JSON, the claim mounted at GOLDEN_MOUNT_PATH or the S3 Secret's keys as env (the
+    claim and the Secret are the runner namespace's, out of the tenants' reach), and a
+    scratch TMPDIR (the root filesystem is read-only; S3 records are staged there).
     """
     meta = check["metadata"]
     name = meta["name"]
-    labels = child_labels(name, ROLE_RUNNER)
+    labels = _runner_labels(check)
     args = ["parity", "run", "--check", f"{meta['namespace']}/{name}"]
     args += ["--concurrency", str(runner.concurrency)]
     if previous_report:
@@ -394,7 +435,7 @@ def runner_job(
         },
     }
     pod: JSON = {
-        "serviceAccountName": runner_name(name),
+        "serviceAccountName": runner_account_name(meta["uid"]),
         "restartPolicy": "Never",
         "securityContext": {
             "runAsNonRoot": True,
@@ -412,7 +453,7 @@ def runner_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(check, runner_name(name), labels),
+        "metadata": _runner_metadata(check, runner_namespace),
         "spec": {
             "backoffLimit": runner.backoff_limit,
             "activeDeadlineSeconds": runner.active_deadline_seconds,

@@ -6,7 +6,8 @@ ServiceAccount with a Role that may only read Services and EndpointSlices of the
 namespace: the proxy resolves the stable Service's ready endpoints itself (it never
 dials a ClusterIP) and, for a shadow session, the endpoints of a revision Service of its
 own deployment; and a NetworkPolicy that opens `http` to everyone but `control` only to
-the parity runners of its namespace. A session's result carries the prompt and answer
+the parity runners of its namespace's checks (pods of the runner namespace labelled with
+this namespace: only the operator writes there). A session's result carries the prompt and answer
 token ids of live traffic, and a session is named after its check (predictable): any
 other pod that could reach `control` could read users' text or end the runner's session.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from infergate.api.shadow import Mirror
-from infergate.render.check_names import ROLE_RUNNER, role_labels
+from infergate.render.check_names import LABEL_CHECK_NAMESPACE, ROLE_RUNNER, role_labels
 from infergate.render.labels import (
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
@@ -67,7 +68,9 @@ def _probe(period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> list[dict[str, Any]]:
+def render_mirror(
+    name: str, namespace: str, mirror: Mirror, *, image: str, runner_namespace: str
+) -> list[dict[str, Any]]:
     """ServiceAccount, Role, RoleBinding, NetworkPolicy, Deployment and Service of the mirror,
     in apply order (the policy before the pods: `control` is never open to all)."""
     labels = mirror_labels(name)
@@ -152,14 +155,15 @@ def render_mirror(name: str, namespace: str, mirror: Mirror, *, image: str) -> l
             ],
         },
     }
-    policy = mirror_network_policy(name, namespace)
+    policy = mirror_network_policy(name, namespace, runner_namespace=runner_namespace)
     return [*mirror_rbac(name, namespace), policy, deployment, service]
 
 
-def mirror_network_policy(name: str, namespace: str) -> dict[str, Any]:
+def mirror_network_policy(name: str, namespace: str, *, runner_namespace: str) -> dict[str, Any]:
     """Ingress of the mirror's pods: `http` (what clients and gateways call) from anywhere,
-    `control` (shadow sessions and their results) only from the parity runner pods of the
-    same namespace. A peer without a namespaceSelector is a pod of the policy's namespace.
+    `control` (shadow sessions and their results) only from the parity runner pods of this
+    namespace's checks: pods of `runner_namespace` whose labels name this namespace (only
+    the operator writes there; a pod of this namespace labelled as a runner gets nothing).
 
     The kubelet's probes also call `control` (HEALTH_PATH); they need no rule: traffic
     from the node a pod runs on is always allowed, whatever the policies say (Kubernetes'
@@ -175,8 +179,21 @@ def mirror_network_policy(name: str, namespace: str) -> dict[str, Any]:
             "ingress": [
                 {"ports": [{"protocol": "TCP", "port": HTTP_PORT}]},
                 {
-                    # Every runner pod, whatever its check: checks come and go, the policy stays.
-                    "from": [{"podSelector": {"matchLabels": role_labels(ROLE_RUNNER)}}],
+                    # Every runner pod of this namespace's checks: checks come and go, the
+                    # policy stays.
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": runner_namespace}
+                            },
+                            "podSelector": {
+                                "matchLabels": {
+                                    **role_labels(ROLE_RUNNER),
+                                    LABEL_CHECK_NAMESPACE: namespace,
+                                }
+                            },
+                        }
+                    ],
                     "ports": [{"protocol": "TCP", "port": CONTROL_PORT}],
                 },
             ],

@@ -317,6 +317,39 @@ def test_runner_image_is_refused_and_says_why() -> None:
 
 
 @pytest.mark.parametrize(
+    "field",
+    [
+        {"command": ["sh", "-c", "write-a-verdict"]},
+        {"args": ["parity", "run", "--check", "other/check"]},
+        {"env": [{"name": "INFERGATE_GOLDEN_CONFIG", "value": "{}"}]},
+        {"volumes": [{"name": "x", "secret": {"secretName": "golden-s3"}}]},
+        {"serviceAccountName": "infergate-operator"},
+    ],
+    ids=lambda f: next(iter(f)),
+)
+def test_a_check_sets_nothing_of_the_runner_pod_but_its_resources_and_pacing(
+    field: dict[str, Any],
+) -> None:
+    """The runner runs with an identity that may write the check's verdict: what it runs and
+    with what is the operator's, never the check author's. The model refuses such fields,
+    and the CRD schema has no room for them (the API server prunes unknown fields)."""
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        ParityCheck.model_validate(_check(runner=field))
+    crds = [yaml.safe_load(text) for text in render_crd_files().values()]
+    [crd] = [d for d in crds if d["spec"]["names"]["kind"] == "ParityCheck"]
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    runner = schema["properties"]["spec"]["properties"]["runner"]
+    assert set(runner["properties"]) == {
+        "image",  # refused by a CEL rule: see the test above
+        "resources",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "concurrency",
+    }
+    assert "x-kubernetes-preserve-unknown-fields" not in runner
+
+
+@pytest.mark.parametrize(
     "url",
     ["http://user:pass@reference.llm.svc:8000", "https://token@api.example.com/v1"],
 )

@@ -453,7 +453,12 @@ def runner_role_needs() -> list[Need]:
 
     check = {"metadata": {"name": "check", "namespace": "ns", "uid": "uid"}}
     objects = runner_rbac(
-        check, deployments=["d"], services=["s"], config_maps=["c"], list_deployments=True
+        check,
+        runner_namespace="runners",
+        deployments=["d"],
+        services=["s"],
+        config_maps=["c"],
+        list_deployments=True,
     )
     role = next(o for o in objects if o["kind"] == "Role")
     needs = []

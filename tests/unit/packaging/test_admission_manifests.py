@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import pytest
 import yaml
 
 from infergate.api.access import (
@@ -17,7 +16,7 @@ from infergate.api.access import (
 )
 from infergate.plan.deployment.control import CONTROL_ANNOTATIONS, REQUESTED_BY
 from infergate.render.accelerators import PRESETS
-from infergate.render.check_names import runner_name
+from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE, runner_account_name
 from tests.unit.packaging.kustomize import (
     MANIFESTS,
     build,
@@ -110,18 +109,32 @@ def test_accelerator_mounts_are_the_ones_the_renderer_makes() -> None:
     assert "-runner" in text
 
 
-@pytest.mark.parametrize("length", [1, 55, 56, 57, 63])
-def test_runner_names_follow_the_rule_the_status_policy_checks(length: int) -> None:
-    """<check>-runner up to 56 characters of check name, a cut-and-hashed ...-runner after."""
-    check = "c" * length
-    name = runner_name(check)
-    if length <= 56:
-        assert name == f"{check}-runner"
-    else:
-        assert name.endswith("-runner")
-        assert len(name) <= 63
-    text = _text(_by_name("ValidatingAdmissionPolicy", "infergate-paritycheck-status"))
-    assert "size(object.metadata.name) > 56" in text
+def test_runner_names_follow_the_rule_the_status_policy_checks() -> None:
+    """check-<uid>-runner of the runner namespace: one name per check, whatever its name or
+    namespace, short enough for a Job's pod labels; the status policy admits that account
+    of the runner namespace only (never one of the check's own namespace)."""
+    uid = "5f0c6b2e-8c1d-4f7a-9a43-0d2b6f1e7c55"
+    name = runner_account_name(uid)
+    assert name == f"check-{uid}-runner"
+    assert len(name) <= 63
+    policy = _by_name("ValidatingAdmissionPolicy", "infergate-paritycheck-status")
+    text = _text(policy)
+    assert "== 'check-' + object.metadata.uid + '-runner'" in text
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["runnerNamespace"] == f"'{DEFAULT_RUNNER_NAMESPACE}'"
+    assert "request.namespace" not in variables["isRunner"]
+    assert "'system:serviceaccount:' + variables.runnerNamespace" in variables["isRunner"]
+
+
+def test_the_runner_namespace_of_the_policies_is_where_the_operator_is_installed() -> None:
+    """The default install runs runners in the operator's namespace (the operator's
+    default with POD_NAMESPACE set): the policies name that namespace for them."""
+    namespace, _ = operator_service_account(build(MANIFESTS / "operator"))
+    assert namespace == DEFAULT_RUNNER_NAMESPACE
+    for name in ("infergate-operator-workloads", "infergate-operator-namespaces"):
+        text = _text(_by_name("ValidatingAdmissionPolicy", name))
+        assert f"'{namespace}'" in text
+        assert "startsWith('check-')" in text
 
 
 def test_namespaced_overlay_grants_nothing_cluster_wide() -> None:
@@ -129,11 +142,15 @@ def test_namespaced_overlay_grants_nothing_cluster_wide() -> None:
     assert [d for d in documents if d["kind"] == "ClusterRoleBinding"] == []
     _, account = operator_service_account(documents)
     all_bindings = [d for d in documents if d["kind"] == "RoleBinding"]
-    # The leader-election Lease's Role, in the operator's own namespace, binds no rule set.
+    # The leader-election Lease's Role and the runner namespace's Role, in the operator's
+    # own namespace, bind no rule set.
     bindings = [b for b in all_bindings if b["roleRef"]["kind"] == "ClusterRole"]
-    assert {b["roleRef"]["name"] for b in all_bindings if b not in bindings} == {
-        "infergate-operator-leader-election"
+    own = [b for b in all_bindings if b not in bindings]
+    assert {b["roleRef"]["name"] for b in own} == {
+        "infergate-operator-leader-election",
+        "infergate-runner-namespace",
     }
+    assert {b["metadata"]["namespace"] for b in own} == {"infergate-system"}
     watched = {b["metadata"]["namespace"] for b in bindings}
     assert watched == {"llm"}
     # Rule sets of the operator; the tenant roles aggregate into the built-in ones instead.
@@ -166,7 +183,31 @@ def test_namespaced_overlay_installs_the_same_objects_bar_the_cluster_bindings()
     assert namespaced - base == {
         ("RoleBinding", "infergate-operator"),
         ("RoleBinding", "infergate-paritycheck-controller"),
+        ("Role", "infergate-runner-namespace"),
+        ("RoleBinding", "infergate-runner-namespace"),
     }
+
+
+def test_namespaced_overlay_lets_the_operator_keep_runners_in_its_own_namespace() -> None:
+    """Runner Jobs, ServiceAccounts and NetworkPolicies are made in the operator's
+    namespace; there it may write those and nothing else, and watch what kopf watches."""
+    documents = build(NAMESPACED)
+    [role] = [
+        d
+        for d in documents
+        if d["kind"] == "Role" and d["metadata"]["name"] == "infergate-runner-namespace"
+    ]
+    assert role["metadata"]["namespace"] == "infergate-system"
+    written = {
+        resource
+        for rule in role["rules"]
+        if set(rule["verbs"]) - {"get", "list", "watch"}
+        for resource in rule["resources"]
+    }
+    assert written == {"jobs", "serviceaccounts", "networkpolicies"}
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"]
+        assert "*" not in rule["resources"]
 
 
 def test_only_the_operator_writes_an_inference_deployments_status() -> None:
@@ -201,3 +242,54 @@ def test_only_the_operator_writes_an_inference_deployments_status() -> None:
     assert username in validation["message"]
     assert "variables.operator" in validation["messageExpression"]
     assert "request.userInfo.username" in validation["messageExpression"]
+
+
+_CEL_KEYS = ("expression", "messageExpression")
+# What may follow a CEL string literal: an operator (`in` too), a closing bracket, a separator or the
+# end. A word right after one (`'the runners' Jobs'`) is a quote that ended the literal.
+_AFTER_LITERAL = re.compile(r"\s*(?:$|in\b|[-+*/%)\],}:?=!<>&|.])")
+
+
+def _cel_expressions(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k in _CEL_KEYS and isinstance(v, str)]
+        return found + [e for v in node.values() for e in _cel_expressions(v)]
+    if isinstance(node, list):
+        return [e for v in node for e in _cel_expressions(v)]
+    return []
+
+
+def _literal_ends(expression: str) -> list[int]:
+    """Where each string literal of a CEL expression ends (its closing quote); raises if
+    one never ends."""
+    ends, quote, i = [], "", 0
+    while i < len(expression):
+        ch = expression[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif expression.startswith(quote, i):
+                ends.append(i + len(quote) - 1)
+                i += len(quote) - 1
+                quote = ""
+        elif ch in "'\"":
+            quote = ch * 3 if expression.startswith(ch * 3, i) else ch
+            i += len(quote) - 1
+        i += 1
+    if quote:
+        raise AssertionError(f"a string literal never ends in: {expression}")
+    return ends
+
+
+def test_every_cel_string_literal_ends_where_its_text_does() -> None:
+    """A quote inside a message (`the runners' Jobs`) ends the literal early: the API server
+    refuses the whole policy at install. Every literal must close, and be followed by an
+    operator, a bracket or the end, never by a word."""
+    for document in _policies():
+        for expression in _cel_expressions(document["spec"]):
+            for end in _literal_ends(expression):
+                rest = expression[end + 1 :]
+                assert _AFTER_LITERAL.match(rest), (
+                    f"{document['metadata']['name']}: a word follows a string literal at "
+                    f"{rest[:40]!r} in {expression!r}"
+                )

@@ -22,7 +22,7 @@ from infergate_dev.chartvalues import COMPONENT_VALUES
 from infergate_dev.commands.chart import find_components, kustomize
 from infergate_dev.helmchart import strip_release
 from tests.tools import REPO, tool
-from tests.unit.packaging.kustomize import MANIFESTS, build, kubectl_binary, tenant_role
+from tests.unit.packaging.kustomize import MANIFESTS, build, kubectl_binary, one, tenant_role
 
 CHART = REPO / "charts" / "infergate"
 NAMESPACE = "infergate-system"
@@ -139,16 +139,12 @@ def test_namespace_scope_grants_roles_in_the_watched_namespaces_only() -> None:
     # The tenant roles stay: aggregated into the built-in roles, they grant the operator nothing.
     assert [d for d in rendered if d["kind"] == "ClusterRole" and not tenant_role(d)] == []
     assert "ClusterRoleBinding" not in kinds
-    # The leader-election Role lives in the release namespace whatever the scope.
-    roles = [
-        d
-        for d in rendered
-        if d["kind"] == "Role" and not d["metadata"]["name"].endswith("leader-election")
-    ]
+    # The release namespace's Roles (leader election, runner objects): the next test.
+    roles = [d for d in rendered if d["kind"] == "Role" and d["metadata"]["namespace"] != NAMESPACE]
     bindings = [
         d
         for d in rendered
-        if d["kind"] == "RoleBinding" and not d["metadata"]["name"].endswith("leader-election")
+        if d["kind"] == "RoleBinding" and d["metadata"]["namespace"] != NAMESPACE
     ]
     assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
     assert {b["metadata"]["namespace"] for b in bindings} == {"team-a", "team-b"}
@@ -184,10 +180,52 @@ def test_namespace_scope_grants_roles_in_the_watched_namespaces_only() -> None:
     assert args[-2:] == ["--namespace=team-a", "--namespace=team-b"]
 
 
+def test_namespace_scope_grants_in_the_release_namespace_what_the_namespaced_overlay_does() -> None:
+    """The parity runners' Jobs, ServiceAccounts and NetworkPolicies are made in the
+    operator's own namespace: a namespace-scoped install holds the namespaced overlay's
+    Role there (beside the leader election's), the same rules; a cluster-wide one needs
+    none, its ClusterRoles cover every namespace."""
+
+    def own(documents: list[JSON]) -> list[JSON]:
+        return [
+            d
+            for d in documents
+            if d["kind"] in ("Role", "RoleBinding") and d["metadata"]["namespace"] == NAMESPACE
+        ]
+
+    overlay = own(build(MANIFESTS / "overlays" / "namespaced"))
+    assert {d["metadata"]["name"] for d in overlay} == {
+        "infergate-operator-leader-election",
+        "infergate-runner-namespace",
+    }
+    _assert_same(own(template("rbac.scope=namespace", "watchNamespaces={llm}")), overlay)
+    assert {d["metadata"]["name"] for d in own(template())} == {
+        "infergate-operator-leader-election"
+    }
+    # Moved with the release and the chart's name, its subject too.
+    moved = template(
+        "rbac.scope=namespace",
+        "watchNamespaces={team-a}",
+        "fullnameOverride=acme",
+        namespace="platform-llm",
+    )
+    role = one(moved, "Role", "acme-runner-namespace")
+    binding = one(moved, "RoleBinding", "acme-runner-namespace")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "platform-llm"
+    assert binding["roleRef"]["name"] == "acme-runner-namespace"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "acme-operator", "namespace": "platform-llm"}
+    ]
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
         (["rbac.scope=namespace"], "rbac.scope=namespace needs watchNamespaces"),
+        (
+            ["rbac.scope=namespace", "watchNamespaces={default}"],
+            '"default" is the release namespace, where the parity runners run',
+        ),
         (["rbac.scope=namespace", "watchNamespaces={team-*}"], '"team-*" is a pattern'),
         (["rbac.scope=tenant"], "at '/rbac/scope': value must be one of 'cluster', 'namespace'"),
         (["operator.replicas=0"], "at '/operator/replicas': minimum: got 0, want 1"),
@@ -259,3 +297,23 @@ def test_helm_lint_strict_passes(flags: list[str]) -> None:
     # What --strict still reports is information only: the chart has no icon to point at.
     findings = [line for line in result.stdout.splitlines() if line.startswith("[")]
     assert findings == ["[INFO] Chart.yaml: icon is recommended"]
+
+
+def test_the_runner_namespace_of_the_policies_moves_with_the_release() -> None:
+    """Runners run in the operator's namespace: installed elsewhere, the status policy
+    admits the runner accounts of that namespace, not of infergate-system."""
+    rendered = template(namespace="platform-llm")
+    policies = {
+        d["metadata"]["name"]: yaml.safe_dump(d, width=10_000)
+        for d in rendered
+        if d["kind"] == "ValidatingAdmissionPolicy"
+    }
+    status = next(
+        d
+        for d in rendered
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"].endswith("paritycheck-status")
+    )
+    variables = {v["name"]: v["expression"] for v in status["spec"]["variables"]}
+    assert variables["runnerNamespace"] == "'platform-llm'"
+    assert not any("'infergate-system'" in text for text in policies.values())

@@ -35,6 +35,7 @@ CHECK: dict[str, Any] = {
 }
 
 RUNNER = "ghcr.io/infergate/infergate:0.1.0"
+RUNNERS = "infergate-system"
 
 
 def vllm_revision() -> dict[str, Any]:
@@ -110,6 +111,7 @@ def test_pooling_args_drop_serving_only_flags() -> None:
 def test_the_runner_role_names_every_object_and_writes_only_its_own_status_and_report() -> None:
     account, role, binding = runner_rbac(
         CHECK,
+        runner_namespace=RUNNERS,
         deployments=["qwen", "qwen"],
         services=["qwen-aaaaaaaaaa", "qwen-bbbbbbbbbb", "qwen-bbbbbbbbbb-probe-baseline"],
         config_maps=["qwen-aaaaaaaaaa", "qwen-bbbbbbbbbb", "prompts"],
@@ -135,9 +137,37 @@ def test_the_runner_role_names_every_object_and_writes_only_its_own_status_and_r
         "qwen-bbbbbbbbbb-report",
     ]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "llm"}
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": RUNNERS}
     ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_the_runner_account_lives_in_the_runner_namespace_and_is_granted_in_the_checks() -> None:
+    """No one with rights in the check's namespace only can mint the runner's token or run
+    a pod as it: its ServiceAccount is the runner namespace's, named after the check's uid
+    (two namespaces' checks of one name never share it); the grant stays in the check's
+    namespace, owned by the check, its subject naming the other namespace's account."""
+    account, role, binding = runner_rbac(
+        CHECK, runner_namespace=RUNNERS, deployments=["qwen"], services=["s"], config_maps=["c"]
+    )
+    assert account["metadata"]["namespace"] == RUNNERS
+    assert account["metadata"]["name"] == "check-u-1-runner"
+    assert "ownerReferences" not in account["metadata"]  # none can cross namespaces
+    labels = account["metadata"]["labels"]
+    assert labels["infergate.io/paritycheck-namespace"] == "llm"
+    assert labels["infergate.io/paritycheck-uid"] == "u-1"
+    assert labels["infergate.io/paritycheck"] == "qwen-bbbbbbbbbb"
+    for grant in (role, binding):
+        assert grant["metadata"]["namespace"] == "llm"
+        assert grant["metadata"]["name"] == "qwen-bbbbbbbbbb-runner"
+        assert grant["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    [subject] = binding["subjects"]
+    assert (subject["namespace"], subject["name"]) == (RUNNERS, "check-u-1-runner")
+    other = {**CHECK, "metadata": {**CHECK["metadata"], "namespace": "team-b", "uid": "u-2"}}
+    other_account, _, _ = runner_rbac(
+        other, runner_namespace=RUNNERS, deployments=[], services=[], config_maps=[]
+    )
+    assert other_account["metadata"]["name"] != account["metadata"]["name"]
 
 
 def _deployment_verbs(role: dict[str, Any]) -> list[tuple[str, tuple[str, ...] | None]]:
@@ -153,16 +183,23 @@ def test_the_runner_lists_deployments_only_when_retention_deletes_the_deleted_on
     """`get` of its own deployment by name always; `list` of the namespace's (a list
     cannot be narrowed to names) only for `whenDeleted: Delete`; never watch or a write."""
     args = {"deployments": ["qwen"], "services": ["s"], "config_maps": ["c"]}
-    _, role, _ = runner_rbac(CHECK, **args)  # type: ignore[arg-type]
+    _, role, _ = runner_rbac(CHECK, runner_namespace=RUNNERS, **args)  # type: ignore[arg-type]
     assert _deployment_verbs(role) == [("get", ("qwen",))]
-    _, role, _ = runner_rbac(CHECK, **args, list_deployments=True)  # type: ignore[arg-type]
+    _, role, _ = runner_rbac(
+        CHECK,
+        runner_namespace=RUNNERS,
+        **args,  # type: ignore[arg-type]
+        list_deployments=True,
+    )
     assert _deployment_verbs(role) == [("get", ("qwen",)), ("list", None)]
     granted = {verb for rule in role["rules"] for verb in rule["verbs"]}
     assert granted == {"get", "list", "patch", "update"}
 
 
 def test_an_empty_name_list_drops_the_rule_rather_than_granting_every_object() -> None:
-    _, role, _ = runner_rbac(CHECK, deployments=[], services=[], config_maps=[])
+    _, role, _ = runner_rbac(
+        CHECK, runner_namespace=RUNNERS, deployments=[], services=[], config_maps=[]
+    )
     resources = [r["resources"][0] for r in role["rules"]]
     assert "inferencedeployments" not in resources
     assert "services" not in resources
@@ -175,6 +212,7 @@ def test_the_runner_job_runs_the_check_under_its_account_with_the_checks_limits(
         CHECK,
         spec.runner,
         image="ghcr.io/infergate/infergate:0.1.0",
+        runner_namespace=RUNNERS,
         previous_report="qwen-old-report",
     )
     pod = job["spec"]["template"]["spec"]
@@ -190,7 +228,11 @@ def test_the_runner_job_runs_the_check_under_its_account_with_the_checks_limits(
         "--previous-report",
         "qwen-old-report",
     ]
-    assert pod["serviceAccountName"] == "qwen-bbbbbbbbbb-runner"
+    assert pod["serviceAccountName"] == "check-u-1-runner"
+    assert job["metadata"]["namespace"] == RUNNERS
+    assert job["metadata"]["name"] == "check-u-1-runner"
+    assert "ownerReferences" not in job["metadata"]
+    assert container["image"] == "ghcr.io/infergate/infergate:0.1.0"
     assert pod["restartPolicy"] == "Never"
     assert job["spec"]["activeDeadlineSeconds"] == 600
     assert job["spec"]["backoffLimit"] == 2
@@ -200,12 +242,12 @@ def test_the_runner_job_runs_the_check_under_its_account_with_the_checks_limits(
 def test_the_operators_golden_store_reaches_the_runner_and_nothing_else_does() -> None:
     spec = observe_parity_check(CHECK).spec
     assert spec is not None
-    plain = runner_job(CHECK, spec.runner, image="img")
+    plain = runner_job(CHECK, spec.runner, image="img", runner_namespace=RUNNERS)
     assert "volumes" not in plain["spec"]["template"]["spec"]
     pvc = GoldenSpec.model_validate(
         {"store": {"pvc": {"claimName": "golden-records", "subPath": "prod"}}}
     )
-    job = runner_job(CHECK, spec.runner, image="img", golden=pvc)
+    job = runner_job(CHECK, spec.runner, image="img", runner_namespace=RUNNERS, golden=pvc)
     pod = job["spec"]["template"]["spec"]
     [container] = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
@@ -231,7 +273,7 @@ def test_the_operators_golden_store_reaches_the_runner_and_nothing_else_does() -
             }
         }
     )
-    job = runner_job(CHECK, spec.runner, image="img", golden=s3)
+    job = runner_job(CHECK, spec.runner, image="img", runner_namespace=RUNNERS, golden=s3)
     [container] = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
     # Keys only from the Secret, never as values in the Job.

@@ -158,9 +158,10 @@ def render_check_children() -> str:
     manifests = [
         probe_service(check, "baseline", HTTP_PORT),
         probe_pod(check, "baseline", stable.deployment, fingerprint_image=DEFAULT_RUNNER_IMAGE),
-        runner_network_policy(check, peers),
+        runner_network_policy(check, peers, runner_namespace="infergate-system"),
         *runner_rbac(
             check,
+            runner_namespace="infergate-system",
             deployments=[name],
             services=[revision_service, probe_name(check["metadata"]["name"], "baseline")],
             config_maps=[revision_service],
@@ -170,6 +171,7 @@ def render_check_children() -> str:
             check,
             RunnerSettings(active_deadline_seconds=3600, backoff_limit=1),
             image=DEFAULT_RUNNER_IMAGE,
+            runner_namespace="infergate-system",
         ),
     ]
     return yaml.dump_all(

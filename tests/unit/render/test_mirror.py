@@ -1,5 +1,6 @@
-"""The mirror's NetworkPolicy: clients reach `http`, only the parity runners of the namespace
-reach `control`, where shadow sessions (live users' token ids) are opened and read."""
+"""The mirror's NetworkPolicy: clients reach `http`, only the parity runners of the namespace's
+checks (pods of the runner namespace) reach `control`, where shadow sessions (live users'
+token ids) are opened and read."""
 
 from __future__ import annotations
 
@@ -15,11 +16,14 @@ from infergate.render.labels import engine_pod_selector
 from infergate.render.mirror import CONTROL_PORT, HEALTH_PATH, mirror_network_policy, render_mirror
 
 NAMESPACE = "llm"
+RUNNERS = "infergate-system"
 IMAGE = "ghcr.io/infergate/infergate:0.1.0"
 
 
 def _mirror(name: str = "qwen") -> dict[str, dict[str, Any]]:
-    rendered = render_mirror(name, NAMESPACE, Mirror(replicas=2), image=IMAGE)
+    rendered = render_mirror(
+        name, NAMESPACE, Mirror(replicas=2), image=IMAGE, runner_namespace=RUNNERS
+    )
     return {o["kind"]: o for o in rendered}
 
 
@@ -51,19 +55,31 @@ def _admits(
         if peers is None:
             return True
         for peer in peers:
-            assert set(peer) == {"podSelector"}, peer  # same namespace, by labels only
-            if source_namespace == policy["metadata"]["namespace"] and _matches(
-                peer["podSelector"], source
-            ):
+            assert set(peer) <= {"podSelector", "namespaceSelector"}, peer  # by labels only
+            # Without a namespaceSelector a peer is a pod of the policy's own namespace; the
+            # API server sets kubernetes.io/metadata.name on every Namespace.
+            in_namespace = (
+                _matches(
+                    peer["namespaceSelector"], {"kubernetes.io/metadata.name": source_namespace}
+                )
+                if "namespaceSelector" in peer
+                else source_namespace == policy["metadata"]["namespace"]
+            )
+            if in_namespace and _matches(peer["podSelector"], source):
                 return True
     return False
 
 
-def _runner_pod_labels(check: str) -> dict[str, str]:
-    body = {"metadata": {"name": check, "namespace": NAMESPACE, "uid": "u"}}
-    job = runner_job(body, RunnerSettings(active_deadline_seconds=60, backoff_limit=0), image=IMAGE)
+def _runner_pod_labels(check: str, namespace: str = NAMESPACE) -> dict[str, str]:
+    body = {"metadata": {"name": check, "namespace": namespace, "uid": "u"}}
+    job = runner_job(
+        body,
+        RunnerSettings(active_deadline_seconds=60, backoff_limit=0),
+        image=IMAGE,
+        runner_namespace=RUNNERS,
+    )
     # The Job controller adds its own labels to the pods it makes.
-    return {**job["spec"]["template"]["metadata"]["labels"], "job-name": f"{check}-runner"}
+    return {**job["spec"]["template"]["metadata"]["labels"], "job-name": job["metadata"]["name"]}
 
 
 def test_the_policy_selects_exactly_the_mirrors_pods_and_comes_before_them() -> None:
@@ -83,7 +99,8 @@ def test_the_policy_selects_exactly_the_mirrors_pods_and_comes_before_them() -> 
         "app.kubernetes.io/managed-by": "infergate",
     }
     assert not _matches(policy["spec"]["podSelector"], engine)
-    kinds = [o["kind"] for o in render_mirror("qwen", NAMESPACE, Mirror(), image=IMAGE)]
+    rendered = render_mirror("qwen", NAMESPACE, Mirror(), image=IMAGE, runner_namespace=RUNNERS)
+    kinds = [o["kind"] for o in rendered]
     assert kinds.index("NetworkPolicy") < kinds.index("Deployment")
 
 
@@ -102,11 +119,19 @@ def test_control_admits_the_runner_of_any_check_of_the_namespace(check: str) -> 
     policy = objects["NetworkPolicy"]
     mirror_pod = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
     runner = _runner_pod_labels(check)
-    assert _admits(policy, to=mirror_pod, port=CONTROL_PORT, source=runner, source_namespace="llm")
-    # A runner of another namespace is someone else's check.
-    assert not _admits(
-        policy, to=mirror_pod, port=CONTROL_PORT, source=runner, source_namespace="default"
+    assert _admits(
+        policy, to=mirror_pod, port=CONTROL_PORT, source=runner, source_namespace=RUNNERS
     )
+    # A runner of another namespace's check is someone else's.
+    other = _runner_pod_labels(check, namespace="default")
+    assert not _admits(
+        policy, to=mirror_pod, port=CONTROL_PORT, source=other, source_namespace=RUNNERS
+    )
+    # A pod of the tenant's namespace wearing a runner's labels is not a runner.
+    for namespace in (NAMESPACE, "default"):
+        assert not _admits(
+            policy, to=mirror_pod, port=CONTROL_PORT, source=runner, source_namespace=namespace
+        )
 
 
 def test_control_refuses_every_other_pod_and_http_admits_all() -> None:
@@ -141,7 +166,9 @@ def test_the_kubelets_probes_call_control() -> None:
 
 
 def test_the_policy_is_the_same_one_render_mirror_returns() -> None:
-    assert _mirror()["NetworkPolicy"] == mirror_network_policy("qwen", NAMESPACE)
+    assert _mirror()["NetworkPolicy"] == mirror_network_policy(
+        "qwen", NAMESPACE, runner_namespace=RUNNERS
+    )
 
 
 def _container_ports(objects: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

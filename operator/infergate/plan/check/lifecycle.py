@@ -15,7 +15,10 @@ deleted, and a runner still running is stopped; its NetworkPolicy goes once no r
 runs any more; a finished runner Job stays for its log (until its
 ttlSecondsAfterFinished), the report ConfigMap for good. Only children the
 check owns are ever deleted or counted as started: an object someone else made under a
-child's name ends the check in Error, untouched. Nothing is kept in memory between
+child's name ends the check in Error, untouched. The runner's Job, ServiceAccount and
+NetworkPolicy are looked for in the runner namespace only (one of the same name and
+labels in the check's namespace is a tenant's, never the runner's); what is left of them
+once the check is gone is `plan.check.cleanup`'s. Nothing is kept in memory between
 reconciles: a restarted operator decides the same from the same objects.
 
 `decide(CheckState) -> CheckPlan` is the entry point (the records in
@@ -51,6 +54,7 @@ from infergate.render.check_names import (
     SIDES,
     probe_name,
     report_name,
+    runner_account_name,
     runner_name,
 )
 from infergate.render.launch import HTTP_PORT
@@ -80,7 +84,7 @@ def decide(state: CheckState) -> CheckPlan:
     deadline = _deadline(check)
     if deadline is not None and state.now >= deadline:
         return _terminal_error(state, reasons.CHECK_DEADLINE_EXCEEDED, _deadline_message(check))
-    plan = _with_runner(state) if _child(state, "Job", runner_name(check.name)) else None
+    plan = _with_runner(state) if _runner_child(state, "Job") else None
     if plan is None:
         plan = _before_runner(state)
     if deadline is not None:
@@ -118,34 +122,60 @@ def _deadline_message(check: ObservedParityCheck) -> str:
 
 
 def _child(state: CheckState, kind: str, name: str) -> CheckChild | None:
-    return next((c for c in state.children if c.kind == kind and c.name == name), None)
+    """A child of the check's namespace."""
+    namespace = state.check.namespace
+    return next(
+        (
+            c
+            for c in state.children
+            if c.kind == kind and c.name == name and c.namespace == namespace
+        ),
+        None,
+    )
+
+
+def _runner_child(state: CheckState, kind: str) -> CheckChild | None:
+    """The runner's Job, ServiceAccount or NetworkPolicy: in the runner namespace only."""
+    name = runner_account_name(state.check.uid)
+    return next(
+        (
+            c
+            for c in state.children
+            if c.kind == kind and c.name == name and c.namespace == state.runner_namespace
+        ),
+        None,
+    )
 
 
 def _owned(state: CheckState, child: CheckChild) -> bool:
     return child.owner_uid == state.check.uid
 
 
-def _expected_names(check: ObservedParityCheck) -> dict[str, set[str]]:
-    """The children a check makes, by kind (the runner's pods are named by the Job)."""
+def _expected_names(state: CheckState) -> dict[tuple[str, str], set[str]]:
+    """The children a check makes, by namespace and kind (the runner's pods are named by
+    the Job)."""
+    check = state.check
     probes = {probe_name(check.name, side) for side in SIDES}
-    runner = runner_name(check.name)
+    role = runner_name(check.name)
+    runner = runner_account_name(check.uid)
     return {
-        "Pod": probes,
-        "Service": probes,
-        "Job": {runner},
-        "ServiceAccount": {runner},
-        "Role": {runner},
-        "RoleBinding": {runner},
-        "NetworkPolicy": {runner},
-        "ConfigMap": {report_name(check.name)},
+        (check.namespace, "Pod"): probes,
+        (check.namespace, "Service"): probes,
+        (check.namespace, "Role"): {role},
+        (check.namespace, "RoleBinding"): {role},
+        (check.namespace, "ConfigMap"): {report_name(check.name)},
+        (state.runner_namespace, "Job"): {runner},
+        (state.runner_namespace, "ServiceAccount"): {runner},
+        (state.runner_namespace, "NetworkPolicy"): {runner},
     }
 
 
 def _foreign_children(state: CheckState) -> str | None:
     """Why an object under one of the check's child names is not the check's own, if one is."""
-    expected = _expected_names(state.check)
+    expected = _expected_names(state)
     for child in state.children:
-        if child.name in expected.get(child.kind, set()) and not _owned(state, child):
+        wanted = expected.get((child.namespace, child.kind), set())
+        if child.name in wanted and not _owned(state, child):
             return (
                 f"{child.kind} {child.name} exists and is not owned by this check (uid "
                 f"{state.check.uid}); it is neither used nor deleted: remove it, or the check "
@@ -174,7 +204,12 @@ def _runner_runs(state: CheckState) -> bool:
     """Whether a runner Job of the check's is active or a runner pod has not finished."""
     return any(
         (c.kind == "Job" and _owned(state, c) and not (c.complete or c.failed))
-        or (c.kind == "Pod" and c.role == ROLE_RUNNER and not c.finished)
+        or (
+            c.kind == "Pod"
+            and c.role == ROLE_RUNNER
+            and c.namespace == state.runner_namespace
+            and not c.finished
+        )
         for c in state.children
     )
 
@@ -256,7 +291,7 @@ def _owned_by_job(pod: CheckChild, job: CheckChild) -> bool:
 def _unrecorded_account(state: CheckState) -> JSON | None:
     """The runner's ServiceAccount, when the check owns it but its status does not name it
     (the operator stopped between creating it and recording it)."""
-    account = _child(state, "ServiceAccount", runner_name(state.check.name))
+    account = _runner_child(state, "ServiceAccount")
     if account is None or not _owned(state, account):
         return None
     recorded = state.check.status.get("runnerServiceAccount") or {}
@@ -266,17 +301,18 @@ def _unrecorded_account(state: CheckState) -> JSON | None:
 
 
 def _with_runner(state: CheckState) -> CheckPlan:
-    job = _child(state, "Job", runner_name(state.check.name))
+    job = _runner_child(state, "Job")
     assert job is not None  # noqa: S101 - checked by the caller
     account = _unrecorded_account(state)
     if account is not None:
         return CheckPlan(status={"runnerServiceAccount": account})
-    policy = _child(state, "NetworkPolicy", runner_name(state.check.name))
+    policy = _runner_child(state, "NetworkPolicy")
     if policy is None and not (job.complete or job.failed):
         # Never unconfined for long: made again if it went (or a check predates it).
-        return CheckPlan(
-            create=[runner_network_policy(check_body(state.check), runner_peers(state))]
+        policy_manifest = runner_network_policy(
+            check_body(state.check), runner_peers(state), runner_namespace=state.runner_namespace
         )
+        return CheckPlan(create=[policy_manifest])
     if job.failed:
         return _terminal_error(state, reasons.CHECK_RUNNER_FAILED, _runner_failure(state, job))
     if job.complete:

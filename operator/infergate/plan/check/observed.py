@@ -24,7 +24,14 @@ from infergate.plan.metadata import OwnerKey, parse_time
 from infergate.plan.ownership import controller_uid
 from infergate.plan.phases import check_phase
 from infergate.render.check_children import RunnerSettings
-from infergate.render.check_names import LABEL_CHECK, LABEL_ROLE, LABEL_SIDE, check_label_value
+from infergate.render.check_names import (
+    LABEL_CHECK,
+    LABEL_CHECK_NAMESPACE,
+    LABEL_CHECK_UID,
+    LABEL_ROLE,
+    LABEL_SIDE,
+    check_label_value,
+)
 from infergate.render.labels import LABEL_CHECK_PURPOSE
 from infergate.render.mirror import mirror_name
 
@@ -122,7 +129,10 @@ class CheckChild:
     name: str
     uid: str
     owner_uid: str | None
-    """uid of its controlling owner (the check's uid when the operator made it)."""
+    """uid of its controlling owner (the check's uid when the operator made it); in the
+    runner namespace, the check uid its labels name (nothing there has an owner)."""
+    namespace: str = ""
+    """Where it lives: the check's namespace, or the runner namespace."""
     role: str | None = None
     side: str | None = None
     ready: bool = False
@@ -212,11 +222,21 @@ def check_key(namespace: str, name: str) -> OwnerKey:
     return OwnerKey(namespace, check_label_value(name))
 
 
-def child_key(body: JSONMap) -> OwnerKey | None:
-    """The check a child is labelled with (runner pods too, whose owner is the Job)."""
+def child_key(body: JSONMap, runner_namespace: str) -> OwnerKey | None:
+    """The check a child is labelled with (runner pods too, whose owner is the Job): of its
+    own namespace, or, in the runner namespace, of the namespace its labels name (trusted
+    there only: no tenant writes to the runner namespace, while a label in a tenant's
+    namespace could name any other)."""
     metadata = body.get("metadata") or {}
-    value = (metadata.get("labels") or {}).get(LABEL_CHECK)
-    return OwnerKey(str(metadata.get("namespace") or ""), str(value)) if value else None
+    labels = metadata.get("labels") or {}
+    value = labels.get(LABEL_CHECK)
+    if not value:
+        return None
+    namespace = str(metadata.get("namespace") or "")
+    if namespace == runner_namespace:
+        check_namespace = labels.get(LABEL_CHECK_NAMESPACE)
+        return OwnerKey(str(check_namespace), str(value)) if check_namespace else None
+    return OwnerKey(namespace, str(value))
 
 
 def _true(body: JSONMap, type_: str) -> Mapping[str, Any] | None:
@@ -251,17 +271,23 @@ def _exit_note(body: JSONMap, name: str) -> str | None:
     return None
 
 
-def observe_child(body: JSONMap) -> CheckChild:
-    """The record of one object a check owns (or that carries a check's name)."""
+def observe_child(body: JSONMap, runner_namespace: str) -> CheckChild:
+    """The record of one object a check owns (or that carries a check's name); in
+    `runner_namespace`, its owner is the check uid of its labels (see `child_key`)."""
     metadata = body.get("metadata") or {}
     labels = metadata.get("labels") or {}
     kind = str(body.get("kind") or "")
     name = str(metadata.get("name"))
+    namespace = str(metadata.get("namespace") or "")
+    owner = controller_uid(body)
+    if namespace == runner_namespace and owner is None:
+        owner = labels.get(LABEL_CHECK_UID) or None
     child = CheckChild(
         kind=kind,
         name=name,
         uid=str(metadata.get("uid") or ""),
-        owner_uid=controller_uid(body),
+        owner_uid=owner,
+        namespace=namespace,
         role=labels.get(LABEL_ROLE),
         side=labels.get(LABEL_SIDE),
     )

@@ -3,7 +3,9 @@
 The runner starts only after both sides are ready. Its NetworkPolicy (first, so nothing
 runs unconfined) lets it reach exactly its sides' pods, their probes, a shadow check's
 mirror and the API server; its RBAC names exactly the objects it reads; its report
-ConfigMap starts empty; its Job carries the golden record store of the operator.
+ConfigMap starts empty; its Job carries the golden record store of the operator. The
+Job, its ServiceAccount and NetworkPolicy go to the runner namespace
+(`CheckState.runner_namespace`), the Role, RoleBinding and report to the check's.
 """
 
 from __future__ import annotations
@@ -98,9 +100,10 @@ def runner_objects(state: CheckState) -> list[JSON]:
         config_maps.append(state.previous_report)
     body = check_body(check)
     return [
-        runner_network_policy(body, runner_peers(state)),
+        runner_network_policy(body, runner_peers(state), runner_namespace=state.runner_namespace),
         *runner_rbac(
             body,
+            runner_namespace=state.runner_namespace,
             deployments=deployments,
             services=services,
             config_maps=config_maps,
@@ -111,6 +114,7 @@ def runner_objects(state: CheckState) -> list[JSON]:
             body,
             spec.runner,
             image=state.runner_image,
+            runner_namespace=state.runner_namespace,
             previous_report=state.previous_report,
             golden=state.golden,
         ),

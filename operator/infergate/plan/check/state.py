@@ -14,7 +14,7 @@ from infergate.api.golden import GoldenSpec
 from infergate.jsontypes import JSON
 from infergate.plan.check.observed import CheckChild, ObservedParityCheck
 from infergate.plan.check.sides import SideView
-from infergate.render.check_names import SideName
+from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE, SideName
 from infergate.render.network import Peer
 
 
@@ -33,6 +33,9 @@ class CheckState:
     """The operator's golden record store, handed to every runner Job (never the tenant's)."""
     api_server: tuple[Peer, ...] = ()
     """Where the runner reaches the API server (its NetworkPolicy allows these)."""
+    runner_namespace: str = DEFAULT_RUNNER_NAMESPACE
+    """Where the runner's Job, ServiceAccount and NetworkPolicy live: the operator's
+    namespace (or `--runner-namespace`), which no tenant can write to."""
 
 
 @dataclass

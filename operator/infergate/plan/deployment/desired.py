@@ -170,6 +170,7 @@ def desired_extras(
     canary: str | None,
     canary_weight: int,
     mirror_image: str,
+    runner_namespace: str,
 ) -> list[dict[str, Any]]:
     """The HTTPRoute (gateway mode, once a revision is stable) and the mirror's objects
     (rollout.mirror), owned and stamped; what is not here is deleted."""
@@ -187,7 +188,11 @@ def desired_extras(
         wanted.append(route)
     if spec.rollout.mirror is not None:
         wanted += render_mirror(
-            owner.name, owner.namespace, spec.rollout.mirror, image=mirror_image
+            owner.name,
+            owner.namespace,
+            spec.rollout.mirror,
+            image=mirror_image,
+            runner_namespace=runner_namespace,
         )
     return [_own(manifest, owner, {}) for manifest in wanted]
 

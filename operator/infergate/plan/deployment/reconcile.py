@@ -135,6 +135,7 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
             canary=route_canary,
             canary_weight=weight,
             mirror_image=state.mirror_image,
+            runner_namespace=state.runner_namespace,
         ),
     )
     previous = state.status

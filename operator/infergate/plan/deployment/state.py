@@ -30,6 +30,7 @@ from infergate.plan.deployment.desired import Owner, revision_of, spec_for_revis
 from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC, ANNOTATION_ROLE, Observed
 from infergate.plan.drift.state import DriftPlan
 from infergate.plan.notices import Notice, Outcome
+from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE
 from infergate.render.images import DEFAULT_RUNNER_IMAGE, resolved_image
 from infergate.render.labels import LABEL_REVISION, revision_object_name
 from infergate.render.traffic import stable_selector
@@ -71,6 +72,8 @@ class DeploymentState:
     now: datetime
     mirror_image: str = DEFAULT_RUNNER_IMAGE
     """Image of the mirror (rollout.mirror): the operator's own, like the runner's."""
+    runner_namespace: str = DEFAULT_RUNNER_NAMESPACE
+    """Where parity runner pods run: the mirror's control port admits them from there."""
     golden: GoldenSpec | None = None
     """The operator's golden record store (--golden-config), for the drift watch."""
     taken: Mapping[str, str] = field(default_factory=dict)

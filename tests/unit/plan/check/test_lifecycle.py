@@ -20,13 +20,16 @@ from infergate.plan.check.observed import (
 )
 from infergate.plan.check.sides import RevisionConfig, RevisionSeen, SideView, side_view
 from infergate.plan.check.state import CheckState
-from infergate.render.check_names import child_labels
+from infergate.render.check_names import child_labels, runner_labels
 from infergate.render.mirror import CONTROL_PORT, mirror_network_policy
 from infergate.render.network import Peer, api_server_peers
 
 CREATED = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 UID = "u1"
 NAME = "qwen-bbbbbbbbbb"
+RUNNERS = "infergate-system"
+RUNNER = f"check-{UID}-runner"
+"""The runner's Job, ServiceAccount and NetworkPolicy, in the runner namespace."""
 TEMPLATE = {
     "metadata": {"name": "qwen-aaaaaaaaaa"},
     "spec": {"template": {"spec": {"containers": [{"name": "engine", "args": ["serve", "/m"]}]}}},
@@ -92,10 +95,12 @@ def state(
         runner_image="ghcr.io/infergate/infergate:0.1.0",
         now=CREATED + timedelta(minutes=minutes),
         api_server=api_server,
+        runner_namespace=RUNNERS,
     )
 
 
 def child(kind: str, name: str, role: str, *, owner: str = UID, **status: Any) -> CheckChild:
+    """A child in the check's namespace, owned (by reference) by `owner`."""
     body: dict[str, Any] = {
         "kind": kind,
         "metadata": {
@@ -109,7 +114,24 @@ def child(kind: str, name: str, role: str, *, owner: str = UID, **status: Any) -
         },
         "status": status,
     }
-    return observe_child(body)
+    return observe_child(body, RUNNERS)
+
+
+def runner_child(
+    kind: str, *, check_uid: str = UID, name: str = RUNNER, **status: Any
+) -> CheckChild:
+    """A runner object in the runner namespace: its check's uid in its labels, no owner."""
+    body: dict[str, Any] = {
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": RUNNERS,
+            "uid": f"{name}-{kind}-uid",
+            "labels": runner_labels("llm", NAME, check_uid),
+        },
+        "status": status,
+    }
+    return observe_child(body, RUNNERS)
 
 
 def probe(*, ready: bool = False, restarts: int = 0) -> CheckChild:
@@ -134,15 +156,29 @@ def job(condition: str | None = None, reason: str = "", message: str = "") -> Ch
         if condition
         else []
     )
-    return child("Job", f"{NAME}-runner", "runner", conditions=conditions)
+    return runner_child("Job", conditions=conditions)
 
 
 def policy() -> CheckChild:
-    return child("NetworkPolicy", f"{NAME}-runner", "runner")
+    return runner_child("NetworkPolicy")
 
 
-def runner_pod(phase: str) -> CheckChild:
-    return child("Pod", f"{NAME}-runner-x1", "runner", owner="job-uid", phase=phase)
+def runner_pod(phase: str = "Running", **status: Any) -> CheckChild:
+    """A pod of the runner Job (owned by it, in the runner namespace)."""
+    body: dict[str, Any] = {
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{RUNNER}-x1",
+            "namespace": RUNNERS,
+            "uid": "pod-uid",
+            "labels": runner_labels("llm", NAME, UID),
+            "ownerReferences": [
+                {"kind": "Job", "name": RUNNER, "uid": "job-uid", "controller": True}
+            ],
+        },
+        "status": {"phase": phase, **status},
+    }
+    return observe_child(body, RUNNERS)
 
 
 def by_type(fields: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -336,19 +372,18 @@ def test_a_failed_runner_job_is_error_with_the_runner_reason() -> None:
         "lastTransitionTime": "2026-12-02T12:01:00Z",
     }
     body = check(status={"phase": "Running", "conditions": [failed_attempt]})
-    runner_pod = child(
-        "Pod", f"{NAME}-runner-x1", "runner", owner="job-uid",
-        containerStatuses=[{"state": {"terminated": {"exitCode": 3, "reason": "Error"}}}],
-    )  # fmt: skip
+    exited = runner_pod(
+        "Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]
+    )
     failed = job("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
-    plan = decide(state(body, children=[failed, runner_pod]))
+    plan = decide(state(body, children=[failed, exited]))
     assert plan.terminal is not None
     assert plan.terminal["phase"] == "Error"
     assert plan.terminal["verdict"]["passed"] is False
     message = plan.terminal["verdict"]["reasons"][0]["message"]
     assert "BackoffLimitExceeded" in message
     assert "ConnectError: refused" in message
-    assert f"{NAME}-runner-x1 exited 3" in message
+    assert f"{RUNNER}-x1 exited 3" in message
     assert by_type(plan.terminal)["Error"]["reason"] == "RunnerFailed"
 
 
@@ -416,7 +451,7 @@ def test_an_invalid_check_is_error_never_pending_forever() -> None:
 
 
 def test_a_child_made_by_someone_else_is_neither_used_nor_deleted() -> None:
-    impostor = child("Job", f"{NAME}-runner", "runner", owner="someone-else")
+    impostor = child("Role", f"{NAME}-runner", "runner", owner="someone-else")
     plan = decide(state(check(), children=[probe(ready=True), impostor]))
     assert plan.terminal is not None
     assert plan.terminal["phase"] == "Error"
@@ -445,34 +480,40 @@ def test_the_previous_report_is_the_last_passing_check_of_the_same_deployment() 
 
 
 def test_the_runner_account_is_recorded_so_only_it_may_write_the_verdict() -> None:
-    account = child("ServiceAccount", f"{NAME}-runner", "runner")
+    account = runner_child("ServiceAccount")
     running = check(status={"phase": "Running"})
     plan = decide(state(running, children=[job(), account]))
     assert plan.status == {
-        "runnerServiceAccount": {"name": f"{NAME}-runner", "uid": f"{NAME}-runner-uid"}
+        "runnerServiceAccount": {"name": RUNNER, "uid": f"{RUNNER}-ServiceAccount-uid"}
     }
     recorded = check(
         status={"phase": "Running", "runnerServiceAccount": plan.status["runnerServiceAccount"]}
     )
     assert decide(state(recorded, children=[job(), account, policy()])).quiet
-    impostor = child("ServiceAccount", f"{NAME}-runner", "runner", owner="someone-else")
+    impostor = runner_child("ServiceAccount", check_uid="someone-else")
     assert decide(state(running, children=[job(), impostor])).terminal is not None
 
 
 # -- the runner's NetworkPolicy --------------------------------------------------------------
 
 
+CHECK_NAMESPACE = {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}
+
+
 def _egress(manifest: dict[str, Any]) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
-    """(what, ports) per rule: pod labels, an IP block, or DNS."""
+    """(what, ports) per rule: pod labels (of the check's namespace), an IP block, or DNS."""
     rules = []
     for rule in manifest["spec"]["egress"]:
         [target] = rule["to"]
         ports = tuple((p["protocol"], p["port"]) for p in rule["ports"])
         if "ipBlock" in target:
             rules.append((target["ipBlock"]["cidr"], ports))
-        elif "namespaceSelector" in target:
+        elif target["podSelector"]["matchLabels"].get("k8s-app") == "kube-dns":
             rules.append(("dns", ports))
         else:
+            # The runner runs in the runner namespace: every pod it reaches is named by
+            # the check's namespace as well as by its labels.
+            assert target["namespaceSelector"] == CHECK_NAMESPACE, target
             labels = target["podSelector"]["matchLabels"]
             what = labels.get("infergate.io/revision") or labels.get("infergate.io/side")
             rules.append((str(what), ports))
@@ -509,7 +550,42 @@ def test_the_runner_may_reach_only_its_sides_the_api_server_and_dns() -> None:
         "infergate.io/revision": "aaaaaaaaaa",
         "app.kubernetes.io/component": "engine",
     }
-    assert manifest["metadata"]["ownerReferences"][0]["uid"] == UID
+    # It lives beside the runner, in the runner namespace, and names its check in labels.
+    assert (manifest["metadata"]["namespace"], manifest["metadata"]["name"]) == (RUNNERS, RUNNER)
+    assert job_manifest["metadata"]["namespace"] == RUNNERS
+    assert "ownerReferences" not in manifest["metadata"]
+    selected = manifest["spec"]["podSelector"]["matchLabels"]
+    assert selected["infergate.io/paritycheck-namespace"] == "llm"
+    assert selected["infergate.io/paritycheck-uid"] == UID
+
+
+def test_the_runner_objects_go_to_the_runner_namespace_and_the_grant_to_the_checks() -> None:
+    plan = decide(state(check(), children=[probe(ready=True)]))
+    where = {m["kind"]: m["metadata"]["namespace"] for m in plan.create}
+    assert where == {
+        "NetworkPolicy": RUNNERS,
+        "ServiceAccount": RUNNERS,
+        "Job": RUNNERS,
+        "Role": "llm",
+        "RoleBinding": "llm",
+        "ConfigMap": "llm",
+    }
+    binding = next(m for m in plan.create if m["kind"] == "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RUNNER, "namespace": RUNNERS}]
+    job_manifest = next(m for m in plan.create if m["kind"] == "Job")
+    assert job_manifest["spec"]["template"]["spec"]["serviceAccountName"] == RUNNER
+
+
+def test_a_runner_job_in_the_checks_namespace_is_not_the_runner() -> None:
+    """A tenant may make a Job of the runner's name and labels in its own namespace (and
+    give it an owner reference to its check): it is neither waited on nor its account
+    recorded; the runner is started in the runner namespace."""
+    forged_job = child("Job", RUNNER, "runner", conditions=[])
+    forged_account = child("ServiceAccount", RUNNER, "runner")
+    plan = decide(state(check(), children=[probe(ready=True), forged_job, forged_account]))
+    assert "Job" in kinds(plan.create)
+    assert plan.status is not None
+    assert "runnerServiceAccount" not in plan.status
 
 
 def test_a_shadow_checks_runner_may_reach_the_mirrors_control_port() -> None:
@@ -521,18 +597,22 @@ def test_a_shadow_checks_runner_may_reach_the_mirrors_control_port() -> None:
     plan = decide(state(body, sides=sides))
     manifest = next(m for m in plan.create if m["kind"] == "NetworkPolicy")
     job_manifest = next(m for m in plan.create if m["kind"] == "Job")
-    mirror = mirror_network_policy("qwen", "llm")
+    mirror = mirror_network_policy("qwen", "llm", runner_namespace=RUNNERS)
     mirror_pods = mirror["spec"]["podSelector"]["matchLabels"]
     to_mirror = [
         rule["ports"]
         for rule in manifest["spec"]["egress"]
-        if rule["to"] == [{"podSelector": {"matchLabels": mirror_pods}}]
+        if rule["to"]
+        == [{"namespaceSelector": CHECK_NAMESPACE, "podSelector": {"matchLabels": mirror_pods}}]
     ]
     assert to_mirror == [[{"protocol": "TCP", "port": CONTROL_PORT}]]
-    # The mirror's policy lets this runner's pods in on that port (same namespace, labels).
+    # The mirror's policy lets this runner's pods in on that port (the runner namespace,
+    # labels naming the mirror's namespace).
     [control] = [r for r in mirror["spec"]["ingress"] if r["ports"][0]["port"] == CONTROL_PORT]
     [peer] = control["from"]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": RUNNERS}}
     runner_pods = job_manifest["spec"]["template"]["metadata"]["labels"]
+    assert job_manifest["metadata"]["namespace"] == RUNNERS
     assert peer["podSelector"]["matchLabels"].items() <= runner_pods.items()
     # A suite check's runner gets no way to the mirror.
     suite = decide(state(check(), children=[probe(ready=True)]))
@@ -570,7 +650,7 @@ def test_a_missing_policy_is_made_again_while_the_runner_runs() -> None:
 
 
 def test_a_policy_someone_else_made_under_the_runners_name_stops_the_check() -> None:
-    foreign = child("NetworkPolicy", f"{NAME}-runner", "runner", owner="someone-else")
+    foreign = runner_child("NetworkPolicy", check_uid="someone-else")
     plan = decide(state(check(), children=[probe(ready=True), foreign]))
     assert plan.terminal is not None
     assert by_type(plan.terminal)["Error"]["reason"] == "ChildNotOurs"

@@ -15,7 +15,13 @@ from infergate.kube.client import BY_KIND
 from infergate.render.mirror import render_mirror
 
 _MIRROR_KINDS = sorted(
-    {o["kind"] for o in render_mirror("qwen", "llm", Mirror(), image="infergate:1")} - {"Service"}
+    {
+        o["kind"]
+        for o in render_mirror(
+            "qwen", "llm", Mirror(), image="infergate:1", runner_namespace="infergate-system"
+        )
+    }
+    - {"Service"}
 )  # the mirror's Service is kept among the deployment's Services
 
 
