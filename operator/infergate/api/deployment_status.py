@@ -44,6 +44,11 @@ class RevisionRecord(KubeModel):
     """uid of the ParityCheck the operator created for this attempt: only that object's verdict
     counts, so a check of the same name made by anyone else is never taken for it.
     """
+    deployment_uid: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """uid of the revision's Deployment, recorded by the operator: the parity runner calls only
+    pods a ReplicaSet of that very Deployment made, never a pod that merely wears the
+    revision's labels.
+    """
     rejected: bool = False
     """True when its check failed or erred: not retried until the spec changes."""
     message: str | None = Field(default=None, max_length=4096)
