@@ -82,7 +82,7 @@ def test_a_deployment_made_again_under_the_name_replaces_the_record() -> None:
 
 
 def test_a_revision_whose_deployment_is_not_seen_keeps_its_record() -> None:
-    world, revision = _first_revision()
+    world, _ = _first_revision()
     status = world.status
     observed = collect(UID, [], [], [], [], owner_name=NAME)
     assert with_deployment_uids(status, observed) == status
