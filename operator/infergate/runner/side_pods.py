@@ -22,6 +22,7 @@ is skipped; a side with no accepted address waits, and never falls back to anoth
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -127,7 +128,7 @@ class PodMaker(Protocol):
 def own_pod_url(
     reads: PodReads,
     service: JSONMap,
-    slices: list[JSONMap],
+    slices: Sequence[JSONMap],
     maker: PodMaker,
     port: str | int = "http",
 ) -> str:
