@@ -228,3 +228,25 @@ def test_the_stable_side_is_guarded_the_same_way() -> None:
     _publish(api, stable, pod, "127.64.0.1")
     message = ended_not_ours(api, harmful_canary())
     assert "Pod llm/stable-look-alike is not made by a ReplicaSet" in message
+
+
+def test_the_slice_the_local_executor_publishes_leads_to_the_revisions_own_pod() -> None:
+    """The local cluster keeps working: the executor names each endpoint's pod (name and
+    uid) at its pod IP, and the pod's owner is the ReplicaSet the real controller-manager
+    made for the revision's Deployment."""
+    from infergate.plan.ownership import revision_deployment
+    from infergate.runner.side_pods import RevisionPods, own_pod_url
+    from infergate_dev.localcluster.executor.endpoints import desired_slice
+
+    api = cluster()
+    pod = copy.deepcopy(_real_canary_pod(api))
+    pod["spec"] = {"nodeName": "local", "containers": [{"name": "e", "ports": [
+        {"name": "http", "containerPort": 8000}]}]}  # fmt: skip
+    pod["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    service = api.services[CANARY_SERVICE]
+    selector = pod["metadata"]["labels"]
+    published = desired_slice({**service, "spec": {**service["spec"], "selector": selector}}, [pod])
+    assert published is not None
+    deployment = revision_deployment(CANARY_SERVICE, api.recorded[("qwen", CANARY)])
+    url = own_pod_url(api, service, [published], RevisionPods(deployment))
+    assert url == CAND_URL
