@@ -372,8 +372,16 @@ def _configmap_files(doc: JSON, files: dict[str, str], holes: _Holes) -> None:
             doc["data"][key] = holes.value(f"{{{{ $.Files.Get {_go_string(path)} | toJson }}}}")
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value met twice in full both times: no anchors or aliases (`&id001`), which
+    some tools that read charts and CRDs refuse."""
+
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - every value, always
+        return True
+
+
 def _dump(doc: JSON) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
+    return yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, allow_unicode=True, width=1000)
 
 
 def _object_template(

@@ -8,12 +8,22 @@ of InferenceDeployments, not with time.
 from __future__ import annotations
 
 import contextlib
+import platform
 from collections.abc import Iterable, Mapping
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
+from infergate import __version__
 from infergate.api.enums import DeploymentPhase, VerdictOutcome
 from infergate.plan import reasons
+
+# One series at 1 whatever the scrape job is called: alerts find the operator by this
+# metric's name, not by a job label that fullnameOverride or annotation scraping changes.
+BUILD_INFO = Info(
+    "infergate_build",
+    "1, labelled with the operator's version and the Python it runs on.",
+)
+BUILD_INFO.info({"version": __version__, "python": platform.python_version()})
 
 ROLLOUT_PHASE = Gauge(
     "infergate_rollout_phase",

@@ -15,7 +15,9 @@ the prompt's output below the check's. Blank lines and lines starting with `#` a
 skipped. Errors name the file, the line and the field.
 
 A suite is identified by the digest of its content (`Suite.digest`), not its name:
-two checks are comparable only when they ran the same prompts.
+two checks are comparable only when they ran the same prompts. A suite in a ConfigMap
+(`config_map_suite`, parsed one way for the runner and the operator) is pinned in the
+checks the operator makes by its whole sha256 (`Suite.content_digest`, spec.suite.digest).
 
 Built-in suites (by name):
 
@@ -36,11 +38,11 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -57,6 +59,10 @@ LONG_MAX_TOKENS = 8
 
 class SuiteError(ValueError):
     """A suite file or name that cannot be loaded; the message names line and field."""
+
+
+class SuiteNotFoundError(SuiteError):
+    """A suite's ConfigMap, or its key, does not exist."""
 
 
 class ChatMessage(BaseModel):
@@ -152,13 +158,20 @@ class Suite:
         return Suite(self.name, tuple(chosen))
 
     def digest(self) -> str:
-        """sha256 of the prompts' content (ids, text, ids, messages, settings, tags), in order.
+        """sha256 of the prompts' content (ids, text, ids, messages, settings, tags), in order,
+        cut to 16 hex digits: the key golden records and reports are filed under.
 
         The name is left out: two suites with the same prompts have the same digest.
         """
+        return self.content_digest()[:16]
+
+    def content_digest(self) -> str:
+        """The whole sha256 (64 hex digits) `digest` is cut from: what a ParityCheck records
+        of a suite it reads from a ConfigMap (`spec.suite.digest`), so that the check
+        judges exactly the prompts it was made for."""
         content = [p.model_dump(mode="json", by_alias=True) for p in self.prompts]
         text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def parse_suite(lines: Iterable[str], *, name: str, source: str) -> Suite:
@@ -189,6 +202,22 @@ def parse_suite(lines: Iterable[str], *, name: str, source: str) -> Suite:
     if not prompts:
         raise SuiteError(f"{source}: the suite has no prompts")
     return Suite(name, tuple(prompts))
+
+
+def config_map_suite(config_map: Mapping[str, Any] | None, name: str, key: str) -> Suite:
+    """The suite in key `key` of ConfigMap `name` (`config_map`: its body as read; None: it
+    does not exist), parsed the one way the runner judges it and the operator digests it.
+    SuiteNotFoundError when the ConfigMap or the key is missing, SuiteError when the
+    content is no suite."""
+    where = f"suite.configMapRef {name}/{key}"
+    if config_map is None:
+        raise SuiteNotFoundError(f"{where}: ConfigMap {name} does not exist")
+    data = config_map.get("data") or {}
+    text = data.get(key)
+    if text is None:
+        keys = ", ".join(sorted(data)) or "none"
+        raise SuiteNotFoundError(f"{where}: ConfigMap {name} has no key {key} ({keys})")
+    return parse_suite(str(text).splitlines(), name=f"{name}/{key}", source=where)
 
 
 def load_suite(name_or_path: str) -> Suite:

@@ -181,6 +181,48 @@ def test_only_the_operator_and_the_checks_own_runner_write_its_status(
     assert "status.runnerServiceAccount is written by the infergate operator only" in moved.stderr
 
 
+# -- InferenceDeployment status: the operator only -----------------------------------------
+
+_DEPLOYMENT_STATUS_WRITER = [
+    {"apiGroups": ["infergate.io"], "resources": ["inferencedeployments"], "verbs": ["get"]},
+    {
+        "apiGroups": ["infergate.io"],
+        "resources": ["inferencedeployments/status"],
+        "verbs": ["get", "patch", "update"],
+    },
+]
+
+
+def test_only_the_operator_writes_an_inference_deployments_status(
+    admission: AdmissionSession, cluster: Cluster, tenant: str
+) -> None:
+    cluster.apply(_deployment(), tenant)
+    # RBAC lets both write the status (as `*/status` grants would): what refuses is the policy.
+    admission.grant(tenant, "idep-status", _DEPLOYMENT_STATUS_WRITER, user("mallory"))
+    admission.grant(tenant, "idep-operator", _DEPLOYMENT_STATUS_WRITER, user(admission.operator))
+    # A traffic step the canary never earned, a stable revision nobody promoted.
+    skipped = {"stableRevision": "abcdef0123", "traffic": {"mode": "gateway", "canaryWeight": 50}}
+
+    def mallory_writes() -> Any:
+        return admission.as_user(
+            "mallory", "patch", "idep", "qwen", "-n", tenant, *_patch_status(skipped)
+        )
+
+    wait_until_enforced(mallory_writes, "the deployment status policy to refuse a user")
+    refused = mallory_writes()
+    assert "status of InferenceDeployment qwen may be written only by the infergate operator" in (
+        refused.stderr
+    )
+    assert "not by mallory" in refused.stderr
+    assert (cluster.get_json("idep", "qwen", "-n", tenant).get("status") or {}).get(
+        "stableRevision"
+    ) is None
+    written = admission.as_operator(
+        "patch", "idep", "qwen", "-n", tenant, *_patch_status({"observedGeneration": 1})
+    )
+    assert written.allowed, written.stderr
+
+
 def test_a_service_account_made_again_under_the_runners_name_is_refused(
     admission: AdmissionSession, cluster: Cluster, tenant: str
 ) -> None:

@@ -197,3 +197,41 @@ def test_a_parity_check_spec_cannot_be_edited(crds: Cluster, namespace: str) -> 
         assert "spec: Forbidden: spec is immutable" in edited.stderr, edited.stderr
     # Metadata stays editable (labels, kopf's annotations, finalizers).
     crds.kubectl("label", "pcheck", "qwen-vs-reference", "-n", namespace, "team=llm")
+
+
+def test_an_ended_checks_verdict_cannot_be_rewritten(crds: Cluster, namespace: str) -> None:
+    crds.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES_DIR / "paritycheck.yaml"))
+
+    def write(status: dict[str, Any]) -> Any:
+        return crds.kubectl(
+            "patch", "pcheck", "qwen-vs-reference", "-n", namespace, "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": status}), check=False,
+        )  # fmt: skip
+
+    assert write({"phase": "Running"}).returncode == 0  # not ended: anything goes
+    failed = {
+        "phase": "Failed",
+        "verdict": {"passed": False, "outcome": "Failed", "summary": "diverged"},
+        "candidateRevision": "abcdef0123",
+    }
+    assert write(failed).returncode == 0
+    for forged in (
+        {"phase": "Passed"},
+        {"verdict": {"passed": True, "outcome": "Passed"}},
+        {"candidateRevision": "0123456789"},
+        {"phase": "Running"},
+    ):
+        refused = write(forged)
+        assert refused.returncode != 0, forged
+        assert "keeps its verdict" in refused.stderr, refused.stderr
+    # What may still follow an end: conditions (resources released) and progress.
+    released = {
+        "type": "ResourcesReleased",
+        "status": "True",
+        "reason": "ChildrenDeleted",
+        "message": "released",
+        "lastTransitionTime": "2026-12-02T12:00:00Z",
+    }
+    assert write({"conditions": [released], "progress": {"done": 3, "total": 3}}).returncode == 0
+    stored = crds.get_json("pcheck", "qwen-vs-reference", "-n", namespace)["status"]
+    assert (stored["phase"], stored["verdict"]["passed"]) == ("Failed", False)

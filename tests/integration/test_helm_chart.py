@@ -25,6 +25,7 @@ import yaml
 from tests.harness import REPO, Cluster, apply_crds, release_namespace, wait_for
 from tests.integration.controller_support import Idep, deployment_manifest
 from tests.tools import tool
+from tests.unit.packaging.kustomize import tenant_role
 
 pytestmark = pytest.mark.cluster
 
@@ -143,9 +144,13 @@ def test_install_upgrade_and_uninstall_cluster_wide(
         roles = cluster.get_json("clusterroles", "-l", f"app.kubernetes.io/instance={release}")[
             "items"
         ]
-        assert {r["metadata"]["name"] for r in roles} == {
+        assert {r["metadata"]["name"] for r in roles if not tenant_role(r)} == {
             f"{fullname}-operator",
             f"{fullname}-paritycheck-controller",
+        }
+        assert {r["metadata"]["name"] for r in roles if tenant_role(r)} == {
+            f"{fullname}-edit",
+            f"{fullname}-view",
         }
 
         helm("upgrade", release, str(CHART), "--namespace", namespace, "--reuse-values",
@@ -184,8 +189,13 @@ def test_install_namespace_scoped_grants_roles_only_where_it_watches(
          *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
     try:
         wait_for(lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready")
-        assert not cluster.get_json("clusterroles", "-l", f"app.kubernetes.io/instance={release}")[
-            "items"
+        # The only cluster-wide roles are the tenant roles aggregated into admin, edit and
+        # view: they grant namespace users, never the operator.
+        cluster_roles = cluster.get_json(
+            "clusterroles", "-l", f"app.kubernetes.io/instance={release}"
+        )["items"]
+        assert all(tenant_role(role) for role in cluster_roles), [
+            role["metadata"]["name"] for role in cluster_roles
         ]
         roles = cluster.get_json(
             "roles", "-n", watched, "-l", f"app.kubernetes.io/instance={release}"

@@ -137,8 +137,23 @@ class Install:
         return ready[0] if ready else None
 
 
+# Names the operator of infergate-system as the only writer of InferenceDeployment status
+# (a cluster-wide rule): an install under a session namespace would be refused by it, as
+# an install under another namespace is until its policies name that namespace (the
+# chart does so). Its test is in test_admission_policies.py.
+_SESSION_EXCLUDED_POLICIES = frozenset({"infergate-inferencedeployment-status"})
+
+
 def _for_session(documents: list[JSON], session: str) -> list[JSON]:
     """The install with session names; the rules and the Deployment otherwise as built."""
+    documents = [
+        d
+        for d in documents
+        if not (
+            d["kind"].startswith("ValidatingAdmissionPolicy")
+            and d["metadata"]["name"] in _SESSION_EXCLUDED_POLICIES
+        )
+    ]
     return install_for_session(
         documents,
         namespace=f"infergate-inst-{session}",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client import REGISTRY, generate_latest
 
-from infergate import metrics
+from infergate import __version__, metrics
 
 
 def _parity_samples(namespace: str, name: str) -> dict[str, float]:
@@ -67,3 +69,20 @@ def test_conditions_are_scraped_as_one_true_status_per_type_and_follow_the_statu
     assert shown[("Available", "False")] == 1.0
     metrics.forget("llm", "qwen-e")
     assert _condition_samples("llm", "qwen-e") == {}
+
+
+def test_the_build_is_one_series_at_1_naming_the_version() -> None:
+    samples = [
+        sample
+        for family in REGISTRY.collect()
+        if family.name == "infergate_build"
+        for sample in family.samples
+    ]
+    assert [(s.name, s.value) for s in samples] == [("infergate_build_info", 1.0)]
+    assert samples[0].labels["version"] == __version__
+    assert samples[0].labels["python"] == platform.python_version()
+    text = generate_latest(REGISTRY).decode()
+    assert (
+        f'infergate_build_info{{python="{platform.python_version()}",version="{__version__}"}} 1.0'
+        in text
+    )

@@ -6,9 +6,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
-from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, KubeModel
+from infergate.api.base import MESSAGE_MAX, SHORT_TEXT_MAX, KubeModel, cel, cel_rules
 from infergate.api.common import Condition, ConfigMapKeyReference, ObjectName
 from infergate.api.enums import CheckPhase, VerdictOutcome
 from infergate.api.load import LevelStatus, PerformanceStatus
@@ -74,6 +74,9 @@ class Verdict(KubeModel):
     """
     generation: int | None = Field(default=None, ge=0)
     """metadata.generation of the check the verdict judged."""
+    suite_digest: str | None = Field(default=None, max_length=64)
+    """sha256 of the suite's prompts the verdict judged, as the runner parsed them (equal to
+    spec.suite.digest when that is set); unset without a suite (source shadow)."""
 
 
 class RunnerServiceAccount(KubeModel):
@@ -152,8 +155,47 @@ class GoldenBaselineStatus(KubeModel):
     """The Passed check that stored it."""
 
 
+TERMINAL_PHASES = (
+    CheckPhase.PASSED,
+    CheckPhase.FAILED,
+    CheckPhase.INCONCLUSIVE,
+    CheckPhase.ERROR,
+)
+FINAL_FIELDS = (
+    "phase",
+    "verdict",
+    "baselineRevision",
+    "candidateRevision",
+    "metrics",
+    "completionTime",
+    "golden",
+)
+"""What a check's end fixes for good: the verdict and everything a rollout or the drift
+watch reads of it. Conditions (resources released), progress and the runner's identity may
+still be written after the end."""
+
+
+def _final_rule() -> dict[str, str]:
+    """A transition rule: once status.phase is terminal, no writer changes the FINAL_FIELDS
+    (a retried runner, the controller's Error, a forger with status rights alike)."""
+    ended = ", ".join(f"'{p.value}'" for p in TERMINAL_PHASES)
+    kept = " && ".join(
+        f"has(self.{f}) == has(oldSelf.{f}) && (!has(self.{f}) || self.{f} == oldSelf.{f})"
+        for f in FINAL_FIELDS
+    )
+    return cel(
+        f"!has(oldSelf.phase) || !(oldSelf.phase in [{ended}]) || ({kept})",
+        "a ParityCheck that ended (phase Passed, Failed, Inconclusive or Error) keeps its "
+        f"verdict: {', '.join(FINAL_FIELDS)} cannot change any more; create a new check to "
+        "judge again",
+        reason="FieldValueForbidden",
+    )
+
+
 class ParityCheckStatus(KubeModel):
     """Observed state of a ParityCheck, written by the operator."""
+
+    model_config = ConfigDict(json_schema_extra=cel_rules(_final_rule()))
 
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation last acted on."""
@@ -188,7 +230,8 @@ class ParityCheckStatus(KubeModel):
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    """Latest observations: Complete, Passed, Failed, Inconclusive, Error."""
+    """Latest observations: Complete, Passed, Failed, Inconclusive, Error; Ready (ended
+    Passed), Reconciling (running) and Stalled (ended otherwise) read off them for tools."""
     report_ref: ConfigMapKeyReference | None = None
     """ConfigMap key holding the full report (per-prompt metrics)."""
     overhead: RunnerOverhead | None = None

@@ -49,6 +49,9 @@ class RevisionRecord(KubeModel):
     pods a ReplicaSet of that very Deployment made, never a pod that merely wears the
     revision's labels.
     """
+    parity_check_digest: str | None = Field(default=None, max_length=64)
+    """sha256 of the spec the operator created that ParityCheck with: a verdict of any other
+    spec never counts, whatever the check's annotations say."""
     rejected: bool = False
     """True when its check failed or erred: not retried until the spec changes."""
     message: str | None = Field(default=None, max_length=4096)
@@ -157,7 +160,8 @@ class InferenceDeploymentStatus(KubeModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     """Available, Progressing, ParityPassed, ConfigDrifted, Degraded, and Drifted while a drift
-    watch is set."""
+    watch is set; Ready (rollout complete at full size), Reconciling and Stalled read off them
+    for tools such as `kubectl wait`, kstatus and Argo CD."""
     last_parity_check: LastParityCheck | None = None
     """The most recent parity check of a canary."""
     drift: DriftStatus | None = None

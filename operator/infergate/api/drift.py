@@ -133,6 +133,15 @@ class DriftStatus(KubeModel):
     """Number of the latest run of that revision (the N of its check `<name>-<revision>-driftN`)."""
     check: ObjectName | None = None
     """The latest drift ParityCheck."""
+    check_uid: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """uid of that ParityCheck, recorded when the operator created it: only that object's
+    verdict counts, so a check of the same name and labels made by anyone else is ignored."""
+    spec_digest: str | None = Field(default=None, max_length=64)
+    """sha256 of the spec the operator created that run with (its infergate.io/spec-digest):
+    a run whose spec differs never counts."""
+    ignored: list[ObjectName] = Field(default_factory=list, max_length=16)
+    """ParityChecks named and labelled like a run of the stable revision that the operator did
+    not make (another uid, or another spec): their verdicts are ignored."""
     last_run: datetime | None = None
     """When the latest run started (its check was created)."""
     last_verdict: VerdictOutcome | None = None

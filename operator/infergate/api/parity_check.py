@@ -29,7 +29,7 @@ from infergate.api.common import (
 )
 from infergate.api.golden import GoldenBaseline
 from infergate.api.load import Load, Performance
-from infergate.api.prompts import PromptSuite
+from infergate.api.prompts import CheckSuite, PromptSuite
 from infergate.api.shadow import WINDOW_DEFAULT, CheckSource, ShadowSettings
 from infergate.api.threshold_ranges import (
     MAX_TOKENS_MAX,
@@ -457,6 +457,10 @@ class ParityCheckSpec(ParityCheckTemplate):
         )
     )
 
+    suite: CheckSuite | None = None
+    """Prompts both sides answer: inline, or a ConfigMap key of JSON lines (with the digest of
+    its content, which the operator records on the checks it creates). Required with source
+    suite."""
     baseline: Side
     """The reference side (in a rollout: the stable revision)."""
     candidate: Side

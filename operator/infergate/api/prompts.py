@@ -89,17 +89,20 @@ class PromptItem(KubeModel):
         return self
 
 
+_ONE_SOURCE = cel(
+    "has(self.configMapRef) != has(self.inline)",
+    "exactly one of configMapRef or inline must be set",
+)
+SUITE_DIGEST_PATTERN = r"^[0-9a-f]{64}$"
+_DIGEST_NEEDS_CONFIG_MAP = (
+    "digest is allowed only with configMapRef: an inline suite's prompts are in the spec already"
+)
+
+
 class PromptSuite(KubeModel):
     """The prompts of a check: inline, or a JSONL key of a ConfigMap (one prompt per line)."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            cel(
-                "has(self.configMapRef) != has(self.inline)",
-                "exactly one of configMapRef or inline must be set",
-            )
-        )
-    )
+    model_config = ConfigDict(json_schema_extra=cel_rules(_ONE_SOURCE))
 
     config_map_ref: ConfigMapKeyReference | None = None
     """ConfigMap key holding the suite as JSON lines, each {"id", "text" | "tokenIds", "tags"}.
@@ -125,4 +128,33 @@ class PromptSuite(KubeModel):
                         f"suite.inline: prompt id {item.id!r} appears twice; ids must be unique"
                     )
                 seen.add(item.id)
+        return self
+
+
+class CheckSuite(PromptSuite):
+    """The prompts of a ParityCheck: inline, or a JSONL key of a ConfigMap, whose content may
+    be pinned by its digest."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            _ONE_SOURCE,
+            cel(
+                "!has(self.digest) || has(self.configMapRef)",
+                _DIGEST_NEEDS_CONFIG_MAP,
+                field_path=".digest",
+            ),
+        )
+    )
+
+    digest: str | None = Field(default=None, max_length=64, pattern=SUITE_DIGEST_PATTERN)
+    """sha256 (64 hex digits) of the suite in configMapRef, as the runner parses it (the
+    prompts' content in order; comments and blank lines do not count). Set: the runner ends the
+    check in Error (SuiteChanged) when the ConfigMap holds other prompts, so the check judges
+    exactly the suite it was made for; the operator sets it on every check it creates. Unset:
+    the runner records the digest it judged in status.verdict.suiteDigest."""
+
+    @model_validator(mode="after")
+    def _digest_of_a_config_map(self) -> Self:
+        if self.digest is not None and self.config_map_ref is None:
+            raise ValueError(f"suite.digest: {_DIGEST_NEEDS_CONFIG_MAP}")
         return self

@@ -1,6 +1,7 @@
 """kopf handlers of InferenceDeployments: one reconcile, run by one resync loop.
 
-Gather (the object as the watch delivered it, its children from the indexes), decide
+Gather (the object as the watch delivered it, its children from the indexes, and only
+when the decision creates a check, the suite ConfigMap whose content it pins), decide
 (`plan.plan_reconcile`, pure), write (`kube.writer`, a plan's independent child writes at
 once), then post the Events and count the outcomes. The watch's copy is read again from
 the API only when it is older than this process's own last write of it
@@ -23,7 +24,7 @@ import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,9 +56,10 @@ from infergate.errors import (
     StaleObjectError,
 )
 from infergate.jsontypes import JSON
-from infergate.kube.client import INFERENCE_DEPLOYMENTS
+from infergate.kube.client import CONFIG_MAPS, INFERENCE_DEPLOYMENTS
 from infergate.kube.writer import PlanWriter, WriteResult
 from infergate.plan import reasons
+from infergate.plan.check.stamp import see_suite, unread_suites
 from infergate.plan.deployment.control import manual_requests
 from infergate.plan.deployment.desired import Owner
 from infergate.plan.deployment.observed import Observed, collect
@@ -155,6 +157,25 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
     )
 
 
+def _with_suites(state: DeploymentState, plan: ReconcilePlan) -> ReconcilePlan:
+    """`plan`, decided from `state`, or when it creates a check whose suite lives in a
+    ConfigMap not read yet, the decision made again with that suite's content digest
+    (`plan.check.stamp`): the ConfigMap is read only when a check is to be made, never on
+    a quiet resync (blocking: runs in a worker thread)."""
+    wanted = unread_suites(plan.create_checks, state.suites)
+    if not wanted:
+        return plan
+    seen = {ref: see_suite(ref, _config_map(state.owner.namespace, ref.name)) for ref in wanted}
+    return plan_reconcile(replace(state, suites={**state.suites, **seen}))
+
+
+def _config_map(namespace: str, name: str) -> JSON | None:
+    try:
+        return client().get(CONFIG_MAPS, namespace, name)
+    except NotFoundError:
+        return None
+
+
 @dataclass(frozen=True)
 class _Quiet:
     """A decision that writes nothing; `again`: seconds until it wants to run again."""
@@ -171,7 +192,8 @@ def _from_watched(
     that the status write found stale: then nothing was written)."""
     now = datetime.now(UTC)
     try:
-        plan = plan_reconcile(_state(body, observed, now))
+        state = _state(body, observed, now)
+        plan = plan_reconcile(state)
     except (InfergateError, ValueError):
         return None
     if plan.quiet:
@@ -179,7 +201,7 @@ def _from_watched(
     if not may_write:
         return None
     try:
-        return _write(plan, body, now)
+        return _write(_with_suites(state, plan), body, now)
     except StaleObjectError:
         return None
 
@@ -196,7 +218,7 @@ def _reconcile_blocking(body: JSON, observed: Observed) -> ReconcileResult:
         if invalid.to_kube() != status.to_kube():
             _writer(body).write_status(invalid, body)
         raise
-    return _write(plan_reconcile(state), body, now)
+    return _write(_with_suites(state, plan_reconcile(state)), body, now)
 
 
 def _writer(body: JSON) -> PlanWriter:

@@ -70,10 +70,17 @@ def set_condition(
     return sorted(ordered, key=lambda c: _ORDER.get(c.type, len(_ORDER)))
 
 
-# Conditions list in a stable order (each kind's types in the order people read them).
+# Conditions list in a stable order (each kind's types in the order people read them; the
+# ones derived for tools last).
 _ORDER = {
     name: index
-    for index, name in enumerate((*reasons.CONDITION_TYPES, *reasons.CHECK_CONDITION_TYPES))
+    for index, name in enumerate(
+        (
+            *reasons.CONDITION_TYPES,
+            *reasons.CHECK_CONDITION_TYPES,
+            *reasons.READINESS_CONDITION_TYPES,
+        )
+    )
 }
 
 

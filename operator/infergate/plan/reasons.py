@@ -77,6 +77,16 @@ DRIFT_WATCH_PAUSED: Final = "DriftWatchPaused"
 NO_GOLDEN_RECORD: Final = "NoGoldenRecord"
 GOLDEN_STORE_NOT_CONFIGURED: Final = "GoldenStoreNotConfigured"
 
+# Ready, Reconciling and Stalled (both kinds): the types tools read (kubectl wait, kstatus,
+# Flux, Argo CD), derived from the kind's own conditions by plan.readiness. Their reasons are
+# those of the condition they are read from, and these.
+READY: Final = "Ready"
+RECONCILING: Final = "Reconciling"
+STALLED: Final = "Stalled"
+READINESS_CONDITION_TYPES: Final = (READY, RECONCILING, STALLED)
+# The rollout is complete but the stable revision serves fewer pods than spec.replicas.
+WAITING_FOR_REPLICAS: Final = "WaitingForReplicas"
+
 # Event-only reasons (actions rather than states).
 PARITY_CHECK_CREATED: Final = "ParityCheckCreated"
 MANUAL_ACTION_REFUSED: Final = "ManualActionRefused"
@@ -126,6 +136,8 @@ CHECK_RUNNER_STARTED: Final = "RunnerStarted"
 CHECK_RUNNER_RUNNING: Final = "RunnerRunning"
 CHECK_RECOVERED: Final = "Recovered"
 CHECK_CHILDREN_DELETED: Final = "ChildrenDeleted"
+# No Complete condition yet: the controller has not looked at the check.
+CHECK_NOT_STARTED: Final = "NotStarted"
 # Reasons: how it ended.
 CHECK_PARITY_PASSED: Final = "ParityPassed"
 CHECK_PARITY_FAILED: Final = "ParityFailed"
@@ -138,6 +150,9 @@ CHECK_PROBE_FAILED: Final = "ProbeFailed"
 CHECK_SIDE_UNREACHABLE: Final = "SideUnreachable"
 CHECK_INVALID: Final = "InvalidCheck"
 CHECK_CHILD_NOT_OURS: Final = "ChildNotOurs"
+# The suite ConfigMap holds other prompts than the digest the check's spec pins: it was
+# edited after the check was made (plan.check.stamp).
+CHECK_SUITE_CHANGED: Final = "SuiteChanged"
 # An object the runner reads to reach or describe a side (a revision's ConfigMap or
 # Service, a probe or mirror Service) is not controlled by the owner infergate made it
 # for: someone else made it, and what it says cannot be trusted (plan.ownership).

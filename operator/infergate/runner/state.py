@@ -42,6 +42,8 @@ class RunState:
     """The validated spec (`read_check`)."""
     suite: Suite | None = None
     """The prompts to measure (`load_suite`; `plan_gate` may settle it to a few)."""
+    suite_digest: str | None = None
+    """The content digest of the whole suite as loaded, which the verdict names (`load_suite`)."""
     started: float = 0.0
     """`time.monotonic()` when the suite was loaded (the report's seconds count from it)."""
     golden_base: GoldenBaseline | None = None

@@ -146,6 +146,7 @@ def finish_with_verdict(
         generation=state.generation,
         baseline_revision=baseline.revision,
         candidate_revision=candidate.revision,
+        suite_digest=state.suite_digest,
     )
     fields = verdict_status(
         verdict, binding, status=state.check.get("status") or {}, report=report, at=run.clock()

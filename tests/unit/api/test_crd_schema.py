@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import types
 import typing
@@ -17,8 +18,10 @@ from infergate.api import (
     ParityCheckSpec,
     ParityCheckStatus,
 )
+from infergate.api.check_status import FINAL_FIELDS
 from infergate.api.crd import INFERENCE_DEPLOYMENT, PARITY_CHECK, RESOURCE_KINDS, crd_document
 from infergate.api.parity_check import CHECK_PARAMETERS, SWITCHABLE_CHECKS
+from infergate.plan.check.owned import observe_check
 from tests.unit.api.manifests import full_check_status, full_deployment_status
 from tests.unit.api.structural import (
     apply_defaults,
@@ -200,3 +203,29 @@ def test_names_subresources_and_printer_columns() -> None:
     pc = crd_document(PARITY_CHECK)
     assert pc["spec"]["names"]["shortNames"] == ["pcheck"]
     assert pc["spec"]["versions"][0]["subresources"] == {"status": {}}
+
+
+def test_an_ended_checks_verdict_is_final_in_the_crd() -> None:
+    """Once status.phase is terminal, the API server refuses any change of what a rollout or
+    the drift watch reads of the check: every status field `observe_check` reads is frozen
+    by the transition rule (a field it reads that the rule left out could be rewritten by
+    anyone with status rights after the end)."""
+    schema = _schema(PARITY_CHECK)["properties"]["status"]
+    [rule] = [r for r in schema.get("x-kubernetes-validations", []) if "oldSelf" in r["rule"]]
+    assert rule["rule"].startswith("!has(oldSelf.phase) || !(oldSelf.phase in ['Passed', ")
+    assert rule["reason"] == "FieldValueForbidden"
+    for field in FINAL_FIELDS:
+        assert f"self.{field} == oldSelf.{field}" in rule["rule"]
+    ended = {**full_check_status(), "golden": {"stored": True, "entries": ["a/b/c"]}}
+    body = {"metadata": {"name": "c", "generation": 1}, "spec": {}, "status": ended}
+    seen = observe_check(body)
+    read = set()
+    for key in ended:
+        changed = copy.deepcopy(body)
+        del changed["status"][key]
+        if observe_check(changed) != seen:
+            read.add(key)
+    assert read
+    assert read <= set(FINAL_FIELDS)
+    # What may still follow an end is not frozen: the released condition, progress.
+    assert not {"conditions", "progress", "runnerServiceAccount"} & set(FINAL_FIELDS)

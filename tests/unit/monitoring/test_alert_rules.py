@@ -75,3 +75,32 @@ def test_every_alert_has_a_unit_test_a_severity_and_a_description() -> None:
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
         assert {"summary", "description"} <= set(rule["annotations"]), rule["alert"]
+
+
+RUNBOOKS = "https://github.com/infergate/infergate/blob/main/"
+
+
+def test_every_alert_links_its_runbook_page_and_the_page_answers_three_questions() -> None:
+    rules = [r for g in _load(RULES)["groups"] for r in g["rules"] if "alert" in r]
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"{RUNBOOKS}docs/runbooks/{rule['alert']}.md", rule["alert"]
+        page = REPO / url.removeprefix(RUNBOOKS)
+        assert page.is_file(), f"{rule['alert']}: no runbook at {page.relative_to(REPO)}"
+        text = page.read_text(encoding="utf-8")
+        assert text.startswith(f"# {rule['alert']} ({rule['labels']['severity']})")
+        for heading in ("## What it means", "## How to check", "## What to do"):
+            assert heading in text, f"{page.name} lacks {heading!r}"
+    pages = {p.stem for p in (REPO / "docs" / "runbooks").glob("Infergate*.md")}
+    assert pages == {r["alert"] for r in rules}, "a runbook page without its alert"
+
+
+def test_the_operator_is_found_by_its_build_info_not_by_a_job_name() -> None:
+    down = next(
+        r
+        for g in _load(RULES)["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "InfergateOperatorDown"
+    )
+    assert "infergate_build_info" in down["expr"]
+    assert "job" not in down["expr"]

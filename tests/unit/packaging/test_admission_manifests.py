@@ -278,3 +278,37 @@ def test_the_local_executor_is_the_user_the_policies_name() -> None:
     from infergate_dev.localcluster.pki import CLIENTS
 
     assert ("nodes", _LOCAL_NODES, "system:masters") in CLIENTS
+
+
+def test_only_the_operator_writes_an_inference_deployments_status() -> None:
+    """Whoever RBAC lets write inferencedeployments/status (a `*/status` grant) could record
+    a traffic step or a stable revision the rollout never judged: the policy admits the
+    operator's user name alone, and says so."""
+    namespace, account = operator_service_account(build(MANIFESTS / "operator"))
+    username = f"system:serviceaccount:{namespace}:{account}"
+    installed = build(ADMISSION)
+    policy = one(installed, "ValidatingAdmissionPolicy", "infergate-inferencedeployment-status")
+    binding = one(
+        installed, "ValidatingAdmissionPolicyBinding", "infergate-inferencedeployment-status"
+    )
+    assert binding["spec"] == {
+        "policyName": "infergate-inferencedeployment-status",
+        "validationActions": ["Deny"],
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["infergate.io"],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["inferencedeployments/status"],
+        }
+    ]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables == {"operator": f"'{username}'"}
+    [validation] = policy["spec"]["validations"]
+    # Nothing but the user name decides: no uid, group or RBAC-derived exception.
+    assert validation["expression"] == "request.userInfo.username == variables.operator"
+    assert username in validation["message"]
+    assert "variables.operator" in validation["messageExpression"]
+    assert "request.userInfo.username" in validation["messageExpression"]

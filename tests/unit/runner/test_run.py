@@ -23,6 +23,7 @@ from infergate.runner.run import (
     main_entry,
     run_check,
 )
+from infergate.suite import config_map_suite
 
 from .fakes import FakeApi, ToyConnector, ToyEngine, deployment_owner
 
@@ -254,6 +255,57 @@ def test_suite_from_a_configmap_runs_its_prompts() -> None:
     assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
     assert status(api)["progress"] == {"done": PROMPTS, "total": PROMPTS}
     assert status(api)["phase"] == "Passed"
+
+
+def _suite_lines(n: int, word: str = "hello") -> str:
+    return "\n".join(json.dumps({"id": f"c{i}", "text": f"{word} {i}"}) for i in range(n))
+
+
+def test_a_suite_configmap_edited_after_the_check_was_made_ends_it_in_error() -> None:
+    """The check pins the content it was made for (spec.suite.digest): harmless prompts
+    swapped in afterwards are refused, and the message names the ConfigMap and both
+    digests."""
+    made_for = config_map_suite(
+        {"data": {"suite.jsonl": _suite_lines(PROMPTS)}}, "prompts", "suite.jsonl"
+    ).content_digest()
+    ref = {"name": "prompts", "key": "suite.jsonl"}
+    api = cluster(suite={"configMapRef": ref, "digest": made_for})
+    api.config_maps["prompts"] = {
+        "metadata": {"name": "prompts"},
+        "data": {"suite.jsonl": _suite_lines(PROMPTS, "harmless")},
+    }
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    ended = status(api)
+    assert ended["phase"] == "Error"
+    reason = next(c for c in ended["conditions"] if c["type"] == "Error")["reason"]
+    assert reason == "SuiteChanged"
+    message = ended["verdict"]["reasons"][0]["message"]
+    assert "ConfigMap prompts" in message
+    assert made_for in message
+    swapped = config_map_suite(api.config_maps["prompts"], "prompts", "suite.jsonl")
+    assert swapped.content_digest() in message
+
+
+def test_a_pinned_suite_runs_and_its_verdict_names_the_content_it_judged() -> None:
+    lines = _suite_lines(PROMPTS)
+    # Comments and blank lines are not prompts: the digest is of the suite as parsed.
+    stored = f"# the suite\n\n{lines}\n"
+    digest = config_map_suite({"data": {"k": lines}}, "prompts", "k").content_digest()
+    api = cluster(suite={"configMapRef": {"name": "prompts", "key": "k"}, "digest": digest})
+    api.config_maps["prompts"] = {"metadata": {"name": "prompts"}, "data": {"k": stored}}
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    assert status(api)["phase"] == "Passed"
+    assert status(api)["verdict"]["suiteDigest"] == digest
+
+
+def test_an_unpinned_suite_records_the_content_it_judged() -> None:
+    """A check made by hand names no digest: the verdict records the one it judged."""
+    api = cluster(suite={"configMapRef": {"name": "prompts", "key": "k"}})
+    lines = _suite_lines(PROMPTS)
+    api.config_maps["prompts"] = {"metadata": {"name": "prompts"}, "data": {"k": lines}}
+    assert run_check(api, "check", FAST, connector=engines().connector()) == EXIT_DONE
+    judged = config_map_suite(api.config_maps["prompts"], "prompts", "k").content_digest()
+    assert status(api)["verdict"]["suiteDigest"] == judged
 
 
 def test_stable_revision_is_used_when_the_side_names_none() -> None:

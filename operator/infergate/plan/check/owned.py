@@ -4,7 +4,10 @@ The rollout judges a canary by its check, and the drift watch the stable revisio
 its runs; both read the same small record of a check, `ObservedCheck`, kept by the
 deployment's kopf index (`observe_check` makes it from a watched body). Whether a verdict
 counts is bound to what the operator asked for: the spec digest it stamped on the check
-(`ANNOTATION_SPEC_DIGEST`) and the generation the verdict judged.
+(`ANNOTATION_SPEC_DIGEST`), the generation the verdict judged, and for a suite read from a
+ConfigMap the content digest the spec pins (`plan.check.stamp`) and the verdict judged.
+Which object counts at all is the rollout's and the drift watch's to say: the uid the
+operator recorded when it created it.
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ class ObservedCheck:
     """spec.baseline.golden.revision: the golden record it compares with."""
     golden_entries: tuple[str, ...] = ()
     """status.golden.entries when its records were stored (a Passed check of two revisions)."""
+    suite_config_map: str | None = None
+    """spec.suite.configMapRef.name: the ConfigMap its suite is read from (None: inline)."""
+    suite_digest: str | None = None
+    """spec.suite.digest: the content of that suite it was made for."""
+    verdict_suite_digest: str | None = None
+    """verdict.suiteDigest: the content of the suite the verdict judged."""
 
     @property
     def drift(self) -> bool:
@@ -89,6 +98,16 @@ class ObservedCheck:
                 f"the verdict judged generation {self.verdict_generation}, the check is at "
                 f"{self.generation}"
             )
+        if self.suite_config_map is not None and self.suite_digest is None:
+            problems.append(
+                f"its suite (ConfigMap {self.suite_config_map}) is not pinned by a content "
+                "digest (spec.suite.digest), so the prompts it judged are not known"
+            )
+        elif self.suite_digest is not None and self.verdict_suite_digest != self.suite_digest:
+            problems.append(
+                f"the verdict judged suite content {self.verdict_suite_digest}, not the "
+                f"{self.suite_digest} the check was made for"
+            )
         return problems
 
 
@@ -102,6 +121,7 @@ def observe_check(body: JSONMap) -> ObservedCheck:
     golden = status.get("golden") or {}
     generation = metadata.get("generation")
     verdict_generation = verdict.get("generation")
+    suite = spec.get("suite") or {}
     return ObservedCheck(
         name=str(metadata.get("name")),
         uid=str(metadata.get("uid") or ""),
@@ -127,6 +147,9 @@ def observe_check(body: JSONMap) -> ObservedCheck:
         golden_entries=tuple(str(e) for e in golden.get("entries") or [])
         if golden.get("stored") is True
         else (),
+        suite_config_map=(suite.get("configMapRef") or {}).get("name"),
+        suite_digest=suite.get("digest"),
+        verdict_suite_digest=verdict.get("suiteDigest"),
     )
 
 

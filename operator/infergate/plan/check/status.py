@@ -9,7 +9,8 @@ so a check reads the same whoever ended it:
   `verdict.generation` all say the same);
 - `verdict.reasons`: one entry per limit passed, evidence missing or thing not
   measured, naming the metric, its value, the limit and the prompts;
-- `conditions`: Complete plus exactly one of Passed, Failed, Inconclusive and Error.
+- `conditions`: Complete plus exactly one of Passed, Failed, Inconclusive and Error;
+  Ready, Reconciling and Stalled read off them (`plan.readiness`) on every write.
 
 Only plain data comes in: the numeric core turns its result into a `Judgement`
 (`infergate.parity.summary`), so the operator never imports it.
@@ -30,6 +31,7 @@ from infergate.jsontypes import JSON
 from infergate.plan import reasons
 from infergate.plan.conditions import ConditionUpdate, from_kube, set_condition, to_kube
 from infergate.plan.phases import CHECK_PHASE_CONDITION, CHECK_TERMINAL_PHASES
+from infergate.plan.readiness import check_readiness
 from infergate.render.revision import canonical_json
 
 MESSAGE_MAX = 32768
@@ -56,6 +58,8 @@ class Binding:
     generation: int | None
     baseline_revision: str | None = None
     candidate_revision: str | None = None
+    suite_digest: str | None = None
+    """The content digest of the suite it measured (None: no suite)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ def check_conditions(
     """The check's conditions (as its status holds them) with `updates` applied."""
     conditions: list[Condition] = from_kube(status.get("conditions") or [])
     for update in updates:
+        conditions = set_condition(conditions, update, generation=generation, now=at)
+    for update in check_readiness(conditions).updates():
         conditions = set_condition(conditions, update, generation=generation, now=at)
     return to_kube(conditions)
 
@@ -150,6 +156,7 @@ def verdict_status(
         warnings=[w[:_WARNING_MAX] for w in judgement.warnings[:_WARNINGS_MAX]],
         spec_digest=binding.spec_digest,
         generation=binding.generation,
+        suite_digest=binding.suite_digest,
     )
     updates = terminal_updates(phase, _ENDED_REASON[phase], judgement.detail[:MESSAGE_MAX])
     fields: JSON = {

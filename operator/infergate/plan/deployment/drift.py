@@ -15,9 +15,10 @@ from dataclasses import replace
 
 from infergate.api.drift import DriftStatus, OnDrift
 from infergate.golden.settings import HiddenStatesPolicy
+from infergate.jsontypes import JSON
 from infergate.plan import reasons
 from infergate.plan.check.owned import ANNOTATION_SPEC_DIGEST
-from infergate.plan.check.status import spec_digest
+from infergate.plan.check.stamp import stamp_check
 from infergate.plan.conditions import find_condition
 from infergate.plan.deployment.desired import desired_drift_check
 from infergate.plan.deployment.manual import retained_revisions, roll_back
@@ -91,6 +92,7 @@ def watch_drift(ctx: Context, rollout: Rollout) -> Rollout:
             plan = _lost(plan, rollout.stable)
         else:
             create = (*create, manifest)
+            plan = _recorded(plan, manifest)
     delete = (*rollout.delete_checks, *(n for n in plan.delete if n not in rollout.delete_checks))
     return replace(
         rollout,
@@ -102,7 +104,7 @@ def watch_drift(ctx: Context, rollout: Rollout) -> Rollout:
     )
 
 
-def _run_manifest(ctx: Context, stable: str, run: int) -> dict[str, object] | None:
+def _run_manifest(ctx: Context, stable: str, run: int) -> JSON | None:
     spec = ctx.revision_spec(stable)
     parity = ctx.spec.rollout.parity
     if spec is None or parity is None:
@@ -116,8 +118,16 @@ def _run_manifest(ctx: Context, stable: str, run: int) -> dict[str, object] | No
         run=run,
         hidden_states=parity.hidden_states.enabled and full,
     )
-    manifest["metadata"]["annotations"] = {ANNOTATION_SPEC_DIGEST: spec_digest(manifest["spec"])}
-    return manifest
+    return stamp_check(manifest, ctx.state.suites)
+
+
+def _recorded(plan: DriftPlan, manifest: JSON) -> DriftPlan:
+    """The plan with the spec the run is made with recorded in status.drift (its uid follows
+    once it is created: `plan.deployment.reconcile.with_check_uids`)."""
+    if plan.status is None:
+        return plan
+    digest = manifest["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
+    return replace(plan, status=plan.status.model_copy(update={"spec_digest": digest}))
 
 
 def _lost(plan: DriftPlan, stable: str) -> DriftPlan:

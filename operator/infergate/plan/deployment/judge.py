@@ -9,7 +9,9 @@ Pure. Three separate questions, each its own function:
 - `bound_verdict`: what the check says, failing closed. Passed counts only when the
   phase, `verdict.passed` and `verdict.outcome` all say Passed, the check compares
   exactly the stable and the canary (in its spec and in what it resolved), its spec is
-  the one the operator stamped, and the verdict was given for that spec and generation.
+  the one the operator created it with (the digest status records, which no tenant
+  writes, and the one it stamped), and the verdict was given for that spec, generation
+  and suite content.
   Anything else is Failed, Inconclusive or Error, which never promote.
 - `judge`: the conditions and the rollout's next step from that verdict, with the
   deadline: from the canary's start, `progressDeadlineSeconds` to become available plus
@@ -25,7 +27,7 @@ from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
 from infergate.api.traffic import TrafficMode
 from infergate.plan import reasons
 from infergate.plan.check.owned import ANNOTATION_SPEC_DIGEST, ObservedCheck
-from infergate.plan.check.status import spec_digest
+from infergate.plan.check.stamp import stamp_check
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.deployment.desired import desired_parity_check, parity_check_name
 from infergate.plan.deployment.state import Context, Rollout, StepState
@@ -46,9 +48,10 @@ _FAILURES = {
 
 
 def bound_verdict(
-    check: ObservedCheck, *, stable: str | None, canary: str
+    check: ObservedCheck, *, stable: str | None, canary: str, made_with: str | None
 ) -> tuple[VerdictOutcome, str | None]:
-    """(outcome, why a Passed does not count): the verdict the canary gets from `check`."""
+    """(outcome, why a Passed does not count): the verdict the canary gets from `check`,
+    which the operator created with the spec digest `made_with` (as status records it)."""
     phase = check.phase
     if phase is None or not check.terminal:
         return VerdictOutcome.PENDING, None
@@ -69,6 +72,10 @@ def bound_verdict(
             f"it resolved {check.status_baseline} and {check.status_candidate}, not stable "
             f"{stable} and canary {canary}"
         )
+    # None only for a check created before status recorded digests: its uid and the CRD's
+    # immutable spec bind it as they did then.
+    if made_with is not None and check.digest != made_with:
+        problems.append("its spec is not the one status records the operator created it with")
     problems.extend(check.binding_problems())
     if problems:
         return VerdictOutcome.ERROR, "; ".join(problems)
@@ -125,12 +132,15 @@ def request_check(
     rollout = rollout.with_record(ctx, canary, parity_check=name)
     found = ctx.observed.checks.get(name)
     if found is None:
-        manifest = desired_parity_check(owner, ctx.spec, stable=stable, canary=canary, name=name)
-        manifest["metadata"]["annotations"] = {
-            ANNOTATION_SPEC_DIGEST: spec_digest(manifest["spec"])
-        }
+        manifest = stamp_check(
+            desired_parity_check(owner, ctx.spec, stable=stable, canary=canary, name=name),
+            ctx.state.suites,
+        )
         rollout = replace(rollout, create_checks=(*rollout.create_checks, manifest))
-        rollout = rollout.with_record(ctx, canary, verdict=VerdictOutcome.PENDING)
+        made_with = manifest["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
+        rollout = rollout.with_record(
+            ctx, canary, verdict=VerdictOutcome.PENDING, parity_check_digest=made_with
+        )
         return (
             _pending(
                 rollout,
@@ -191,8 +201,10 @@ def judge(ctx: Context, rollout: Rollout, canary: str) -> Rollout:
             )
         return rollout.due_at(due)
     rollout = replace(rollout, check=check)
-    outcome, unbound = bound_verdict(check, stable=rollout.stable, canary=canary)
     record = rollout.record(ctx, canary)
+    outcome, unbound = bound_verdict(
+        check, stable=rollout.stable, canary=canary, made_with=record.parity_check_digest
+    )
     if outcome is not record.verdict and outcome is not VerdictOutcome.PENDING:
         rollout = rollout.counting("verdict", outcome.value)
     rollout = rollout.with_record(ctx, canary, verdict=outcome, metrics=dict(check.metrics) or None)

@@ -90,6 +90,8 @@ def condition_events(before: Sequence[Condition], after: Sequence[Condition]) ->
     for condition in changed_conditions(before, after):
         if condition.type == reasons.DRIFTED:
             continue  # the drift watch posts its own, as onDrift.action asks
+        if condition.type in reasons.READINESS_CONDITION_TYPES:
+            continue  # read off the others, whose own Events already tell the change
         true = condition.status is ConditionStatus.TRUE
         warning = (
             (condition.type in _BAD_WHEN_TRUE and true)
@@ -210,14 +212,18 @@ def with_check_uids(
     status: InferenceDeploymentStatus, created: Mapping[str, str]
 ) -> InferenceDeploymentStatus:
     """The status with the uid of each ParityCheck just created (name -> uid) recorded on the
-    revision it judges: from then on only that object's verdict counts for the attempt."""
+    revision it judges, or on the drift run status.drift names: from then on only that
+    object's verdict counts."""
     revisions = [
         r.model_copy(update={"parity_check_uid": created[r.parity_check]})
         if r.parity_check is not None and r.parity_check in created
         else r
         for r in status.revisions
     ]
-    return status.model_copy(update={"revisions": revisions})
+    drift = status.drift
+    if drift is not None and drift.check is not None and drift.check in created:
+        drift = drift.model_copy(update={"check_uid": created[drift.check]})
+    return status.model_copy(update={"revisions": revisions, "drift": drift})
 
 
 def with_deployment_uids(

@@ -23,6 +23,7 @@ from infergate.errors import SpecError
 from infergate.jsontypes import JSON
 from infergate.plan import reasons
 from infergate.plan.check.owned import ObservedCheck
+from infergate.plan.check.stamp import SuiteRef, SuiteSeen
 from infergate.plan.conditions import ConditionUpdate
 from infergate.plan.deployment.control import ManualRequests
 from infergate.plan.deployment.desired import Owner, revision_of, spec_for_revision
@@ -76,6 +77,9 @@ class DeploymentState:
     """Children whose name someone else's object holds ("Service web" -> who made it, as
     `plan.deployment.observed.holder_of` says): their create answered AlreadyExists with an object
     this deployment did not make, which infergate never overwrites."""
+    suites: Mapping[SuiteRef, SuiteSeen] = field(default_factory=dict)
+    """The suite ConfigMaps the controller read for the checks a decision creates, and their
+    content digests (`plan.check.stamp`): read only when a decision asks for them."""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from infergate.plan.deployment.observed import Observed
 from infergate.plan.deployment.rollout import RolloutDecision
 from infergate.plan.deployment.sync import ObjectRef
 from infergate.plan.phases import deployment_phase
+from infergate.plan.readiness import deployment_readiness
 from infergate.render.labels import (
     LABEL_CHECK_PURPOSE,
     engine_pod_selector,
@@ -205,12 +206,22 @@ def build_status(inputs: StatusInput) -> InferenceDeploymentStatus:
     serving = decision.serving if decision.stable is not None else None
     available = available_condition(inputs.spec, decision.stable, inputs.observed, serving)
     parity = decision.parity or _kept_parity(previous.conditions)
+    degraded = degraded_condition(decision.progressing, available, inputs.spec, inputs.taken)
+    stable = inputs.observed.deployments.get(decision.stable or "")
+    readiness = deployment_readiness(
+        available,
+        decision.progressing,
+        degraded,
+        available_replicas=stable.available_replicas if stable is not None else 0,
+        replicas=inputs.spec.replicas,
+    )
     updates = [
         available,
         decision.progressing,
         parity,
         drift_condition(previous.conditions, inputs.drift, inputs.now),
-        degraded_condition(decision.progressing, available, inputs.spec, inputs.taken),
+        degraded,
+        *readiness.updates(),
     ]
     drift = decision.drift
     if drift is not None and drift.condition is not None:

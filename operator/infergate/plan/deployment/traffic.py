@@ -88,7 +88,10 @@ def _recheck(
     if check is None:
         return rollout, VerdictOutcome.PENDING, f"re-check {name} asked for"
     rollout = replace(rollout, check=check)
-    outcome, unbound = bound_verdict(check, stable=rollout.stable, canary=canary)
+    made_with = rollout.record(ctx, canary).parity_check_digest
+    outcome, unbound = bound_verdict(
+        check, stable=rollout.stable, canary=canary, made_with=made_with
+    )
     if outcome is VerdictOutcome.PENDING:
         phase = check.phase.value if check.phase else "Pending"
         return rollout, outcome, f"re-check {name} is {phase}"

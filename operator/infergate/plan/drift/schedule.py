@@ -118,6 +118,8 @@ def schedule_run(
             update={
                 "run": run,
                 "check": name,
+                "check_uid": None,  # recorded once it is created
+                "spec_digest": None,
                 "last_run": inp.now,
                 "running": True,
                 "next_run": None,

@@ -14,6 +14,9 @@ update. One run is a ParityCheck `<deployment>-<stable>-drift<N>`, labelled
   revision became stable). A run that outlasts the period delays the next; missed slots
   are skipped, never queued. A run has a deadline: its check's deadlineSeconds (the check
   ends itself in Error), and a minute on top after which the watch gives up on it.
+- Only the run the operator made is judged: the one status.drift records by name, uid
+  and spec digest (`made_by_watch`); a check that copies a run's name, labels and owner
+  reference is ignored, listed in status.drift.ignored and announced once.
 - The verdict counts only when it is bound to the run (its spec as the operator made it,
   judged at its generation, on the stable revision against the stable's record): Passed ->
   Drifted False; Failed -> Drifted True, a Warning Event and, with onDrift.action
@@ -23,8 +26,9 @@ update. One run is a ParityCheck `<deployment>-<stable>-drift<N>`, labelled
 
 `decide_drift` (here) reads the runs and hands over to `plan.drift.verdict` (the latest
 run's verdict) and `plan.drift.schedule` (the next run); `plan.drift.state` holds the
-records they share. Nothing is remembered but `status.drift`; the runs themselves are
-the truth, so a restarted operator decides the same.
+records they share. Nothing is remembered but `status.drift` (which only the operator may
+write): it says which run is the watch's, the run says what it found, so a restarted
+operator decides the same.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ from infergate.plan.drift.state import (
     seconds_until,
 )
 from infergate.plan.drift.verdict import Judged, judge_run
+from infergate.plan.notices import Notice
+
+_IGNORED_SHOWN = 16
+"""Look-alike runs status.drift.ignored names at most (the newest)."""
 
 # Drifted reasons that a run's verdict gave: they stand until the next verdict.
 _VERDICT_REASONS = frozenset(
@@ -80,15 +88,21 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
     seen = _seen(inp, stable, mine)
     latest = seen.latest
     previous = seen.previous
+    ignored = _look_alikes(inp, stable, seen)
     status = DriftStatus(
         revision=stable,
         run=seen.run or None,
         check=latest.name if latest else (previous.check if previous else None),
+        check_uid=previous.check_uid if previous else None,
+        spec_digest=previous.spec_digest if previous else None,
+        ignored=[c.name for c in ignored],
         last_run=seen.last_run,
         last_verdict=previous.last_verdict if previous else None,
         last_verdict_check=previous.last_verdict_check if previous else None,
         last_verdict_time=previous.last_verdict_time if previous else None,
     )
+    noted = tuple(_ignored_notice(c, stable, previous) for c in ignored
+                  if previous is None or c.name not in previous.ignored)  # fmt: skip
     prior = seen.prior
     condition = (
         ConditionUpdate(prior.type, prior.status, prior.reason, prior.message) if prior else None
@@ -102,7 +116,7 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
         if inp.now < started + GRACE:
             kept = inp.previous_condition
             return DriftPlan(
-                status=previous,
+                status=previous.model_copy(update={"ignored": status.ignored}),
                 condition=ConditionUpdate(kept.type, kept.status, kept.reason, kept.message)
                 if kept is not None
                 else ConditionUpdate(
@@ -113,6 +127,7 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
                 ),
                 delete=tuple(delete),
                 wake_in=seconds_until(started + GRACE, inp.now),
+                notices=noted,
             )
         latest = None
         seen = Seen(None, seen.run, None, previous, prior)
@@ -129,7 +144,7 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
     if latest is not None:
         found = judge_run(inp, stable, seen=seen, latest=latest, status=status, condition=condition)
         if isinstance(found, DriftPlan):
-            return replace(found, delete=(*delete, *found.delete))
+            return replace(found, delete=(*delete, *found.delete), notices=noted)
         judged = found
         if judged.stopped:
             delete.append(latest.name)
@@ -141,7 +156,7 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
                 condition=judged.condition,
                 delete=tuple(delete),
                 rollback_to=judged.rollback_to,
-                notices=judged.notices,
+                notices=(*noted, *judged.notices),
                 outcomes=judged.outcomes,
             )
     plan = schedule_run(
@@ -151,7 +166,9 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
     if judged.refused is not None and plan.status is not None:
         # Why a drift was not rolled back stays in sight until the next run.
         plan = replace(plan, status=plan.status.model_copy(update={"message": judged.refused}))
-    return replace(plan, delete=tuple(delete), notices=judged.notices, outcomes=judged.outcomes)
+    return replace(
+        plan, delete=tuple(delete), notices=(*noted, *judged.notices), outcomes=judged.outcomes
+    )
 
 
 def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> Seen:
@@ -160,7 +177,8 @@ def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> Seen:
     if prior is not None and prior.reason not in _VERDICT_REASONS:
         prior = None  # what the watch was waiting for is decided afresh
     runs = [c for c in mine if c.spec_candidate == stable and run_number(c.name) is not None]
-    latest = max(runs, key=lambda c: run_number(c.name) or 0, default=None)
+    # Only the run the operator made and recorded can be judged: name, uid and spec.
+    latest = next((c for c in runs if made_by_watch(c, previous)), None)
     # Every run name of this revision counts, whoever made it: the next name is free.
     named = [
         run_number(c.name) or 0
@@ -184,6 +202,59 @@ def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> Seen:
         previous,
         prior,
         unseen=previous is not None and previous.running is True and asked > newest,
+    )
+
+
+def made_by_watch(check: ObservedCheck, recorded: DriftStatus | None) -> bool:
+    """Whether `check` is the run the watch made and recorded in status.drift: the same
+    name, the uid the create returned, and the spec it was made with. Labels, names and
+    owner references can be copied; these not. (Whether its verdict is bound to that spec
+    is `verdict.bound_drift_verdict`'s question.)"""
+    return (
+        recorded is not None
+        and recorded.check == check.name
+        and recorded.check_uid is not None
+        and recorded.check_uid == check.uid
+        and recorded.spec_digest is not None
+        and recorded.spec_digest == check.digest
+    )
+
+
+def _look_alikes(inp: DriftInput, stable: str, seen: Seen) -> list[ObservedCheck]:
+    """Checks named and labelled like a run of `stable`, not older than the run the watch
+    recorded, that it did not make: their verdicts never count, and status names them."""
+    previous = seen.previous
+    recorded = (previous.run or 0) if previous is not None else 0
+    # Without a run of this revision recorded, runs from before it last became stable are
+    # the watch's own old ones, not look-alikes.
+    since = inp.stable_since if previous is None else None
+    prefix = f"{inp.deployment}-{stable}-drift"
+    found = [
+        c
+        for c in inp.checks
+        if c.drift
+        and c.name.startswith(prefix)
+        and (run_number(c.name) or 0) >= recorded
+        and (since is None or c.created is None or c.created >= since)
+        and c is not seen.latest
+        and not made_by_watch(c, previous)
+    ]
+    return sorted(found, key=lambda c: run_number(c.name) or 0)[-_IGNORED_SHOWN:]
+
+
+def _ignored_notice(check: ObservedCheck, stable: str, recorded: DriftStatus | None) -> Notice:
+    if recorded is not None and recorded.check == check.name and recorded.check_uid is not None:
+        why = (
+            f"it is not the object the operator created under that name (uid {check.uid}, "
+            f"recorded {recorded.check_uid}) or its spec is not the one it was made with"
+        )
+    else:
+        why = "the operator did not create it (status.drift does not record it)"
+    return Notice(
+        True,
+        reasons.DRIFT_CHECK_NOT_BOUND,
+        f"ParityCheck {check.name} looks like a drift run of stable revision {stable}, but "
+        f"{why}: its verdict is ignored and moves neither the rollout nor Drifted",
     )
 
 

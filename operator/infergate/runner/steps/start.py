@@ -2,7 +2,8 @@
 
 A check that already ended is left alone (a retried pod never overwrites a verdict),
 and so is one that ends while the runner starts. An invalid spec or suite ends the
-check in Error: no retry can fix it.
+check in Error: no retry can fix it; so does a suite ConfigMap edited since the check
+was made (its content no longer the digest the spec pins).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from infergate.plan import reasons
 from infergate.runner import status_writer
 from infergate.runner.context import CheckEndedError, RunContext, say
 from infergate.runner.state import RunState, need
-from infergate.suite import PromptSpec, Suite, SuiteError, parse_suite
+from infergate.suite import (
+    PromptSpec,
+    Suite,
+    SuiteError,
+    SuiteNotFoundError,
+    config_map_suite,
+)
 
 
 def read_check(run: RunContext, state: RunState) -> None:
@@ -36,7 +43,8 @@ def read_check(run: RunContext, state: RunState) -> None:
 
 def load_suite(run: RunContext, state: RunState) -> None:
     """The suite the spec names, inline or in a ConfigMap of the check's namespace; the
-    run's clock starts here."""
+    run's clock starts here. A ConfigMap whose prompts are not the ones spec.suite.digest
+    pins ends the check (SuiteChanged): the verdict would stand for other prompts."""
     source = need(state.spec, "the spec").suite
     if source is None:
         raise CheckEndedError(reasons.CHECK_INVALID, "spec.suite is unset")
@@ -49,20 +57,23 @@ def load_suite(run: RunContext, state: RunState) -> None:
     else:
         ref = source.config_map_ref
         assert ref is not None  # noqa: S101 - PromptSuite guarantees exactly one source
-        where = f"suite.configMapRef {ref.name}/{ref.key}"
         config_map = status_writer.api_call(lambda: run.api.config_map(ref.name))
-        if config_map is None:
-            raise CheckEndedError("SuiteNotFound", f"{where}: ConfigMap {ref.name} does not exist")
-        text = (config_map.get("data") or {}).get(ref.key)
-        if text is None:
-            keys = ", ".join(sorted((config_map.get("data") or {}).keys())) or "none"
-            raise CheckEndedError(
-                "SuiteNotFound", f"{where}: ConfigMap {ref.name} has no key {ref.key} ({keys})"
-            )
         try:
-            state.suite = parse_suite(text.splitlines(), name=f"{ref.name}/{ref.key}", source=where)
+            state.suite = config_map_suite(config_map, ref.name, ref.key)
+        except SuiteNotFoundError as err:
+            raise CheckEndedError("SuiteNotFound", str(err)) from err
         except SuiteError as err:
             raise CheckEndedError("InvalidSuite", str(err)) from err
+        found = state.suite.content_digest()
+        if source.digest is not None and found != source.digest:
+            raise CheckEndedError(
+                reasons.CHECK_SUITE_CHANGED,
+                f"suite.configMapRef {ref.name}/{ref.key}: ConfigMap {ref.name} holds suite "
+                f"content {found}, but the check was made for {source.digest} "
+                "(spec.suite.digest): it was edited after the check was created; create a new "
+                "check to judge the new prompts",
+            )
+    state.suite_digest = state.suite.content_digest()
     state.started = time.monotonic()
 
 

@@ -29,15 +29,7 @@ def watched(
     world.set("rollout.parity.watch", watch or {"intervalSeconds": 3600})
     if on_drift is not None:
         world.set("rollout.parity.onDrift", on_drift)
-    world.settle()
-    old = world.status.stable_revision
-    assert old is not None
-    world.change(dtype="float16")
-    world.reconcile()
-    canary = world.status.canary_revision
-    assert canary is not None
-    world.make_available(canary)
-    world.reconcile()
+    old, canary = world.available_canary()
     check = f"{NAME}-{canary}"
     world.set_check(
         check, "Passed", passed=True, metrics={"tokenMatchRate": 1.0},

@@ -1,6 +1,13 @@
-"""A revision's Deployment is the one under its own name that the deployment controls; the
-operator records its uid in the status, where the parity runner reads it. Labels,
-annotations and owner references copied onto another Deployment make it none of that."""
+"""A ParityCheck the operator did not make never moves a rollout, whatever it copies.
+
+A tenant who may create and edit ParityChecks in the namespace can copy everything a check
+shows: its name pattern, labels, owner references and the spec-digest annotation, and
+have the runner give it a real verdict. What a tenant cannot write is the deployment's
+status, where the operator recorded the uid of each check it created and the digest of
+the spec it created it with. Each row makes a look-alike of one check the rollout acts on
+(the canary's check, a gateway step's re-check, a drift run) that differs only in uid or
+spec, gives it the verdict that would help an attacker most, and asserts nothing moves.
+"""
 
 from __future__ import annotations
 
@@ -9,81 +16,163 @@ from typing import Any
 
 import pytest
 
-from infergate.api.deployment_status import InferenceDeploymentStatus
-from infergate.plan.deployment.observed import (
-    ANNOTATION_ROLE,
-    collect,
-    observe_deployment,
+from infergate.api.golden import GoldenSpec
+from infergate.plan.check.owned import ANNOTATION_SPEC_DIGEST
+from infergate.plan.check.status import spec_digest
+from tests.unit.plan.deployment.test_drift_rollout import (
+    STORE,
+    _entry,
+    drift_checks,
+    first_revision,
 )
-from infergate.plan.deployment.reconcile import with_deployment_uids
+from tests.unit.plan.deployment.world import NAME, World
 
-from .world import NAME, UID, World
+GATEWAY = {
+    "mode": "gateway",
+    "gateway": {
+        "parentRefs": [{"name": "public", "namespace": "gateways"}],
+        "steps": [
+            {"weight": 10, "pauseSeconds": 60, "recheck": True},
+            {"weight": 50, "pauseSeconds": 30},
+        ],
+    },
+}
+LOOSENED = {"disabledChecks": ["minTokenMatchRate", "maxMeanKl"]}
+"""A spec a tenant would rather be judged by: the checks that would catch the harm off."""
 
 
-def _first_revision() -> tuple[World, str]:
+def impersonate(world: World, name: str, how: str) -> None:
+    """Replace the operator's check `name` with a look-alike: the same name, labels, owner
+    references and (restamped) spec-digest annotation, but another uid (`how` "uid": made
+    again by someone else) or another spec (`how` "spec": same object, spec changed)."""
+    original = world.objects[("ParityCheck", name)]
+    fake = copy.deepcopy(original)
+    if how == "uid":
+        fake["metadata"]["uid"] = "look-alike"
+    else:
+        fake["spec"] |= LOOSENED
+    fake["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST] = spec_digest(fake["spec"])
+    fake.pop("status", None)
+    world.objects[("ParityCheck", name)] = fake
+
+
+def _canary_world(traffic: dict[str, Any] | None = None) -> tuple[World, str, str]:
     world = World()
-    world.settle()
-    [revision] = world.revisions()
-    return world, revision
+    if traffic is not None:
+        world.set("rollout.traffic", traffic)
+    stable, canary = world.available_canary()
+    return world, stable, canary
 
 
-def _look_alike(world: World, revision: str, name: str, **changes: Any) -> dict[str, Any]:
-    """The revision's Deployment copied under `name`: its labels, annotations and owner
-    references (the deployment's uid among them), as anyone may read and write them."""
-    body = copy.deepcopy(world.deployment(revision))
-    body["metadata"].update(name=name, uid=f"uid-{name}", **changes)
-    world.objects[("Deployment", name)] = body
-    return body
+@pytest.mark.parametrize("how", ["uid", "spec"])
+def test_a_look_alike_of_the_canarys_check_never_promotes(how: str) -> None:
+    world, stable, canary = _canary_world()
+    name = f"{NAME}-{canary}"
+    impersonate(world, name, how)
+    world.set_check(name, "Passed", passed=True)  # a real runner's verdict of that object
+    plan = world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.condition("ParityPassed")[0] != "True"
+    assert ("promotion", "Automatic") not in [(o.kind, o.reason) for o in plan.outcomes]
+    if how == "uid":
+        # Not the attempt's check: replaced, and the canary waits for the real one.
+        assert plan.delete_checks == [name]
+        assert world.status.canary_revision == canary
 
 
-def test_the_operator_records_the_uid_of_each_revisions_deployment() -> None:
-    world, revision = _first_revision()
-    [record] = world.status.revisions
-    assert record.deployment_uid == world.deployment(revision)["metadata"]["uid"]
-
-
-@pytest.mark.parametrize("name", ["aaa-look-alike", "zzz-look-alike", f"{NAME}-other"])
-def test_a_look_alike_deployment_is_no_revisions_and_its_uid_is_never_recorded(
-    name: str,
-) -> None:
-    world, revision = _first_revision()
-    real = world.deployment(revision)["metadata"]["uid"]
-    _look_alike(world, revision, name)
+@pytest.mark.parametrize("how", ["uid", "spec"])
+def test_a_look_alike_of_a_gateway_recheck_never_moves_a_step(how: str) -> None:
+    world, stable, canary = _canary_world(GATEWAY)
+    world.set_check(f"{NAME}-{canary}", "Passed", passed=True)
     world.reconcile()
-    [record] = world.status.revisions
-    assert record.deployment_uid == real
-    # Nor is it written to, as the revision's own would be.
-    assert ("Deployment", name) not in {
-        (w.ref.kind, w.ref.name) for plan in world.plans[-1:] for w in plan.sync.writes
-    }
-
-
-def test_a_look_alike_claiming_the_stable_role_is_not_taken_for_the_stable() -> None:
-    """Status lost: the stable is read back from the role annotation of the revisions' own
-    Deployments only."""
-    world, revision = _first_revision()
-    world.change(dtype="float16")
-    world.settle()
-    canary = next(r for r in world.revisions() if r != revision)
-    look_alike = _look_alike(world, canary, "zzz-look-alike")
-    look_alike["metadata"]["annotations"][ANNOTATION_ROLE] = "stable"
-    bodies = [world.deployment(revision), look_alike]
-    deployments = [d for body in bodies if (d := observe_deployment(body))]
-    observed = collect(UID, deployments, [], [], [], owner_name=NAME)
-    assert {r: d.name for r, d in observed.deployments.items()} == {revision: f"{NAME}-{revision}"}
-
-
-def test_a_deployment_made_again_under_the_name_replaces_the_record() -> None:
-    world, revision = _first_revision()
-    world.deployment(revision)["metadata"]["uid"] = "uid-made-again"
+    world.tick(61)
     world.reconcile()
-    [record] = world.status.revisions
-    assert record.deployment_uid == "uid-made-again"
+    recheck = f"{NAME}-{canary}-step1"
+    assert world.get("ParityCheck", recheck) is not None
+    impersonate(world, recheck, how)
+    world.set_check(recheck, "Passed", passed=True)
+    world.reconcile()
+    traffic = world.status.traffic
+    assert world.status.stable_revision == stable
+    assert traffic is None or (traffic.revision, traffic.step) != (canary, 1)
 
 
-def test_a_revision_whose_deployment_is_not_seen_keeps_its_record() -> None:
-    world, _ = _first_revision()
-    status = world.status
-    observed = collect(UID, [], [], [], [], owner_name=NAME)
-    assert with_deployment_uids(status, observed) == status
-    assert with_deployment_uids(InferenceDeploymentStatus(), observed).revisions == []
+def _watched(on_drift: dict[str, Any] | None = None) -> tuple[World, str, str]:
+    """A stable revision with a golden record, watched, its first drift run under way:
+    (world, the revision before it, stable)."""
+    world = World(golden=GoldenSpec.model_validate(STORE))
+    world.set("rollout.parity.watch", {"intervalSeconds": 3600})
+    if on_drift is not None:
+        world.set("rollout.parity.onDrift", on_drift)
+    old, canary = world.available_canary()
+    world.set_check(
+        f"{NAME}-{canary}", "Passed", passed=True, metrics={"tokenMatchRate": 1.0},
+        golden={"stored": True, "entries": [_entry(old, "baseline"), _entry(canary, "candidate")]},
+    )  # fmt: skip
+    world.settle()
+    assert world.status.stable_revision == canary
+    world.tick(3600)
+    world.reconcile()
+    [run] = drift_checks(world)
+    assert world.status.drift is not None
+    assert world.status.drift.check_uid == run["metadata"]["uid"]
+    assert world.status.drift.spec_digest == spec_digest(run["spec"])
+    return world, old, canary
+
+
+@pytest.mark.parametrize("how", ["uid", "spec"])
+def test_a_look_alike_drift_run_never_rolls_the_stable_back(how: str) -> None:
+    world, _, stable = _watched({"action": "rollback", "rollbackTo": first_revision()})
+    name = f"{NAME}-{stable}-drift1"
+    impersonate(world, name, how)
+    world.set_check(name, "Failed", passed=False)
+    plan = world.reconcile()
+    assert world.status.stable_revision == stable
+    assert world.condition("Drifted")[0] != "True"
+    assert ("rollback", "DriftRollback") not in [(o.kind, o.reason) for o in plan.outcomes]
+    assert world.status.drift is not None
+    assert name in world.status.drift.ignored
+    assert (True, "DriftCheckNotBound") in [(e.warning, e.reason) for e in plan.events]
+
+
+def test_a_run_nobody_recorded_never_clears_a_real_drift() -> None:
+    world, _, stable = _watched()
+    [run] = drift_checks(world)
+    world.set_check(run["metadata"]["name"], "Failed", passed=False)
+    world.reconcile()
+    assert world.condition("Drifted") == ("True", "DriftDetected")
+    # The next run's name, labels and owner copied from the real one, made by a tenant.
+    fake = copy.deepcopy(run)
+    fake["metadata"] |= {"name": f"{NAME}-{stable}-drift2", "uid": "look-alike"}
+    fake.pop("status", None)
+    world.objects[("ParityCheck", fake["metadata"]["name"])] = fake
+    world.set_check(fake["metadata"]["name"], "Passed", passed=True)
+    plan = world.reconcile()
+    assert world.condition("Drifted") == ("True", "DriftDetected")
+    assert world.status.drift is not None
+    assert world.status.drift.ignored == [fake["metadata"]["name"]]
+    assert ("drift", "Passed") not in [(o.kind, o.reason) for o in plan.outcomes]
+    # The watch's own next run takes the next free name and counts as usual.
+    world.tick(3600)
+    world.reconcile()
+    third = f"{NAME}-{stable}-drift3"
+    assert world.get("ParityCheck", third) is not None
+    world.set_check(third, "Passed", passed=True)
+    world.reconcile()
+    assert world.condition("Drifted") == ("False", "NoDriftDetected")
+
+
+def test_a_check_made_before_status_recorded_its_digest_is_bound_as_it_was() -> None:
+    """An upgrade mid-canary: the record has the check's uid but no spec digest; the uid and
+    the immutable spec bind it as before, so its Passed still promotes."""
+    world, _, canary = _canary_world()
+    world.status = world.status.model_copy(
+        update={
+            "revisions": [
+                r.model_copy(update={"parity_check_digest": None}) for r in world.status.revisions
+            ]
+        }
+    )
+    world.set_check(f"{NAME}-{canary}", "Passed", passed=True)
+    world.settle()
+    assert world.status.stable_revision == canary

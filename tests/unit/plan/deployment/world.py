@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +14,7 @@ from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.plan.check.owned import observe_check
+from infergate.plan.check.stamp import see_suite, unread_suites
 from infergate.plan.check.status import spec_digest
 from infergate.plan.deployment.control import manual_requests
 from infergate.plan.deployment.desired import Owner
@@ -146,6 +147,11 @@ class World:
             taken=dict(self.taken),
         )
         plan = plan_reconcile(state)
+        # As the controller gathers: the suites of checks to be made, then decide again.
+        wanted = unread_suites(plan.create_checks, state.suites)
+        if wanted:
+            seen = {r: see_suite(r, self.objects.get(("ConfigMap", r.name))) for r in wanted}
+            plan = plan_reconcile(replace(state, suites=seen))
         self._apply(plan)
         self.plans.append(plan)
         return plan
@@ -265,6 +271,20 @@ class World:
                 "availableReplicas": replicas,
             }
 
+    def available_canary(self, **engine: Any) -> tuple[str, str]:
+        """Settle a stable, change the engine (float16 by default), and make the canary
+        available: (stable revision, canary revision), the canary's check not yet run."""
+        self.settle()
+        stable = self.status.stable_revision
+        assert stable is not None
+        self.change(**(engine or {"dtype": "float16"}))
+        self.reconcile()
+        canary = self.status.canary_revision
+        assert canary is not None
+        self.make_available(canary)
+        self.reconcile()
+        return stable, canary
+
     def unschedulable_pod(self, revision: str, message: str) -> None:
         self.pods[f"{NAME}-{revision}-x"] = {
             "metadata": {
@@ -314,6 +334,8 @@ class World:
                     "specDigest": spec_digest(spec),
                     "generation": body["metadata"]["generation"],
                 }
+                if spec.get("suite", {}).get("digest"):
+                    status["verdict"]["suiteDigest"] = spec["suite"]["digest"]
         body["status"] = status | extra
 
     def condition(self, type_: str) -> tuple[str, str]:

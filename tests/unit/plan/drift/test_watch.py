@@ -15,7 +15,7 @@ from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
 from infergate.plan.check.owned import ObservedCheck
 from infergate.plan.deployment.observed import check_family
 from infergate.plan.drift.schedule import golden_record_known
-from infergate.plan.drift.state import GRACE, DriftInput
+from infergate.plan.drift.state import GRACE, DriftInput, run_number
 from infergate.plan.drift.verdict import bound_drift_verdict, verdict_condition
 from infergate.plan.drift.watch import decide_drift
 
@@ -84,7 +84,27 @@ def drift_check(run: int = 1, phase: CheckPhase | None = None, **changes: Any) -
     return replace(base, **changes)
 
 
+def recorded(check: ObservedCheck, **fields: Any) -> DriftStatus:
+    """status.drift as the operator wrote it once it had created `check`: its name, the uid
+    the create returned and the digest of the spec it made it with."""
+    return DriftStatus(
+        revision=STABLE,
+        run=run_number(check.name),
+        check=check.name,
+        check_uid=f"uid-drift{run_number(check.name)}",
+        spec_digest=DIGEST,
+        last_run=check.created,
+        running=True,
+        **fields,
+    )
+
+
 def given(**changes: Any) -> DriftInput:
+    if "previous" not in changes:
+        # The operator records every run it makes: the newest run is the one status names.
+        runs = [c for c in changes.get("checks", []) if c.drift]
+        newest = max(runs, key=lambda c: run_number(c.name) or 0, default=None)
+        changes["previous"] = recorded(newest) if newest is not None else None
     base = DriftInput(
         deployment=NAME,
         owner_uid=UID,
@@ -121,6 +141,8 @@ def seen(check: ObservedCheck, verdict: VerdictOutcome) -> DriftStatus:
         revision=STABLE,
         run=1,
         check=check.name,
+        check_uid=check.uid,
+        spec_digest=check.digest,
         last_verdict=verdict,
         last_verdict_check=check.name,
     )
@@ -384,8 +406,8 @@ def test_a_drift_clears_when_a_later_run_passes() -> None:
     plan = decide_drift(
         given(
             checks=[canary_check(), drift_check(1, CheckPhase.FAILED), passed],
-            previous=DriftStatus(revision=STABLE, run=1, check=f"{NAME}-{STABLE}-drift1",
-                                 last_verdict=VerdictOutcome.FAILED),
+            previous=recorded(passed, last_verdict=VerdictOutcome.FAILED,
+                              last_verdict_check=f"{NAME}-{STABLE}-drift1"),
             previous_condition=condition("True", "DriftDetected"),
         )
     )  # fmt: skip
@@ -505,7 +527,9 @@ def test_after_a_stopped_run_is_gone_the_run_before_it_is_not_counted_again() ->
         given(
             watch=daily,
             checks=[canary_check(), before, stuck],
-            previous=seen(before, VerdictOutcome.PASSED),
+            previous=recorded(
+                stuck, last_verdict=VerdictOutcome.PASSED, last_verdict_check=before.name
+            ),
         )
     )
     assert [(o.kind, o.reason) for o in plan.outcomes] == [("drift", "Error")]
