@@ -35,6 +35,7 @@ from tests.integration.admission_support import (
     Result,
     built,
     session_policies,
+    user,
     wait_until_enforced,
 )
 from tests.integration.controller_support import (
@@ -301,14 +302,23 @@ def test_a_pod_wearing_the_canarys_labels_is_refused_and_never_dialled(
 def test_an_endpointslice_for_the_canary_service_is_refused_or_ignored(
     guarded: AdmissionSession, cluster: Cluster, tenant: str
 ) -> None:
-    """Hole: `edit` creates EndpointSlices; one labelled for the canary Service that lists
-    the stable's pod would have the runner call the stable as the canary.
+    """Hole: whoever may create EndpointSlices in the namespace could label one for the
+    canary Service, listing the stable's pod, and have the runner call the stable as the
+    canary.
 
-    Labelled as a trusted publisher's (the EndpointSlice controller's, the local
-    executor's), it is refused; labelled as anyone else's, it is admitted and the runner
-    never reads it."""
+    Recent Kubernetes leaves EndpointSlice writes out of `edit`, but a cluster may grant
+    them (older clusters did, through the Endpoints rights): here the tenant is granted
+    them on top, so that what refuses is the policy. Labelled as a trusted publisher's (the
+    EndpointSlice controller's, the local executor's), the slice is refused; labelled as
+    anyone else's, it is admitted and the runner never reads it."""
     rollout = _Rollout(cluster, tenant)
     _enforced(guarded, tenant)
+    guarded.grant(
+        tenant, "slice-writer",
+        [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+          "verbs": ["get", "list", "create", "update", "patch"]}],
+        user(TENANT),
+    )  # fmt: skip
     service = f"qwen-{rollout.canary}"
     [stable_pod, *_] = rollout.pods(rollout.stable)
     address = wait_for(lambda: stable_pod["status"].get("podIP"), 5, "the stable pod's address")
@@ -398,7 +408,7 @@ def test_a_workload_with_copied_owner_references_is_refused_or_never_a_revision(
             },
         }
 
-    attempts = {
+    attempts: dict[str, dict[str, Any]] = {
         "owner reference to the InferenceDeployment": {"ownerReferences": [owner]},
         "the revision's labels": {"labels": dict(stable["metadata"]["labels"])},
         "the stable's annotations and labels": {
