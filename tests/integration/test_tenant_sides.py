@@ -185,19 +185,33 @@ def _enforced(guarded: AdmissionSession, namespace: str) -> None:
     )
 
 
-def _dialled(guarded: AdmissionSession, rollout: _Rollout) -> list[str]:
-    """The URLs the check's real runner, with its own ServiceAccount's token, would dial
-    (baseline, candidate), read where it first calls its sides."""
+class _Recording(_Described):
+    """What the sides say of themselves (as `_Described`), and every address the runner
+    was about to call: it asks an endpoint to describe itself first, the moment it has
+    chosen it for a side, and health-checks both sides before the first prompt."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+
+    def describe(self, url: str) -> Any:
+        self.urls.append(url)
+        return super().describe(url)
+
+    def health(self, urls: list[str], timeout: float) -> None:  # noqa: ARG002
+        from infergate.runner.drive import SideUnavailableError
+
+        self.urls.extend(urls)
+        raise SideUnavailableError("stopped by the test before any prompt")
+
+
+def _dialled(guarded: AdmissionSession, rollout: _Rollout) -> set[str]:
+    """The hosts the check's real runner, with its own ServiceAccount's token, chose to
+    call. (KWOK gives its pods loopback addresses, which the API server keeps out of the
+    EndpointSlice controller's IPv4 slices: the revisions' own pods are never published
+    here, so the runner waits for them, and anything it chose came from elsewhere.)"""
     from infergate.kube.client import KubeClient, load_api_client
     from infergate.kube.paritycheck_api import CheckClient
-    from infergate.runner.drive import SideUnavailableError
-    from infergate.runner.run import EXIT_RETRY, Connector, RunOptions, run_check
-
-    seen: list[str] = []
-
-    def health(urls: list[str], timeout: float) -> None:
-        seen.extend(urls)
-        raise SideUnavailableError("stopped by the test before any call to a side")
+    from infergate.runner.run import Connector, RunOptions, run_check
 
     account = runner_name(rollout.check)
     wait_for(
@@ -212,22 +226,24 @@ def _dialled(guarded: AdmissionSession, rollout: _Rollout) -> list[str]:
     )
     config = guarded.token_kubeconfig(rollout.namespace, account)
     api = CheckClient(KubeClient(load_api_client(str(config))), rollout.namespace)
-    options = RunOptions(wait_for_sides=60.0, progress_interval=0.0)
-    connector = Connector(info=_Described(), health=health)
-    assert run_check(api, rollout.check, options, connector=connector) == EXIT_RETRY
-    return seen
-
-
-def _host(url: str) -> str:
-    return url.removeprefix("http://").rsplit(":", 1)[0]
+    options = RunOptions(wait_for_sides=5.0, progress_interval=0.0)
+    recording = _Recording()
+    run_check(
+        api, rollout.check, options, connector=Connector(info=recording, health=recording.health)
+    )
+    return {url.removeprefix("http://").rsplit(":", 1)[0] for url in recording.urls}
 
 
 def _judged_on_their_own_pods(guarded: AdmissionSession, rollout: _Rollout) -> None:
-    """The runner dials the stable's and the canary's own pods, nothing else; the canary
-    is not promoted and the stable keeps its replicas."""
-    baseline, candidate = _dialled(guarded, rollout)
-    assert _host(baseline) in rollout.addresses(rollout.stable)
-    assert _host(candidate) in rollout.addresses(rollout.canary)
+    """The runner calls no address but the stable's and the canary's own pods'; the
+    canary is not promoted and the stable keeps its replicas."""
+    own = {
+        p["status"].get("podIP") for r in (rollout.stable, rollout.canary) for p in rollout.pods(r)
+    }
+    chosen = _dialled(guarded, rollout)
+    assert chosen <= own, f"the runner chose {sorted(chosen - own)}, no pod of either revision"
+    check = rollout.get("pcheck", rollout.check)
+    assert (check.get("status") or {}).get("phase") != "Passed"
     status = rollout.idep.status()
     assert status["stableRevision"] == rollout.stable
     assert rollout.idep.revisions()[rollout.stable] == 2
@@ -320,8 +336,23 @@ def test_an_endpointslice_for_the_canary_service_is_refused_or_ignored(
         user(TENANT),
     )  # fmt: skip
     service = f"qwen-{rollout.canary}"
-    [stable_pod, *_] = rollout.pods(rollout.stable)
-    address = wait_for(lambda: stable_pod["status"].get("podIP"), 5, "the stable pod's address")
+    # The tenant's own copy of the stable, wearing nothing of infergate's: theirs to run.
+    stable_template = rollout.deployment(rollout.stable)["spec"]["template"]
+    copy_of_stable = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "copy-of-stable", "labels": {"app": "mine"}},
+        "spec": copy.deepcopy(stable_template["spec"]),
+    }
+    made = _as_tenant(guarded, tenant, "create", copy_of_stable)
+    assert made.allowed, made.stderr
+
+    def running() -> dict[str, Any] | None:
+        pod = rollout.get("pod", "copy-of-stable")
+        return pod if pod["status"].get("podIP") else None
+
+    stable_pod = wait_for(running, 60, "the tenant's copy of the stable to get an address")
+    address = stable_pod["status"]["podIP"]
     ports = rollout.get("service", service)["spec"]["ports"]
 
     def forged(name: str, manager: str) -> dict[str, Any]:
@@ -335,7 +366,8 @@ def test_an_endpointslice_for_the_canary_service_is_refused_or_ignored(
                     "endpointslice.kubernetes.io/managed-by": manager,
                 },
             },
-            "addressType": "IPv4",
+            # The local executor's form (loopback pod addresses are refused in IPv4 slices).
+            "addressType": "FQDN",
             "endpoints": [
                 {
                     "addresses": [address],
@@ -507,11 +539,12 @@ def test_configmaps_and_services_wearing_infergate_metadata_are_the_operators(
         "-p", json.dumps({"spec": {"selector": stable_selector}}),
     )  # fmt: skip
     _refused(pointed, "the canary's Service pointed at the stable's pods")
-    rewritten = guarded.as_user(
-        TENANT, "patch", "configmap", canary, "-n", tenant, "--type=merge",
-        "-p", json.dumps({"data": dict.fromkeys(pinned.get("data") or {}, "")}),
+    # Its data is immutable (`immutable: true`); its labels, which say whose it is, are not.
+    relabelled = guarded.as_user(
+        TENANT, "label", "configmap", canary, "-n", tenant, "--overwrite",
+        f"infergate.io/revision={rollout.stable}",
     )  # fmt: skip
-    _refused(rewritten, "the canary's ConfigMap rewritten")
+    _refused(relabelled, "the canary's ConfigMap relabelled as the stable's")
 
     plain = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "mine"}, "data": {}}
     made = _as_tenant(guarded, tenant, "create", plain)
