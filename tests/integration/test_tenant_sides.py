@@ -335,6 +335,16 @@ def test_an_endpointslice_for_the_canary_service_is_refused_or_ignored(
           "verbs": ["get", "list", "create", "update", "patch"]}],
         user(TENANT),
     )  # fmt: skip
+    wait_for(
+        lambda: (
+            guarded.as_user(
+                TENANT, "auth", "can-i", "create", "endpointslices.discovery.k8s.io", "-n", tenant
+            ).stdout.strip()
+            == "yes"
+        ),
+        60,
+        "the tenant's EndpointSlice rights",
+    )
     service = f"qwen-{rollout.canary}"
     # The tenant's own copy of the stable, wearing nothing of infergate's: theirs to run.
     stable_template = rollout.deployment(rollout.stable)["spec"]["template"]
