@@ -74,8 +74,9 @@ class AdmissionSession:
     def as_operator(self, *args: str, input: str | None = None) -> Result:  # noqa: A002
         return self.as_user(self.operator, *args, input=input)
 
-    def as_service_account(self, namespace: str, account: str, *args: str) -> Result:
-        """A request with a real token of the ServiceAccount (its uid set by the server)."""
+    def token_kubeconfig(self, namespace: str, account: str) -> Path:
+        """A kubeconfig holding a real token of the ServiceAccount (its uid set by the
+        server): what a pod running as that account would present."""
         token = self.cluster.kubectl(
             "create", "token", account, "-n", namespace, "--duration=10m"
         ).stdout.strip()
@@ -94,6 +95,11 @@ class AdmissionSession:
                 }
             )
         )
+        return path
+
+    def as_service_account(self, namespace: str, account: str, *args: str) -> Result:
+        """A request with a real token of the ServiceAccount (its uid set by the server)."""
+        path = self.token_kubeconfig(namespace, account)
         done = subprocess.run(
             [str(self.cluster.kubectl_path), f"--kubeconfig={path}", *args],
             capture_output=True,

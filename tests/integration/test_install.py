@@ -31,6 +31,7 @@ from tests.harness import (
     release_namespace,
     wait_for,
 )
+from tests.integration.admission_support import SESSION_LABEL, session_policies
 from tests.unit.packaging.kustomize import tenant_role
 from tests.unit.packaging.rbac_usage import (
     Permission,
@@ -162,29 +163,25 @@ class Install:
         return ready[0] if ready else None
 
 
-# Names the operator of infergate-system as the only writer of InferenceDeployment status
-# (a cluster-wide rule): an install under a session namespace would be refused by it, as
-# an install under another namespace is until its policies name that namespace (the
-# chart does so). Its test is in test_admission_policies.py.
-_SESSION_EXCLUDED_POLICIES = frozenset({"infergate-inferencedeployment-status"})
-
-
 def _for_session(documents: list[JSON], session: str) -> list[JSON]:
-    """The install with session names; the rules and the Deployment otherwise as built."""
-    documents = [
-        d
-        for d in documents
-        if not (
-            d["kind"].startswith("ValidatingAdmissionPolicy")
-            and d["metadata"]["name"] in _SESSION_EXCLUDED_POLICIES
-        )
-    ]
-    return install_for_session(
-        documents,
+    """The install with session names; the rules and the Deployment otherwise as built.
+
+    The admission policies name infergate-system's operator (as the only writer of
+    InferenceDeployment status and of what wears infergate.io metadata) and are
+    cluster-wide: the session's copies name the session's operator instead, and those that
+    judge everyone's requests are bound to the session's labelled namespaces only
+    (tests/integration/admission_support.py), so they neither refuse this operator nor
+    reach other tests' namespaces.
+    """
+    policies = [d for d in documents if "AdmissionPolicy" in d["kind"]]
+    rest = [d for d in documents if "AdmissionPolicy" not in d["kind"]]
+    installed = install_for_session(
+        rest,
         namespace=f"infergate-inst-{session}",
         cluster_role=lambda name: f"{name}-{session}",
         operator_args=[f"--namespace=inst-{session}-*"],
     )
+    return installed + session_policies(policies, session, f"infergate-inst-{session}")
 
 
 def _apply(cluster: Cluster, documents: list[JSON]) -> None:
@@ -238,6 +235,7 @@ def test_the_installed_operator_rolls_out_a_deployment(install: Install) -> None
     wait_for(install.operator_pod, 180, "the installed operator pod to be Ready")
     namespace = f"inst-{install.session}-rollout"
     cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, f"{SESSION_LABEL}={install.session}")
     cluster.apply(_inference_deployment(), namespace)
 
     seen: list[JSON] = [{}]

@@ -44,6 +44,11 @@ class RevisionRecord(KubeModel):
     """uid of the ParityCheck the operator created for this attempt: only that object's verdict
     counts, so a check of the same name made by anyone else is never taken for it.
     """
+    deployment_uid: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
+    """uid of the revision's Deployment, recorded by the operator: the parity runner calls only
+    pods a ReplicaSet of that very Deployment made, never a pod that merely wears the
+    revision's labels.
+    """
     parity_check_digest: str | None = Field(default=None, max_length=64)
     """sha256 of the spec the operator created that ParityCheck with: a verdict of any other
     spec never counts, whatever the check's annotations say."""

@@ -107,6 +107,7 @@ def _snapshot(key: OwnerKey, uid: str, indexes: Mapping[str, Any]) -> Observed:
         [*values("owned_config_maps"), *values("owned_services")],
         values("owned_checks"),
         values("owned_pods"),
+        owner_name=key.name,
         extras=[
             *values("owned_routes"),
             *values("owned_mirror_deployments"),

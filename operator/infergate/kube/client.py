@@ -80,6 +80,7 @@ class Resource:
 
 
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment")
+REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet")
 SERVICES = Resource("", "v1", "services", "Service")
 CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap")
 PODS = Resource("", "v1", "pods", "Pod")

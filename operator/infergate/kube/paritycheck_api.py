@@ -17,6 +17,8 @@ from infergate.kube.client import (
     ENDPOINT_SLICES,
     INFERENCE_DEPLOYMENTS,
     PARITY_CHECKS,
+    PODS,
+    REPLICA_SETS,
     SERVICES,
     KubeClient,
     Resource,
@@ -81,6 +83,12 @@ class CheckClient:
         return self.kube.list(
             ENDPOINT_SLICES, self.namespace, selector=f"{SERVICE_NAME_LABEL}={service}"
         )
+
+    def pod(self, name: str) -> JSON | None:
+        return self._optional(PODS, name)
+
+    def replica_set(self, name: str) -> JSON | None:
+        return self._optional(REPLICA_SETS, name)
 
     # -- the report ---------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ Shared by every room:
                   derived from conditions
     notices       Events and metric counts a decision hands back
     metadata      index keys and timestamps read from any object
-    ownership     whether an object was made by the controller it should have been
+    ownership     whether an object was made by the controller it should have been (a
+                  revision's pod: by its recorded Deployment, through a ReplicaSet)
     freshness     whether a watched copy is current enough to decide from
     leadership    the operator's leader election over a Lease
 """

@@ -73,3 +73,55 @@ def not_controlled_by(obj: JSONMap, expected: Controller, *, kind: str | None = 
     if ref is not None and (ref.get("kind"), ref.get("name")) == (expected.kind, expected.name):
         return f"{found}, another object of that name"
     return found
+
+
+POD_TEMPLATE_HASH = "pod-template-hash"
+"""The label the Deployment controller puts on a ReplicaSet and its pod template, and the
+ReplicaSet controller on every pod it creates from that template."""
+
+
+def revision_deployment(name: str, uid: str) -> Controller:
+    """A revision's Deployment, named as the operator names it, with the uid it recorded."""
+    return Controller("Deployment", name, uid)
+
+
+def replica_set_of(pod: JSONMap) -> str | None:
+    """The name of the ReplicaSet a pod says controls it (None: no ReplicaSet does)."""
+    ref = controller_reference(pod)
+    if ref is None or ref.get("kind") != "ReplicaSet" or not ref.get("name"):
+        return None
+    return str(ref["name"])
+
+
+def pod_not_made_by(pod: JSONMap, replica_set: JSONMap, deployment: Controller) -> str | None:
+    """None when `deployment` made `pod` through `replica_set`; otherwise why not, naming
+    the pod.
+
+    Three links, each checked: the pod's controller is that ReplicaSet (kind, name, uid);
+    the ReplicaSet's controller is `deployment`, whose uid the operator recorded when it
+    created it; and the pod carries the ReplicaSet's selector and template hash, as the
+    ReplicaSet controller stamps every pod it creates. Owner references and labels can be
+    copied onto any pod by anyone who may create pods: that the pods carrying these are
+    the ReplicaSet controller's own is what admission guarantees
+    (manifests/admission/managed-objects.yaml); what is checked here is that a pod is the
+    revision's, not merely one that wears its labels.
+    """
+    meta = replica_set.get("metadata") or {}
+    owner = Controller("ReplicaSet", str(meta.get("name")), str(meta.get("uid")))
+    refused = not_controlled_by(pod, owner, kind="Pod")
+    if refused is not None:
+        return refused
+    refused = not_controlled_by(replica_set, deployment, kind="ReplicaSet")
+    if refused is not None:
+        return f"{describe_object(pod, 'Pod')} belongs to a ReplicaSet not made for it: {refused}"
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    selector = ((replica_set.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    template_hash = (meta.get("labels") or {}).get(POD_TEMPLATE_HASH)
+    wanted = {**selector, POD_TEMPLATE_HASH: template_hash}
+    missing = sorted(k for k, v in wanted.items() if not v or labels.get(k) != v)
+    if missing:
+        return (
+            f"{describe_object(pod, 'Pod')} names {owner.describe()} as its controller but "
+            f"does not carry its labels ({', '.join(missing)}), as every pod it creates does"
+        )
+    return None

@@ -305,6 +305,10 @@ def runner_rbac(
         _rule(GROUP, INFERENCE_DEPLOYMENTS_PLURAL, ["list"]) if list_deployments else None,
         _rule("", "services", ["get"], services),
         _rule("discovery.k8s.io", "endpointslices", ["list"]),
+        # An endpoint is called only when its pod, and the ReplicaSet that made it, are
+        # the side's own (runner.side_pods); their names are known only once published.
+        _rule("", "pods", ["get"]),
+        _rule("apps", "replicasets", ["get"]),
         _rule("", "configmaps", ["get"], [*config_maps, report]),
         _rule("", "configmaps", ["patch"], [report]),
     ]

@@ -14,7 +14,12 @@ Only slices made by whoever publishes endpoints for the cluster are read
 to a revision's Service that points at any pod, say one serving the stable model under
 the canary's name. Each of those two publishers rewrites or deletes every slice that
 carries its label and that it did not want, so a forgery that copies the label lives
-until its next sync at most.
+until its next sync at most (and admission refuses it outright:
+manifests/admission/managed-objects.yaml).
+
+A trusted slice still lists every pod the Service selects, and labels are anyone's to
+set: which of its endpoints the runner may call is decided from the pod each one names
+(`targetRef`, whose address it must be: `not_the_pods_address`) in `runner.side_pods`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class ResolvedEndpoint:
     port: int
     address_type: str
     pod: str | None
+    pod_uid: str | None = None
+    """The uid its slice's targetRef names (None: it names no pod)."""
 
     @property
     def url(self) -> str:
@@ -128,10 +135,37 @@ def ready_endpoints(
             if not addresses:
                 continue
             target = endpoint.get("targetRef") or {}
-            pod = target.get("name") if target.get("kind") == "Pod" else None
+            is_pod = target.get("kind") == "Pod"
+            pod = target.get("name") if is_pod else None
+            pod_uid = str(target.get("uid") or "") if is_pod else ""
             address = str(addresses[0])
-            found[(address, number)] = ResolvedEndpoint(address, number, address_type, pod)
+            found[(address, number)] = ResolvedEndpoint(
+                address, number, address_type, pod, pod_uid or None
+            )
     return [found[key] for key in sorted(found)]
+
+
+def not_the_pods_address(endpoint: ResolvedEndpoint, pod: JSONMap) -> str | None:
+    """None when `endpoint` is an address of `pod`, the very pod its targetRef names (name
+    and uid); otherwise why not. A trusted publisher writes only such endpoints, so an
+    address that is not its pod's says the slice was forged."""
+    meta = pod.get("metadata") or {}
+    if (meta.get("name"), str(meta.get("uid") or "")) != (endpoint.pod, endpoint.pod_uid or ""):
+        return (
+            f"endpoint {endpoint.address} names Pod {endpoint.pod} (uid {endpoint.pod_uid}), "
+            f"not Pod {meta.get('name')} (uid {meta.get('uid')})"
+        )
+    status = pod.get("status") or {}
+    ips = {str(ip.get("ip")) for ip in status.get("podIPs") or []}
+    if status.get("podIP"):
+        ips.add(str(status["podIP"]))
+    if endpoint.address not in ips:
+        shown = ", ".join(sorted(ips)) or "none yet"
+        return (
+            f"endpoint {endpoint.address} is not an address of {describe_object(pod, 'Pod')} "
+            f"that its slice names (its IPs: {shown})"
+        )
+    return None
 
 
 def ignored_note(ignored: list[str]) -> str:
@@ -146,18 +180,23 @@ def first_ready_url(service: JSONMap, slices: Iterable[JSONMap], port: str | int
     endpoints = ready_endpoints(service, materialised, port)
     if endpoints:
         return endpoints[0].url
-    if ignored and not materialised:
+    raise EndpointResolutionError(none_ready(service, materialised, ignored))
+
+
+def none_ready(service: JSONMap, trusted: list[JSONMap], ignored: list[str]) -> str:
+    """Why a Service's `trusted` slices hold no ready endpoint, naming the Service."""
+    if ignored and not trusted:
         why = (
             f"{len(ignored)} EndpointSlices, none trusted, all ignored ({ignored[0]}); "
             "waiting for the cluster to publish the Service's own"
         )
-    elif not materialised:
+    elif not trusted:
         why = "no EndpointSlices (no pod selected yet, or none has an IP)"
     else:
-        total = sum(len(s.get("endpoints") or []) for s in materialised)
-        why = f"{total} endpoints in {len(materialised)} EndpointSlices, none ready"
+        total = sum(len(s.get("endpoints") or []) for s in trusted)
+        why = f"{total} endpoints in {len(trusted)} EndpointSlices, none ready"
         why += ignored_note(ignored)
-    raise EndpointResolutionError(f"Service {_name(service)} has no ready endpoint: {why}")
+    return f"Service {_name(service)} has no ready endpoint: {why}"
 
 
 def _slice_port(endpoint_slice: JSONMap, wanted: str) -> int | None:

@@ -15,9 +15,13 @@ A side is a revision of an InferenceDeployment or an explicit endpoint:
 
 Nothing read by name is believed for its name alone: a revision's ConfigMap and Service
 must be controlled by the InferenceDeployment (its uid, as read here), a probe Service
-by the check itself (`plan.ownership`), and only EndpointSlices the cluster published
-for the Service are read (`runner.endpoints.trusted_slices`). An object someone else
-made is refused, for good (`SideObjectNotOurs`): waiting would not change who made it.
+by the check itself (`plan.ownership`), only EndpointSlices the cluster published for
+the Service are read (`runner.endpoints.trusted_slices`), and of those only addresses of
+pods the side's own workload made are called (`runner.side_pods`): a revision's
+Deployment, the one whose uid the operator recorded in the InferenceDeployment's status
+(`status.revisions[].deploymentUid`), or the check's own probe pod. An object someone
+else made is refused, for good (`SideObjectNotOurs`): waiting would not change who made
+it.
 
 Reads go through `ClusterReads` (implemented in `infergate.kube`), engine questions
 through `EngineInfo`, so this module is tested without a cluster or a server.
@@ -44,7 +48,7 @@ from infergate.plan.check.sides import (
     parse_revision_config,
 )
 from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC
-from infergate.plan.ownership import Controller, not_controlled_by
+from infergate.plan.ownership import Controller, not_controlled_by, revision_deployment
 from infergate.render.check_names import SideName, probe_name
 from infergate.render.labels import revision_object_name
 from infergate.render.layer_stand_in import (
@@ -52,7 +56,14 @@ from infergate.render.layer_stand_in import (
     LAYERS_PORT_NAME,
     STAND_IN_RUNS,
 )
-from infergate.runner.endpoints import EndpointResolutionError, first_ready_url
+from infergate.runner.endpoints import EndpointResolutionError
+from infergate.runner.side_pods import (
+    ForgedEndpointError,
+    PodMaker,
+    ProbePod,
+    RevisionPods,
+    own_pod_url,
+)
 
 UNKNOWN = "unknown"
 
@@ -92,6 +103,10 @@ class ClusterReads(Protocol):
     def service(self, name: str) -> JSON | None: ...
 
     def endpoint_slices(self, service: str) -> list[JSON]: ...
+
+    def pod(self, name: str) -> JSON | None: ...
+
+    def replica_set(self, name: str) -> JSON | None: ...
 
 
 @dataclass(frozen=True)
@@ -168,17 +183,37 @@ def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str 
     return revision
 
 
+def recorded_deployment_uid(deployment: Mapping[str, Any], revision: str) -> str | None:
+    """The uid of the revision's Deployment as the operator recorded it when it created it
+    (`status.revisions[].deploymentUid`); None while it has not."""
+    for record in (deployment.get("status") or {}).get("revisions") or []:
+        if record.get("hash") == revision and record.get("deploymentUid"):
+            return str(record["deploymentUid"])
+    return None
+
+
 def service_url(
-    reads: ClusterReads, service_name: str, what: str, *, owner: Controller, port: str = "http"
+    reads: ClusterReads,
+    service_name: str,
+    what: str,
+    *,
+    owner: Controller,
+    pods: PodMaker,
+    port: str = "http",
 ) -> str:
-    """The first ready endpoint of a Service on `port`; transient errors while pods start.
-    A Service `owner` does not control is refused, for good."""
+    """The first ready endpoint of a Service on `port` whose pod `pods` made; transient
+    errors while pods start. A Service `owner` does not control, or an endpoint of a pod
+    someone else made, is refused, for good."""
     service = reads.service(service_name)
     if service is None:
         raise SideResolutionError(f"{what}: Service {service_name} does not exist", transient=True)
     refuse_unless_controlled(service, owner, what)
     try:
-        return first_ready_url(service, reads.endpoint_slices(service_name), port)
+        return own_pod_url(reads, service, reads.endpoint_slices(service_name), pods, port)
+    except ForgedEndpointError as err:
+        raise SideResolutionError(
+            f"{what}: {err}", transient=False, reason=reasons.CHECK_SIDE_OBJECT_NOT_OURS
+        ) from err
     except EndpointResolutionError as err:
         raise SideResolutionError(f"{what}: {err}", transient=True) from err
 
@@ -214,6 +249,14 @@ def resolve_side(
         )
     owner = Controller(INFERENCE_DEPLOYMENT_KIND, ref.name, deployment_uid)
     probe_owner = Controller(PARITY_CHECK_KIND, check, check_uid)
+    made_by = recorded_deployment_uid(deployment or {}, revision)
+    if made_by is None:
+        raise SideResolutionError(
+            f"{what}: the operator has not recorded the uid of Deployment {object_name} in "
+            f"InferenceDeployment {ref.name}'s status.revisions yet; only pods of that "
+            "Deployment are called",
+            transient=True,
+        )
     config_map = reads.config_map(object_name)
     if config_map is None:
         raise SideResolutionError(
@@ -226,7 +269,8 @@ def resolve_side(
         pinned = parse_revision_config(object_name, config_map.get("data"))
     except RevisionConfigError as err:
         raise SideResolutionError(str(err), transient=False) from err
-    url = service_url(reads, object_name, what, owner=owner)
+    pods = RevisionPods(revision_deployment(object_name, made_by))
+    url = service_url(reads, object_name, what, owner=owner, pods=pods)
     described = info.describe(url)
     effective = described.effective_config or _pinned_effective(pinned)
     probe_url: str | None = None
@@ -236,7 +280,10 @@ def resolve_side(
         # vLLM: the fingerprint server in the probe reads the files it loaded; the ids
         # its own tokenizer gives come from the serving engine itself.
         probe = probe_name(check, side_name)
-        served = service_url(reads, probe, f"{what} probe", owner=probe_owner, port="fingerprints")
+        served = service_url(
+            reads, probe, f"{what} probe", owner=probe_owner,
+            pods=ProbePod(probe, probe_owner), port="fingerprints",
+        )  # fmt: skip
         fingerprints = {
             **info.fingerprints(served),
             "tokenizer.probe_ids": info.probe_ids(url, pinned.served_model_name),
@@ -250,8 +297,9 @@ def resolve_side(
         if described.serves_probe:
             probe_url, probe_kind = url, "adapter"
         elif needs_probe(pinned.engine):
+            probe = probe_name(check, side_name)
             probe_url = service_url(
-                reads, probe_name(check, side_name), f"{what} probe", owner=probe_owner
+                reads, probe, f"{what} probe", owner=probe_owner, pods=ProbePod(probe, probe_owner)
             )
             probe_kind = "vllm-pooling"
         else:
@@ -311,8 +359,9 @@ def _layer_probe(
         return None, f"its probe {probe} runs no transformers stand-in: {why}"
     try:
         url = service_url(
-            reads, probe, f"{what} layer stand-in", owner=owner, port=LAYERS_PORT_NAME
-        )
+            reads, probe, f"{what} layer stand-in", owner=owner,
+            pods=ProbePod(probe, owner), port=LAYERS_PORT_NAME,
+        )  # fmt: skip
     except SideResolutionError as err:
         if err.reason == reasons.CHECK_SIDE_OBJECT_NOT_OURS:
             raise

@@ -14,9 +14,22 @@ from infergate.api.access import (
     ALLOWED_HOST_PATHS_ANNOTATION,
     ENGINE_SERVICE_ACCOUNTS_ANNOTATION,
 )
+from infergate.api.base import GROUP
 from infergate.plan.deployment.control import CONTROL_ANNOTATIONS, REQUESTED_BY
 from infergate.render.accelerators import PRESETS
-from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE, runner_account_name
+from infergate.render.check_names import (
+    DEFAULT_RUNNER_NAMESPACE,
+    report_name,
+    runner_account_name,
+    runner_name,
+)
+from infergate.render.labels import LABEL_REVISION
+from infergate.runner.endpoints import (
+    ENDPOINTSLICE_CONTROLLER,
+    LOCAL_EXECUTOR,
+    MANAGED_BY_LABEL,
+    TRUSTED_MANAGERS,
+)
 from tests.unit.packaging.kustomize import (
     MANIFESTS,
     build,
@@ -66,12 +79,25 @@ def test_every_policy_is_bound_to_deny_and_fails_closed() -> None:
             assert binding["spec"]["validationActions"] == ["Deny"]
 
 
+# kube-controller-manager's controllers, as it runs with --use-service-account-credentials.
+CONTROLLERS = {
+    f"system:serviceaccount:kube-system:{name}"
+    for name in (
+        "replicaset-controller",
+        "job-controller",
+        "deployment-controller",
+        "generic-garbage-collector",
+        "endpointslice-controller",
+    )
+}
+
+
 def test_the_operator_named_in_the_policies_is_the_installed_one() -> None:
     namespace, account = operator_service_account(build(MANIFESTS / "operator"))
     username = f"system:serviceaccount:{namespace}:{account}"
     for document in _policies():
         names = set(re.findall(r"system:serviceaccount:[-a-z0-9]+:[-a-z0-9]+", _text(document)))
-        assert names <= {username}, document["metadata"]["name"]
+        assert names <= {username, *CONTROLLERS}, document["metadata"]["name"]
     protected = _text(_by_name("ValidatingAdmissionPolicy", "infergate-operator-namespaces"))
     assert f"'{namespace}'" in protected
 
@@ -208,6 +234,96 @@ def test_namespaced_overlay_lets_the_operator_keep_runners_in_its_own_namespace(
     for rule in role["rules"]:
         assert "*" not in rule["verbs"]
         assert "*" not in rule["resources"]
+
+
+def _variable(policy: dict[str, Any], name: str) -> str:
+    return str(next(v for v in policy["spec"]["variables"] if v["name"] == name)["expression"])
+
+
+def _users(text: str) -> set[str]:
+    return set(re.findall(r"'(system:[-a-z0-9:]+)'", text))
+
+
+def _matched(policy: dict[str, Any]) -> dict[str, set[str]]:
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    found: dict[str, set[str]] = {}
+    for rule in rules:
+        for resource in rule["resources"]:
+            found[resource] = set(rule["operations"])
+    return found
+
+
+def test_only_the_workload_controllers_write_pods_wearing_infergate_metadata() -> None:
+    """A pod copying the canary's labels, or an owner reference to its ReplicaSet (which
+    the runner cannot tell from the real one once labels and hash are copied too), is
+    refused unless the ReplicaSet or Job controller, or the operator, creates it."""
+    policy = _by_name("ValidatingAdmissionPolicy", "infergate-managed-pods")
+    assert _matched(policy) == {"pods": {"CREATE", "UPDATE"}}
+    [condition] = policy["spec"]["matchConditions"]
+    # Both the object and what it was (a label removed is a label worn).
+    assert "[object, oldObject]" in condition["expression"]
+    assert f"'{GROUP}/'" in condition["expression"]
+    assert LABEL_REVISION.startswith(f"{GROUP}/")
+    assert "ownerReferences" in condition["expression"]
+    namespace, account = operator_service_account(build(MANIFESTS / "operator"))
+    assert _users(_variable(policy, "creators")) == {
+        "system:serviceaccount:kube-system:replicaset-controller",
+        "system:serviceaccount:kube-system:job-controller",
+        "system:kube-controller-manager",
+        f"system:serviceaccount:{namespace}:{account}",
+    }
+    # Updates only: owner references removed, adoption, the local executor's kubelet role.
+    assert _users(_variable(policy, "updaters")) == {
+        "system:serviceaccount:kube-system:deployment-controller",
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        _LOCAL_NODES,
+    }
+    [rule] = policy["spec"]["validations"]
+    assert "request.operation == 'UPDATE'" in rule["expression"]
+
+
+def test_only_the_operator_writes_objects_wearing_infergate_metadata() -> None:
+    policy = _by_name("ValidatingAdmissionPolicy", "infergate-managed-objects")
+    matched = _matched(policy)
+    for resource in (
+        "configmaps", "services", "deployments", "replicasets", "statefulsets",
+        "daemonsets", "jobs", "cronjobs",
+    ):  # fmt: skip
+        assert matched[resource] == {"CREATE", "UPDATE"}, resource
+    # A workload's pod template counts: its pods would wear the labels.
+    assert "spec.template.metadata.labels" in _variable(policy, "templateLabels")
+    assert "spec.jobTemplate.spec.template.metadata.labels" in _variable(policy, "templateLabels")
+    namespace, account = operator_service_account(build(MANIFESTS / "operator"))
+    assert _variable(policy, "operator").endswith(f"'system:serviceaccount:{namespace}:{account}'")
+    # A check's runner fills only its report ConfigMap.
+    assert report_name("c").endswith("-report")
+    assert runner_name("c").endswith("-runner")
+    assert "'-report'" in _variable(policy, "report")
+    assert "'-runner'" in _variable(policy, "report")
+
+
+def test_the_publishers_policy_names_the_labels_the_runner_trusts() -> None:
+    policy = _by_name("ValidatingAdmissionPolicy", "infergate-endpoint-publishers")
+    assert _matched(policy) == {"endpointslices": {"CREATE", "UPDATE"}}
+    assert MANAGED_BY_LABEL in _variable(policy, "managers")
+    validations = [v["expression"] for v in policy["spec"]["validations"]]
+    named = {m for text in validations for m in re.findall(r"'([-a-z.]+\.(?:io|k8s\.io))'", text)}
+    assert named == set(TRUSTED_MANAGERS)
+    assert any(
+        ENDPOINTSLICE_CONTROLLER in v and "kube-system:endpointslice-controller" in v
+        for v in validations
+    )
+    assert any(LOCAL_EXECUTOR in v and _LOCAL_NODES in v for v in validations)
+
+
+# The local cluster's executor publishes its slices as this user (dev/infergate_dev pki).
+_LOCAL_NODES = "system:infergate-local-nodes"
+
+
+def test_the_local_executor_is_the_user_the_policies_name() -> None:
+    from infergate_dev.localcluster.pki import CLIENTS
+
+    assert ("nodes", _LOCAL_NODES, "system:masters") in CLIENTS
 
 
 def test_only_the_operator_writes_an_inference_deployments_status() -> None:

@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from infergate.plan.ownership import Controller, not_controlled_by
+from infergate.plan.ownership import (
+    Controller,
+    not_controlled_by,
+    pod_not_made_by,
+    replica_set_of,
+    revision_deployment,
+)
 
 WEB = Controller("InferenceDeployment", "web", "uid-web")
 
@@ -81,3 +87,96 @@ def test_a_list_item_is_named_by_the_kind_given() -> None:
     message = not_controlled_by(item, Controller("Service", "web", "u"), kind="EndpointSlice")
     assert message is not None
     assert message.startswith("EndpointSlice llm/web-abc is not controlled by Service web (uid u)")
+
+
+# -- a revision's pod: made by its recorded Deployment, through one of its ReplicaSets ----
+
+DEPLOYMENT = revision_deployment("web-0123456789", "uid-deploy")
+_HASH = {"pod-template-hash": "7f9c"}
+_SELECTOR = {"infergate.io/revision": "0123456789"}
+
+
+def _replica_set(**meta: Any) -> dict[str, Any]:
+    base = {
+        "name": "web-0123456789-7f9c",
+        "namespace": "llm",
+        "uid": "uid-rs",
+        "labels": {**_SELECTOR, **_HASH},
+        "ownerReferences": [
+            _ref("Deployment", "web-0123456789", "uid-deploy", controller=True),
+        ],
+    }
+    return {"metadata": {**base, **meta}, "spec": {"selector": {"matchLabels": _SELECTOR}}}
+
+
+def _pod(*refs: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "web-0123456789-7f9c-abcde",
+            "namespace": "llm",
+            "labels": {**_SELECTOR, **_HASH} if labels is None else labels,
+            "ownerReferences": list(refs),
+        }
+    }
+
+
+_RS_REF = _ref("ReplicaSet", "web-0123456789-7f9c", "uid-rs", controller=True)
+
+
+def test_a_pod_its_deployments_replicaset_made_is_accepted() -> None:
+    assert replica_set_of(_pod(_RS_REF)) == "web-0123456789-7f9c"
+    assert pod_not_made_by(_pod(_RS_REF), _replica_set(), DEPLOYMENT) is None
+
+
+@pytest.mark.parametrize(
+    ("pod", "replica_set", "said"),
+    [
+        # Labels alone: no controller.
+        (_pod(), _replica_set(), "it has no controller"),
+        # A copied reference naming the ReplicaSet but another uid (an earlier one).
+        (
+            _pod({**_RS_REF, "uid": "uid-rs-old"}),
+            _replica_set(),
+            "(uid uid-rs-old), another object of that name",
+        ),
+        # The real ReplicaSet's reference copied, but not the labels it stamps.
+        (
+            _pod(_RS_REF, labels=_SELECTOR),
+            _replica_set(),
+            "does not carry its labels (pod-template-hash)",
+        ),
+        (
+            _pod(_RS_REF, labels={**_HASH}),
+            _replica_set(),
+            "does not carry its labels (infergate.io/revision)",
+        ),
+        # A ReplicaSet that claims the revision's Deployment by name, with another uid.
+        (
+            _pod(_RS_REF),
+            _replica_set(
+                ownerReferences=[_ref("Deployment", "web-0123456789", "uid-x", controller=True)]
+            ),
+            "ReplicaSet llm/web-0123456789-7f9c is not controlled by Deployment web-0123456789",
+        ),
+        # A ReplicaSet claiming the InferenceDeployment itself (its uid copied).
+        (
+            _pod(_RS_REF),
+            _replica_set(ownerReferences=[_ref(controller=True)]),
+            "its controller is InferenceDeployment web (uid uid-web)",
+        ),
+        # A ReplicaSet without a template hash makes no pod of the Deployment.
+        (_pod(_RS_REF), _replica_set(labels=_SELECTOR), "pod-template-hash"),
+    ],
+)
+def test_a_pod_outside_the_recorded_chain_is_refused(
+    pod: dict[str, Any], replica_set: dict[str, Any], said: str
+) -> None:
+    message = pod_not_made_by(pod, replica_set, DEPLOYMENT)
+    assert message is not None
+    assert "Pod llm/web-0123456789-7f9c-abcde" in message
+    assert said in message
+
+
+def test_a_pod_not_made_by_a_replicaset_names_none() -> None:
+    assert replica_set_of(_pod()) is None
+    assert replica_set_of(_pod(_ref(controller=True))) is None

@@ -62,6 +62,18 @@ def controller_ref(kind: str, name: str) -> dict[str, Any]:
     }
 
 
+def workload_ref(kind: str, name: str) -> dict[str, Any]:
+    """A controlling owner reference as Kubernetes' own controllers write it (apps/v1)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "name": name,
+        "uid": f"uid-{kind.lower()}-{name}",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 def deployment_owner(name: str) -> dict[str, Any]:
     """The InferenceDeployment `name` as controller of its revision objects."""
     return controller_ref("InferenceDeployment", name)
@@ -87,6 +99,10 @@ class FakeApi:
         self.config_maps: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
         self.slices: dict[str, list[dict[str, Any]]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.replica_sets: dict[str, dict[str, Any]] = {}
+        self.recorded: dict[tuple[str, str], str] = {}
+        """(InferenceDeployment, revision) -> the Deployment uid the operator recorded."""
         self.status_writes: list[dict[str, Any]] = []
         self.list_refusal: Exception | None = None
         """Raised by `inference_deployments` (e.g. a 403 when the Role lacks `list`)."""
@@ -168,7 +184,25 @@ class FakeApi:
         }
 
     def inference_deployment(self, name: str) -> dict[str, Any] | None:
-        return self.deployments.get(name)
+        """The InferenceDeployment, its status listing the Deployment uid the operator
+        recorded for each revision made with `add_revision`."""
+        found = self.deployments.get(name)
+        if found is None:
+            return None
+        found = copy.deepcopy(found)
+        status = found.setdefault("status", {})
+        # Revisions a test lists are the ones remembered; none listed: every one made.
+        forgets = "revisions" in status
+        records = status.setdefault("revisions", [])
+        listed = {r.get("hash"): r for r in records}
+        for (owner, revision), uid in self.recorded.items():
+            if owner != name:
+                continue
+            if revision in listed:
+                listed[revision].setdefault("deploymentUid", uid)
+            elif not forgets:
+                records.append({"hash": revision, "deploymentUid": uid})
+        return found
 
     def inference_deployments(self) -> list[dict[str, Any]]:
         self.deployment_lists += 1
@@ -188,6 +222,12 @@ class FakeApi:
     def endpoint_slices(self, service: str) -> list[dict[str, Any]]:
         return self.slices.get(service, [])
 
+    def pod(self, name: str) -> dict[str, Any] | None:
+        return self.pods.get(name)
+
+    def replica_set(self, name: str) -> dict[str, Any] | None:
+        return self.replica_sets.get(name)
+
     # -- builders ----------------------------------------------------------------------
 
     def add_deployment(self, name: str, status: Mapping[str, Any] | None = None) -> None:
@@ -197,8 +237,53 @@ class FakeApi:
         }
 
     def add_probe(self, check: str, side: SideName, ip: str | None) -> None:
-        """The probe Service of one side of `check`, as its controller makes it."""
-        self.add_service(probe_name(check, side), ip, owner=check_owner(check))
+        """The probe Service of one side of `check` and its pod, as its controller makes
+        them."""
+        name = probe_name(check, side)
+        pod = self.add_pod(name, ip, owner=check_owner(check), labels={"probe": name})
+        self.add_service(name, ip, owner=check_owner(check), pod=pod)
+
+    def add_pod(
+        self, name: str, ip: str | None, *, owner: Mapping[str, Any], labels: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """A pod controlled by `owner`, running at `ip`."""
+        pod = {
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "uid": f"uid-pod-{name}",
+                "labels": dict(labels),
+                "ownerReferences": [dict(owner)],
+            },
+            "status": {"podIP": ip, "podIPs": [{"ip": ip}]} if ip else {},
+        }
+        self.pods[name] = pod
+        return pod
+
+    def add_revision_pod(self, name: str, revision: str, ip: str | None) -> dict[str, Any]:
+        """The revision's Deployment `name` (its uid recorded by the operator), its
+        ReplicaSet and one pod of it at `ip`, as the cluster's controllers make them."""
+        template_hash = "5d8f7c9b4"
+        selector = {"infergate.io/revision": revision}
+        replica_set = f"{name}-{template_hash}"
+        self.replica_sets[replica_set] = {
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": replica_set,
+                "namespace": self.namespace,
+                "uid": workload_ref("ReplicaSet", replica_set)["uid"],
+                "labels": {**selector, "pod-template-hash": template_hash},
+                "ownerReferences": [workload_ref("Deployment", name)],
+            },
+            "spec": {"selector": {"matchLabels": {**selector, "pod-template-hash": template_hash}}},
+        }
+        return self.add_pod(
+            f"{replica_set}-x7k2p",
+            ip,
+            owner=workload_ref("ReplicaSet", replica_set),
+            labels={**selector, "pod-template-hash": template_hash},
+        )
 
     def add_revision(
         self,
@@ -238,13 +323,21 @@ class FakeApi:
             },
             "data": {"engine.json": json.dumps(config)},
         }
-        self.add_service(name, ip, owner=deployment_owner(deployment))
+        self.recorded[(deployment, revision)] = workload_ref("Deployment", name)["uid"]
+        pod = self.add_revision_pod(name, revision, ip)
+        self.add_service(name, ip, owner=deployment_owner(deployment), pod=pod)
 
     def add_service(
-        self, name: str, ip: str | None, *, owner: Mapping[str, Any], ready: bool = True
+        self,
+        name: str,
+        ip: str | None,
+        *,
+        owner: Mapping[str, Any],
+        ready: bool = True,
+        pod: Mapping[str, Any] | None = None,
     ) -> None:
         """A Service controlled by `owner`, and the slice the local executor publishes
-        for it."""
+        for it (its endpoint's targetRef naming `pod`)."""
         self.services[name] = {
             "kind": "Service",
             "metadata": {
@@ -260,7 +353,17 @@ class FakeApi:
                 ]
             },
         }
-        endpoints = [] if ip is None else [{"addresses": [ip], "conditions": {"ready": ready}}]
+        endpoints: list[dict[str, Any]] = (
+            [] if ip is None else [{"addresses": [ip], "conditions": {"ready": ready}}]
+        )
+        if endpoints and pod is not None:
+            meta = pod["metadata"]
+            endpoints[0]["targetRef"] = {
+                "kind": "Pod",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            }
         self.slices[name] = [
             {
                 "metadata": {

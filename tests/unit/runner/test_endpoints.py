@@ -12,6 +12,7 @@ from infergate.runner.endpoints import (
     LOCAL_EXECUTOR,
     EndpointResolutionError,
     first_ready_url,
+    not_the_pods_address,
     ready_endpoints,
     service_port_name,
     trusted_slices,
@@ -215,3 +216,55 @@ def test_the_slice_the_local_executor_publishes_is_trusted() -> None:
     assert published is not None
     assert trusted_slices(svc, [published]) == ([published], [])
     assert first_ready_url(svc, [published]) == "http://127.64.0.7:8000"
+
+
+def _pod(name: str = "p", uid: str = "uid-p", ips: tuple[str, ...] = ("10.0.0.7",)) -> Any:
+    return {
+        "metadata": {"name": name, "namespace": "llm", "uid": uid},
+        "status": {"podIP": ips[0] if ips else None, "podIPs": [{"ip": ip} for ip in ips]},
+    }
+
+
+def _endpoint(target: dict[str, Any] | None, address: str = "10.0.0.7") -> Any:
+    endpoint: dict[str, Any] = {"addresses": [address], "conditions": {"ready": True}}
+    if target is not None:
+        endpoint["targetRef"] = target
+    [found] = ready_endpoints(service(), [endpoint_slice("IPv4", [endpoint])])
+    return found
+
+
+POD_REF = {"kind": "Pod", "name": "p", "namespace": "llm", "uid": "uid-p"}
+
+
+def test_an_endpoint_is_its_pods_when_the_target_and_the_address_are() -> None:
+    found = _endpoint(POD_REF)
+    assert (found.pod, found.pod_uid) == ("p", "uid-p")
+    assert not_the_pods_address(found, _pod()) is None
+    assert (
+        not_the_pods_address(_endpoint(POD_REF, "fd00::7"), _pod(ips=("10.0.0.7", "fd00::7")))
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "pod", "said"),
+    [
+        (POD_REF, _pod(uid="uid-other"), "not Pod p (uid uid-other)"),
+        (POD_REF, _pod(name="q"), "not Pod q"),
+        ({**POD_REF, "uid": ""}, _pod(), "names Pod p (uid None)"),
+        (POD_REF, _pod(ips=("10.0.0.8",)), "is not an address of Pod llm/p"),
+        (POD_REF, _pod(ips=()), "(its IPs: none yet)"),
+    ],
+)
+def test_an_endpoint_that_is_not_its_pods_says_why(
+    endpoint: dict[str, Any], pod: dict[str, Any], said: str
+) -> None:
+    message = not_the_pods_address(_endpoint(endpoint), pod)
+    assert message is not None
+    assert said in message
+
+
+def test_an_endpoint_without_a_pod_target_names_none() -> None:
+    for target in (None, {"kind": "Node", "name": "n", "uid": "u"}):
+        found = _endpoint(target)
+        assert (found.pod, found.pod_uid) == (None, None)

@@ -140,16 +140,29 @@ def test_retention_keeps_the_newest_record_per_revision_and_drops_forgotten_revi
     store = GoldenStore(DirectoryStore(tmp_path))
     assert sorted(str(i.location) for i in store.list_entries()) == sorted(second["entries"])
     assert not set(first) & {str(i.location) for i in store.list_entries()}
-    # The deployment forgets revision aaaaaaaaaa (revisionHistoryLimit): its record goes.
-    api.deployments["qwen"]["status"] = {
-        "stableRevision": "bbbbbbbbbb",
-        "revisions": [{"hash": "bbbbbbbbbb"}],
-    }
+    # The deployment forgets revision aaaaaaaaaa (revisionHistoryLimit) while the third
+    # check runs (its sides were resolved from the Deployments the operator recorded):
+    # its record goes.
+    _forget_while_running(
+        api, {"stableRevision": "bbbbbbbbbb", "revisions": [{"hash": "bbbbbbbbbb"}]}
+    )
     api.add_check("third", api.checks["check"]["spec"])
     api.add_probe("third", "baseline", PROBE_IP)
     run_check(api, "third", options(tmp_path), connector=connector.connector())
     left = {i.entry.revision for i in store.list_entries() if i.entry is not None}
     assert left == {"bbbbbbbbbb"}
+
+
+def _forget_while_running(api: FakeApi, status: dict[str, Any]) -> None:
+    """The deployment's status becomes `status` once the next check reports progress, after
+    its sides were resolved."""
+
+    def forget(api: FakeApi) -> None:
+        if (api.status_writes[-1].get("progress") or {}).get("done"):
+            api.deployments["qwen"]["status"] = status
+            api.on_status_write = None
+
+    api.on_status_write = forget
 
 
 DELETE = GoldenSpec.model_validate(
@@ -227,7 +240,7 @@ def test_a_refused_listing_deletes_nothing_of_other_deployments_and_says_so(
     assert "nothing of other deployments was deleted" in message
     assert _deployments_with_records(store) == {"llm/qwen", "llm/gone", "llm/kept", "team-b/gone"}
     # The check's own deployment still follows its history.
-    api.deployments["qwen"]["status"] = {"stableRevision": CANARY, "revisions": [{"hash": CANARY}]}
+    _forget_while_running(api, {"stableRevision": CANARY, "revisions": [{"hash": CANARY}]})
     api.add_check("again", api.checks["check"]["spec"])
     api.add_probe("again", "baseline", PROBE_IP)
     run_check(api, "again", options(tmp_path, DELETE), connector=engines().connector())

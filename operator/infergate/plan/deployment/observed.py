@@ -23,6 +23,7 @@ from infergate.render.labels import (
     LABEL_MANAGED_BY,
     LABEL_REVISION,
     MANAGED_BY,
+    revision_object_name,
 )
 
 # Annotations the controller writes on its children.
@@ -50,6 +51,7 @@ class ObservedDeployment:
     annotations: Mapping[str, str]
     labels: Mapping[str, str]
     spec: JSONMap
+    uid: str = ""
 
     @property
     def rolled_out(self) -> bool:
@@ -96,7 +98,9 @@ class Observed:
     """Every child of one InferenceDeployment, owned by it (other uids already dropped)."""
 
     deployments: Mapping[str, ObservedDeployment] = field(default_factory=dict)
-    """By revision."""
+    """By revision: the Deployment of the name the operator gives it (`<deployment>-<revision>`),
+    controlled by the deployment's uid. A look-alike under another name, however its labels,
+    annotations and owner references read, is none of them."""
     config_maps: Mapping[str, ObservedObject] = field(default_factory=dict)
     """By object name."""
     services: Mapping[str, ObservedObject] = field(default_factory=dict)
@@ -158,6 +162,7 @@ def observe_deployment(body: JSONMap) -> ObservedDeployment | None:
         annotations=dict(metadata.get("annotations") or {}),
         labels=labels,
         spec=json.loads(json.dumps(spec)),
+        uid=str(metadata.get("uid") or ""),
     )
 
 
@@ -233,15 +238,26 @@ def collect(
     checks: list[ObservedCheck],
     pods: list[ObservedPod],
     *,
+    owner_name: str,
     extras: list[ObservedObject] | None = None,
 ) -> Observed:
-    """Children owned by `owner_uid` (a same-named predecessor's leftovers are ignored)."""
+    """Children owned by `owner_uid` (a same-named predecessor's leftovers are ignored).
+
+    A revision's Deployment is keyed by its revision label only when it also has the name
+    the operator gives that revision's Deployment: labels, annotations and owner
+    references are anyone's to copy, a name is one object's in its namespace (and who may
+    create one under it, admission says: manifests/admission/managed-objects.yaml).
+    """
 
     def mine(uid: str | None) -> bool:
         return uid == owner_uid
 
     return Observed(
-        deployments={d.revision: d for d in deployments if mine(d.owner_uid)},
+        deployments={
+            d.revision: d
+            for d in deployments
+            if mine(d.owner_uid) and d.name == revision_object_name(owner_name, d.revision)
+        },
         config_maps={o.name: o for o in objects if o.kind == "ConfigMap" and mine(o.owner_uid)},
         services={o.name: o for o in objects if o.kind == "Service" and mine(o.owner_uid)},
         # Every check under a canary check's name, the deployment's own or not: whose it

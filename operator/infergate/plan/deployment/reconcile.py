@@ -25,6 +25,7 @@ from infergate.plan.deployment.desired import (
     desired_revision,
     desired_stable_service,
 )
+from infergate.plan.deployment.observed import Observed
 from infergate.plan.deployment.rollout import (
     DeploymentState,
     Notice,
@@ -156,6 +157,7 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
             taken=taken_message(taken),
         )
     )
+    status = with_deployment_uids(status, state.observed)
     events = [*decision.notices, *condition_events(previous.conditions, status.conditions)]
     events += [
         Notice(
@@ -223,6 +225,25 @@ def with_check_uids(
     if drift is not None and drift.check is not None and drift.check in created:
         drift = drift.model_copy(update={"check_uid": created[drift.check]})
     return status.model_copy(update={"revisions": revisions, "drift": drift})
+
+
+def with_deployment_uids(
+    status: InferenceDeploymentStatus, observed: Observed
+) -> InferenceDeploymentStatus:
+    """The status with the uid of each revision's Deployment recorded on its revision: the
+    parity runner reads it there (a status only the operator writes) and calls only pods
+    that Deployment's ReplicaSets made. The Deployment is the one under the revision's own
+    name that the deployment controls (`observed.collect`); one made again under the name
+    replaces the record, one not seen (yet) leaves it as it was."""
+    revisions = [
+        r.model_copy(update={"deployment_uid": seen.uid})
+        if (seen := observed.deployments.get(r.hash)) is not None
+        and seen.uid
+        and seen.uid != r.deployment_uid
+        else r
+        for r in status.revisions
+    ]
+    return status.model_copy(update={"revisions": revisions})
 
 
 def invalid_spec_status(

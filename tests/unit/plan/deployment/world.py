@@ -139,7 +139,9 @@ class World:
             spec=spec,
             status=self.status,
             manual=manual_requests(self.annotations),
-            observed=collect(UID, deployments, others, checks, pods, extras=extras),
+            observed=collect(
+                UID, deployments, others, checks, pods, owner_name=NAME, extras=extras
+            ),
             now=self.now,
             golden=self.golden,
             taken=dict(self.taken),

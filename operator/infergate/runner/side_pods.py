@@ -1,0 +1,185 @@
+"""Which endpoint of a side's Service the runner calls: only an address of a pod the
+operator's own workload made.
+
+A Service selects pods by labels, and anyone who may create pods in the namespace can
+set them: a pod wearing the canary's labels but running the stable's template is
+published by the cluster's own EndpointSlice controller like any other, and, called,
+would have a harmful canary judged on the stable's answers. So an endpoint counts only
+when, besides coming from a trusted slice (`runner.endpoints.trusted_slices`):
+
+- its targetRef names its pod (name and uid), and the address is that pod's own IP
+  (`runner.endpoints.not_the_pods_address`);
+- the pod was made by the side's maker: for a revision, the Deployment whose uid the
+  operator recorded in the InferenceDeployment's status, through one of that
+  Deployment's ReplicaSets (`plan.ownership.pod_not_made_by`); for a probe, the one pod
+  of the probe's name that the check controls.
+
+Every ready endpoint is looked at, not only the first: one whose pod is someone else's
+is a forgery (`ForgedEndpointError`, which ends the check) even while a real one is
+there too. One whose pod or ReplicaSet cannot be read yet (just replaced, being deleted)
+is skipped; a side with no accepted address waits, and never falls back to another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from infergate.jsontypes import JSON, JSONMap
+from infergate.plan.ownership import (
+    Controller,
+    controller_reference,
+    describe_controller,
+    describe_object,
+    not_controlled_by,
+    pod_not_made_by,
+    replica_set_of,
+)
+from infergate.runner.endpoints import (
+    EndpointResolutionError,
+    ResolvedEndpoint,
+    ignored_note,
+    none_ready,
+    not_the_pods_address,
+    ready_endpoints,
+    trusted_slices,
+)
+
+
+class ForgedEndpointError(RuntimeError):
+    """A Service's trusted slice lists an address of a pod its side's maker did not make."""
+
+
+class PodReads(Protocol):
+    """The reads of a side's pods, in the check's namespace; None when absent."""
+
+    def pod(self, name: str) -> JSON | None: ...
+
+    def replica_set(self, name: str) -> JSON | None: ...
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a pod is not called; `forged` when it never will be (someone else made it)."""
+
+    why: str
+    forged: bool
+
+
+@dataclass(frozen=True)
+class RevisionPods:
+    """The pods of a revision: made by its Deployment (the uid the operator recorded),
+    through one of its ReplicaSets."""
+
+    deployment: Controller
+
+    def refusal(self, reads: PodReads, pod: JSONMap) -> Refusal | None:
+        name = replica_set_of(pod)
+        if name is None:
+            ref = controller_reference(pod)
+            return Refusal(
+                f"{describe_object(pod, 'Pod')} is not made by a ReplicaSet: "
+                f"{describe_controller(ref)}",
+                forged=True,
+            )
+        replica_set = reads.replica_set(name)
+        if replica_set is None:
+            return Refusal(f"its ReplicaSet {name} does not exist (being deleted?)", forged=False)
+        owner = controller_reference(replica_set) or {}
+        if (owner.get("kind"), owner.get("name")) == ("Deployment", self.deployment.name) and (
+            owner.get("uid") != self.deployment.uid
+        ):
+            # The Deployment of that name made again (deleted by someone): its pods count
+            # once the operator has recorded the new one, the old ones go with the old.
+            return Refusal(
+                f"{describe_object(pod, 'Pod')} belongs to Deployment {self.deployment.name} "
+                f"(uid {owner.get('uid')}), not the one recorded (uid {self.deployment.uid})",
+                forged=False,
+            )
+        why = pod_not_made_by(pod, replica_set, self.deployment)
+        return None if why is None else Refusal(why, forged=True)
+
+
+@dataclass(frozen=True)
+class ProbePod:
+    """The probe of a check's side: the one pod of that name the check controls."""
+
+    name: str
+    check: Controller
+
+    def refusal(self, reads: PodReads, pod: JSONMap) -> Refusal | None:
+        del reads  # a probe pod is the check's own child: nothing else to read
+        meta = pod.get("metadata") or {}
+        if meta.get("name") != self.name:
+            return Refusal(
+                f"{describe_object(pod, 'Pod')} is not the probe pod {self.name}", forged=True
+            )
+        why = not_controlled_by(pod, self.check, kind="Pod")
+        return None if why is None else Refusal(why, forged=True)
+
+
+class PodMaker(Protocol):
+    """Who must have made the pods a side's Service leads to."""
+
+    def refusal(self, reads: PodReads, pod: JSONMap) -> Refusal | None: ...
+
+
+def own_pod_url(
+    reads: PodReads,
+    service: JSONMap,
+    slices: Sequence[JSONMap],
+    maker: PodMaker,
+    port: str | int = "http",
+) -> str:
+    """The URL of the first ready endpoint (stable order) whose pod `maker` made.
+
+    Raises `ForgedEndpointError` when any ready endpoint of a trusted slice leads to a pod
+    someone else made, and `EndpointResolutionError` (wait and retry) when none is usable.
+    """
+    trusted, ignored = trusted_slices(service, slices)
+    endpoints = ready_endpoints(service, trusted, port)
+    if not endpoints:
+        raise EndpointResolutionError(none_ready(service, trusted, ignored))
+    accepted: list[str] = []
+    skipped: list[str] = []
+    for endpoint in endpoints:
+        refusal = _refusal(reads, endpoint, maker)
+        if refusal is None:
+            accepted.append(endpoint.url)
+        elif refusal.forged:
+            name = (service.get("metadata") or {}).get("name")
+            raise ForgedEndpointError(
+                f"Service {name} lists endpoint {endpoint.url}: {refusal.why}; it is not called"
+            )
+        else:
+            skipped.append(f"{endpoint.url}: {refusal.why}")
+    if accepted:
+        return accepted[0]
+    meta = service.get("metadata") or {}
+    raise EndpointResolutionError(
+        f"Service {meta.get('namespace', '?')}/{meta.get('name', '?')} has no ready endpoint "
+        f"of its own pods: {len(skipped)} ready, none usable yet ({skipped[0]})"
+        + ignored_note(ignored)
+    )
+
+
+def _refusal(reads: PodReads, endpoint: ResolvedEndpoint, maker: PodMaker) -> Refusal | None:
+    if endpoint.pod is None or endpoint.pod_uid is None:
+        # The cluster's publishers name the pod of every endpoint they list.
+        return Refusal(f"endpoint {endpoint.address} names no pod (targetRef)", forged=False)
+    pod = reads.pod(endpoint.pod)
+    if pod is None:
+        return Refusal(f"its Pod {endpoint.pod} does not exist", forged=False)
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    if uid != endpoint.pod_uid:
+        # A pod made again under the name: the slice is updated after it.
+        return Refusal(
+            f"its Pod {endpoint.pod} is now another pod (uid {uid}, the slice names "
+            f"{endpoint.pod_uid})",
+            forged=False,
+        )
+    why = not_the_pods_address(endpoint, pod)
+    if why is not None:
+        return Refusal(why, forged=True)
+    return maker.refusal(reads, pod)
