@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from infergate.render.check_names import runner_name
 from tests.harness import Cluster, namespace_for, release_namespace, wait_for
 from tests.integration.admission_support import (
     ADMISSION_DIR,
@@ -213,18 +212,24 @@ def _dialled(guarded: AdmissionSession, rollout: _Rollout) -> set[str]:
     from infergate.kube.paritycheck_api import CheckClient
     from infergate.runner.run import Connector, RunOptions, run_check
 
-    account = runner_name(rollout.check)
-    wait_for(
-        lambda: (
-            rollout.cluster.kubectl(
-                "get", "serviceaccount", account, "-n", rollout.namespace, check=False
-            ).returncode
-            == 0
-        ),
-        60,
-        f"the runner ServiceAccount {account}",
-    )
-    config = guarded.token_kubeconfig(rollout.namespace, account)
+    cluster = rollout.cluster
+
+    def recorded() -> tuple[str, str] | None:
+        # The account the operator recorded for the check, found by its uid wherever the
+        # operator keeps its runners (its own namespace, out of the tenant's reach).
+        body = cluster.get_json("pcheck", rollout.check, "-n", rollout.namespace)
+        account = (body.get("status") or {}).get("runnerServiceAccount") or {}
+        name, uid = account.get("name"), account.get("uid")
+        if not name:
+            return None
+        listed = cluster.get_json(
+            "serviceaccounts", "-A", "--field-selector", f"metadata.name={name}"
+        )["items"]
+        found = [a["metadata"]["namespace"] for a in listed if a["metadata"]["uid"] == uid]
+        return (str(name), found[0]) if found else None
+
+    account, account_namespace = wait_for(recorded, 120, "the recorded runner ServiceAccount")
+    config = guarded.token_kubeconfig(account_namespace, account)
     api = CheckClient(KubeClient(load_api_client(str(config))), rollout.namespace)
     options = RunOptions(wait_for_sides=5.0, progress_interval=0.0)
     recording = _Recording()
