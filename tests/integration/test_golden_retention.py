@@ -59,8 +59,8 @@ def _seed(store: GoldenStore, *deployments: tuple[str, str]) -> None:
 
 
 def _objects(server: S3Server, prefix: str) -> set[str]:
-    """namespace/deployment of every object in the bucket, index and record blobs alike,
-    read with another client than the store's."""
+    """namespace/deployment of every object in the bucket, index, record and noise blobs
+    alike, read with another client than the store's."""
     from minio import Minio
 
     client = Minio(
@@ -73,7 +73,7 @@ def _objects(server: S3Server, prefix: str) -> set[str]:
     found = set()
     for item in client.list_objects(BUCKET, f"{prefix}/", recursive=True):
         kind, namespace, deployment = str(item.object_name).split("/")[1:4]
-        assert kind in ("index", "records"), item.object_name
+        assert kind in ("index", "records", "noise"), item.object_name
         found.add(f"{namespace}/{deployment}")
     return found
 
