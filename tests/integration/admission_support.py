@@ -203,3 +203,49 @@ def session_operator_rbac(
 def wait_until_enforced(probe: Any, what: str) -> None:
     """Policies reach the admission chain through informers: poll until one bites."""
     wait_for(lambda: not probe().allowed, 30, what)
+
+
+def recorded_runner_account(
+    cluster: Cluster, namespace: str, check: str, runners: str | None = None
+) -> tuple[str, str] | None:
+    """(name, namespace) of the ServiceAccount the operator recorded in the check's
+    status.runnerServiceAccount, found by its uid in `runners` (or any namespace); None
+    until it is recorded and exists."""
+    body = cluster.get_json("pcheck", check, "-n", namespace)
+    account = (body.get("status") or {}).get("runnerServiceAccount") or {}
+    name, uid = account.get("name"), account.get("uid")
+    if not name:
+        return None
+    where = ["-n", runners] if runners else ["-A"]
+    listed = cluster.get_json(
+        "serviceaccounts", *where, "--field-selector", f"metadata.name={name}"
+    )["items"]
+    found = [a["metadata"]["namespace"] for a in listed if a["metadata"]["uid"] == uid]
+    return (str(name), found[0]) if found else None
+
+
+def patch_check_status_as(
+    cluster: Cluster, account: tuple[str, str], namespace: str, check: str, status: dict[str, Any]
+) -> Any:
+    """PATCH a ParityCheck's status subresource (merge) with a real token of `account`
+    (name, namespace), as the runner writes its verdict: the only verb its Role grants
+    there (kubectl would read the subresource first). Returns the httpx response."""
+    import ssl
+
+    import httpx
+
+    name, account_namespace = account
+    token = cluster.kubectl(
+        "create", "token", name, "-n", account_namespace, "--duration=10m"
+    ).stdout.strip()
+    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    return httpx.patch(
+        f"{server}/apis/infergate.io/v1alpha1/namespaces/{namespace}/paritychecks/{check}/status",
+        content=json.dumps({"status": status}),
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/merge-patch+json",
+        },
+        verify=ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt")),
+        timeout=30,
+    )

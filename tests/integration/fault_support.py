@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import socket
-import ssl
 import subprocess
 import threading
 import time
@@ -37,6 +36,8 @@ from tests.integration.admission_support import (
     ADMISSION_DIR,
     SESSION_LABEL,
     built,
+    patch_check_status_as,
+    recorded_runner_account,
     session_policies,
 )
 from tests.integration.controller_support import (
@@ -322,60 +323,31 @@ class RunnerIdep(Idep):
         del as_user  # the runner's own token, never an impersonated user
         cluster, namespace, runners = self.cluster, self.namespace, self.runner_namespace
 
-        def recorded() -> tuple[str, str] | None:
-            # The recorded account, found by its uid: a check begun by an operator of another
-            # runner namespace is recorded again once this one has made its runner.
-            body = cluster.get_json("pcheck", check, "-n", namespace)
-            account = (body.get("status") or {}).get("runnerServiceAccount") or {}
-            name, uid = account.get("name"), account.get("uid")
-            if not name:
-                return None
-            where = ["-n", runners] if runners else ["-A"]
-            listed = cluster.get_json(
-                "serviceaccounts", *where, "--field-selector", f"metadata.name={name}"
-            )["items"]
-            found = [a["metadata"]["namespace"] for a in listed if a["metadata"]["uid"] == uid]
-            return (str(name), found[0]) if found else None
-
-        account, account_namespace = wait_for(
-            recorded, 120, f"{check}'s recorded runner ServiceAccount in {runners or 'any'}"
+        # A check begun by an operator of another runner namespace is recorded again once
+        # this one has made its runner: the account is found by its recorded uid.
+        account = wait_for(
+            lambda: recorded_runner_account(cluster, namespace, check, runners),
+            120,
+            f"{check}'s recorded runner ServiceAccount in {runners or 'any'}",
         )
         # The runner runs once its Job exists, which the operator creates after the
         # runner's Role and RoleBinding.
         wait_for(
             lambda: runner_jobs(cluster, namespace, check) or None, 120, f"{check}'s runner Job"
         )
-        token = cluster.kubectl(
-            "create", "token", account, "-n", account_namespace, "--duration=10m"
-        ).stdout.strip()
-        config = yaml.safe_load(cluster.kubeconfig.read_text())
-        server = config["clusters"][0]["cluster"]["server"]
-        import httpx
 
-        trusted = ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt"))
-
-        def written() -> httpx.Response | None:
-            answer = httpx.patch(
-                f"{server}/apis/infergate.io/v1alpha1/namespaces/{namespace}/paritychecks/"
-                f"{check}/status",
-                content=json.dumps({"status": status}),
-                headers={
-                    "Authorization": f"Bearer {token}",
-                    "Content-Type": "application/merge-patch+json",
-                },
-                verify=trusted,
-                timeout=30,
-            )
+        def written() -> Any:
+            answer = patch_check_status_as(cluster, account, namespace, check, status)
             # Retried on 403: the API server authorizes from its own cache of RoleBindings,
             # which after an etcd outage lists everything again and may lag the runner's
             # (seen once in the etcd-down case). A refusal that lasts fails the test.
             return None if answer.status_code == 403 else answer
 
         try:
-            answer = wait_for(written, 60, f"{account} allowed to write {check}'s status", 2.0)
+            answer = wait_for(written, 60, f"{account[0]} allowed to write {check}'s status", 2.0)
         except AssertionError as refused:
-            raise AssertionError(f"{account} writing {check}: refused for 60s") from refused
-        assert answer.status_code == 200, f"{account} writing {check}: {answer.text}"
+            raise AssertionError(f"{account[0]} writing {check}: refused for 60s") from refused
+        assert answer.status_code == 200, f"{account[0]} writing {check}: {answer.text}"
 
 
 # -- operator processes of the test's own --------------------------------------------------

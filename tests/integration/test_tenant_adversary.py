@@ -39,6 +39,7 @@ from tests.integration.admission_support import (
     AdmissionSession,
     Result,
     built,
+    patch_check_status_as,
     session_policies,
     user,
     wait_until_enforced,
@@ -209,26 +210,8 @@ def _runner_writes(setting: Setting, runner: str, check: str, status: dict[str, 
     """The verdict as the runner writes it: a PATCH of the status subresource (the only
     verb its Role grants there; kubectl would read the subresource first) under a real
     token of its ServiceAccount in the runner namespace."""
-    import ssl
-
-    import httpx
-    import yaml
-
-    cluster = setting.cluster
-    token = cluster.kubectl(
-        "create", "token", runner, "-n", setting.runners, "--duration=10m"
-    ).stdout.strip()
-    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    answer = httpx.patch(
-        f"{server}/apis/infergate.io/v1alpha1/namespaces/{setting.namespace}/paritychecks/"
-        f"{check}/status",
-        content=json.dumps({"status": status}),
-        headers={
-            "Authorization": f"Bearer {token}",
-            "Content-Type": "application/merge-patch+json",
-        },
-        verify=ssl.create_default_context(cafile=str(cluster.layout.pki / "ca.crt")),
-        timeout=30,
+    answer = patch_check_status_as(
+        setting.cluster, (runner, setting.runners), setting.namespace, check, status
     )
     ok = answer.status_code == 200
     return Result(0 if ok else 1, answer.text if ok else "", "" if ok else answer.text)

@@ -33,6 +33,7 @@ from tests.integration.admission_support import (
     AdmissionSession,
     Result,
     built,
+    recorded_runner_account,
     session_policies,
     user,
     wait_until_enforced,
@@ -214,21 +215,13 @@ def _dialled(guarded: AdmissionSession, rollout: _Rollout) -> set[str]:
 
     cluster = rollout.cluster
 
-    def recorded() -> tuple[str, str] | None:
-        # The account the operator recorded for the check, found by its uid wherever the
-        # operator keeps its runners (its own namespace, out of the tenant's reach).
-        body = cluster.get_json("pcheck", rollout.check, "-n", rollout.namespace)
-        account = (body.get("status") or {}).get("runnerServiceAccount") or {}
-        name, uid = account.get("name"), account.get("uid")
-        if not name:
-            return None
-        listed = cluster.get_json(
-            "serviceaccounts", "-A", "--field-selector", f"metadata.name={name}"
-        )["items"]
-        found = [a["metadata"]["namespace"] for a in listed if a["metadata"]["uid"] == uid]
-        return (str(name), found[0]) if found else None
-
-    account, account_namespace = wait_for(recorded, 120, "the recorded runner ServiceAccount")
+    # The account the operator recorded for the check, found by its uid wherever the
+    # operator keeps its runners (its own namespace, out of the tenant's reach).
+    account, account_namespace = wait_for(
+        lambda: recorded_runner_account(cluster, rollout.namespace, rollout.check),
+        120,
+        "the recorded runner ServiceAccount",
+    )
     config = guarded.token_kubeconfig(account_namespace, account)
     api = CheckClient(KubeClient(load_api_client(str(config))), rollout.namespace)
     options = RunOptions(wait_for_sides=5.0, progress_interval=0.0)
