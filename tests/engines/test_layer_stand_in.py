@@ -31,6 +31,7 @@ from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.engines.launch import EngineServer, ServerSpec, free_port
 from infergate.engines.venvs import engine_environment, engine_python
 from infergate.fixture.variants import corrupt_layer
+from infergate.render.check_names import SideName, probe_name
 from infergate.render.layer_stand_in import ANNOTATION_LAYER_STAND_IN
 from infergate.render.objects import render_revision
 from infergate.runner.report_store import read_report
@@ -42,6 +43,7 @@ from tests.unit.runner.fakes import (
     controller_ref,
     deployment_owner,
     uid_of,
+    workload_ref,
 )
 
 pytestmark = pytest.mark.engines
@@ -105,9 +107,15 @@ def revision(model: Path) -> tuple[str, dict[str, Any]]:
 
 
 def service(
-    api: FakeApi, name: str, ports: dict[str, int], owner: dict[str, Any], **annotations: str
+    api: FakeApi,
+    name: str,
+    ports: dict[str, int],
+    owner: dict[str, Any],
+    pod: dict[str, Any],
+    **annotations: str,
 ) -> None:
-    """A Service controlled by `owner`, with the slice the cluster publishes for it."""
+    """A Service controlled by `owner`, with the slice the cluster publishes for it: its
+    one endpoint is `pod`, at this host's address."""
     api.services[name] = {
         "metadata": {
             "name": name,
@@ -129,7 +137,18 @@ def service(
                 "ownerReferences": [controller_ref("Service", name)],
             },
             "addressType": "IPv4",
-            "endpoints": [{"addresses": [HOST], "conditions": {"ready": True}}],
+            "endpoints": [
+                {
+                    "addresses": [HOST],
+                    "conditions": {"ready": True},
+                    "targetRef": {
+                        "kind": "Pod",
+                        "name": pod["metadata"]["name"],
+                        "namespace": pod["metadata"]["namespace"],
+                        "uid": pod["metadata"]["uid"],
+                    },
+                }
+            ],
             "ports": [{"name": n, "port": p} for n, p in ports.items()],
         }
     ]
@@ -145,7 +164,11 @@ def sides(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     started: list[Any] = []
     try:
         revisions = {}
-        for side, model in (("baseline", fixture_model), ("candidate", corrupted)):
+        models: tuple[tuple[SideName, Path], ...] = (
+            ("baseline", fixture_model),
+            ("candidate", corrupted),
+        )
+        for side, model in models:
             rev, config_map = revision(model)
             revisions[side] = rev
             config_map["metadata"]["ownerReferences"] = [deployment_owner("qwen")]
@@ -165,14 +188,22 @@ def sides(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 work / f"{side}-stand-in.log",
             )
             started.append(stand_in)
-            service(
-                api, config_map["metadata"]["name"], {"http": vllm.port}, deployment_owner("qwen")
+            # The revision's pod, made by the Deployment whose uid the operator recorded;
+            # the probe's, made by the check: the only pods the runner calls.
+            name = config_map["metadata"]["name"]
+            api.recorded[("qwen", rev)] = workload_ref("Deployment", name)["uid"]
+            revision_pod = api.add_revision_pod(name, rev, HOST)
+            service(api, name, {"http": vllm.port}, deployment_owner("qwen"), revision_pod)
+            probe = probe_name("check", side)
+            probe_pod = api.add_pod(
+                probe, HOST, owner=check_owner("check"), labels={"probe": probe}
             )
             service(
                 api,
-                f"check-probe-{side}",
+                probe,
                 {"fingerprints": fingerprints.port, "layers": stand_in.port},
                 check_owner("check"),
+                probe_pod,
                 **{ANNOTATION_LAYER_STAND_IN: "transformers"},
             )
         api.deployments["qwen"] = {
@@ -203,8 +234,8 @@ def sides(fixture_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
             process.stop()
 
 
-def _stand_in_loaded(api: FakeApi, side: str) -> bool:
-    [endpoint_slice] = api.slices[f"check-probe-{side}"]
+def _stand_in_loaded(api: FakeApi, side: SideName) -> bool:
+    [endpoint_slice] = api.slices[probe_name("check", side)]
     port = next(p["port"] for p in endpoint_slice["ports"] if p["name"] == "layers")
     answer = httpx.get(f"http://{HOST}:{port}/v1/parity/stand_in", timeout=10).json()
     loaded: bool = answer["loaded"]
