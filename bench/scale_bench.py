@@ -28,7 +28,12 @@ One run on the local cluster, every figure from it:
   which would spread a burst of hundreds over many minutes), then every
   InferenceDeployment; timed from the watch seeing each change (and from the first PATCH);
 - after the burst, the phases: canaries beyond the simulated GPUs wait Unschedulable;
-  the count of deployments each phase shows.
+  the count of deployments each phase shows;
+- beside them, as on a shared cluster, `--unrelated` ConfigMaps in the watched namespace
+  that infergate does not manage (no infergate label, 2 KiB of data each), created
+  before the operator starts, and `--unrelated-churn` updates per second to them for the
+  whole run (other controllers' writes): what the operator's watches of built-in kinds
+  stream and hold is what its RSS and idle CPU pay for.
 
 Writes JSON (`--out`) and a markdown table (`--markdown`); prints the JSON.
 
@@ -40,10 +45,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import itertools
 import json
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -79,6 +86,7 @@ from common import (
 
 from infergate.jsontypes import JSON
 from infergate.kube.client import (
+    CONFIG_MAPS,
     DEPLOYMENTS,
     INFERENCE_DEPLOYMENTS,
     PARITY_CHECKS,
@@ -89,6 +97,40 @@ from infergate_dev.localcluster.layout import ClusterLayout
 CLUSTER_GPUS = 16  # the local cluster's own two simulated GPU nodes
 NODE_PREFIX = "bench-gpu"
 REF_LABEL = "bench.infergate.io/rev"
+UNRELATED_LABEL = "bench.infergate.io/unrelated"
+UNRELATED_BYTES = 2048
+
+
+def unrelated_config_map(index: int) -> dict[str, Any]:
+    """A ConfigMap someone else owns: no infergate label, some data."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"unrelated-{index:05d}", "labels": {UNRELATED_LABEL: "yes"}},
+        "data": {"payload": f"{index:05d}" * (UNRELATED_BYTES // 5)},
+    }
+
+
+class Churn(threading.Thread):
+    """`rate` merge-patches per second to the unrelated ConfigMaps, round robin, until
+    stopped: writes by other controllers to objects the operator does not manage."""
+
+    def __init__(self, client: KubeClient, namespace: str, count: int, rate: float) -> None:
+        super().__init__(daemon=True, name="churn")
+        self.client, self.namespace, self.count, self.rate = client, namespace, count, rate
+        self.stopped = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        if self.count <= 0 or self.rate <= 0:
+            return
+        for step in itertools.cycle(range(self.count)):
+            if self.stopped.wait(1.0 / self.rate):
+                return
+            body: JSON = {"metadata": {"annotations": {"bench.infergate.io/touched": str(step)}}}
+            with contextlib.suppress(Exception):  # a busy API server: the next one goes on
+                self.client.merge_patch(CONFIG_MAPS, self.namespace, f"unrelated-{step:05d}", body)
+                self.sent += 1
 
 
 def reference_deployment(name: str, rev: int) -> dict[str, Any]:
@@ -183,6 +225,7 @@ class Run:
         self.ref_sets = Watch(
             self.client, REPLICA_SETS, self.ref_namespace, _by_owner_and_rev, timeout_seconds=watch
         )
+        self.churn = Churn(self.client, self.namespace, args.unrelated, args.unrelated_churn)
         self.sampler: Sampler | None = None
         self.started = time.monotonic()
         self.operator_ready_at = 0.0
@@ -197,6 +240,9 @@ class Run:
         self.ref.run("create", "namespace", self.ref_namespace)
         nodes = simulated_gpu_nodes(self.extra_nodes, NODE_PREFIX)
         self.kubectl.run("apply", "-f", "-", stdin="\n---\n".join(json.dumps(n) for n in nodes))
+        unrelated = [unrelated_config_map(i) for i in range(self.args.unrelated)]
+        create_all(self.client, CONFIG_MAPS, self.namespace, unrelated)
+        self.churn.start()
         self.proxy.start()
         self.operator.install()
         leader = self.operator.wait_leader(240)
@@ -217,6 +263,7 @@ class Run:
     def teardown(self) -> None:
         for watch in (self.canaries, self.ideps, self.checks, self.ref_changes, self.ref_sets):
             watch.stopped = True
+        self.churn.stopped.set()
         if self.sampler is not None:
             self.sampler.stopped.set()
         if self.args.keep:
@@ -553,6 +600,8 @@ def markdown(result: dict[str, Any]) -> str:
         ("phase Failed while the canary only waits for accelerators (Unschedulable)",
          f"{census['failed_while_waiting_for_accelerators']} of {d}"),
         ("simulated GPUs", _fmt(result["simulated_gpus"])),
+        ("unrelated ConfigMaps in the watched namespace; their updates per second",
+         _pair(result["unrelated_config_maps"], result["unrelated_churn_per_second"])),
         ("operator restarts during the run", _fmt(result["operator_restarts"])),
     ]  # fmt: skip
     lines = [*rows, "", "| figure | value |", "|---|---|"]
@@ -613,6 +662,12 @@ def main() -> int:
         "--change-timeout", type=float, default=300.0, help="longest wait for one change's result"
     )
     parser.add_argument("--burst-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--unrelated", type=int, default=3000, help="ConfigMaps infergate does not manage"
+    )
+    parser.add_argument(
+        "--unrelated-churn", type=float, default=5.0, help="updates/s to those ConfigMaps"
+    )
     parser.add_argument("--out", type=Path, help="write the JSON result here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here")
     parser.add_argument("--keep", action="store_true", help="leave everything for a look")
@@ -632,6 +687,8 @@ def main() -> int:
         "canary_replicas": 1,
         "simulated_gpus": CLUSTER_GPUS + GPUS_PER_NODE * run.extra_nodes,
         "resync_seconds": 300,
+        "unrelated_config_maps": args.unrelated,
+        "unrelated_churn_per_second": args.unrelated_churn,
         "api_requests_counted_by": "bench/apiproxy.py in front of the API server, for the "
         "operator's in-cluster clients, split by pod: the figures are the Lease holder's",
     }
@@ -649,6 +706,7 @@ def main() -> int:
             result["operator_rss_run"] = rss_summary(run.sampler.samples)
             result["operator_restarts"] = run.operator.restarts()
             result["proxy_cpu_seconds"] = run.proxy.cpu_seconds()
+            result["unrelated_updates_sent"] = run.churn.sent
         run.teardown()
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         _save(result, args.out)

@@ -3,7 +3,8 @@
 #
 #   make bench-scale   500 InferenceDeployments and 100 waiting ParityChecks, side by side
 #                      with kube-controller-manager's Deployment controller: apply -> canary
-#                      latency, operator RSS, API requests (idle and per reconcile), CPU
+#                      latency, operator RSS, API requests (idle and per reconcile), CPU;
+#                      beside 3000 ConfigMaps infergate does not manage, 5 updates/s to them
 #   make soak          a change every few seconds for SOAK_MINUTES (default 30): RSS first
 #                      vs last ten minutes, objects per kind over time
 #
@@ -15,6 +16,8 @@
 SCALE_DEPLOYMENTS ?= 500
 SCALE_CHECKS ?= 100
 SCALE_IDLE_SECONDS ?= 60
+SCALE_UNRELATED ?= 3000
+SCALE_UNRELATED_CHURN ?= 5
 SCALE_OUT ?= out/bench-scale.json
 SCALE_MARKDOWN ?= out/bench-scale.md
 
@@ -31,7 +34,8 @@ SOAK_MARKDOWN ?= out/soak.md
 bench-scale: cluster-up
 	@mkdir -p $(dir $(SCALE_OUT))
 	$(PY) bench/scale_bench.py --deployments $(SCALE_DEPLOYMENTS) --checks $(SCALE_CHECKS) \
-		--idle-seconds $(SCALE_IDLE_SECONDS) --out $(SCALE_OUT) --markdown $(SCALE_MARKDOWN)
+		--idle-seconds $(SCALE_IDLE_SECONDS) --unrelated $(SCALE_UNRELATED) \
+		--unrelated-churn $(SCALE_UNRELATED_CHURN) --out $(SCALE_OUT) --markdown $(SCALE_MARKDOWN)
 
 soak: cluster-up
 	@mkdir -p $(dir $(SOAK_OUT))

@@ -7,7 +7,9 @@ client exactly as if it had come directly: RBAC and admission see the operator's
 ServiceAccount, not the proxy. Watches are streamed through as they arrive.
 
 Every exchange is logged (time, method, path, query, User-Agent, status, whether the
-proxy answered it itself), and rules decide per request, first match wins:
+proxy answered it itself; with `record_reads`, the body of every GET's answer, so a test
+can tell which objects a list or watch delivered), and rules decide per request, first
+match wins:
 
 - `Storm`: answer 429 Too Many Requests and 503 Service Unavailable with Retry-After, 500
   without, and 409 Conflict for updates, in turn, for most requests that are not watches,
@@ -32,7 +34,8 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +81,28 @@ class Exchange:
     created: str = ""
     """For a POST, the name of the object it creates: creates of several objects share the
     collection's path, so this tells one request from another."""
+    received: bytearray = field(default_factory=bytearray)
+    """With the proxy's `record_reads`, a GET's answer as forwarded (maybe compressed)."""
+    encoding: str = ""
+    """The answer's Content-Encoding."""
+
+    def objects(self) -> Iterator[dict[str, object]]:
+        """The objects a recorded list answer or watch stream delivered so far: the items of
+        a list, the object of each complete watch event."""
+        data = bytes(self.received)
+        if self.encoding in ("gzip", "deflate"):
+            # A stream cut midway decompresses as far as it goes.
+            data = zlib.decompressobj(wbits=47).decompress(data)
+        if not self.watch:
+            with contextlib.suppress(ValueError):
+                listed = json.loads(data)
+                yield from (listed.get("items") or []) if isinstance(listed, dict) else []
+            return
+        for line in data.split(b"\n"):
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict) and isinstance(event.get("object"), dict):
+                    yield event["object"]
 
     @property
     def watch(self) -> bool:
@@ -272,6 +297,7 @@ class FaultProxy:
         self.stalls: list[Stall] = []
         self.partitions: list[Partition] = []
         self.conflicts: list[Conflict] = []
+        self.record_reads = False
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -398,10 +424,14 @@ class FaultProxy:
                 )
                 exchange.status = upstream.status
                 exchange.answered = time.monotonic()
+                exchange.encoding = upstream.headers.get("Content-Encoding", "")
+                record = self.record_reads and request.method == "GET"
                 self._observe(exchange)
                 await answer.prepare(request)
                 try:
                     async for chunk in upstream.content.iter_any():
+                        if record:
+                            exchange.received.extend(chunk)
                         await answer.write(chunk)
                     await answer.write_eof()
                 except (ConnectionError, aiohttp.ClientConnectionResetError):

@@ -20,6 +20,7 @@ import kopf
 
 from infergate.api.base import GROUP, PARITY_CHECK_KIND, PARITY_CHECKS_PLURAL, VERSION
 from infergate.controllers._context import wake
+from infergate.controllers._watched import WATCH_LABELS
 from infergate.plan.check.owned import ObservedCheck, observe_check
 from infergate.plan.deployment.observed import (
     ObservedDeployment,
@@ -33,12 +34,12 @@ from infergate.plan.deployment.observed import (
 )
 from infergate.plan.deployment.wake import child_wake, delay_seconds, essence
 from infergate.plan.metadata import OwnerKey
-from infergate.render.labels import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
+from infergate.render.labels import LABEL_COMPONENT
 from infergate.render.mirror import COMPONENT_MIRROR
 
-MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+MANAGED = dict(WATCH_LABELS)
 # The mirror's objects: kinds the deployment has no other child of.
-MIRROR = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_MIRROR}
+MIRROR = {**WATCH_LABELS, LABEL_COMPONENT: COMPONENT_MIRROR}
 PARITY_CHECKS = (GROUP, VERSION, PARITY_CHECKS_PLURAL)
 
 

@@ -36,6 +36,7 @@ from infergate.controllers._context import (
     wake_check,
 )
 from infergate.controllers._leader import LEADER
+from infergate.controllers._watched import WATCH_LABELS
 from infergate.kube.check_writer import CheckWriter, ForeignChildError, delete_children
 from infergate.plan.check.cleanup import RUNNER_NAMESPACE_KINDS, stale_runner_objects
 from infergate.plan.check.lifecycle import decide, foreign_child
@@ -62,7 +63,9 @@ from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
 from infergate.render.labels import revision_object_name
 
 log = logging.getLogger(__name__)
-CHILD_LABELS = {LABEL_CHECK: kopf.PRESENT}
+# A check's children (render/check_names.py `child_labels`) wear the label every watched
+# object wears (controllers/_watched.py) beside their check's.
+CHILD_LABELS: dict[str, Any] = {**WATCH_LABELS, LABEL_CHECK: kopf.PRESENT}
 
 
 class _Listing:

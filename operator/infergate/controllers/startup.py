@@ -24,6 +24,7 @@ from infergate.controllers._context import (
     close_client,
 )
 from infergate.controllers._leader import LEADER
+from infergate.controllers._watched import select_on_server
 from infergate.kube.client import kubeconfig_credentials
 from infergate.kube.lease import LeaseClient
 from infergate.plan.deployment.wake import KOPF_PREFIX
@@ -31,7 +32,8 @@ from infergate.plan.deployment.wake import KOPF_PREFIX
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Annotations for kopf's state, explicit Events only, bounded API timeouts."""
+    """Annotations for kopf's state, explicit Events only, bounded API timeouts, server-side
+    label selectors."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=KOPF_PREFIX, key="last-handled-configuration"
@@ -46,6 +48,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # A namespaced install may not list namespaces or CRDs; with exact names kopf needs
     # neither (resources come from API discovery once, at start).
     settings.scanning.disabled = OPTIONS.exact_namespaces
+    # Watches of Kubernetes' own kinds list and stream only the objects infergate made.
+    select_on_server(settings)
 
 
 @kopf.on.login()

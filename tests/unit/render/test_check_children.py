@@ -9,13 +9,16 @@ from typing import Any
 from infergate.api.enums import EngineKind
 from infergate.api.golden import GoldenSpec
 from infergate.api.inference_deployment import InferenceDeploymentSpec
+from infergate.controllers._watched import WATCH_LABELS
 from infergate.golden.settings import GOLDEN_CONFIG_ENV, GOLDEN_MOUNT_PATH
 from infergate.plan.check.observed import observe_parity_check
 from infergate.render.check_children import (
     pooling_args,
     probe_pod,
     probe_service,
+    report_config_map,
     runner_job,
+    runner_network_policy,
     runner_rbac,
 )
 from infergate.render.check_names import child_name, probe_name
@@ -337,3 +340,24 @@ def test_without_hidden_states_the_probe_only_serves_fingerprints_and_holds_no_a
     assert "nvidia.com/gpu" not in str(pod["spec"]["containers"])
     service = probe_service(CHECK, "baseline", 8000, hidden_states=False)
     assert [p["name"] for p in service["spec"]["ports"]] == ["fingerprints"]
+
+
+def test_every_child_of_a_check_wears_the_label_the_operators_watches_select() -> None:
+    spec = observe_parity_check(CHECK).spec
+    assert spec is not None
+    job = runner_job(CHECK, spec.runner, image=RUNNER, runner_namespace=RUNNERS)
+    children = [
+        *runner_rbac(
+            CHECK, runner_namespace=RUNNERS, deployments=["qwen"], services=[], config_maps=[]
+        ),
+        runner_network_policy(CHECK, [], runner_namespace=RUNNERS),
+        job,
+        job["spec"]["template"],
+        probe_pod(CHECK, "baseline", vllm_revision(), fingerprint_image=RUNNER),
+        probe_service(CHECK, "baseline", 8000),
+        report_config_map(CHECK),
+    ]
+    for child in children:
+        labels = child["metadata"]["labels"]
+        for key, value in WATCH_LABELS.items():
+            assert labels.get(key) == value, child.get("kind", "pod template")
