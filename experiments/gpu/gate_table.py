@@ -529,6 +529,9 @@ def _share(check: dict[str, Any]) -> float:
     return abs(_bound(check) / limit)
 
 
+CHECK_FIELDS = ("key", "op", "value", "lower", "upper", "threshold", "outcome")
+"""What each check of a judged pair keeps in the table's json (to read a decision)."""
+
 CALIBRATION_PAIRS = (
     ("aa-fp32", "cal-base32", "cal-aa32"),
     ("aa-bf16", "cal-base16", "cal-aa16"),
@@ -601,6 +604,9 @@ def run_judge(args: argparse.Namespace) -> dict[str, Any]:
                     p.key: p.value for p in derived.provenance if p.source == "measured"
                 } if name == "calibrated" else {},
                 "control": result.model_dump(mode="json", by_alias=True).get("control"),
+                "checks": [
+                    {k: c.get(k) for k in CHECK_FIELDS} for c in document.get("checks", [])
+                ],
             }  # fmt: skip
             ok = status == "Passed" if change.kind == "benign" else status != "Passed"
             row[name]["correct"] = ok
