@@ -79,9 +79,7 @@ def corpus(max_files: int, max_bytes: int) -> tuple[list[str], list[str], dict[s
     seen: set[str] = set()
     docs: list[tuple[str, str]] = []
     total = 0
-    files = sorted(
-        {p for root in roots for p in Path(root).rglob("*") if p.suffix in SUFFIXES}
-    )
+    files = sorted({p for root in roots for p in Path(root).rglob("*") if p.suffix in SUFFIXES})
     for path in files:
         try:
             if not 256 <= path.stat().st_size <= 1_000_000:
@@ -89,7 +87,7 @@ def corpus(max_files: int, max_bytes: int) -> tuple[list[str], list[str], dict[s
             text = path.read_text("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        digest = hashlib.sha1(text.encode()).hexdigest()
+        digest = hashlib.sha256(text.encode()).hexdigest()
         if digest in seen:
             continue
         seen.add(digest)
@@ -260,9 +258,7 @@ def evaluate(model: Qwen2ForCausalLM, prompts: list[gt.Prompt], device: str) -> 
     return out
 
 
-def suites(
-    tok: Any, held: list[str], args: argparse.Namespace
-) -> dict[str, list[gt.Prompt]]:
+def suites(tok: Any, held: list[str], args: argparse.Namespace) -> dict[str, list[gt.Prompt]]:
     """Check and calibration suites of held-out text: short prompts are 128-token windows
     of distinct files (a seeded offset), long ones consecutive held-out files joined by
     the separator until 8,192 tokens. The two suites share no file."""
@@ -288,7 +284,7 @@ def suites(
         for i in range(long):
             ids: list[int] = []
             while len(ids) < args.long_tokens:
-                ids += encoded[order[cursor]].tolist() + [sep]
+                ids += [*encoded[order[cursor]].tolist(), sep]
                 cursor += 1
             prompts.append(gt.Prompt(f"{name}-l{i}", ids[: args.long_tokens], True))
         result[name] = prompts
@@ -321,7 +317,7 @@ def record_all(
     return timings
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915 - one experiment's steps, in order
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
