@@ -80,6 +80,9 @@ def corpus(max_files: int, max_bytes: int) -> tuple[list[str], list[str], dict[s
     docs: list[tuple[str, str]] = []
     total = 0
     files = sorted({p for root in roots for p in Path(root).rglob("*") if p.suffix in SUFFIXES})
+    # Read in a fixed order that mixes packages (not alphabetical: the caps would then
+    # keep only the first few packages).
+    files.sort(key=lambda p: hashlib.sha256(str(p).encode()).hexdigest())
     for path in files:
         try:
             if not 256 <= path.stat().st_size <= 1_000_000:
@@ -337,7 +340,7 @@ def main() -> None:  # noqa: PLR0915 - one experiment's steps, in order
     parser.add_argument("--batch-tokens", type=int, default=32768)
     parser.add_argument("--long-fraction", type=float, default=0.25)
     parser.add_argument("--max-files", type=int, default=60000)
-    parser.add_argument("--max-chars", type=int, default=160_000_000)
+    parser.add_argument("--max-chars", type=int, default=120_000_000)
     parser.add_argument("--tokenizer-chars", type=int, default=12_000_000)
     parser.add_argument("--short", type=int, default=60)
     parser.add_argument("--long", type=int, default=4)
