@@ -502,7 +502,16 @@ def _deciding(document: dict[str, Any]) -> str:
     if unsure:
         parts.append("inconclusive: " + ", ".join(unsure))
     if not parts:
-        near = [c for c in checks if c.get("outcome") == "pass" and c.get("threshold")]
+        # Only checks whose bounds are the value's own (a count or position check's
+        # bounds are of a rate, not of the value shown).
+        near = [
+            c
+            for c in checks
+            if c.get("outcome") == "pass"
+            and c.get("threshold")
+            and c.get("lower") is not None
+            and c["lower"] <= c["value"] <= c["upper"]
+        ]
         shares = [(_share(c), c) for c in near]
         if shares:
             ratio, check = max(shares, key=lambda pair: pair[0])
