@@ -160,7 +160,9 @@ def config(args: argparse.Namespace) -> Qwen2Config:
     )
 
 
-def train(args: argparse.Namespace, stream: torch.Tensor) -> tuple[Qwen2ForCausalLM, dict]:
+def train(
+    args: argparse.Namespace, stream: torch.Tensor
+) -> tuple[Qwen2ForCausalLM, dict[str, Any]]:
     """Train from a fixed seed for `args.train_seconds` of wall clock."""
     device = args.device
     torch.manual_seed(args.seed)
@@ -224,8 +226,12 @@ def train(args: argparse.Namespace, stream: torch.Tensor) -> tuple[Qwen2ForCausa
     return model, info
 
 
-@torch.no_grad()
-def evaluate(model: Qwen2ForCausalLM, prompts: list[gt.Prompt], device: str) -> dict:
+def evaluate(model: Qwen2ForCausalLM, prompts: list[gt.Prompt], device: str) -> dict[str, Any]:
+    with torch.no_grad():
+        return _evaluate(model, prompts, device)
+
+
+def _evaluate(model: Qwen2ForCausalLM, prompts: list[gt.Prompt], device: str) -> dict[str, Any]:
     """Held-out loss and top-1 probability (float32, the bf16-rounded weights)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     out: dict[str, Any] = {}
@@ -286,11 +292,11 @@ def suites(tok: Any, held: list[str], args: argparse.Namespace) -> dict[str, lis
             window = ids[at : at + args.short_tokens].tolist()
             prompts.append(gt.Prompt(f"{name}-s{len(prompts):02d}", window, False))
         for i in range(long):
-            ids: list[int] = []
-            while len(ids) < args.long_tokens:
-                ids += [*encoded[order[cursor]].tolist(), sep]
+            joined: list[int] = []
+            while len(joined) < args.long_tokens:
+                joined += [*encoded[order[cursor]].tolist(), sep]
                 cursor += 1
-            prompts.append(gt.Prompt(f"{name}-l{i}", ids[: args.long_tokens], True))
+            prompts.append(gt.Prompt(f"{name}-l{i}", joined[: args.long_tokens], True))
         result[name] = prompts
     return result
 
