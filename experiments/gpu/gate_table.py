@@ -502,7 +502,16 @@ def _deciding(document: dict[str, Any]) -> str:
     if unsure:
         parts.append("inconclusive: " + ", ".join(unsure))
     if not parts:
-        near = [c for c in checks if c.get("outcome") == "pass" and c.get("threshold")]
+        # Only checks whose bounds are the value's own (a count or position check's
+        # bounds are of a rate, not of the value shown).
+        near = [
+            c
+            for c in checks
+            if c.get("outcome") == "pass"
+            and c.get("threshold")
+            and c.get("lower") is not None
+            and c["lower"] <= c["value"] <= c["upper"]
+        ]
         shares = [(_share(c), c) for c in near]
         if shares:
             ratio, check = max(shares, key=lambda pair: pair[0])
@@ -528,6 +537,9 @@ def _share(check: dict[str, Any]) -> float:
         return limit / max(_bound(check), 1e-12)
     return abs(_bound(check) / limit)
 
+
+CHECK_FIELDS = ("key", "op", "value", "lower", "upper", "threshold", "outcome")
+"""What each check of a judged pair keeps in the table's json (to read a decision)."""
 
 CALIBRATION_PAIRS = (
     ("aa-fp32", "cal-base32", "cal-aa32"),
@@ -601,6 +613,9 @@ def run_judge(args: argparse.Namespace) -> dict[str, Any]:
                     p.key: p.value for p in derived.provenance if p.source == "measured"
                 } if name == "calibrated" else {},
                 "control": result.model_dump(mode="json", by_alias=True).get("control"),
+                "checks": [
+                    {k: c.get(k) for k in CHECK_FIELDS} for c in document.get("checks", [])
+                ],
             }  # fmt: skip
             ok = status == "Passed" if change.kind == "benign" else status != "Passed"
             row[name]["correct"] = ok
