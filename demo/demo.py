@@ -282,9 +282,14 @@ class Demo:
         )
         work = self.out / "calibrate"
         shutil.rmtree(work, ignore_errors=True)
+        # The engine serves the model as "fixture" (spec.model.name); the command names
+        # the served model after the model directory.
+        served = work / "model" / "fixture"
+        served.parent.mkdir(parents=True)
+        served.symlink_to(model_dir, target_is_directory=True)
         command = [
             sys.executable, "-m", "infergate.cli", "parity", "calibrate",
-            "--engine", "vllm", "--model", str(model_dir), "--dtype", "bfloat16",
+            "--engine", "vllm", "--model", str(served), "--dtype", "bfloat16",
             "--suite", str(suite), "--url", url, "--work", str(work),
             "--concurrency", str(CALIBRATION_CONCURRENCY),
             "--max-tokens", str(PARITY["sampling"]["maxTokens"]),  # type: ignore[index]
