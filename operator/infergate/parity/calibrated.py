@@ -62,6 +62,8 @@ class NoiseFamily(StrEnum):
     FORK_MARGIN = "forkMargin"
     HIDDEN_REL_L2 = "hiddenRelL2P99"
     HIDDEN_COSINE = "hiddenCosineShortfall"
+    DECODE_SELF = "decodeSelfDelta"
+    DECODE_EXCESS = "decodeExcess"
 
 
 class FamilyNoise(WireModel):
@@ -121,6 +123,8 @@ FAMILIES: Final[tuple[FamilyRule, ...]] = (
     FamilyRule(NoiseFamily.FORK_MARGIN, "max_divergence_logprob_gap", NoiseGrowth.LINEAR, "max"),
     FamilyRule(NoiseFamily.HIDDEN_REL_L2, "max_hidden_rel_l2_p99", NoiseGrowth.LINEAR, "max"),
     FamilyRule(NoiseFamily.HIDDEN_COSINE, "min_hidden_cosine_p1", NoiseGrowth.QUADRATIC, "min"),
+    FamilyRule(NoiseFamily.DECODE_SELF, "max_decode_self_delta", NoiseGrowth.LINEAR, "max"),
+    FamilyRule(NoiseFamily.DECODE_EXCESS, "max_decode_excess", NoiseGrowth.LINEAR, "max"),
 )
 
 
@@ -348,6 +352,8 @@ _PATHS: Final[Mapping[NoiseFamily, str]] = {
     NoiseFamily.FORK_MARGIN: "tokens.divergenceLogprobGapMax",
     NoiseFamily.HIDDEN_REL_L2: "hidden.relL2P99",
     NoiseFamily.HIDDEN_COSINE: "hidden.cosineP1",
+    NoiseFamily.DECODE_SELF: "decode.candidateSelfMeanAbs",
+    NoiseFamily.DECODE_EXCESS: "decode.excess",
 }
 
 
