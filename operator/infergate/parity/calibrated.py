@@ -77,6 +77,15 @@ class FamilyNoise(WireModel):
     pairs: list[str] = Field(description="The measured pairs it is the worst of.")
 
 
+class LayerNoise(WireModel):
+    """Self noise of every layer's hidden states (A/A through the side's layer probe)."""
+
+    names: list[str] = Field(description="The states, embeddings first, final norm last.")
+    rel_l2: list[float] = Field(description="Relative L2 P99 over positions, per state.")
+    positions: int = Field(ge=1, description="Positions compared per state.")
+    method: str = Field(description="The pair measured.")
+
+
 class ModelNoise(WireModel):
     """A revision's own measured noise, kept beside its golden record."""
 
@@ -97,6 +106,10 @@ class ModelNoise(WireModel):
     changes: dict[str, dict[NoiseFamily, FamilyNoise]] = Field(
         default_factory=dict,
         description="An expected change's noise on the same weights, by change (`dtype X`).",
+    )
+    layer_rel_l2: LayerNoise | None = Field(
+        default=None,
+        description="Per-layer self noise, where the revision's layer probe answers.",
     )
 
 
@@ -387,3 +400,28 @@ def _observed(metric: Mapping[str, object]) -> float | None:
         return None
     error = 1.0 - float(value) if metric.get("noise") in ("miss", "shortfall") else abs(value)
     return max(0.0, float(error))
+
+
+def layer_band(
+    static: Sequence[float], names: Sequence[str], noise: ModelNoise | None
+) -> tuple[tuple[float, ...], str]:
+    """The band a failed check's layers are localised against, and where it comes from.
+
+    k (linear: relative L2) x the baseline revision's per-layer self noise where it was
+    measured on the same states, never below the static depth ramp: like every self (A/A)
+    noise it only loosens (a change of kernel brings more than the revision's own noise).
+    """
+    layers = None if noise is None else noise.layer_rel_l2
+    if layers is None:
+        return tuple(static), "static depth ramp (no per-layer noise kept for the baseline)"
+    if list(layers.names) != list(names) or len(layers.rel_l2) != len(static):
+        return tuple(static), (
+            f"static depth ramp (the kept per-layer noise has {len(layers.names)} states, "
+            f"the probe {len(names)})"
+        )
+    band = tuple(max(s, K_LINEAR * n) for s, n in zip(static, layers.rel_l2, strict=True))
+    raised = sum(1 for s, b in zip(static, band, strict=True) if b > s)
+    return band, (
+        f"k {K_LINEAR:g} x per-layer self noise ({layers.method}, {layers.positions} "
+        f"positions; {raised} of {len(band)} states above the static depth ramp)"
+    )

@@ -211,3 +211,44 @@ def test_family_noise_takes_the_worst_pair_and_reads_shortfalls_and_misses() -> 
     assert table[NoiseFamily.SAME_TOP].upper == 4e-4
     assert NoiseFamily.FORK_MARGIN not in table
     assert not math.isnan(table[NoiseFamily.KL_MEAN].upper)
+
+
+# -- the per-layer band of a failed check's localisation ---------------------------------
+
+LAYER_NAMES = ("embeddings", "layer 0", "layer 1", "final norm")
+LAYER_STATIC = (1e-3, 2e-3, 5e-3, 1e-2)
+
+
+def _noise_with_layers(rel_l2: list[float], names: tuple[str, ...] = LAYER_NAMES) -> ModelNoise:
+    from infergate.parity.calibrated import LayerNoise
+
+    return ModelNoise(
+        revision="aaaaaaaaaa", model="m", engine="mindformers", dtype="float16", layers=2,
+        suite_digest="d", prompts=32, measured="2026-12-07T00:00:00+00:00", method="test",
+        self_noise={},
+        layer_rel_l2=LayerNoise(names=list(names), rel_l2=rel_l2, positions=96, method="A/A"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("noise", "band", "source"),
+    [
+        # Nothing kept: the static depth ramp.
+        (None, LAYER_STATIC, "static depth ramp (no per-layer noise"),
+        # Kept for another model shape: the ramp, and why.
+        (_noise_with_layers([0.0] * 3, LAYER_NAMES[:3]), LAYER_STATIC, "has 3 states, the probe 4"),
+        # A/A noise far under the ramp: self noise only loosens, the ramp stays.
+        (_noise_with_layers([1e-5] * 4), LAYER_STATIC, "0 of 4 states above"),
+        # Noisy deep layers (k 3 x 4e-3 = 1.2e-2 > 5e-3 and 1e-2): raised there only.
+        (_noise_with_layers([1e-5, 1e-4, 4e-3, 4e-3]), (1e-3, 2e-3, 1.2e-2, 1.2e-2),
+         "2 of 4 states above"),
+    ],
+)  # fmt: skip
+def test_the_layer_band_is_k_times_the_kept_per_layer_noise_never_below_the_ramp(
+    noise: ModelNoise | None, band: tuple[float, ...], source: str
+) -> None:
+    from infergate.parity.calibrated import layer_band
+
+    found, why = layer_band(LAYER_STATIC, LAYER_NAMES, noise)
+    assert found == pytest.approx(band)
+    assert source in why
