@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +42,18 @@ from numpy.typing import NDArray
 from infergate.parity.metrics import DecodeMetrics, Estimate
 from infergate.parity.prompt_bounds import clustered_bounds, per_prompt_bounds
 from infergate.parity.record import PromptRecord, TeacherForced, TopLogprobs
+
+DECODE_NOISE: Final = 5.2e-3
+"""Benign decode-path noise (nats): the upper 95% bound of the mean |decode - prefill|
+logprob of the generated tokens, each prompt weighing the same, of vLLM 0.32 CPU in
+bfloat16 on the fixture model (36 prompts of ~110 tokens, 16 output tokens: 576 steps;
+value 5.2e-6, largest single step 2.9e-3). Source: experiments/DECODE_NOISE.md, measured
+by the demo's calibration records (`make demo-flow`, then `experiments/decode_noise.py`).
+Both decode limits are k (3, linear: a logprob difference) x this figure: the excess
+because a side whose decode path is its prefill (our adapters) against one whose is not
+(vLLM) shows that side's own decode-vs-prefill noise as excess."""
+DECODE_K: Final = 3.0
+"""k for decode limits: the linear families' (parity.calibrated.K_LINEAR)."""
 
 
 @dataclass(frozen=True)
