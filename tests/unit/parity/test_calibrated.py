@@ -45,6 +45,7 @@ SELF = CalibrationNeed(NeedKind.SELF)
 TIGHT = Thresholds(
     max_mean_kl=1e-9, max_kl_p99=1e-9, min_same_top_rate=0.99999, max_hidden_rel_l2_p99=1e-6,
     min_hidden_cosine_p1=0.9999999, max_divergence_logprob_gap=1e-4,
+    max_decode_self_delta=1e-6, max_decode_excess=1e-6,
 )  # fmt: skip
 """Static limits tighter than k x the noise in these tables: self noise loosens them."""
 
@@ -58,6 +59,8 @@ TIGHT = Thresholds(
         ("hiddenRelL2P99", 6e-3, "max_hidden_rel_l2_p99", K_LINEAR * 6e-3),
         ("hiddenCosineShortfall", 2e-5, "min_hidden_cosine_p1", 1 - K_QUADRATIC * 2e-5),
         ("forkMargin", 0.02, "max_divergence_logprob_gap", K_LINEAR * 0.02),
+        ("decodeSelfDelta", 5e-3, "max_decode_self_delta", K_LINEAR * 5e-3),
+        ("decodeExcess", 1e-3, "max_decode_excess", K_LINEAR * 1e-3),
     ],
 )
 def test_each_family_becomes_k_times_its_noise(
@@ -252,3 +255,23 @@ def test_the_layer_band_is_k_times_the_kept_per_layer_noise_never_below_the_ramp
     found, why = layer_band(LAYER_STATIC, LAYER_NAMES, noise)
     assert found == pytest.approx(band)
     assert source in why
+
+
+def test_a_pair_reports_decode_noise_for_its_families() -> None:
+    from infergate.calibration.noise import pair_report
+
+    estimate = {"value": 1e-5, "lower": 0.0, "upper": 4e-3, "evidence": 36, "unit": "prompts",
+                "method": "prompt means"}  # fmt: skip
+    excess = {**estimate, "value": -2e-4, "upper": None}
+    result = {
+        "baseline": {}, "candidate": {}, "prompts": [],
+        "metrics": {"prompts": 36, "decode": {"candidateSelfMeanAbs": estimate, "excess": excess}},
+    }  # fmt: skip
+    report = pair_report("aa", result, [])
+    table = family_noise([report])
+    assert table[NoiseFamily.DECODE_SELF] == FamilyNoise(
+        upper=4e-3, observed=1e-5, bounded=True, pairs=["aa"]
+    )
+    # No bound: the value stands as a point, as an error (never below 0).
+    assert table[NoiseFamily.DECODE_EXCESS].bounded is False
+    assert table[NoiseFamily.DECODE_EXCESS].upper == 0.0
