@@ -261,7 +261,7 @@ def bench_suite() -> Suite:
     corpus sentences the model knows, then beginnings of held-out grammar sentences it
     never saw, English and Chinese alternating.
     """
-    default = load_suite("default").select(long=False).prompts
+    default = load_suite("default").select(long=False, chat=False).prompts
     prompts: list[PromptSpec] = list(default)
     texts = {p.text for p in prompts}
 
@@ -347,7 +347,7 @@ def _residual_max(model_dir: Path) -> float:
     tokenizer = ModelTokenizer(model_dir)
     peak = 0.0
     with torch.inference_mode():
-        for prompt in bench_suite().select(long=False).prompts:
+        for prompt in bench_suite().select(long=False, chat=False).prompts:
             assert prompt.text is not None  # noqa: S101 - the bench suite is text
             ids = torch.tensor([tokenizer.encode(prompt.text)])
             states = model(input_ids=ids, output_hidden_states=True).hidden_states[:-1]

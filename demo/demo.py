@@ -10,6 +10,10 @@ plane, engines running as real processes on the executor nodes):
      under its own ServiceAccount; the ParityCheck controller's role from
      manifests/runner);
   1. deploy the fixture model on vLLM / NVIDIA GPU in bfloat16 and wait until stable;
+     then calibrate: `infergate parity calibrate` against the running stable (self vs
+     self again and with 8 requests in flight) measures the revision's own A/A noise and
+     keeps it in the operator's golden store, beside the golden records, where every
+     later check whose baseline is that revision reads it for its limits;
   2. migrate it to MindFormers / Ascend. MindSpore has no bfloat16 CPU kernels, so
      float16 is MindFormers' low-precision case here: the check compares vLLM bf16
      with MindFormers fp16 under the dtype-change profile (bf16-class limits; a
@@ -32,6 +36,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -50,7 +56,7 @@ from infergate.accounting import describe_overhead  # noqa: E402  # noqa: E402
 from infergate.fixture.generate import default_model_dir, is_complete  # noqa: E402
 from infergate.suite import inline, medium_prompts  # noqa: E402
 from infergate_dev.localcluster import prometheus  # noqa: E402
-from infergate_dev.localcluster.layout import ClusterLayout  # noqa: E402
+from infergate_dev.localcluster.layout import ClusterLayout, cache_dir  # noqa: E402
 
 NAMESPACE = "infergate-demo"
 OPERATOR_NAMESPACE = "infergate-system"
@@ -79,6 +85,18 @@ PARITY = {
     # drift panel shows the watched revision as not drifted (0).
     "watch": {"intervalSeconds": 86400},
 }
+# The operator keeps golden records (and the noise the calibration step measures) on a
+# claim in its own namespace, where its runner Jobs mount it; the local executor backs the
+# claim with this directory.
+GOLDEN_CLAIM = "golden-records"
+GOLDEN_DIR = cache_dir() / "pvc" / OPERATOR_NAMESPACE / GOLDEN_CLAIM
+GOLDEN_VOLUME = f"{OPERATOR_NAMESPACE}-demo-{GOLDEN_CLAIM}"
+CALIBRATION_CONCURRENCY = 8
+CALIBRATION_PROMPTS = 12
+"""Prompts the demo's calibration records (three times: base, again, 8 in flight). The
+check's 36 took ~5.5 minutes of the demo on a loaded 2-core machine (the step did not
+finish under a heavier load); a third of the prompts is a third of the recording. A real
+calibration runs the check's whole suite (its bounds are then tighter)."""
 
 
 def base_manifest(model_dir: Path) -> dict[str, Any]:
@@ -214,7 +232,14 @@ class Demo:
             "path": "/spec/template/spec/containers/0/args/-",
             "value": f"--allow-host-path={default_model_dir().parent}",
         }
-        self.kubectl("patch", *operator, "--type=json", "-p", json.dumps([allow]))
+        golden = {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/args/-",
+            "value": "--golden-config="
+            + json.dumps({"store": {"pvc": {"claimName": GOLDEN_CLAIM}}}),
+        }
+        self.golden_claim()
+        self.kubectl("patch", *operator, "--type=json", "-p", json.dumps([allow, golden]))
         self.kubectl("rollout", "status", *operator, "--timeout=300s")
         self.kubectl(
             "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s"
@@ -226,6 +251,85 @@ class Demo:
             self.say(f"Prometheus scraping the operator and engine pods at {self.prometheus}")
         except prometheus.PrometheusError as error:
             self.say(f"no Prometheus ({error}); the dashboard check is skipped")
+
+    def golden_claim(self) -> None:
+        """The operator's golden claim, bound to a fresh directory of the executor's."""
+        self.kubectl("delete", "pv", GOLDEN_VOLUME, "--ignore-not-found", "--wait=false")
+        shutil.rmtree(GOLDEN_DIR, ignore_errors=True)
+        GOLDEN_DIR.mkdir(parents=True)
+        volume = {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": GOLDEN_VOLUME},
+            "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                "hostPath": {"path": str(GOLDEN_DIR), "type": "DirectoryOrCreate"},
+                "claimRef": {"namespace": OPERATOR_NAMESPACE, "name": GOLDEN_CLAIM},
+            },
+        }  # fmt: skip
+        claim = {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": GOLDEN_CLAIM, "namespace": OPERATOR_NAMESPACE},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                "volumeName": GOLDEN_VOLUME, "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }  # fmt: skip
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(volume))
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(claim))
+
+    def calibrate(self, revision: str, model_dir: Path) -> None:
+        """`infergate parity calibrate` against the running stable: its A/A noise, kept in
+        the golden store beside its records (noise/<namespace>/<name>/<revision>.json)."""
+        url = self.pod_url(revision)
+        suite = self.out / "suite.jsonl"
+        suite.write_text(
+            "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in SUITE[:CALIBRATION_PROMPTS]),
+            encoding="utf-8",
+        )
+        work = self.out / "calibrate"
+        shutil.rmtree(work, ignore_errors=True)
+        # The engine serves the model as "fixture" (spec.model.name); the command names
+        # the served model after the model directory.
+        served = work / "model" / "fixture"
+        served.parent.mkdir(parents=True)
+        served.symlink_to(model_dir, target_is_directory=True)
+        command = [
+            sys.executable, "-m", "infergate.cli", "parity", "calibrate",
+            "--engine", "vllm", "--model", str(served), "--dtype", "bfloat16",
+            "--suite", str(suite), "--url", url, "--work", str(work),
+            "--concurrency", str(CALIBRATION_CONCURRENCY),
+            "--max-tokens", str(PARITY["sampling"]["maxTokens"]),  # type: ignore[index]
+            "--store", str(GOLDEN_DIR), "--namespace", NAMESPACE, "--deployment", NAME,
+            "--revision", revision, "--noise-out", str(self.out / "noise.json"),
+            "--markdown", str(self.out / "calibration.md"),
+        ]  # fmt: skip
+        self.say("$ infergate parity calibrate --engine vllm --url " + url + " --dtype bfloat16 "
+                 f"--concurrency {CALIBRATION_CONCURRENCY} --store {GOLDEN_DIR} "
+                 f"--namespace {NAMESPACE} --deployment {NAME} --revision {revision}")  # fmt: skip
+        path = os.pathsep.join([str(REPO / "operator"), os.environ.get("PYTHONPATH", "")])
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=900, check=False, cwd=REPO,
+            env={**os.environ, "PYTHONPATH": path},
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"infergate parity calibrate failed:\n{done.stderr[-3000:]}")
+        for line in done.stderr.splitlines():
+            if line.startswith("noise record kept"):
+                self.say(f"    {line}")
+        noise = json.loads((self.out / "noise.json").read_text(encoding="utf-8"))
+        for family, measured in (noise.get("selfNoise") or {}).items():
+            self.say(f"    self noise {family}: <= {measured['upper']:.3g} "
+                     f"({', '.join(measured['pairs'])})")  # fmt: skip
+        self.say(f"    tables: {self.out / 'calibration.md'}")
+
+    def pod_url(self, revision: str) -> str:
+        """The serving URL of a Ready pod of `revision` (pod IP: the demo runs beside it)."""
+        pods = self.get("pods", "-n", NAMESPACE, "-l", f"infergate.io/revision={revision}")
+        for pod in pods.get("items", []):
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip and not pod["metadata"].get("deletionTimestamp"):
+                return f"http://{ip}:8000"
+        raise SystemExit(f"no pod of revision {revision} to calibrate against")
 
     def wait_stable(self, timeout: float = 900) -> str:
         def stable() -> dict[str, Any] | None:
@@ -433,6 +537,12 @@ def main() -> int:
     demo.rows.append({"step": 1, "what": "vLLM bf16 on GPU: deploy", "rollout": "Stable",
                       "stable": stable, "seconds": time.monotonic() - step_start})  # fmt: skip
 
+    step_start = time.monotonic()
+    demo.say(f"step 1b: calibrate the stable revision {stable}: its own A/A noise, kept")
+    demo.calibrate(stable, model_dir)
+    demo.rows.append({"step": 1, "what": "calibrate stable: A/A noise kept",
+                      "seconds": time.monotonic() - step_start})  # fmt: skip
+
     second = migrated(first)
     demo.apply(second, 2)
     demo.say("step 2: migrate to MindFormers on Ascend (fp16: MindSpore has no CPU bf16); "
@@ -456,6 +566,8 @@ def main() -> int:
         demo.kubectl(
             "delete", "-k", str(REPO / "manifests" / "operator"), "--ignore-not-found", check=False
         )
+        demo.kubectl("delete", "pv", GOLDEN_VOLUME, "--ignore-not-found", check=False)
+        shutil.rmtree(GOLDEN_DIR, ignore_errors=True)
     expected = [row.get("check") == row.get("expected") for row in demo.rows if "expected" in row]
     # The last lines: where to look next.
     reports = [str(row["report"]) for row in demo.rows if row.get("report")]

@@ -57,7 +57,7 @@ def _greedy(model: Any, tokenizer: Any) -> dict[str, Any]:
     suite = load_suite("default")
     chosen, gaps = [], []
     with torch.no_grad():
-        for prompt in suite.select(long=False).prompts:
+        for prompt in suite.select(long=False, chat=False).prompts:
             assert prompt.text is not None  # noqa: S101 - the default suite is text
             ids = tokenizer.encode(prompt.text).ids
             for _ in range(64):

@@ -21,9 +21,12 @@ checks the operator makes by its whole sha256 (`Suite.content_digest`, spec.suit
 
 Built-in suites (by name):
 
-- `default`: 34 short Chinese and English prompts (six of them stop at EOS) and 4 long
-  prompts of 8K+ tokens (2 Chinese, 2 English, generated deterministically at load time,
-  tagged `long`, 8 output tokens each). That meets the bf16 profiles' minimum evidence
+- `default`: 34 short Chinese and English prompts (six of them stop at EOS), the 4 chats
+  of `chat` (each side renders them with its own chat template: vLLM through
+  /v1/chat/completions, our adapters through the model's template; tagged `chat`, a
+  stratum of their own in the per-stratum figures) and 4 long prompts of 8K+ tokens (2
+  Chinese, 2 English, generated deterministically at load time, tagged `long`, 8 output
+  tokens each). That meets the bf16 profiles' minimum evidence
   (32 prompts, 4 long prompts, 4096 scored positions: the long prompts are scored at
   every position of their own text) and takes a few minutes on CPU on the fixture
   model; long-context evidence comes from scoring the long texts, not from generating
@@ -150,9 +153,16 @@ class Suite:
     name: str
     prompts: tuple[PromptSpec, ...]
 
-    def select(self, *, long: bool | None = None, limit: int | None = None) -> Suite:
-        """A sub-suite: only long (True) or only short (False) prompts, at most `limit`."""
-        chosen = [p for p in self.prompts if long is None or p.is_long == long]
+    def select(
+        self, *, long: bool | None = None, chat: bool | None = None, limit: int | None = None
+    ) -> Suite:
+        """A sub-suite: only long (True) or only short (False) prompts, only chats (True)
+        or none (False), at most `limit`."""
+        chosen = [
+            p
+            for p in self.prompts
+            if (long is None or p.is_long == long) and (chat is None or p.is_chat == chat)
+        ]
         if limit is not None:
             chosen = chosen[:limit]
         return Suite(self.name, tuple(chosen))
@@ -239,13 +249,16 @@ def load_suite(name_or_path: str) -> Suite:
     )
     if name_or_path == "chat":
         return short
+    chats: tuple[PromptSpec, ...] = ()
+    if name_or_path == "default":
+        chats = load_suite("chat").prompts
     count = 1 if name_or_path == "smoke" else 2
     long = [long_prompt("zh", i) for i in range(count)] + [
         long_prompt("en", i) for i in range(count if name_or_path == "default" else 0)
     ]
     if name_or_path == "default":
         long = [p.model_copy(update={"max_tokens": LONG_MAX_TOKENS}) for p in long]
-    return Suite(name_or_path, short.prompts + tuple(long))
+    return Suite(name_or_path, short.prompts + chats + tuple(long))
 
 
 # Characters per long prompt. With the fixture tokenizer Chinese text is about 1.1

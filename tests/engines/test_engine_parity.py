@@ -305,6 +305,36 @@ def test_a_two_percent_final_norm_scale_fails_at_bf16(
     assert control.minimum_detectable <= 0.02
 
 
+def test_the_fixtures_chats_render_alike_on_vllm_and_the_adapter_and_form_a_stratum(
+    engines: EngineFarm, fixture_model: Path, tmp_path: Path
+) -> None:
+    """The default suite's chats, each side rendering them with the fixture's own template
+    (vLLM through /v1/chat/completions, our adapter through the model's template)."""
+    from infergate.engines.client import EngineClient
+
+    vllm = engines.server("vllm", "bfloat16")
+    adapter = engines.server("transformers", "float32")
+    chats = load_suite("default").select(chat=True).prompts
+    assert chats
+    for prompt in chats:
+        messages = [m.model_dump() for m in prompt.messages or ()]
+        rendered = []
+        for server in (vllm, adapter):
+            with EngineClient(server.url, MODEL) as client:
+                rendered.append(client.chat(messages, max_tokens=2, top_logprobs=2, seed=42))
+        assert rendered[0].prompt_token_ids == rendered[1].prompt_token_ids, prompt.id
+    base = _record(fixture_model, vllm, tmp_path / "b", suite="chat", hidden=False)
+    again = _record(
+        fixture_model, vllm, tmp_path / "a", suite="chat", hidden=False, baseline=base.path
+    )
+    _, result = _judge(base, again, ProfileName.BF16_KERNEL, hidden=False)
+    assert set(result.metrics.strata) == {"chat"}
+    kl = result.metrics.strata["chat"]["meanKl"]
+    assert kl.evidence == len(chats)
+    assert kl.value is not None
+    assert kl.value == pytest.approx(0.0, abs=1e-6)
+
+
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"

@@ -172,3 +172,15 @@ def test_medium_prompts_fill_the_evidence_minimum_within_a_short_context() -> No
         PromptSpec.model_validate(i.model_dump(by_alias=True, exclude_none=True))
         for i in check_suite.inline or []
     ] == prompts
+
+
+def test_the_default_suite_holds_chats_as_a_stratum_of_their_own() -> None:
+    suite = load_suite("default")
+    chats = suite.select(chat=True).prompts
+    assert chats == load_suite("chat").prompts
+    assert all(p.messages and not p.is_long for p in chats)
+    assert {"en", "zh"} <= {tag for p in chats for tag in p.tags}
+    # The text prompts and the chats: each kind is there, and nothing else.
+    text = suite.select(long=False, chat=False).prompts
+    assert len(text) + len(chats) + len(suite.select(long=True).prompts) == len(suite.prompts)
+    assert all(p.text for p in text)

@@ -131,6 +131,8 @@ def record_concurrent(runs: CalibrationRuns, out: Path, baseline_dir: Path) -> N
             namespace, {}, runs.model.name, suite.name
         )
         channels: Any = ThreadedPrefetch(serving, probe, runs.concurrency)
+        # A server without a hidden-state probe (no --probe-url, vLLM) records no states.
+        states: Any = channels if probe is not None else None
     elif runs.engine == "vllm":
         from infergate.engines.record import make_meta
         from infergate.runtime.model_config import load_model_config
@@ -141,13 +143,11 @@ def record_concurrent(runs: CalibrationRuns, out: Path, baseline_dir: Path) -> N
             engine="vllm", engine_version=vllm.version, dtype=runs.dtype, model=runs.model.name,
             suite=suite.name, effective_config=config.effective(runs.dtype),
         )  # fmt: skip
-        channels = vllm
+        channels = states = vllm
     else:
         raise CalibrationError(
             f"--concurrency: {runs.engine} in-process runs one request at a time; "
             "give --url of a server to send concurrent requests"
         )
     channels.prefetch(suite, settings, baseline)
-    record_suite(
-        suite, channels, channels, meta=meta, out=out, settings=settings, baseline=baseline
-    )
+    record_suite(suite, channels, states, meta=meta, out=out, settings=settings, baseline=baseline)

@@ -213,6 +213,18 @@ def pair_report(
             "noise": metric.noise,
             "bounded": metric.bounded,
         }
+    decode = result["metrics"].get("decode") or {}
+    for name in ("candidateSelfMeanAbs", "excess"):
+        # Decode-path estimates (value and one-sided bounds, each prompt weighing the same).
+        node = decode.get(name)
+        if isinstance(node, Mapping) and node.get("value") is not None:
+            upper = node.get("upper")
+            noise[f"decode.{name}"] = {
+                "value": node["value"],
+                "upper": max(0.0, float(upper if upper is not None else node["value"])),
+                "noise": "absolute",
+                "bounded": upper is not None,
+            }
     signed_summary: dict[str, Any] = {}
     for name in ("hiddenNormRatio", "logPerplexityRatio"):
         values = [float(s[name]) for s in signed if s.get(name) is not None]  # type: ignore[arg-type]

@@ -146,7 +146,8 @@ def record_prompt(
         teacher_forced=scores,
         hidden_states=hidden,
         output_text=completion.text,
-        tags=dict.fromkeys(prompt.tags, "true"),
+        # A chat is tagged so: the comparison's per-stratum figures (short, long, chat).
+        tags=dict.fromkeys((*prompt.tags, *(("chat",) if prompt.is_chat else ())), "true"),
         logit_scale=(
             None if completion.logit_scale is None else np.asarray(completion.logit_scale)
         ),

@@ -62,6 +62,8 @@ class NoiseFamily(StrEnum):
     FORK_MARGIN = "forkMargin"
     HIDDEN_REL_L2 = "hiddenRelL2P99"
     HIDDEN_COSINE = "hiddenCosineShortfall"
+    DECODE_SELF = "decodeSelfDelta"
+    DECODE_EXCESS = "decodeExcess"
 
 
 class FamilyNoise(WireModel):
@@ -73,6 +75,15 @@ class FamilyNoise(WireModel):
     )
     bounded: bool = Field(description="True: a confidence bound; False: a point value.")
     pairs: list[str] = Field(description="The measured pairs it is the worst of.")
+
+
+class LayerNoise(WireModel):
+    """Self noise of every layer's hidden states (A/A through the side's layer probe)."""
+
+    names: list[str] = Field(description="The states, embeddings first, final norm last.")
+    rel_l2: list[float] = Field(description="Relative L2 P99 over positions, per state.")
+    positions: int = Field(ge=1, description="Positions compared per state.")
+    method: str = Field(description="The pair measured.")
 
 
 class ModelNoise(WireModel):
@@ -95,6 +106,10 @@ class ModelNoise(WireModel):
     changes: dict[str, dict[NoiseFamily, FamilyNoise]] = Field(
         default_factory=dict,
         description="An expected change's noise on the same weights, by change (`dtype X`).",
+    )
+    layer_rel_l2: LayerNoise | None = Field(
+        default=None,
+        description="Per-layer self noise, where the revision's layer probe answers.",
     )
 
 
@@ -121,6 +136,8 @@ FAMILIES: Final[tuple[FamilyRule, ...]] = (
     FamilyRule(NoiseFamily.FORK_MARGIN, "max_divergence_logprob_gap", NoiseGrowth.LINEAR, "max"),
     FamilyRule(NoiseFamily.HIDDEN_REL_L2, "max_hidden_rel_l2_p99", NoiseGrowth.LINEAR, "max"),
     FamilyRule(NoiseFamily.HIDDEN_COSINE, "min_hidden_cosine_p1", NoiseGrowth.QUADRATIC, "min"),
+    FamilyRule(NoiseFamily.DECODE_SELF, "max_decode_self_delta", NoiseGrowth.LINEAR, "max"),
+    FamilyRule(NoiseFamily.DECODE_EXCESS, "max_decode_excess", NoiseGrowth.LINEAR, "max"),
 )
 
 
@@ -348,6 +365,8 @@ _PATHS: Final[Mapping[NoiseFamily, str]] = {
     NoiseFamily.FORK_MARGIN: "tokens.divergenceLogprobGapMax",
     NoiseFamily.HIDDEN_REL_L2: "hidden.relL2P99",
     NoiseFamily.HIDDEN_COSINE: "hidden.cosineP1",
+    NoiseFamily.DECODE_SELF: "decode.candidateSelfMeanAbs",
+    NoiseFamily.DECODE_EXCESS: "decode.excess",
 }
 
 
@@ -381,3 +400,28 @@ def _observed(metric: Mapping[str, object]) -> float | None:
         return None
     error = 1.0 - float(value) if metric.get("noise") in ("miss", "shortfall") else abs(value)
     return max(0.0, float(error))
+
+
+def layer_band(
+    static: Sequence[float], names: Sequence[str], noise: ModelNoise | None
+) -> tuple[tuple[float, ...], str]:
+    """The band a failed check's layers are localised against, and where it comes from.
+
+    k (linear: relative L2) x the baseline revision's per-layer self noise where it was
+    measured on the same states, never below the static depth ramp: like every self (A/A)
+    noise it only loosens (a change of kernel brings more than the revision's own noise).
+    """
+    layers = None if noise is None else noise.layer_rel_l2
+    if layers is None:
+        return tuple(static), "static depth ramp (no per-layer noise kept for the baseline)"
+    if list(layers.names) != list(names) or len(layers.rel_l2) != len(static):
+        return tuple(static), (
+            f"static depth ramp (the kept per-layer noise has {len(layers.names)} states, "
+            f"the probe {len(names)})"
+        )
+    band = tuple(max(s, K_LINEAR * n) for s, n in zip(static, layers.rel_l2, strict=True))
+    raised = sum(1 for s, b in zip(static, band, strict=True) if b > s)
+    return band, (
+        f"k {K_LINEAR:g} x per-layer self noise ({layers.method}, {layers.positions} "
+        f"positions; {raised} of {len(band)} states above the static depth ramp)"
+    )

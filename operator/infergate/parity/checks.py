@@ -171,7 +171,14 @@ _CHECKS: tuple[_Check, ...] = (
            "longSameTopDrop", _longest),
     _Check("max_long_to_short_hidden_ratio", "hidden relL2 ratio far / 0-1K, per long prompt",
            "<=", "longToShortHiddenRatio", _longest),
+    _Check("max_decode_self_delta", "candidate decode vs own prefill, mean |logprob delta|",
+           "<=", "decodeSelfDelta", lambda _: []),
+    _Check("max_decode_excess", "decode minus prefill cross |logprob delta|", "<=",
+           "decodeExcess", lambda _: []),
 )  # fmt: skip
+
+DECODE_KEYS: tuple[str, ...] = ("max_decode_self_delta", "max_decode_excess")
+"""Thresholds judged on the decode path (`parity.decode`)."""
 
 _EARLY_FORK_SHARE = 0.10
 """P10 >= L means at most 10% of prompts fork (unexplained) before L output tokens."""
@@ -239,6 +246,9 @@ def evaluate_checks(
             results.append(_p10(check, key, limit, metrics, prompts=prompts, confidence=confidence))
             continue
         estimate = metrics.estimates.get(check.metric)
+        if check.field in DECODE_KEYS and (estimate is None or estimate.value is None):
+            results.append(_no_decode(check, key, limit, thresholds))
+            continue
         if estimate is None or (estimate.value is None and estimate.evidence == 0):
             results.append(
                 CheckResult(
@@ -358,6 +368,22 @@ def _no_long(check: _Check, key: str, limit: float, thresholds: Thresholds) -> C
         outcome="inconclusive", worst_prompts=[],
         message=f"{key}: {check.label} needs long prompts (of "
         f"{thresholds.long_prompt_tokens or 8192}+ tokens); the suite has none",
+    )  # fmt: skip
+
+
+def _no_decode(check: _Check, key: str, limit: float, thresholds: Thresholds) -> CheckResult:
+    why = (
+        "no decode evidence: no generated step before the first fork had its logprob in both "
+        "sides' generation top-k and in the candidate's own prefill scoring"
+    )
+    if not thresholds.require_decode_evidence:
+        return _excluded(
+            check, key, "not-required", f"{why}, and the profile does not require it", limit
+        )
+    return CheckResult(
+        key=key, label=check.label, value=None, threshold=limit, op=check.op,
+        outcome="inconclusive", worst_prompts=[],
+        message=f"{key}: {check.label} cannot be judged: {why} (requireDecodeEvidence)",
     )  # fmt: skip
 
 

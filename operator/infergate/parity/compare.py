@@ -24,7 +24,12 @@ from typing import Literal, Protocol
 
 from infergate.parity.checks import evaluate_checks
 from infergate.parity.control import LADDER, decide_control, perturb
-from infergate.parity.decode import PromptDecode, decode_evidence, decode_metrics
+from infergate.parity.decode import (
+    PromptDecode,
+    decode_estimates,
+    decode_evidence,
+    decode_metrics,
+)
 from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.hidden import HiddenStateAccumulator, PromptHidden
 from infergate.parity.hygiene import HygieneLog, check_prompt_pair
@@ -210,7 +215,7 @@ class ParityComparison:
         folded: PromptLogprobs | None = None
         try:
             steps = compare_logprobs(baseline, candidate, tokens.first_divergence)
-            folded = self._logprobs.add(steps)
+            folded = self._logprobs.add(steps, self._stratum(baseline))
         except ParityInputError as err:
             self._errors.append(str(err))
         hidden = self._add_hidden(baseline, candidate)
@@ -250,6 +255,12 @@ class ParityComparison:
         )
         for scale, comparison in self._controls.items():
             comparison.add(baseline, perturb(baseline, scale))
+
+    def _stratum(self, baseline: PromptRecord) -> str:
+        """long (8K+ tokens), chat (rendered by each side's template) or short."""
+        if baseline.prompt_token_ids.shape[0] >= self._long:
+            return "long"
+        return "chat" if "chat" in baseline.tags else "short"
 
     def _add_hidden(self, baseline: PromptRecord, candidate: PromptRecord) -> PromptHidden | None:
         pid = baseline.prompt_id
@@ -291,11 +302,13 @@ class ParityComparison:
         tokens = token_metrics(self._tokens)
         long = long_metrics(self._long_prompts, self._long)
         early = self._thresholds.min_first_divergence_p10
+        decode = decode_metrics(self._decode, self._confidence)
         estimates = {
             **token_estimates(self._tokens, self._confidence, early),
             **self._logprobs.estimates(self._confidence),
             **(self._hidden.estimates(self._confidence) if self._hidden.prompts else {}),
             **long_estimates(long, self._confidence, hidden_compared=self._hidden.prompts > 0),
+            **decode_estimates(decode),
         }
         metrics = ParityMetrics(
             prompts=len(self._summaries),
@@ -304,7 +317,8 @@ class ParityComparison:
             hidden=hidden,
             buckets=buckets,
             long_sequence=long,
-            decode=decode_metrics(self._decode, self._confidence),
+            decode=decode,
+            strata=self._logprobs.stratum_estimates(self._confidence),
             confidence=self._confidence,
             evidence=Evidence(
                 prompts=len(self._summaries),

@@ -12,21 +12,48 @@ otherwise only through greedy forks. Here, at each generated step before the fir
   same token at the same position (its teacher-forced scoring): a decode path that
   drifts from the side's own prefill shows here even when the other side agrees.
 
-Reported, not yet decided on: no limit is set until the benign spread of these numbers
-is measured across engines and batch sizes (a threshold comes from a measurement).
+Two of them decide (`parity.checks`, thresholds `maxDecodeSelfDelta` and
+`maxDecodeExcess`), each prompt weighing the same, on one-sided bounds:
+
+- `decodeSelfDelta`: the candidate's mean |decode - prefill| logprob of its generated
+  tokens; a KV cache in another dtype, a broken CUDA graph or a stale prefix-cache entry
+  moves decode away from the candidate's own prefill;
+- `decodeExcess`: how much further apart the two sides' decode logprobs are than their
+  prefill logprobs of the same tokens at the same positions (mean |cross decode| minus
+  mean |cross prefill|, per prompt). A change of kernel or dtype moves both paths alike
+  (the prefill metrics judge it), so only what reaches the decode path alone is left.
+
+Their limits are k x noise measured on the fixture (`DECODE_NOISE`, A/A of vLLM bf16 on
+CPU, experiments/DECODE_NOISE.md), or k x the model's own kept noise
+(`parity.calibrated`). A check without decode evidence (no generation top-k, every
+prompt forked at its first token, no self-scoring) is Inconclusive where the profile
+requires it (`requireDecodeEvidence`), else those checks are not part of the verdict.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
 
 from infergate.parity.metrics import DecodeMetrics, Estimate
-from infergate.parity.prompt_bounds import clustered_bounds
+from infergate.parity.prompt_bounds import clustered_bounds, per_prompt_bounds
 from infergate.parity.record import PromptRecord, TeacherForced, TopLogprobs
+
+DECODE_NOISE: Final = 5.2e-3
+"""Benign decode-path noise (nats): the upper 95% bound of the mean |decode - prefill|
+logprob of the generated tokens, each prompt weighing the same, of vLLM 0.32 CPU in
+bfloat16 on the fixture model (36 prompts of ~110 tokens, 16 output tokens: 576 steps;
+value 5.2e-6, largest single step 2.9e-3). Source: experiments/DECODE_NOISE.md, measured
+by the demo's calibration records (`make demo-flow`, then `experiments/decode_noise.py`).
+Both decode limits are k (3, linear: a logprob difference) x this figure: the excess
+because a side whose decode path is its prefill (our adapters) against one whose is not
+(vLLM) shows that side's own decode-vs-prefill noise as excess."""
+DECODE_K: Final = 3.0
+"""k for decode limits: the linear families' (parity.calibrated.K_LINEAR)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +63,16 @@ class PromptDecode:
     cross: NDArray[np.float64]
     baseline_self: NDArray[np.float64]
     candidate_self: NDArray[np.float64]
+    prefill_cross: NDArray[np.float64]
+    """The candidate's minus the baseline's prefill logprob of the same tokens."""
+
+    def excess(self) -> float | None:
+        """Mean |cross decode| minus mean |cross prefill| over the steps where all four
+        logprobs are known (None: no such step)."""
+        both = np.isfinite(self.cross) & np.isfinite(self.prefill_cross)
+        if not both.any():
+            return None
+        return float(np.abs(self.cross[both]).mean() - np.abs(self.prefill_cross[both]).mean())
 
 
 def decode_evidence(
@@ -49,10 +86,13 @@ def decode_evidence(
     prompt_len = int(baseline.prompt_token_ids.shape[0])
     b_decode = chosen_logprobs(baseline.top_logprobs, tokens)
     c_decode = chosen_logprobs(candidate.top_logprobs, tokens)
+    b_prefill = prefill_logprobs(baseline.teacher_forced, prompt_len, tokens)
+    c_prefill = prefill_logprobs(candidate.teacher_forced, prompt_len, tokens)
     return PromptDecode(
         cross=c_decode - b_decode,
-        baseline_self=b_decode - prefill_logprobs(baseline.teacher_forced, prompt_len, tokens),
-        candidate_self=c_decode - prefill_logprobs(candidate.teacher_forced, prompt_len, tokens),
+        baseline_self=b_decode - b_prefill,
+        candidate_self=c_decode - c_prefill,
+        prefill_cross=c_prefill - b_prefill,
     )
 
 
@@ -92,24 +132,50 @@ def decode_metrics(prompts: Sequence[PromptDecode], confidence: float) -> Decode
     kept = [c for c in cross if c.size]
     if not kept:
         return None
-    bounds = clustered_bounds(
-        [float(c.sum()) for c in kept], [int(c.size) for c in kept], confidence
-    )
     return DecodeMetrics(
         prompts=len(kept),
         steps=sum(int(c.size) for c in kept),
-        cross_mean_abs=Estimate(
-            value=bounds.value,
-            lower=bounds.lower,
-            upper=bounds.upper,
-            evidence=bounds.clusters,
-            unit="prompts",
-            method="prompt means",
-        ),
+        cross_mean_abs=_mean_abs(kept, confidence),
         cross_max_abs=max(float(c.max()) for c in kept),
         baseline_self_max_abs=_max_abs([p.baseline_self for p in prompts]),
         candidate_self_max_abs=_max_abs([p.candidate_self for p in prompts]),
+        candidate_self_mean_abs=_mean_abs(
+            [np.abs(p.candidate_self[np.isfinite(p.candidate_self)]) for p in prompts],
+            confidence,
+        ),
+        excess=_per_prompt([p.excess() for p in prompts], confidence),
     )
+
+
+def decode_estimates(decode: DecodeMetrics | None) -> dict[str, Estimate]:
+    """What the decode thresholds decide on, by metric name (none without evidence)."""
+    if decode is None:
+        return {}
+    found = {"decodeSelfDelta": decode.candidate_self_mean_abs, "decodeExcess": decode.excess}
+    return {name: estimate for name, estimate in found.items() if estimate is not None}
+
+
+def _mean_abs(values: Sequence[NDArray[np.float64]], confidence: float) -> Estimate | None:
+    kept = [v for v in values if v.size]
+    if not kept:
+        return None
+    sums, counts = [float(v.sum()) for v in kept], [int(v.size) for v in kept]
+    bounds = clustered_bounds(sums, counts, confidence)
+    return Estimate(
+        value=bounds.value, lower=bounds.lower, upper=bounds.upper, evidence=bounds.clusters,
+        unit="prompts", method="prompt means",
+    )  # fmt: skip
+
+
+def _per_prompt(values: Sequence[float | None], confidence: float) -> Estimate | None:
+    kept = [v for v in values if v is not None]
+    if not kept:
+        return None
+    bounds = per_prompt_bounds(kept, confidence)
+    return Estimate(
+        value=bounds.value, lower=bounds.lower, upper=bounds.upper, evidence=bounds.clusters,
+        unit="prompts", method="prompt means",
+    )  # fmt: skip
 
 
 def _max_abs(values: Sequence[NDArray[np.float64]]) -> float | None:

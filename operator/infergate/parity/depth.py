@@ -67,6 +67,8 @@ DEPTH_SCALED: Final[MappingProxyType[str, NoiseGrowth]] = MappingProxyType(
         "max_hidden_rel_l2_p99": NoiseGrowth.LINEAR,
         "min_hidden_cosine_p1": NoiseGrowth.QUADRATIC,
         "min_hidden_cosine": NoiseGrowth.QUADRATIC,
+        "max_decode_self_delta": NoiseGrowth.LINEAR,
+        "max_decode_excess": NoiseGrowth.LINEAR,
     }
 )
 """Threshold fields scaled with depth, and how. A `min_` limit is scaled on its distance

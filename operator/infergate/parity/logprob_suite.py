@@ -62,6 +62,8 @@ class LogprobAccumulator:
     dp_sums: list[float] = field(default_factory=list)
     dp_squares: list[float] = field(default_factory=list)
     dp_counts: list[int] = field(default_factory=list)
+    strata: list[str] = field(default_factory=list)
+    """Each prompt's stratum (short, long, chat), in the order prompts were added."""
     dp_max_abs: float = 0.0
     covered_sum: float = 0.0
     covered_count: int = 0
@@ -76,8 +78,9 @@ class LogprobAccumulator:
         default_factory=lambda: np.zeros(_BUCKETS, np.int64)
     )
 
-    def add(self, steps: StepLogprobs) -> PromptLogprobs:
+    def add(self, steps: StepLogprobs, stratum: str = "short") -> PromptLogprobs:
         """Fold one prompt in; returns its own figures (per bucket too)."""
+        self.strata.append(stratum)
         kl_ok = ~np.isnan(steps.kl)
         kl = steps.kl[kl_ok]
         self.kl_sums.append(float(kl.sum()))
@@ -192,6 +195,27 @@ class LogprobAccumulator:
             _sqrt(square.value), _sqrt(square.lower), _sqrt(square.upper),
             square.count, "steps", "prompt means",
         )  # fmt: skip
+        return out
+
+    def stratum_estimates(self, confidence: float) -> dict[str, dict[str, Estimate]]:
+        """Mean KL and same-top rate of each stratum's prompts alone, with the same
+        prompt-clustered bounds as the suite's: how each kind of prompt (short text, long
+        text, chats through each side's template) fares on its own."""
+        out: dict[str, dict[str, Estimate]] = {}
+        for stratum in sorted(set(self.strata)):
+            rows = [i for i, s in enumerate(self.strata) if s == stratum]
+            counts = [self.kl_counts[i] for i in rows]
+            kl = clustered_bounds([self.kl_sums[i] for i in rows], counts, confidence)
+            totals = [self.same_totals[i] for i in rows]
+            value, low, high = clustered_rate_bounds(
+                [self.same[i] for i in rows], totals, confidence
+            )
+            out[stratum] = {
+                "meanKl": _estimate(
+                    kl.value, kl.lower, kl.upper, kl.clusters, "prompts", "prompt means"
+                ),
+                "sameTopRate": _estimate(value, low, high, len(rows), "prompts", "prompt rates"),
+            }
         return out
 
     def bucket(self, index: int) -> dict[str, Any]:

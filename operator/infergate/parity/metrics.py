@@ -254,7 +254,8 @@ class LongSequenceMetrics(WireModel):
 
 
 class DecodeMetrics(WireModel):
-    """Decode-path evidence over the suite (`parity.decode`): reported, not decided on."""
+    """Decode-path evidence over the suite (`parity.decode`); two of its figures decide
+    (`decodeSelfDelta`, `decodeExcess`), the rest are reported."""
 
     prompts: int = Field(description="Prompts with at least one compared step (prompts).")
     steps: int = Field(description="Generated steps before the first fork compared (steps).")
@@ -270,6 +271,16 @@ class DecodeMetrics(WireModel):
     candidate_self_max_abs: float | None = Field(
         description="Largest |decode - prefill| logprob on the candidate (nats)."
     )
+    candidate_self_mean_abs: Estimate | None = Field(
+        default=None,
+        description="Mean |decode - prefill| logprob of the candidate's generated tokens, "
+        "each prompt weighing the same (nats; decides maxDecodeSelfDelta).",
+    )
+    excess: Estimate | None = Field(
+        default=None,
+        description="Mean over prompts of mean |cross decode| minus mean |cross prefill| "
+        "logprob of the same tokens (nats; decides maxDecodeExcess).",
+    )
 
 
 class ParityMetrics(WireModel):
@@ -281,10 +292,15 @@ class ParityMetrics(WireModel):
     long_sequence: LongSequenceMetrics
     decode: DecodeMetrics | None = Field(
         default=None,
-        description="Decode-path evidence before the first fork (reported, not decided on).",
+        description="Decode-path evidence before the first fork.",
     )
     confidence: float = Field(
         default=DEFAULT_CONFIDENCE, description="Level of every one-sided bound."
+    )
+    strata: dict[str, dict[str, Estimate]] = Field(
+        default_factory=dict,
+        description="Mean KL and same-top rate of each stratum of prompts alone (short, long, "
+        "chat), prompt-clustered like the suite's: reported beside the suite's figures.",
     )
     evidence: Evidence | None = None
     estimates: dict[str, Estimate] = Field(

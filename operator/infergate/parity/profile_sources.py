@@ -55,8 +55,17 @@ _FORK_BF16 = (
 )
 _ILLEGIT = f"{_LEGIT}; ours: under 10% of prompts with an unexplained fork"
 
+_DECODE = (
+    "k 3 x the decode-vs-prefill noise of vLLM bf16 on the fixture (mean |delta| upper "
+    "bound 5.2e-3 nats over 36 prompts, experiments/DECODE_NOISE.md)"
+)
+
 _BF16 = {
     "confidence": "TensorRT-LLM accuracy gate: one-sided test at alpha 0.05",
+    "maxDecodeSelfDelta": _DECODE,
+    "maxDecodeExcess": _DECODE + "; a prefill-only decode side shows the other's as excess",
+    "requireDecodeEvidence": "decode paths are seen nowhere else: without top-k logprobs of "
+    "the generated tokens the check cannot judge them",
     "minPrompts": _EVIDENCE,
     "minLongPrompts": _LONG_EVIDENCE,
     "minScoredSteps": _STEPS,

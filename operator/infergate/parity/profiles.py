@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Final
 
 from infergate.parity import profile_sources as sources
+from infergate.parity.decode import DECODE_K, DECODE_NOISE
 from infergate.parity.depth import DEPTH_SCALED, scale_limit
 from infergate.parity.limits import LimitSource, limit_source
 from infergate.parity.record import RecordMeta
@@ -104,6 +105,9 @@ _BF16_BLOCK = Thresholds(
     max_long_same_top_drop=0.005,
     max_long_to_short_hidden_ratio=2.0,
     long_prompt_tokens=8192,
+    max_decode_self_delta=DECODE_K * DECODE_NOISE,
+    max_decode_excess=DECODE_K * DECODE_NOISE,
+    require_decode_evidence=True,
 )
 
 # Another engine or version runs other kernels on the same weights and configuration: the

@@ -242,6 +242,32 @@ class Thresholds(BaseModel):
             "to that at 0-1K (the position signal of a rope error), bounded over long prompts."
         ),
     )
+    max_decode_self_delta: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest mean |decode - prefill| logprob of the candidate's own generated tokens "
+            "before the first fork, each prompt weighing the same (nats): its decode path (KV "
+            "cache and its dtype, CUDA graphs, prefix-cache hits) against its own prefill."
+        ),
+    )
+    max_decode_excess: float | None = Field(
+        default=None,
+        ge=0.0,
+        description=(
+            "Largest mean over prompts of mean |candidate - baseline| decode logprob of the "
+            "generated tokens minus the same for their prefill logprobs (nats): how much "
+            "further apart the decode paths are than the prefill paths."
+        ),
+    )
+    require_decode_evidence: bool | None = Field(
+        default=None,
+        description=(
+            "true: a check without decode evidence (no generation top-k logprobs, every prompt "
+            "forked at its first token, no self-scoring) is Inconclusive; false or unset: the "
+            "decode limits are then not part of the verdict, which says so."
+        ),
+    )
 
 
 class RegressionTolerance(BaseModel):

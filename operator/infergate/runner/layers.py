@@ -25,6 +25,7 @@ record has no live side) is not localised, and the report says why.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from html import escape
 from typing import Final, Protocol
@@ -33,6 +34,7 @@ import numpy as np
 
 from infergate.engines.client import EngineClientError
 from infergate.engines.layer_probe import LayerProbe, LayerStates
+from infergate.parity.calibrated import LayerNoise, ModelNoise, layer_band
 from infergate.parity.layers import (
     LayerDivergence,
     depth_band,
@@ -147,8 +149,10 @@ def localise_failure(
     opener: LayerOpener,
     *,
     timeout: float,
+    noise: ModelNoise | None = None,
 ) -> LayerReport:
-    """The first diverging layer of a failed check (or why it cannot be found)."""
+    """The first diverging layer of a failed check (or why it cannot be found); `noise`:
+    the baseline revision's kept noise, whose per-layer part sets the band."""
     baseline, candidate = sides
     cannot = [t for t in sides if not can_probe_layers(t)]
     if cannot:
@@ -162,7 +166,7 @@ def localise_failure(
     if base_probe is None or cand_probe is None:
         return LayerReport.skipped("no layer probe")
     try:
-        return _localise(result, (base_probe, cand_probe), references, stand_in_notes(sides))
+        return _localise(result, (base_probe, cand_probe), references, stand_in_notes(sides), noise)
     finally:
         for probe in (base_probe, cand_probe):
             close = getattr(probe, "close", None)
@@ -175,6 +179,7 @@ def _localise(
     probes: tuple[LayerSource, LayerSource],
     references: Mapping[str, Sequence[int]],
     stand_ins: tuple[str, ...] = (),
+    noise: ModelNoise | None = None,
 ) -> LayerReport:
     base_probe, cand_probe = probes
     chosen = [p for p in worst_prompts(result.prompts) if p in references]
@@ -205,11 +210,13 @@ def _localise(
     )
     limit = result.thresholds.max_hidden_rel_l2_p99
     last = max(limit if limit is not None else _DEFAULT_LAST_BAND, _NOISE_FLOOR)
-    band = depth_band(len(names), max(last * _INPUT_BAND_FRACTION, _NOISE_FLOOR), last)
+    static = depth_band(len(names), max(last * _INPUT_BAND_FRACTION, _NOISE_FLOOR), last)
+    band, band_source = layer_band(static, names, noise)
     how = (
         f"per-layer states of the {len(chosen)} worst prompts ({', '.join(chosen)}), "
         f"{errors.positions} positions teacher-forced on the baseline's sequences"
         + (", as 64-dim projections" if sketched else "")
+        + f"; band: {band_source}"
     )
     divergence: LayerDivergence = localise(errors, band, notes=(how, *stand_ins))
     notes = divergence.notes
@@ -229,3 +236,30 @@ def _localise(
     paragraphs = "".join(f"<p>{escape(n)}</p>" for n in notes[1:])
     html = f"<h2>First diverging layer</h2><p>{escape(reason)}</p>{paragraphs}{chart}"
     return LayerReport(reason, notes, html)
+
+
+def layer_noise(source: LayerSource, sequences: Sequence[Sequence[int]]) -> LayerNoise | None:
+    """Self against self per layer: each sequence asked alone, then all of them at once
+    (another batch, as the A/A of the serving path runs at another concurrency). None
+    without sequences or when the answers differ in shape."""
+    if not sequences:
+        return None
+    ask = [(list(s), spread_positions(len(s))) for s in sequences]
+    alone = [_ask(source, tokens, positions) for tokens, positions in ask]
+    with ThreadPoolExecutor(max_workers=len(ask)) as pool:
+        together = list(pool.map(lambda item: _ask(source, item[0], item[1]), ask))
+    names = alone[0].names
+    if any(a.names != names or a.states.shape != b.states.shape
+           for a, b in zip(alone, together, strict=True)):  # fmt: skip
+        return None
+    errors = per_layer_errors(
+        np.concatenate([a.states for a in alone], axis=1),
+        np.concatenate([b.states for b in together], axis=1),
+        names,
+    )
+    return LayerNoise(
+        names=list(names),
+        rel_l2=[float(v) for v in errors.rel_l2],
+        positions=errors.positions,
+        method=f"{len(ask)} sequences asked one at a time against all at once",
+    )

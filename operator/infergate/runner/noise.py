@@ -21,6 +21,7 @@ from infergate.golden.errors import GoldenError
 from infergate.golden.noise import get_noise, put_noise
 from infergate.parity.calibrated import (
     DerivedLimits,
+    LayerNoise,
     ModelNoise,
     calibration_need,
     derive_limits,
@@ -34,6 +35,7 @@ from infergate.parity.verdict import VerdictStatus
 from infergate.runner import overhead
 from infergate.runner.context import RunContext, say
 from infergate.runner.drive import DriveSettings, drive_suite, measure_prompt
+from infergate.runner.layers import can_probe_layers, layer_noise, open_layer_probe
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
 
@@ -70,6 +72,32 @@ def derived_limits(
     )
 
 
+LAYER_NOISE_PROMPTS = 3
+"""Prompts whose sequences the per-layer self noise is measured on (as many as a failed
+check's localisation asks: `runner.layers.WORST_PROMPTS`)."""
+
+
+def _layer_noise(
+    run: RunContext, candidate: SideTarget, sequences: list[list[int]]
+) -> LayerNoise | None:
+    """The candidate's per-layer self noise where its layer probe answers (None: it has
+    none, or it failed, which the log says: the rest of the noise is kept regardless)."""
+    if not can_probe_layers(candidate):
+        return None
+    source = open_layer_probe(candidate, run.options.request_timeout)
+    if source is None:
+        return None
+    try:
+        return layer_noise(source, sequences)
+    except Exception as err:  # noqa: BLE001 - per-layer noise is optional; the log says why
+        say(f"per-layer self noise of revision {candidate.revision} not measured: {err}")
+        return None
+    finally:
+        close = getattr(source, "close", None)
+        if callable(close):
+            close()
+
+
 def noise_concurrency(run_concurrency: int, prompts: int) -> int:
     """The other concurrency the A/A run uses: all at once after one at a time, else one."""
     return max(1, min(prompts, 8)) if run_concurrency <= 1 else 1
@@ -92,9 +120,13 @@ def measure_self_noise(run: RunContext, state: RunState) -> None:
     comparison = ParityComparison(meta_c, meta_c, off, ("*",), control=False)
     signed: list[dict[str, float | None]] = []
 
+    sequences: list[list[int]] = []
+
     def feed(first: PromptRecord, again: PromptRecord) -> None:
         comparison.add(first, again)
         signed.append(signed_prompt_measures(first, again))
+        if len(sequences) < LAYER_NOISE_PROMPTS:
+            sequences.append([*first.prompt_token_ids.tolist(), *first.output_token_ids.tolist()])
 
     settings = DriveSettings(
         max_tokens=spec.sampling.max_tokens,
@@ -123,6 +155,7 @@ def measure_self_noise(run: RunContext, state: RunState) -> None:
             prompts=result.metrics.prompts, measured=datetime.now(UTC).isoformat(),
             method=f"runner after check {run.name} Passed: {label}",
             self_noise=family_noise([report]),
+            layer_rel_l2=_layer_noise(run, candidate, sequences),
         )  # fmt: skip
         store = store_from_spec(run.options.golden.store, environ=run.options.environ)
         key = put_noise(store, run.api.namespace, candidate.deployment, noise)

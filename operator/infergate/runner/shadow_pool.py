@@ -175,10 +175,18 @@ def pool_results(results: Sequence[Any], spec: PoolSpec) -> Pooled:
 
 
 def _comparison(spec: PoolSpec) -> ParityComparison:
+    """The pool's comparison. Mirrored copies never carry decode evidence as `parity.decode`
+    needs it: a teacher-forced copy has no decode path of the canary (it scored the
+    stable's answer), and neither side of a greedy copy scores its own answer again. So a
+    shadow check does not require it; its greedy copies are its decode-path evidence
+    (`shadow_judge`), and the decode limits still decide wherever evidence exists."""
+    thresholds = spec.thresholds
+    if thresholds.require_decode_evidence:
+        thresholds = thresholds.model_copy(update={"require_decode_evidence": False})
     return ParityComparison(
         spec.baseline,
         spec.candidate,
-        spec.thresholds,
+        thresholds,
         spec.allowed_config_differences,
         disabled=spec.disabled,
         fingerprints=spec.fingerprints,

@@ -45,6 +45,7 @@ SELF = CalibrationNeed(NeedKind.SELF)
 TIGHT = Thresholds(
     max_mean_kl=1e-9, max_kl_p99=1e-9, min_same_top_rate=0.99999, max_hidden_rel_l2_p99=1e-6,
     min_hidden_cosine_p1=0.9999999, max_divergence_logprob_gap=1e-4,
+    max_decode_self_delta=1e-6, max_decode_excess=1e-6,
 )  # fmt: skip
 """Static limits tighter than k x the noise in these tables: self noise loosens them."""
 
@@ -58,6 +59,8 @@ TIGHT = Thresholds(
         ("hiddenRelL2P99", 6e-3, "max_hidden_rel_l2_p99", K_LINEAR * 6e-3),
         ("hiddenCosineShortfall", 2e-5, "min_hidden_cosine_p1", 1 - K_QUADRATIC * 2e-5),
         ("forkMargin", 0.02, "max_divergence_logprob_gap", K_LINEAR * 0.02),
+        ("decodeSelfDelta", 5e-3, "max_decode_self_delta", K_LINEAR * 5e-3),
+        ("decodeExcess", 1e-3, "max_decode_excess", K_LINEAR * 1e-3),
     ],
 )
 def test_each_family_becomes_k_times_its_noise(
@@ -211,3 +214,64 @@ def test_family_noise_takes_the_worst_pair_and_reads_shortfalls_and_misses() -> 
     assert table[NoiseFamily.SAME_TOP].upper == 4e-4
     assert NoiseFamily.FORK_MARGIN not in table
     assert not math.isnan(table[NoiseFamily.KL_MEAN].upper)
+
+
+# -- the per-layer band of a failed check's localisation ---------------------------------
+
+LAYER_NAMES = ("embeddings", "layer 0", "layer 1", "final norm")
+LAYER_STATIC = (1e-3, 2e-3, 5e-3, 1e-2)
+
+
+def _noise_with_layers(rel_l2: list[float], names: tuple[str, ...] = LAYER_NAMES) -> ModelNoise:
+    from infergate.parity.calibrated import LayerNoise
+
+    return ModelNoise(
+        revision="aaaaaaaaaa", model="m", engine="mindformers", dtype="float16", layers=2,
+        suite_digest="d", prompts=32, measured="2026-12-07T00:00:00+00:00", method="test",
+        self_noise={},
+        layer_rel_l2=LayerNoise(names=list(names), rel_l2=rel_l2, positions=96, method="A/A"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("noise", "band", "source"),
+    [
+        # Nothing kept: the static depth ramp.
+        (None, LAYER_STATIC, "static depth ramp (no per-layer noise"),
+        # Kept for another model shape: the ramp, and why.
+        (_noise_with_layers([0.0] * 3, LAYER_NAMES[:3]), LAYER_STATIC, "has 3 states, the probe 4"),
+        # A/A noise far under the ramp: self noise only loosens, the ramp stays.
+        (_noise_with_layers([1e-5] * 4), LAYER_STATIC, "0 of 4 states above"),
+        # Noisy deep layers (k 3 x 4e-3 = 1.2e-2 > 5e-3 and 1e-2): raised there only.
+        (_noise_with_layers([1e-5, 1e-4, 4e-3, 4e-3]), (1e-3, 2e-3, 1.2e-2, 1.2e-2),
+         "2 of 4 states above"),
+    ],
+)  # fmt: skip
+def test_the_layer_band_is_k_times_the_kept_per_layer_noise_never_below_the_ramp(
+    noise: ModelNoise | None, band: tuple[float, ...], source: str
+) -> None:
+    from infergate.parity.calibrated import layer_band
+
+    found, why = layer_band(LAYER_STATIC, LAYER_NAMES, noise)
+    assert found == pytest.approx(band)
+    assert source in why
+
+
+def test_a_pair_reports_decode_noise_for_its_families() -> None:
+    from infergate.calibration.noise import pair_report
+
+    estimate = {"value": 1e-5, "lower": 0.0, "upper": 4e-3, "evidence": 36, "unit": "prompts",
+                "method": "prompt means"}  # fmt: skip
+    excess = {**estimate, "value": -2e-4, "upper": None}
+    result = {
+        "baseline": {}, "candidate": {}, "prompts": [],
+        "metrics": {"prompts": 36, "decode": {"candidateSelfMeanAbs": estimate, "excess": excess}},
+    }  # fmt: skip
+    report = pair_report("aa", result, [])
+    table = family_noise([report])
+    assert table[NoiseFamily.DECODE_SELF] == FamilyNoise(
+        upper=4e-3, observed=1e-5, bounded=True, pairs=["aa"]
+    )
+    # No bound: the value stands as a point, as an error (never below 0).
+    assert table[NoiseFamily.DECODE_EXCESS].bounded is False
+    assert table[NoiseFamily.DECODE_EXCESS].upper == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from infergate.parity.checks import evaluate_checks
 from infergate.parity.compare import compare_sources
 from infergate.parity.decode import decode_evidence
 from infergate.parity.record import PromptRecord, TopLogprobs
@@ -58,7 +59,7 @@ def test_a_token_outside_the_top_k_is_not_measured() -> None:
     assert np.isfinite(np.delete(found.cross, 2)).all()
 
 
-def test_the_suite_reports_decode_evidence_and_the_verdict_ignores_it() -> None:
+def test_the_suite_reports_decode_evidence() -> None:
     prompts = scored_suite()
     baseline = scored_record(prompts)
     same = compare_sources(baseline, scored_record([candidate_of(p) for p in prompts]),
@@ -76,9 +77,72 @@ def test_the_suite_reports_decode_evidence_and_the_verdict_ignores_it() -> None:
     assert estimate.value == pytest.approx(0.05)
     assert drift.metrics.decode.candidate_self_max_abs == pytest.approx(0.05)
     assert drift.metrics.decode.prompts == len(prompts)
-    # Reported, not decided on: no limit exists yet, so the verdict is the same.
-    assert decide(drift).status == decide(same).status
     assert "decode path before the first fork" in render_report(drift, decide(drift))
+
+
+LIMIT = 0.01
+"""The decode limits of the table below (nats); the profiles' own come from measurement."""
+
+
+def _no_decode_top_k(p: PromptRecord) -> PromptRecord:
+    """The candidate returned no generation top-k: no decode step can be compared."""
+    empty = TopLogprobs(np.zeros((p.output_token_ids.shape[0], 0), np.int64),
+                        np.zeros((p.output_token_ids.shape[0], 0)))  # fmt: skip
+    return replace(candidate_of(p), top_logprobs=empty)
+
+
+def _spread(p: PromptRecord) -> PromptRecord:
+    """Decode off by 0 or 2x the limit, alternating by prompt: the bounds straddle it."""
+    index = int(p.prompt_id.removeprefix("p").removeprefix("long"))
+    return _decode_shift(candidate_of(p), 2 * LIMIT if index % 2 else 0.0)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "required", "self_outcome", "excess_outcome"),
+    [
+        # The same decode and prefill paths: both pass.
+        (candidate_of, True, "pass", "pass"),
+        # Decode alone moved 5x the limit (a KV cache in another dtype): both fail.
+        (lambda p: _decode_shift(candidate_of(p), 5 * LIMIT), True, "fail", "fail"),
+        # Decode and prefill moved alike (another kernel or dtype, judged by the prefill
+        # metrics): decode is as far from the baseline as prefill, and from its own prefill
+        # not at all.
+        (lambda p: _decode_shift(candidate_of(p, 5 * LIMIT), 5 * LIMIT), True, "pass", "pass"),
+        # Half the prompts 2x off, half not: the bounds straddle the limit.
+        (_spread, True, "inconclusive", "inconclusive"),
+        # No decode evidence: Inconclusive where the profile requires it...
+        (_no_decode_top_k, True, "inconclusive", "inconclusive"),
+        # ...else not part of the verdict.
+        (_no_decode_top_k, False, "not-required", "not-required"),
+    ],
+)
+def test_decode_limits_decide(
+    candidate: object, required: bool, self_outcome: str, excess_outcome: str
+) -> None:
+    prompts = scored_suite()
+    thresholds = _thresholds().model_copy(
+        update={"max_decode_self_delta": LIMIT, "max_decode_excess": LIMIT,
+                "require_decode_evidence": required}
+    )  # fmt: skip
+    result = compare_sources(
+        scored_record(prompts),
+        scored_record([candidate(p) for p in prompts]),  # type: ignore[operator]
+        thresholds,
+    )
+    outcomes = {c.key: c for c in evaluate_checks(result.metrics, result.prompts, thresholds)}
+    assert outcomes["maxDecodeSelfDelta"].outcome == self_outcome, outcomes[
+        "maxDecodeSelfDelta"
+    ].message
+    assert outcomes["maxDecodeExcess"].outcome == excess_outcome, outcomes[
+        "maxDecodeExcess"
+    ].message
+    verdict = decide(result)
+    if "fail" in (self_outcome, excess_outcome):
+        assert verdict.status.value == "Failed"
+        assert any("maxDecodeSelfDelta" in r for r in verdict.reasons)
+    if self_outcome == "inconclusive":
+        assert verdict.status.value == "Inconclusive"
+        assert any("maxDecodeExcess" in r for r in verdict.reasons)
 
 
 def _thresholds():  # type: ignore[no-untyped-def]

@@ -214,3 +214,53 @@ def test_each_side_whose_layers_come_from_a_stand_in_is_named_once(
     for note, start in zip(notes, expected, strict=True):
         assert note.startswith(start)
         assert "transformers reference" in note
+
+
+class _Probe:
+    """A layer probe whose answers move by `jitter` (relative, growing with depth) when
+    several requests are in flight together."""
+
+    def __init__(self, jitter: float) -> None:
+        import threading
+
+        self.jitter = jitter
+        self.in_flight = 0
+        self.lock = threading.Lock()
+
+    def layer_states(self, token_ids, *, positions=None, sketch_dims=None):  # type: ignore[no-untyped-def]  # noqa: ARG002
+        import time
+
+        import numpy as np
+
+        from infergate.engines.layer_probe import LayerStates
+
+        with self.lock:
+            self.in_flight += 1
+        time.sleep(0.05)  # the others arrive meanwhile
+        with self.lock:
+            together = self.in_flight > 1
+        kept = list(positions if positions is not None else range(len(token_ids)))
+        states = np.stack([np.full((len(kept), 8), float(i + 1), np.float32) for i in range(4)])
+        if together:
+            states = states * (1.0 + self.jitter * np.arange(1, 5, dtype=np.float32))[:, None, None]
+        with self.lock:
+            self.in_flight -= 1
+        names = ("embeddings", "layer 0", "layer 1", "final norm")
+        return LayerStates(names, tuple(kept), states, None, None)
+
+
+@pytest.mark.parametrize(
+    ("jitter", "expected"), [(0.0, [0.0] * 4), (1e-3, [1e-3, 2e-3, 3e-3, 4e-3])]
+)
+def test_per_layer_self_noise_is_alone_against_together(
+    jitter: float, expected: list[float]
+) -> None:
+    from infergate.runner.layers import layer_noise
+
+    sequences = [list(range(40)), list(range(50)), list(range(60))]
+    noise = layer_noise(_Probe(jitter), sequences)
+    assert noise is not None
+    assert noise.names == ["embeddings", "layer 0", "layer 1", "final norm"]
+    assert noise.rel_l2 == pytest.approx(expected, rel=1e-3, abs=1e-9)
+    assert noise.positions == 32 * 3
+    assert layer_noise(_Probe(jitter), []) is None
