@@ -72,6 +72,16 @@ class Cluster:
     def rest(self) -> RestClient:
         return RestClient(self.kubeconfig)
 
+    def server_minor(self) -> tuple[int, int]:
+        """(major, minor) the API server reports (`kubectl version`), as an install that
+        selects by version reads it."""
+        version = json.loads(self.kubectl("version", "-o", "json").stdout)["serverVersion"]
+        return int(version["major"]), int(version["minor"].rstrip("+"))
+
+    def serves_mutating_admission_policy(self) -> bool:
+        """admissionregistration.k8s.io/v1 MutatingAdmissionPolicy is served from 1.36."""
+        return self.server_minor() >= (1, 36)
+
     def pod_log(self, namespace: str, pod: str, container: str) -> str:
         path = self.layout.logs / "pods" / f"{namespace}_{pod}_{container}.log"
         return path.read_text(errors="replace") if path.exists() else ""
