@@ -50,7 +50,7 @@ class Cluster:
             # JSON documents one after the other: kubectl 1.31 (the matrix) reads a stream that
             # starts as JSON only without YAML's `---` separators (json.dumps never writes a
             # raw newline inside a value, so these are only ever separators).
-            input = input.replace("\n---\n", "\n")
+            input = input.replace("\n---\n", "\n")  # noqa: A001 - subprocess.run's name
         result = subprocess.run(
             [str(self.kubectl_path), f"--kubeconfig={self.kubeconfig}", *args],
             input=input,
