@@ -29,7 +29,7 @@ VENV_STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(DEV_PYPROJECT) $(O
 help:
 	@echo "make demo    bring up the local cluster and show infergate at work"
 	@echo "make test    lint, unit, cluster integration and end-to-end tests"
-	@echo "other: test-slow test-gateway setup lint crds crds-check cluster-up cluster-down bench bench-mirror clean"
+	@echo "other: test-slow test-matrix lint-manifests test-gateway setup lint crds crds-check cluster-up cluster-down bench bench-mirror clean"
 
 $(VENV_STAMP): pyproject.toml $(DEV_PYPROJECT) $(OPERATOR_LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,7 @@ test-cluster: setup
 test: setup engines lint crds-check
 	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 INFERGATE_REQUIRE_S3=1 $(BIN)/pytest tests -m "not slow"
 	@echo "not run here: the slow suites (marker slow) - make test-slow"
+	@echo "run on one Kubernetes version; the install and canary flows on $(K8S_MATRIX_VERSIONS) - make test-matrix"
 
 test-slow: setup engines
 	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 INFERGATE_REQUIRE_S3=1 $(BIN)/pytest tests -m slow

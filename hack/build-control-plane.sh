@@ -35,6 +35,20 @@ gateway_api_dir="$CACHE/gateway-api-$GATEWAY_API_VERSION"
 lws_dir="$CACHE/lws-$LWS_VERSION"
 lws_bin="$CACHE/bin/lws-$LWS_VERSION"
 
+# The staging module's tag, or the newest earlier patch of its minor the proxy serves.
+served_staging() {
+  local module=$1 tag=$2 patch
+  patch=${tag##*.}
+  while [ "$patch" -ge 0 ]; do
+    local candidate="${tag%.*}.$patch"
+    if (cd / && go mod download -json "$module@$candidate" 2>/dev/null) | jq -e '.Error == null' >/dev/null; then
+      echo "$candidate"; return
+    fi
+    patch=$((patch - 1))
+  done
+  log "no patch of $module ${tag%.*} is served"; return 1
+}
+
 build_kubernetes() {
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
   local missing=0
@@ -56,10 +70,17 @@ build_kubernetes() {
       echo "require k8s.io/kubernetes $K8S_VERSION"
       echo
       # Every staging module that k8s.io/kubernetes replaces with ./staging/...
-      # is taken at its published tag instead.
-      grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" \
-        | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+      # is taken at its published tag instead; where the module proxy does not serve that
+      # tag (v1.31.14: kube-scheduler, kube-controller-manager and endpointslice), at the
+      # newest earlier patch it serves, said here and in the binaries' STAGING file.
+      grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" | awk '{print $1}' \
+        | while read -r module; do
+            echo "replace $module => $module $(served_staging "$module" "$staging")"
+          done
     } > go.mod
+    grep -E '^replace ' go.mod | awk -v v="$staging" '$5 != v {print $2 " " $5 " (tag " v " not served)"}' \
+      > "$k8s_bin.tmp/STAGING"
+    [ -s "$k8s_bin.tmp/STAGING" ] && log "staging modules at an earlier patch: $(tr '\n' ';' < "$k8s_bin.tmp/STAGING")"
     cat > tools.go <<GO
 //go:build tools
 

@@ -3,13 +3,39 @@ a fresh namespace per test, torn down with finalizers stripped."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from infergate_dev.localcluster import controlplane, processes
-from infergate_dev.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster.layout import (
+    K8S_VERSION,
+    K8S_VERSION_ENV,
+    MATRIX_K8S_VERSIONS,
+    ClusterLayout,
+)
 from tests.harness import Cluster, namespace_for, release_namespace
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kubernetes-version",
+        choices=(K8S_VERSION, *MATRIX_K8S_VERSIONS),
+        default=None,
+        help=(
+            f"run the cluster tests on this control-plane version (default {K8S_VERSION}), in "
+            "a cluster of its own (.cluster-VERSION/); `make test-matrix` runs the tests "
+            "marked `matrix` on each other supported version"
+        ),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    version = config.getoption("--kubernetes-version")
+    if version:
+        # Read by the layout and inherited by every process the tests start.
+        os.environ[K8S_VERSION_ENV] = version
 
 
 @pytest.fixture(scope="session")

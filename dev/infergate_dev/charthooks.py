@@ -97,6 +97,7 @@ spec:
       securityContext:
         runAsNonRoot: true
         runAsUser: 65532
+        runAsGroup: 65532
         seccompProfile:
           type: RuntimeDefault
       {{{{- with $.Values.imagePullSecrets }}}}

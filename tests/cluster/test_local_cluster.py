@@ -13,7 +13,11 @@ import pytest
 
 from infergate.runner.endpoints import LOCAL_EXECUTOR, first_ready_url, trusted_slices
 from infergate_dev.localcluster import controlplane, processes
-from infergate_dev.localcluster.layout import EXECUTOR_POD_CIDR, K8S_VERSION, KWOK_POD_CIDR
+from infergate_dev.localcluster.layout import (
+    EXECUTOR_POD_CIDR,
+    KWOK_POD_CIDR,
+    kubernetes_version,
+)
 from tests.harness import Cluster, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -61,10 +65,12 @@ def _pods(cluster: Cluster, ns: str, selector: str) -> list[dict[str, Any]]:
     return items
 
 
+@pytest.mark.matrix
 def test_control_plane_reports_its_real_version(cluster: Cluster) -> None:
+    """The version asked for (the default, or --kubernetes-version) is what serves."""
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)
-    assert version["serverVersion"]["gitVersion"] == K8S_VERSION
-    assert version["clientVersion"]["gitVersion"] == K8S_VERSION
+    assert version["serverVersion"]["gitVersion"] == kubernetes_version()
+    assert version["clientVersion"]["gitVersion"] == kubernetes_version()
 
 
 def test_nodes_are_labelled_and_tainted_like_real_accelerator_pools(cluster: Cluster) -> None:
@@ -85,6 +91,7 @@ def test_nodes_are_labelled_and_tainted_like_real_accelerator_pools(cluster: Clu
         assert node["metadata"]["labels"]["accelerator-type"] == "module-910b-8"
 
 
+@pytest.mark.matrix  # KWOK's simulated nodes serve every supported version
 @pytest.mark.parametrize(
     ("resource", "selector", "toleration"),
     [

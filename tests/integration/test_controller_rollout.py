@@ -23,6 +23,7 @@ pytestmark = pytest.mark.cluster
 __all__ = ["idep_namespace", "operator"]
 
 
+@pytest.mark.matrix
 def test_first_revision_becomes_stable(cluster: Cluster, idep_namespace: str) -> None:
     idep = Idep(cluster, idep_namespace, deployment_manifest())
     idep.apply()
@@ -67,6 +68,7 @@ def test_replicas_change_applies_in_place(cluster: Cluster, idep_namespace: str)
     assert cluster.get_json("pcheck", "-n", idep_namespace)["items"] == []
 
 
+@pytest.mark.matrix
 def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace: str) -> None:
     # A delay long enough to be seen: the old stable is kept that long after the move.
     idep = Idep(cluster, idep_namespace, deployment_manifest(scale_down_delay=20))
@@ -141,6 +143,7 @@ def test_canary_is_promoted_when_parity_passes(cluster: Cluster, idep_namespace:
     idep.wait_event("ParityCheckCreated")
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("phase", "reason"), [("Failed", "CheckFailed"), ("Error", "CheckError")])
 def test_failed_or_erred_check_rolls_back_and_is_not_retried(
     cluster: Cluster, idep_namespace: str, phase: str, reason: str

@@ -138,7 +138,18 @@ DRY_RUNS: list[tuple[str, dict[str, str], list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize("case", DRY_RUNS, ids=[d[0] for d in DRY_RUNS])
+# Rendered for an older cluster without asking one: `make test-matrix` applies it to each
+# supported version's API server too.
+MATRIX_DRY_RUNS = ("kubernetes-1.31",)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(d, id=d[0], marks=[pytest.mark.matrix] if d[0] in MATRIX_DRY_RUNS else [])
+        for d in DRY_RUNS
+    ],
+)
 def test_helm_template_is_accepted_by_the_api_server(
     cluster: Cluster, helm: Helm, namespace: str, case: tuple[str, dict[str, str], list[str]]
 ) -> None:
@@ -168,14 +179,21 @@ def test_helm_template_is_accepted_by_the_api_server(
     assert ("Job" in kinds) == (name != "all-off")  # the CRD upgrade hook
 
 
+@pytest.mark.matrix
 def test_install_upgrade_and_uninstall_cluster_wide(
     cluster: Cluster, helm: Helm, session: str, watched: str
 ) -> None:
+    """On every supported version (`make test-matrix`): the chart asks the cluster's version
+    itself and leaves the MutatingAdmissionPolicy out before 1.36."""
     release, namespace, fullname = f"ig-{session}", f"ig-helm-{session}", f"ig-helm-{session}"
     values = {"fullnameOverride": fullname, "watchNamespaces": f"{{helm-{session}-*}}"}
     try:  # a failed install leaves a release (cluster-wide policies among it): uninstalled below
         helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace",
              *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
+        manifest = helm("get", "manifest", release, "--namespace", namespace)
+        kinds = {d["kind"] for d in yaml.safe_load_all(manifest) if d}
+        assert "ValidatingAdmissionPolicy" in kinds
+        assert ("MutatingAdmissionPolicy" in kinds) == cluster.serves_mutating_admission_policy()
         first = wait_for(
             lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready"
         )

@@ -47,6 +47,18 @@ INSTALL_NAMESPACE = "infergate-system"
 JSON = dict[str, Any]
 
 
+# What the default install needs that a cluster before 1.36 does not serve.
+MUTATING_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+
+
+def _default_install(cluster: Cluster) -> str:
+    """The kustomization a user installs on this cluster (docs/install.md, Requirements):
+    `manifests/` from 1.36, its overlay for older versions before."""
+    if cluster.serves_mutating_admission_policy():
+        return "manifests"
+    return "manifests/overlays/kubernetes-before-1.36"
+
+
 def _build(cluster: Cluster, directory: str) -> list[JSON]:
     built = cluster.kubectl("kustomize", str(REPO / directory)).stdout
     return [d for d in yaml.safe_load_all(built) if d]
@@ -74,9 +86,12 @@ def install_namespace(cluster: Cluster) -> Iterator[None]:
             cluster.kubectl("delete", "namespace", INSTALL_NAMESPACE, "--wait=false")
 
 
+@pytest.mark.matrix
 def test_server_dry_run_of_the_install_is_accepted(
     cluster: Cluster, install_namespace: None
 ) -> None:
+    if not cluster.serves_mutating_admission_policy():
+        pytest.skip("before 1.36 the overlay kubernetes-before-1.36 is the install (below)")
     expected = {
         f"{d['kind'].lower()}/{d['metadata']['name']}" for d in _build(cluster, "manifests")
     }
@@ -89,21 +104,38 @@ def test_server_dry_run_of_the_install_is_accepted(
     assert applied == expected, result.stdout
 
 
+@pytest.mark.matrix
+def test_the_default_install_before_1_36_is_refused_naming_the_api_it_lacks(
+    cluster: Cluster, install_namespace: None
+) -> None:
+    """What docs/install.md says: `manifests/` as it is needs 1.36; an older API server
+    refuses it for its MutatingAdmissionPolicy, which is why the overlay exists."""
+    if cluster.serves_mutating_admission_policy():
+        pytest.skip("this API server serves MutatingAdmissionPolicy (1.36+)")
+    result = cluster.kubectl("apply", "--dry-run=server", "-k", "manifests/", check=False)
+    assert result.returncode != 0
+    assert 'no matches for kind "MutatingAdmissionPolicy"' in result.stderr, result.stderr
+
+
+@pytest.mark.matrix
 def test_server_dry_run_of_the_production_overlay_is_accepted(
     cluster: Cluster, install_namespace: None
 ) -> None:
     """Everything but the ServiceMonitor and PrometheusRule, whose CRDs (Prometheus
-    Operator) are not here."""
+    Operator) are not here; before 1.36 also without the MutatingAdmissionPolicy, as a
+    copy of the overlay there adds the component kubernetes-before-1.36."""
+    left_out = ("ServiceMonitor", "PrometheusRule")
+    if not cluster.serves_mutating_admission_policy():
+        left_out += MUTATING_KINDS
     documents = [
-        d
-        for d in _build(cluster, "manifests/overlays/production")
-        if d["kind"] not in ("ServiceMonitor", "PrometheusRule")
+        d for d in _build(cluster, "manifests/overlays/production") if d["kind"] not in left_out
     ]
     text = "\n---\n".join(json.dumps(d) for d in documents)
     result = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=text)
     assert "networkpolicy.networking.k8s.io/infergate-operator created" in result.stdout
 
 
+@pytest.mark.matrix
 def test_server_dry_run_of_the_overlay_for_kubernetes_before_1_36_is_accepted(
     cluster: Cluster, install_namespace: None
 ) -> None:
@@ -191,7 +223,7 @@ def _apply(cluster: Cluster, documents: list[JSON]) -> None:
 @pytest.fixture(scope="module")
 def install(cluster: Cluster) -> Iterator[Install]:
     session = uuid.uuid4().hex[:6]
-    documents = _for_session(_build(cluster, "manifests"), session)
+    documents = _for_session(_build(cluster, _default_install(cluster)), session)
     installed = Install(cluster, session, documents)
     _apply(cluster, documents)
     try:
@@ -207,6 +239,7 @@ def install(cluster: Cluster) -> Iterator[Install]:
         )  # fmt: skip
 
 
+@pytest.mark.matrix
 def test_the_installed_operator_becomes_ready_and_serves_metrics(install: Install) -> None:
     pod = wait_for(install.operator_pod, 180, "the installed operator pod to be Ready")
 
@@ -230,6 +263,7 @@ def test_the_installed_operator_becomes_ready_and_serves_metrics(install: Instal
     assert "# TYPE infergate_reconcile_duration_seconds histogram" in text
 
 
+@pytest.mark.matrix
 def test_the_installed_operator_rolls_out_a_deployment(install: Install) -> None:
     cluster = install.cluster
     wait_for(install.operator_pod, 180, "the installed operator pod to be Ready")
@@ -337,6 +371,7 @@ def _allowed(cluster: Cluster, questions: list[tuple[str, Permission]]) -> list[
     return [bool(item["status"].get("allowed")) for item in items]
 
 
+@pytest.mark.matrix
 def test_the_api_server_allows_the_installed_operator_what_its_code_needs(
     install: Install,
 ) -> None:
@@ -434,6 +469,7 @@ _TENANT_ACCESS: tuple[tuple[str, str, str, str, bool], ...] = (
 )
 
 
+@pytest.mark.matrix
 def test_namespace_users_get_the_resources_through_the_built_in_roles(
     install: Install, namespace: str
 ) -> None:
@@ -465,6 +501,7 @@ def test_namespace_users_get_the_resources_through_the_built_in_roles(
     wait_for(lambda: answers() == list(_TENANT_ACCESS), 60, "the tenant roles aggregated")
 
 
+@pytest.mark.matrix
 def test_uninstall_removes_the_operator_and_its_rbac(cluster: Cluster, install: Install) -> None:
     """Last in this module: `kubectl delete` of the install (CRDs kept, other tests use them)."""
     wait_for(install.operator_pod, 180, "the installed operator pod to be Ready")

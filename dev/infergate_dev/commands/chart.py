@@ -23,7 +23,7 @@ import yaml
 from infergate import __version__
 from infergate.commands.crds import diff_summary
 from infergate_dev.helmchart import Component, component_key, render_chart, version_gate
-from infergate_dev.localcluster.layout import kubernetes_bin, repo_root
+from infergate_dev.localcluster.layout import K8S_VERSION, kubernetes_bin, repo_root
 
 JSON = dict[str, Any]
 # What a namespace-scoped install adds in the operator's own namespace, under manifests/.
@@ -47,7 +47,10 @@ def register(subparsers: Any) -> None:
         "--manifests", type=Path, default=repo_root() / "manifests", help="the kustomize tree"
     )
     parser.add_argument(
-        "--kubectl", type=Path, default=kubernetes_bin() / "kubectl", help="kubectl to build with"
+        "--kubectl",
+        type=Path,
+        default=kubernetes_bin(K8S_VERSION) / "kubectl",
+        help="kubectl to build with (the default version's: the chart must not depend on it)",
     )
     parser.set_defaults(handler=run_chart)
 

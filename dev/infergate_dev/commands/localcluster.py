@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from infergate_dev.localcluster import controlplane, prometheus
 from infergate_dev.localcluster.executor.container import kill_leftovers
-from infergate_dev.localcluster.layout import ClusterLayout
+from infergate_dev.localcluster.layout import (
+    K8S_VERSION,
+    K8S_VERSION_ENV,
+    MATRIX_K8S_VERSIONS,
+    ClusterLayout,
+    kubernetes_version,
+)
+
+SUPPORTED_VERSIONS = (K8S_VERSION, *MATRIX_K8S_VERSIONS)
+
+
+Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: Any) -> None:
@@ -17,16 +30,26 @@ def register(subparsers: Any) -> None:
         "localcluster",
         help="the local Kubernetes cluster (real control plane, simulated accelerator nodes)",
     )
+    parser.add_argument(
+        "--kubernetes-version",
+        choices=SUPPORTED_VERSIONS,
+        default=None,
+        help=(
+            f"the control plane's version (default ${K8S_VERSION_ENV} or {K8S_VERSION}); "
+            "another than the default keeps its cluster in .cluster-VERSION/ "
+            "(K8S_VERSION=VERSION hack/build-control-plane.sh kubernetes builds it)"
+        ),
+    )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     up = verbs.add_parser("up", help="start the cluster (idempotent)")
-    up.set_defaults(handler=_up)
+    up.set_defaults(handler=_with_version(_up))
     down = verbs.add_parser("down", help="stop exactly the processes `up` started")
     down.add_argument("--purge", action="store_true", help="also delete etcd data and pod dirs")
-    down.set_defaults(handler=_down)
+    down.set_defaults(handler=_with_version(_down))
     status = verbs.add_parser("status", help="exit 0 when the cluster is up")
-    status.set_defaults(handler=_status)
+    status.set_defaults(handler=_with_version(_status))
     show = verbs.add_parser("show", help="print the cluster's version and nodes")
-    show.set_defaults(handler=_show)
+    show.set_defaults(handler=_with_version(_show))
     monitor = verbs.add_parser(
         "prometheus",
         help="a Prometheus on loopback scraping the operator and engine pods (stopped by down)",
@@ -35,7 +58,26 @@ def register(subparsers: Any) -> None:
     monitor.add_argument(
         "--interval", type=float, default=5.0, help="scrape and rule interval in seconds"
     )
-    monitor.set_defaults(handler=_prometheus)
+    monitor.set_defaults(handler=_with_version(_prometheus))
+
+
+def _with_version(handler: Handler) -> Handler:
+    """Run `handler` with the chosen version in the environment, where the layout, the
+    binaries and every process the cluster starts (the executor) read it."""
+
+    def run(args: argparse.Namespace) -> int:
+        if args.kubernetes_version:
+            os.environ[K8S_VERSION_ENV] = args.kubernetes_version
+        elif kubernetes_version() not in SUPPORTED_VERSIONS:
+            print(
+                f"error: ${K8S_VERSION_ENV}={kubernetes_version()} is not one of "
+                f"{', '.join(SUPPORTED_VERSIONS)}",
+                file=sys.stderr,
+            )
+            return 2
+        return handler(args)
+
+    return run
 
 
 def _up(args: argparse.Namespace) -> int:

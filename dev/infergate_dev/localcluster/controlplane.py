@@ -27,13 +27,13 @@ from infergate_dev.localcluster import processes
 from infergate_dev.localcluster.bootstrap import BootstrapError, bootstrap
 from infergate_dev.localcluster.kwokconfig import write_kwok_config
 from infergate_dev.localcluster.layout import (
-    K8S_VERSION,
     KWOK_POD_CIDR,
     SERVICE_CIDR,
     ClusterLayout,
     etcd_bin,
     gateway_api_crds,
     kubernetes_bin,
+    kubernetes_version,
     kwok_bin,
     lws_crds,
 )
@@ -117,8 +117,14 @@ def _require_binaries() -> None:
     ]
     missing = [str(p) for p in needed if not p.exists()]
     if missing:
+        version = kubernetes_version()
+        build = (
+            f"K8S_VERSION={version} hack/build-control-plane.sh kubernetes"
+            if any(str(kubernetes_bin()) in m for m in missing)
+            else "hack/build-control-plane.sh or make setup"
+        )
         raise ClusterError(
-            "control-plane binaries missing (run hack/build-control-plane.sh or make setup): "
+            f"control-plane binaries of Kubernetes {version} missing (run {build}): "
             + ", ".join(missing)
         )
 
@@ -303,7 +309,7 @@ def up(layout: ClusterLayout, *, say: bool = True) -> None:
     install_lws(layout, say=say)
     if say:
         print(
-            f"cluster {K8S_VERSION} up at {server} in {time.monotonic() - started:.1f}s; "
+            f"cluster {kubernetes_version()} up at {server} in {time.monotonic() - started:.1f}s; "
             f"KUBECONFIG={layout.kubeconfig}",
             file=sys.stderr,
         )

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+# The Kubernetes version `make test` and the demo run (the newest supported minor).
 K8S_VERSION = "v1.36.3"
+# The other supported minors the matrix (`make test-matrix`) runs the install and the canary
+# flows on: the oldest supported minor's newest patch the Go module proxy serves. The same
+# list as K8S_MATRIX_VERSIONS in mk/matrix.mk.
+MATRIX_K8S_VERSIONS = ("v1.31.14",)
+# Set by `infergate-dev localcluster --kubernetes-version` and pytest's --kubernetes-version,
+# so every process of one run (the executor, kubectl plugins, tests) uses the same binaries.
+K8S_VERSION_ENV = "INFERGATE_K8S_VERSION"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 # The Gateway API CRDs (standard channel) the cluster gets; the same version as
@@ -38,6 +47,20 @@ KWOK_POD_CIDR = "127.128.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 
 
+def kubernetes_version() -> str:
+    """The version this process runs the local cluster with: $INFERGATE_K8S_VERSION, or the
+    default K8S_VERSION."""
+    return os.environ.get(K8S_VERSION_ENV) or K8S_VERSION
+
+
+def supported_minor(version: str) -> tuple[int, int]:
+    """(1, 31) for "v1.31.14"; refuses anything that is not vMAJOR.MINOR.PATCH."""
+    match = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"Kubernetes version {version!r}: expected vMAJOR.MINOR.PATCH")
+    return int(match[1]), int(match[2])
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("INFERGATE_CACHE", Path.home() / ".cache" / "infergate"))
 
@@ -55,8 +78,15 @@ class ClusterLayout:
 
     @classmethod
     def default(cls) -> ClusterLayout:
+        """`.cluster/` of the checkout for the default version, `.cluster-VERSION/` for
+        another (etcd data of a newer API server is not for an older one to read), or
+        $INFERGATE_CLUSTER_DIR."""
         override = os.environ.get("INFERGATE_CLUSTER_DIR")
-        return cls(Path(override) if override else repo_root() / ".cluster")
+        if override:
+            return cls(Path(override))
+        version = kubernetes_version()
+        name = ".cluster" if version == K8S_VERSION else f".cluster-{version}"
+        return cls(repo_root() / name)
 
     @property
     def kubeconfig(self) -> Path:
@@ -97,8 +127,10 @@ class ClusterLayout:
         return self.root / "executor.yaml"
 
 
-def kubernetes_bin() -> Path:
-    return cache_dir() / "bin" / f"kubernetes-{K8S_VERSION}"
+def kubernetes_bin(version: str | None = None) -> Path:
+    """kube-apiserver, -controller-manager, -scheduler and kubectl of `version` (by default
+    the one this process runs: `kubernetes_version()`)."""
+    return cache_dir() / "bin" / f"kubernetes-{version or kubernetes_version()}"
 
 
 def etcd_bin() -> Path:

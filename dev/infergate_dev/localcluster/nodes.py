@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from infergate_dev.localcluster.layout import kubernetes_version
+
 GPU_RESOURCE = "nvidia.com/gpu"
 ASCEND_RESOURCE = "huawei.com/Ascend910"
 EXECUTOR_LABEL = "infergate.io/local-executor"
@@ -114,7 +116,7 @@ def node_object(shape: NodeShape) -> dict[str, Any]:
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
-                "kubeletVersion": "v1.36.3",
+                "kubeletVersion": kubernetes_version(),
                 "containerRuntimeVersion": "infergate-local://1",
             },
         },

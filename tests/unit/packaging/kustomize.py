@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infergate_dev.localcluster.layout import kubernetes_bin
+from infergate_dev.localcluster.layout import K8S_VERSION, kubernetes_bin
 from tests.unit.packaging.lockfiles import REPO
 
 MANIFESTS = REPO / "manifests"
@@ -19,7 +19,7 @@ PRODUCTION = MANIFESTS / "overlays" / "production"
 
 def kubectl_binary() -> Path:
     """The kubectl `make setup` builds (in the version cache; the cluster links it)."""
-    return kubernetes_bin() / "kubectl"
+    return kubernetes_bin(K8S_VERSION) / "kubectl"
 
 
 @cache

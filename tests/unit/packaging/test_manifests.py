@@ -122,7 +122,8 @@ def test_operator_runs_non_root_as_its_image_user_with_a_read_only_root() -> Non
     image = Dockerfile.read(REPO / "runtime_images/operator/Dockerfile")
     user = image.final_user()
     assert user is not None
-    assert int(context["runAsUser"]) == int(user.split(":")[0])
+    uid, _, gid = user.partition(":")
+    assert (int(context["runAsUser"]), int(context["runAsGroup"])) == (int(uid), int(gid))
 
 
 def test_operator_has_resource_requests_and_probes_on_kopfs_health_endpoint() -> None:
