@@ -694,3 +694,32 @@ def test_a_wave_that_deletes_or_updates_waits_for_the_status_write() -> None:
         with ThreadPoolExecutor(max_workers=8) as pool, pytest.raises(StaleObjectError):
             PlanWriter(client, NAMESPACE, NAME, pool=pool).write(mixed, _body())  # type: ignore[arg-type]
         assert client.calls == [("status", "InferenceDeployment", NAME)]
+
+
+def test_a_stale_write_beside_throttled_creates_backs_off_instead_of_reading_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A status write found stale ends the attempt from the watch's copy, and the reconcile
+    reads the object and decides again at once: unless a create sent beside it was told to
+    wait (Retry-After), which the retry policy then honours."""
+    from types import SimpleNamespace
+
+    from infergate.controllers import inference_deployment as controller
+
+    plan = SimpleNamespace(quiet=False, due=None)
+    monkeypatch.setattr(controller, "_state", lambda *_: object())
+    monkeypatch.setattr(controller, "plan_reconcile", lambda _: plan)
+    monkeypatch.setattr(controller, "_with_suites", lambda _, p: p)
+
+    def stale(retry_after: float | None) -> Any:
+        def write(*_: object) -> None:
+            raise StaleObjectError("stale", status=409, retry_after=retry_after)
+
+        return write
+
+    monkeypatch.setattr(controller, "_write", stale(None))
+    assert controller._from_watched({}, None, may_write=True) is None  # type: ignore[arg-type]
+    monkeypatch.setattr(controller, "_write", stale(2.0))
+    with pytest.raises(StaleObjectError) as raised:
+        controller._from_watched({}, None, may_write=True)  # type: ignore[arg-type]
+    assert raised.value.retry_after == 2.0
