@@ -208,9 +208,7 @@ def _from_watched(
         return _write(_with_suites(state, plan), body, now)
     except StaleObjectError as error:
         if error.retry_after is not None:
-            # A create sent beside the stale write was told to wait: back off, do not read
-            # again and send it at once.
-            raise
+            raise  # a create sent beside it was told to wait: back off, not read again
         return None
 
 
