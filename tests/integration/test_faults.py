@@ -411,7 +411,10 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
             matches=path_matches("POST", rf"/namespaces/{ns}/services$"),
             after=(lambda e: status_put(e) and e.status == 200,),
         )
-        proxy.stalls.append(first)
+        # The Service's create goes to the background and the reconcile goes on: hold the
+        # check's create too, or a slow test finds it made before the second point.
+        no_check_yet = Stall(matches=path_matches("POST", rf"/namespaces/{ns}/paritychecks$"))
+        proxy.stalls.extend([first, no_check_yet])
         idep.apply(dtype="float16")
         first.wait(90)
         canary = idep.status()["canaryRevision"]
