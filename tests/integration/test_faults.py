@@ -394,11 +394,11 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
         matches = path_matches(method, pattern)
         return lambda e: matches(e) and e.status == status
 
-    def kill_and_restart(next_stall: Stall | None) -> float:
+    def kill_and_restart(*next_stalls: Stall) -> float:
         """SIGKILL the running process, drop what it left held, start a new one."""
         runs[-1].kill()
         proxy.release_stalled()
-        proxy.stalls[:] = [next_stall] if next_stall is not None else []
+        proxy.stalls[:] = list(next_stalls)
         killed = time.monotonic()
         runs.append(rig.operator(proxy, f"run-{len(runs)}"))
         return killed
@@ -411,7 +411,10 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
             matches=path_matches("POST", rf"/namespaces/{ns}/services$"),
             after=(lambda e: status_put(e) and e.status == 200,),
         )
-        proxy.stalls.append(first)
+        # The Service's create goes to the background and the reconcile goes on: hold the
+        # check's create too, or a slow test finds it made before the second point.
+        no_check_yet = Stall(matches=path_matches("POST", rf"/namespaces/{ns}/paritychecks$"))
+        proxy.stalls.extend([first, no_check_yet])
         idep.apply(dtype="float16")
         first.wait(90)
         canary = idep.status()["canaryRevision"]
@@ -424,34 +427,37 @@ def test_an_operator_killed_mid_write_converges_without_duplicates_or_promotion(
         assert missing.returncode != 0, missing.stdout
         assert "NotFound" in missing.stderr, missing.stderr
 
-        # 2. After the canary's ParityCheck is created, before its uid is recorded.
-        second = Stall(
-            matches=status_put, after=(answered("POST", rf"/namespaces/{ns}/paritychecks$", 201),)
+        # 2. After the canary's ParityCheck is created, before its uid is recorded (and
+        # before its runner's ServiceAccount is made: that create is held too).
+        created = answered("POST", rf"/namespaces/{ns}/paritychecks$", 201)
+        second = Stall(matches=status_put, after=(created,))
+        account_held = Stall(
+            matches=path_matches("POST", rf"/namespaces/{runners}/serviceaccounts$"),
+            after=(created,),
         )
-        kill_and_restart(second)
+        kill_and_restart(second, account_held)
         second.wait(120)
         unbound = cluster.get_json("pcheck", check_name, "-n", ns)
         record = {r["hash"]: r for r in idep.status()["revisions"]}[canary]
         assert record.get("parityCheckUid") != unbound["metadata"]["uid"]
 
-        # 3. After the runner's ServiceAccount is created, before the check records it (the
-        # unbound check deleted and made anew first).
+        # 3. After the runner's ServiceAccount is created, before the check records it. The
+        # check made before the kill is bound, not replaced: its spec is the one the
+        # attempt recorded before creating it.
         third = Stall(
             matches=path_matches("PATCH", rf"/namespaces/{ns}/paritychecks/{check_name}/status$"),
-            after=(
-                answered("DELETE", rf"/namespaces/{ns}/paritychecks/{check_name}$", 200),
-                answered("POST", rf"/namespaces/{ns}/paritychecks$", 201),
-                answered("POST", rf"/namespaces/{runners}/serviceaccounts$", 201),
-            ),
+            after=(answered("POST", rf"/namespaces/{runners}/serviceaccounts$", 201),),
         )
         kill_and_restart(third)
         third.wait(120)
         replaced = cluster.get_json("pcheck", check_name, "-n", ns)
-        assert replaced["metadata"]["uid"] != unbound["metadata"]["uid"]
+        assert replaced["metadata"]["uid"] == unbound["metadata"]["uid"]
+        record = {r["hash"]: r for r in idep.status()["revisions"]}[canary]
+        assert record.get("parityCheckUid") == unbound["metadata"]["uid"]
         assert not (replaced.get("status") or {}).get("runnerServiceAccount")
 
         # The last process finishes: the runner recorded, its Job started, once.
-        restarted = kill_and_restart(None)
+        restarted = kill_and_restart()
 
         def running() -> dict[str, Any] | None:
             body: dict[str, Any] = cluster.get_json("pcheck", check_name, "-n", ns)

@@ -45,6 +45,7 @@ from tests.integration.admission_support import (
     wait_until_enforced,
 )
 from tests.integration.controller_support import (
+    GOLDEN_ARGS,
     Idep,
     OperatorInstall,
     deployment_manifest,
@@ -58,7 +59,8 @@ TENANT_DIR = REPO / "manifests" / "tenant"
 TEAM = "app-team"
 # The default safety-net resync, given explicitly: an install of its own, whose policies
 # (which judge this operator's requests wherever it acts) bind to no other test's operator.
-_OWN_INSTALL = ("--resync-seconds=300",)
+# It keeps golden records, as an install that runs the drift watch does.
+_OWN_INSTALL = ("--resync-seconds=300", *GOLDEN_ARGS)
 
 
 @dataclass
@@ -148,11 +150,14 @@ def setting(
     release_namespace(cluster, namespace)
 
 
-def _canary_in_flight(setting: Setting) -> tuple[Idep, str, str, dict[str, Any]]:
-    """The team makes its deployment, waits for it to be stable and changes its dtype: the
-    stable revision, the canary revision and the canary's ParityCheck, whose runner's
-    ServiceAccount the operator has made in the runner namespace and recorded."""
-    manifest = deployment_manifest()
+def _canary_in_flight(
+    setting: Setting, manifest: dict[str, Any] | None = None
+) -> tuple[Idep, str, str, dict[str, Any]]:
+    """The team makes its deployment (`manifest`, or the usual one), waits for it to be
+    stable and changes its dtype: the stable revision, the canary revision and the canary's
+    ParityCheck, whose runner's ServiceAccount the operator has made in the runner namespace
+    and recorded."""
+    manifest = manifest if manifest is not None else deployment_manifest()
     idep = Idep(setting.cluster, setting.namespace, manifest)
     made = setting.team_applies(manifest)
     assert made.allowed, made.stderr

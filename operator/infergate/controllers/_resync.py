@@ -15,8 +15,10 @@ reconciles that only record its children's progress, and those then see more of 
 progress at once (fewer reconciles, fewer status writes). The lead is bounded, so a
 stream of spec changes delays a follow-up by at most that long past its due time. A
 failed reconcile runs again after the backoff of `infergate.retry.RECONCILES` (jittered,
-doubling per consecutive failure, a server's Retry-After as a floor), and no wake-up cuts
-that wait short: a change seen meanwhile is reconciled when the backoff ends. A permanent
+doubling per consecutive failure, a server's Retry-After as a floor), and nothing cuts
+that wait short: not a wake-up (a change seen meanwhile is reconciled when the backoff
+ends), not a second failure with a shorter delay, not a reconcile that succeeded while a
+write it left to the background failed. A permanent
 error (a spec problem, a refused request) waits for the next change or the usual
 interval: repeating it now would repeat the refusal. A write refused because this replica
 no longer leads (`NotLeaderError`) ends the reconcile there and schedules nothing: the
@@ -84,6 +86,9 @@ class Resyncer:
         # After a failure: not before this time, whatever wakes the key (the backoff, and a
         # server's Retry-After, hold for every trigger).
         self._hold: dict[OwnerKey, float] = {}
+        # Failures seen per key so far (never reset): a reconcile that succeeds clears the
+        # backoff only when no failure (a background write's) came while it ran.
+        self._failed_count: dict[OwnerKey, int] = {}
         self._running: dict[OwnerKey, asyncio.Task[None]] = {}
         self._changed = asyncio.Event()
 
@@ -114,6 +119,7 @@ class Resyncer:
                 self._urgent.discard(key)
                 self._failures.pop(key, None)
                 self._hold.pop(key, None)
+                self._failed_count.pop(key, None)
             for key in keys:
                 self._due.setdefault(key, now)
             ready = sorted(
@@ -143,13 +149,17 @@ class Resyncer:
         self._due[key] = min(self._due.get(key, again), again)
 
     async def _one(self, key: OwnerKey) -> None:
+        failed_before = self._failed_count.get(key, 0)
         try:
             wanted = await self._reconcile(key)
         except Exception as error:  # noqa: BLE001 - every failure goes to the retry policy
             self.failed(key, error)
         else:
-            self._failures.pop(key, None)
-            self._hold.pop(key, None)
+            if self._failed_count.get(key, 0) == failed_before:
+                self._failures.pop(key, None)
+                self._hold.pop(key, None)
+            # else a write it left to the background failed meanwhile: its backoff (and
+            # the server's Retry-After) stands.
             if wanted is not None:
                 self._again_in(key, max(_MIN_WAIT, wanted))
         finally:
@@ -170,6 +180,7 @@ class Resyncer:
             return
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
+        self._failed_count[key] = self._failed_count.get(key, 0) + 1
         retry_after = error.retry_after if isinstance(error, KubeError) else None
         delay = RECONCILES.delay(failures, retry_after=retry_after, draw=self._draw)
         if isinstance(error, InfergateError):
@@ -182,8 +193,11 @@ class Resyncer:
                 "%s/%s: reconcile crashed, again in %.1fs",
                 key.namespace, key.name, delay, exc_info=error,
             )  # fmt: skip
-        # The backoff replaces whatever was due (a wake-up while it ran included).
-        self._hold[key] = asyncio.get_running_loop().time() + delay
+        # The backoff replaces whatever was due (a wake-up while it ran included), but never
+        # shortens one already held: two failures of one reconcile (its own and a background
+        # write's) each keep their Retry-After.
+        hold = asyncio.get_running_loop().time() + delay
+        self._hold[key] = max(hold, self._hold.get(key, hold))
         self._due[key] = self._hold[key]
         self._changed.set()
 

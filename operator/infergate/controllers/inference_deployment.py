@@ -192,7 +192,8 @@ def _from_watched(
     """Decide from the watch's copy of the object: quiet, or (when `may_write`) the result
     of writing the decision; None: read the object and decide again (a spec problem, which
     is reported from a fresh read, a copy older than this process's last write, or one
-    that the status write found stale: then nothing was written)."""
+    that the status write found stale: then nothing but a wave of creates was written, and
+    when the server asked one of them to wait, the stale error goes to the retry policy)."""
     now = datetime.now(UTC)
     try:
         state = _state(body, observed, now)
@@ -205,7 +206,9 @@ def _from_watched(
         return None
     try:
         return _write(_with_suites(state, plan), body, now)
-    except StaleObjectError:
+    except StaleObjectError as error:
+        if error.retry_after is not None:
+            raise  # a create sent beside it was told to wait: back off, not read again
         return None
 
 

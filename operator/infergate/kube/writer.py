@@ -69,12 +69,30 @@ def _run_now(write: Callable[[_I], _T], item: _I) -> Future[_T]:
     return future
 
 
+def _longest_retry_after(raised: BaseException, futures: Sequence[Future[Any]]) -> None:
+    """Give `raised` the longest Retry-After any of the ended `futures` was answered with:
+    the reconcile backs off on the one error it raises, and a request the server asked to
+    wait for must not be sent again sooner because another write failed first."""
+    if not isinstance(raised, KubeError):
+        return
+    waits = [raised.retry_after] + [
+        failure.retry_after
+        for future in futures
+        if isinstance(failure := future.exception(), KubeError)
+    ]
+    known = [w for w in waits if w is not None]
+    if known:
+        raised.retry_after = max(known)
+
+
 def _answers(futures: Sequence[Future[_T]]) -> list[_T]:
-    """The answers in order; the first failure, in order, raised once every one has ended."""
+    """The answers in order; the first failure, in order, raised once every one has ended,
+    carrying the longest Retry-After of them all."""
     wait(futures)
     for future in futures:
         failure = future.exception()
         if failure is not None:
+            _longest_retry_after(failure, futures)
             raise failure
     return [future.result() for future in futures]
 
@@ -155,10 +173,15 @@ class PlanWriter:
         if plan.status_changed:
             try:
                 current = self.write_status(plan.status, body)
-            except ConflictError as error:
+            except KubeError as error:
                 if early is not None:
                     wait(early)  # ended, whatever they answered: the next reconcile decides
-                raise StaleObjectError(str(error), status=error.status) from error
+                    _longest_retry_after(error, early)
+                if isinstance(error, ConflictError):
+                    raise StaleObjectError(
+                        str(error), status=error.status, retry_after=error.retry_after
+                    ) from error
+                raise
             result.status_written = True
         for write in background:
             self._leave_to_background(write, result)

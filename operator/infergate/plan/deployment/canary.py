@@ -45,6 +45,7 @@ def choose_canary(ctx: Context, rollout: Rollout) -> Rollout:
             metrics=None,
             parity_check=None,
             parity_check_uid=None,
+            parity_check_digest=None,  # an earlier attempt's check is never this one's
             message=None,
             promoted_at=None,
         )

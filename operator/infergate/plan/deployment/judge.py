@@ -2,10 +2,13 @@
 
 Pure. Three separate questions, each its own function:
 
-- `request_check`: which check judges this canary attempt. The operator creates it and
-  records its uid; a check of that name that the deployment does not own is never
-  adopted (nor deleted), and one it owns but did not create for this attempt (an
-  earlier attempt's, or one whose uid was never recorded) is deleted and made anew.
+- `request_check`: which check judges this canary attempt. The operator records the
+  digest of the spec it is about to create in status, creates the check, and records its
+  uid. A check of that name that the deployment does not own is never adopted (nor
+  deleted). One it owns whose uid the attempt did not record is bound to the attempt when
+  its spec is exactly the one the attempt recorded (the uid write after the create failed:
+  a lost status write must not throw a running check away), and otherwise deleted and
+  made anew (an earlier attempt's check: a new attempt and a new check clear the digest).
 - `bound_verdict`: what the check says, failing closed. Passed counts only when the
   phase, `verdict.passed` and `verdict.outcome` all say Passed, the check compares
   exactly the stable and the canary (in its spec and in what it resolved), its spec is
@@ -120,6 +123,15 @@ def _pending(rollout: Rollout, canary: str, parity: str, progress: str) -> Rollo
     )
 
 
+def made_for_attempt(found: ObservedCheck, recorded_digest: str | None) -> bool:
+    """Whether `found`, owned by the deployment but with no uid recorded, is the check the
+    attempt asked for: its spec (as it is, immutable) has the digest the attempt recorded in
+    status before creating it. A look-alike of exactly that spec judges exactly what the
+    operator's check would (its runner is the operator's, its status no tenant writes), so
+    nothing but the digest, which no tenant writes, decides."""
+    return recorded_digest is not None and found.digest == recorded_digest
+
+
 def request_check(
     ctx: Context, rollout: Rollout, canary: str, *, name: str | None = None
 ) -> tuple[Rollout, ObservedCheck | None]:
@@ -139,7 +151,11 @@ def request_check(
         rollout = replace(rollout, create_checks=(*rollout.create_checks, manifest))
         made_with = manifest["metadata"]["annotations"][ANNOTATION_SPEC_DIGEST]
         rollout = rollout.with_record(
-            ctx, canary, verdict=VerdictOutcome.PENDING, parity_check_digest=made_with
+            ctx,
+            canary,
+            verdict=VerdictOutcome.PENDING,
+            parity_check_digest=made_with,
+            parity_check_uid=None,  # recorded once it is created (`with_check_uids`)
         )
         return (
             _pending(
@@ -172,8 +188,17 @@ def request_check(
             ),
         )
         return rollout, None
+    if record.parity_check_uid is None and made_for_attempt(found, record.parity_check_digest):
+        # Made for this attempt, its uid lost with the status write after the create.
+        rollout = rollout.with_record(ctx, canary, parity_check_uid=found.uid)
+        return rollout.noting(
+            reasons.PARITY_CHECK_CREATED,
+            f"ParityCheck {name} bound to canary {canary}: its spec is the one this attempt "
+            "recorded, and the record of its uid was lost after it was created",
+        ), found
     if record.parity_check_uid != found.uid:
-        # Ours, but not made for this attempt (or made and never recorded): make it anew.
+        # Ours, but not made for this attempt: an earlier attempt's, or one whose spec is
+        # not the one this attempt recorded. Make it anew.
         rollout = replace(rollout, delete_checks=(*rollout.delete_checks, name))
         return (
             _pending(

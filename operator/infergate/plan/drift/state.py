@@ -87,6 +87,9 @@ class Seen:
     prior: Condition | None
     unseen: bool = False
     """Status names a newer run than any seen: just asked for (the watch lags), or never made."""
+    asked: int = 0
+    """The number of the run the watch itself asked for last (status.drift.run); `run`
+    counts every name, a look-alike's too, to find the next free one."""
 
 
 def run_number(name: str) -> int | None:

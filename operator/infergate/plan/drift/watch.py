@@ -91,7 +91,9 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
     ignored = _look_alikes(inp, stable, seen)
     status = DriftStatus(
         revision=stable,
-        run=seen.run or None,
+        # The run the watch asked for, never a look-alike's higher number: a run named
+        # after it would otherwise hide the real one (taken as never made, never judged).
+        run=seen.asked or None,
         check=latest.name if latest else (previous.check if previous else None),
         check_uid=previous.check_uid if previous else None,
         spec_digest=previous.spec_digest if previous else None,
@@ -130,7 +132,7 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
                 notices=noted,
             )
         latest = None
-        seen = Seen(None, seen.run, None, previous, prior)
+        seen = Seen(None, seen.run, None, previous, prior, asked=seen.asked)
         judged = Judged(status.model_copy(update={"running": None}), condition)
     judged_run = run_number(previous.last_verdict_check or "") if previous else None
     if (
@@ -202,6 +204,7 @@ def _seen(inp: DriftInput, stable: str, mine: Sequence[ObservedCheck]) -> Seen:
         previous,
         prior,
         unseen=previous is not None and previous.running is True and asked > newest,
+        asked=asked,
     )
 
 

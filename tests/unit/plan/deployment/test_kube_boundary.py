@@ -413,6 +413,68 @@ def test_a_wake_up_never_cuts_a_backoff_or_a_retry_after_short() -> None:
     assert times[3] - woken < 0.1
 
 
+def test_a_background_failure_keeps_its_retry_after_whatever_else_happens() -> None:
+    """A write the reconcile left to the background (a Service's create) is answered 429
+    with Retry-After while the reconcile itself succeeds, or fails again with a shorter
+    delay: neither brings the next reconcile, which sends that write again, forward."""
+
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        times: list[float] = []
+        key = OwnerKey("ns", "busy")
+
+        async def reconcile(_: OwnerKey) -> float | None:
+            times.append(loop.time())
+            if len(times) == 1:
+                resyncer.failed(key, RetriableKubeError("429", status=429, retry_after=0.4))
+                return None  # the reconcile's own writes went through
+            if len(times) == 2:
+                resyncer.failed(key, RetriableKubeError("429", status=429, retry_after=0.4))
+                raise RetriableKubeError("500", status=500)  # no Retry-After of its own
+            return None
+
+        resyncer = Resyncer(reconcile, interval=60, draw=lambda: 0.0)
+        task = asyncio.create_task(resyncer.run(lambda: [key]))
+        await asyncio.sleep(1.2)
+        task.cancel()
+        await resyncer.stop()
+        return times
+
+    times = asyncio.run(scenario())
+    assert len(times) == 3, times
+    assert [round(b - a, 2) >= 0.4 for a, b in itertools.pairwise(times)] == [True, True]
+
+
+def test_a_failed_wave_backs_off_for_the_longest_retry_after_it_was_answered() -> None:
+    """Several writes of one wave fail: the error the reconcile backs off on is the first in
+    plan order, with the longest Retry-After any of them got; so is a status write's
+    failure beside a wave of creates."""
+    world = World()
+    plan = world.reconcile()
+    revision = f"{NAME}-{plan.status.revisions[0].hash}"  # its ConfigMap, Deployment, Service
+    failures: dict[tuple[str, str], Exception] = {
+        ("create", revision): RetriableKubeError("500", status=500),
+        ("create", NAME): RetriableKubeError("429", status=429, retry_after=2.0),  # the Service
+    }
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        writer = PlanWriter(FakeClient(dict(failures)), NAMESPACE, NAME, pool=pool)  # type: ignore[arg-type]
+        with pytest.raises(RetriableKubeError) as raised:
+            writer.write(plan, _body())  # type: ignore[arg-type]
+    assert raised.value.status == 500
+    assert raised.value.retry_after == 2.0
+
+    for status_error, kind in (
+        (RetriableKubeError("500", status=500), RetriableKubeError),
+        (ConflictError("stale", status=409), StaleObjectError),
+    ):
+        client = FakeClient({**failures, ("status", NAME): status_error})
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            writer = PlanWriter(client, NAMESPACE, NAME, pool=pool)  # type: ignore[arg-type]
+            with pytest.raises(kind) as raised:
+                writer.write(plan, _body())  # type: ignore[arg-type]
+        assert raised.value.retry_after == 2.0
+
+
 def test_retry_policy_doubles_with_full_jitter_and_honours_retry_after() -> None:
     policy = RetryPolicy(initial=0.2, maximum=5.0, multiplier=2.0, attempts=4)
     assert [policy.bound(n) for n in (1, 2, 3, 6)] == [0.2, 0.4, 0.8, 5.0]
@@ -632,3 +694,32 @@ def test_a_wave_that_deletes_or_updates_waits_for_the_status_write() -> None:
         with ThreadPoolExecutor(max_workers=8) as pool, pytest.raises(StaleObjectError):
             PlanWriter(client, NAMESPACE, NAME, pool=pool).write(mixed, _body())  # type: ignore[arg-type]
         assert client.calls == [("status", "InferenceDeployment", NAME)]
+
+
+def test_a_stale_write_beside_throttled_creates_backs_off_instead_of_reading_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A status write found stale ends the attempt from the watch's copy, and the reconcile
+    reads the object and decides again at once: unless a create sent beside it was told to
+    wait (Retry-After), which the retry policy then honours."""
+    from types import SimpleNamespace
+
+    from infergate.controllers import inference_deployment as controller
+
+    plan = SimpleNamespace(quiet=False, due=None)
+    monkeypatch.setattr(controller, "_state", lambda *_: object())
+    monkeypatch.setattr(controller, "plan_reconcile", lambda _: plan)
+    monkeypatch.setattr(controller, "_with_suites", lambda _, p: p)
+
+    def stale(retry_after: float | None) -> Any:
+        def write(*_: object) -> None:
+            raise StaleObjectError("stale", status=409, retry_after=retry_after)
+
+        return write
+
+    monkeypatch.setattr(controller, "_write", stale(None))
+    assert controller._from_watched({}, None, may_write=True) is None  # type: ignore[arg-type]
+    monkeypatch.setattr(controller, "_write", stale(2.0))
+    with pytest.raises(StaleObjectError) as raised:
+        controller._from_watched({}, None, may_write=True)  # type: ignore[arg-type]
+    assert raised.value.retry_after == 2.0

@@ -162,6 +162,28 @@ def test_a_run_nobody_recorded_never_clears_a_real_drift() -> None:
     assert world.condition("Drifted") == ("False", "NoDriftDetected")
 
 
+def test_a_look_alike_with_a_higher_run_number_does_not_hide_the_real_run() -> None:
+    """A tenant copies the run under way as the next run's name while it runs: the watch
+    still judges its own run (it does not take the copy's number for the run it asked
+    for, wait for that, and make another), so a real drift is seen."""
+    world, _, stable = _watched()
+    [run] = drift_checks(world)
+    fake = copy.deepcopy(run)
+    fake["metadata"] |= {"name": f"{NAME}-{stable}-drift2", "uid": "look-alike"}
+    fake.pop("status", None)
+    world.objects[("ParityCheck", fake["metadata"]["name"])] = fake
+    world.reconcile()
+    assert world.status.drift is not None
+    assert world.status.drift.run == 1
+    assert world.status.drift.ignored == [fake["metadata"]["name"]]
+    world.tick(120)  # past the grace the watch gives a run it asked for to appear
+    world.reconcile()
+    world.set_check(run["metadata"]["name"], "Failed", passed=False)
+    world.reconcile()
+    assert world.condition("Drifted") == ("True", "DriftDetected")
+    assert world.status.drift.last_verdict_check == run["metadata"]["name"]
+
+
 def test_a_check_made_before_status_recorded_its_digest_is_bound_as_it_was() -> None:
     """An upgrade mid-canary: the record has the check's uid but no spec digest; the uid and
     the immutable spec bind it as before, so its Passed still promotes."""

@@ -509,6 +509,68 @@ def test_a_check_claiming_this_deployment_but_not_made_for_this_attempt_is_repla
     assert record.parity_check_uid == fresh["metadata"]["uid"]
 
 
+def test_a_check_whose_uid_record_was_lost_is_bound_not_replaced() -> None:
+    """The status write recording a new check's uid fails after the create (a 500, a 409,
+    a crash): the check is the one the attempt asked for, its spec the digest the attempt
+    recorded before creating it. It is bound and judged, not deleted with its runner's
+    work; its verdict promotes."""
+    world, stable = _stable_world()
+    canary = _canary(world, dtype="float16")
+    world.make_available(canary)
+    world.lost_uid_writes = 1
+    world.reconcile()
+    name = f"{NAME}-{canary}"
+    made = world.get("ParityCheck", name)
+    assert made is not None
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.parity_check_uid is None
+    world.set_check(name, "Passed", passed=True)
+    plan = world.reconcile()
+    assert plan.delete_checks == []
+    assert plan.create_checks == []
+    record = {r.hash: r for r in world.status.revisions}[canary]
+    assert record.parity_check_uid == made["metadata"]["uid"]
+    assert any(e.reason == "ParityCheckCreated" and name in e.message for e in plan.events)
+    world.settle()
+    assert world.status.stable_revision == canary
+    assert world.get("ParityCheck", name)["metadata"]["uid"] == made["metadata"]["uid"]
+    assert stable != canary
+
+
+def test_an_earlier_attempts_check_of_the_same_spec_is_replaced_even_unrecorded() -> None:
+    """A check of an earlier attempt has the very spec the new attempt asks for (same
+    revisions, same suite), and a Passed verdict. A new attempt clears the digest it
+    binds by, so the old check is replaced, not bound, even when the new attempt's own
+    uid record is lost too; only the new check's verdict counts."""
+    world, stable = _stable_world()
+    world.set("rollout.autoPromote", False)
+    first = _canary(world, dtype="float16")
+    world.make_available(first)
+    world.reconcile()
+    name = f"{NAME}-{first}"
+    old_uid = world.get("ParityCheck", name)["metadata"]["uid"]
+    world.set_check(name, "Passed", passed=True)  # waits for a person
+    world.reconcile()
+    _canary(world, dtype="float32")  # the spec moves on ...
+    world.make_available()
+    world.reconcile()
+    world.change(dtype="float16")  # ... and back: a new attempt of the first canary
+    world.tick(10)
+    world.lost_uid_writes = 1
+    world.reconcile()
+    world.make_available(first)
+    for _ in range(3):
+        world.reconcile()
+    fresh = world.get("ParityCheck", name)
+    assert fresh is not None
+    assert fresh["metadata"]["uid"] != old_uid
+    assert "status" not in fresh
+    record = {r.hash: r for r in world.status.revisions}[first]
+    assert record.parity_check_uid == fresh["metadata"]["uid"]
+    assert world.status.stable_revision == stable
+    assert record.verdict is VerdictOutcome.PENDING
+
+
 @pytest.mark.parametrize("phase", ["Failed", "Error", "Inconclusive"])
 def test_every_verdict_but_a_bound_pass_rolls_back(phase: str) -> None:
     world, stable, canary = _checked_canary()
