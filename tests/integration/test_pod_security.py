@@ -26,6 +26,7 @@ from infergate.api.shadow import Mirror
 from infergate.plan.check.observed import observe_parity_check
 from infergate.render import render_revision
 from infergate.render.check_children import runner_job
+from infergate.render.check_names import runner_account_name
 from infergate.render.images import DEFAULT_RUNNER_IMAGE
 from infergate.render.mirror import render_mirror
 from tests.harness import REPO, Cluster, release_namespace, wait_for
@@ -34,6 +35,8 @@ pytestmark = pytest.mark.cluster
 
 JSON = dict[str, Any]
 LEVELS = ("restricted", "baseline", "privileged")
+RUNNERS = "infergate-system"
+"""Where runner Jobs run (the operator's namespace); each level's namespace stands in for it."""
 DOC = REPO / "docs" / "pod-security.md"
 CHECK: JSON = {
     "apiVersion": "infergate.io/v1alpha1",
@@ -79,7 +82,9 @@ def _templates(cluster: Cluster) -> dict[str, JSON]:
     assert runner_spec is not None
     mirror = next(
         o
-        for o in render_mirror("qwen", "x", Mirror(), image=DEFAULT_RUNNER_IMAGE)
+        for o in render_mirror(
+            "qwen", "x", Mirror(), image=DEFAULT_RUNNER_IMAGE, runner_namespace=RUNNERS
+        )
         if o["kind"] == "Deployment"
     )
     built = cluster.kubectl("kustomize", str(REPO / "manifests" / "operator")).stdout
@@ -88,9 +93,9 @@ def _templates(cluster: Cluster) -> dict[str, JSON]:
         "vllm-gpu": _engine_template(_example("vllm-gpu.yaml")),
         "vllm-file": _engine_template(_example("vllm-gpu.yaml"), "file:///models/qwen"),
         "mindformers-ascend": _engine_template(_example("mindformers-ascend.yaml")),
-        "runner": runner_job(CHECK, runner_spec.runner, image=DEFAULT_RUNNER_IMAGE)["spec"][
-            "template"
-        ],
+        "runner": runner_job(
+            CHECK, runner_spec.runner, image=DEFAULT_RUNNER_IMAGE, runner_namespace=RUNNERS
+        )["spec"]["template"],
         "mirror": mirror["spec"]["template"],
         "operator": operator["spec"]["template"],
     }
@@ -114,7 +119,7 @@ def enforcing(cluster: Cluster) -> Iterator[dict[str, str]]:
     missing one is refused before Pod Security is asked)."""
     nonce = uuid.uuid4().hex[:6]
     namespaces = {level: f"psa-{level}-{nonce}" for level in LEVELS}
-    accounts = ["infergate-operator", "qwen-bbbbbbbbbb-runner", "qwen-mirror"]
+    accounts = ["infergate-operator", runner_account_name(CHECK["metadata"]["uid"]), "qwen-mirror"]
     try:
         for level, name in namespaces.items():
             cluster.kubectl("create", "namespace", name)
