@@ -44,6 +44,15 @@ class Runner(_Strict):
     image: str = Field(
         default="", description="The parity runner Jobs' image; empty: the operator's."
     )
+    service_account_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Annotations of every parity runner's ServiceAccount, in the release namespace "
+            "(`--runner-service-account-annotation`): a cloud identity for a golden store "
+            "with `credentials: Environment`, e.g. eks.amazonaws.com/role-arn "
+            "(docs/golden-records.md)."
+        ),
+    )
 
 
 class Rbac(_Strict):
@@ -73,7 +82,8 @@ class Operator(_Strict):
         ge=1,
         description=(
             "Operator pods; one acts (it holds the leader Lease), the others take over "
-            "within the Lease's 15 seconds."
+            "within the Lease's 15 seconds. Above 1, a PodDisruptionBudget keeps one "
+            "running through a node drain."
         ),
     )
     args: list[str] = Field(description="The operator's arguments, as in manifests/.")
@@ -163,7 +173,13 @@ class Values(_Strict):
     image: Image = Field(description="The operator's image; the runner Jobs use it too.")
     image_pull_secrets: list[PullSecret] = Field(
         default_factory=list,
-        description="Pull secrets of the operator's pods and of the CRD upgrade Job.",
+        description=(
+            "Pull secrets of every pod of infergate's image: the operator's, the CRD upgrade "
+            "Job's, the parity runners' and their ServiceAccounts' (all in the release "
+            "namespace), and the probe and mirror pods' in the served namespaces "
+            "(`--image-pull-secret`; a Secret missing there is skipped by the kubelet). "
+            "Engine pods take theirs from placement.imagePullSecrets."
+        ),
     )
     runner: Runner = Field(default_factory=Runner, description="The parity runner Jobs.")
     rbac: Rbac = Field(default_factory=Rbac, description="What the operator is granted.")

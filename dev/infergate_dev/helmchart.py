@@ -488,6 +488,9 @@ def _object_template(
     text = holes.fill(_dump(work)).replace("      __HOLE_SCHEDULING__: x\n", _SCHEDULING + "\n")
     text = text.replace("  __HOLE_ANNOTATIONS__: x\n", _ACCOUNT_ANNOTATIONS + "\n")
     kind = doc["kind"]
+    if kind == "PodDisruptionBudget" and _selects_operator(doc, install):
+        # minAvailable 1 over a single replica would block every drain of its node.
+        text = "{{- if gt (int $.Values.operator.replicas) 1 }}\n" + text + "{{- end }}\n"
     if kind in ("ClusterRole", "ClusterRoleBinding") and _is_operator_rbac(doc, install):
         text = '{{- if eq $.Values.rbac.scope "cluster" }}\n' + text + "{{- end }}\n"
     if gate is not None:
@@ -498,6 +501,13 @@ def _object_template(
 
 
 _NAMESPACE_SCOPE = '{{- if eq $.Values.rbac.scope "namespace" }}\n'
+
+
+def _selects_operator(budget: JSON, install: Install) -> bool:
+    """A PodDisruptionBudget whose selector matches the operator's pods."""
+    wanted = budget["spec"].get("selector", {}).get("matchLabels") or {}
+    labels = install.operator["spec"]["template"]["metadata"].get("labels") or {}
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
 
 
 def _is_operator_rbac(doc: JSON, install: Install) -> bool:
@@ -617,6 +627,12 @@ _HELPERS = """\
 {{- fail (printf "watchNamespaces: %%q is %%s; list only the tenants' namespaces" . $runners) -}}
 {{- end -}}
 {{- $args = append $args (printf "--namespace=%%s" .) -}}
+{{- end -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $args = append $args (printf "--image-pull-secret=%%s" .name) -}}
+{{- end -}}
+{{- range $key, $value := .Values.runner.serviceAccountAnnotations -}}
+{{- $args = append $args (printf "--runner-service-account-annotation=%%s=%%s" $key $value) -}}
 {{- end -}}
 {{- range .Values.operator.extraArgs }}{{ $args = append $args . }}{{ end -}}
 {{- toYaml $args -}}

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the operator, served on `/metrics`.
+"""Prometheus metrics of the operator, served on `/metrics`, and its readiness on `/readyz`.
 
 One registry per process (prometheus_client's default). Label values are
 object names and closed sets of reasons, so cardinality grows with the number
@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import platform
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, Info, make_wsgi_app
 
 from infergate import __version__
 from infergate.api.enums import DeploymentPhase, VerdictOutcome
@@ -245,6 +249,43 @@ def forget(namespace: str, name: str) -> None:
     record_drift(namespace, name, None)
 
 
+READY = threading.Event()
+"""Set once kopf has run the startup handlers (settings, the API client's login, leader
+election started) and its watches begin; cleared when the process begins to stop."""
+READY_PATH = "/readyz"
+
+
+def readiness(environ: Mapping[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    """`/readyz`: 200 while `READY` is set, else 503. Readiness, not liveness: a replica
+    starting or stopping is not ready but alive (kopf's `/healthz` on the health port says
+    whether its event loop still answers, which is what a restart could fix)."""
+    del environ
+    if READY.is_set():
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ready\n"]
+    start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+    return [b"not ready\n"]
+
+
+def _routes(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+    if environ.get("PATH_INFO") == READY_PATH:
+        return readiness(environ, start_response)
+    return _METRICS_APP(environ, start_response)
+
+
+_METRICS_APP = make_wsgi_app()
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        del format, args
+
+
 def serve(address: str, port: int) -> None:
-    """Serve `/metrics` on address:port from a background thread."""
-    start_http_server(port, addr=address)
+    """Serve `/metrics` and `/readyz` on address:port from a background thread."""
+    server = make_server(address, port, _routes, _Server, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="infergate-metrics", daemon=True).start()

@@ -23,6 +23,7 @@ from infergate.engines.launch import free_port
 from infergate.engines.venvs import engine_environment, engine_python
 from infergate.render import render_revision
 from infergate.render.launch import POD_IP_REF
+from infergate.render.pod_security import ENGINE_HOME
 
 pytestmark = pytest.mark.engines
 
@@ -50,7 +51,15 @@ def test_vllm_starts_with_the_rendered_revision_argv(fixture_model: Path, tmp_pa
     args[args.index("--port") + 1] = str(port)
     args = [a.replace(POD_IP_REF, "127.0.0.1") for a in args]
     env = engine_environment()
-    env.update({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
+    # The pod's writable home (an emptyDir at ENGINE_HOME) is a directory of this test.
+    home = tmp_path / "home"
+    env.update(
+        {
+            e["name"]: e["value"].replace(ENGINE_HOME, str(home))
+            for e in container.get("env") or []
+            if "value" in e
+        }
+    )
     env.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind")
     vllm = engine_python("vllm").parent / "vllm"
     log = (tmp_path / "vllm.log").open("wb")

@@ -303,6 +303,34 @@ def _age_crd(cluster: Cluster) -> JSON:
     return dict(crd)
 
 
+NEWER_RIGHTS: list[JSON] = [
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
+     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+]  # fmt: skip
+"""What this tree's operator needs that the PREVIOUS chart's RBAC does not grant: the
+stable revision's PodDisruptionBudget (watched, and made once a revision is stable)."""
+
+
+def _grant_this_trees_rights(cluster: Cluster, fullname: str, namespace: str) -> None:
+    """The local executor runs this tree's operator code whatever the image's tag, so the
+    previous release's pods run code that watches and writes kinds the previous operator
+    did not (NEWER_RIGHTS); kopf stops on a refused watch. Grant just those rights beside
+    the previous chart, which the previous image would never have needed; the
+    upgrade's own RBAC is what the upgraded operator runs under (deleted at the end)."""
+    name = f"{fullname}-newer-rights"
+    objects = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name}, "rules": NEWER_RIGHTS},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": f"{fullname}-operator",
+                       "namespace": namespace}]},
+    ]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                           "items": objects}))  # fmt: skip
+
+
 def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flight(
     cluster: Cluster, helm: Helm, session: str, watched: str, tmp_path: Path
 ) -> None:
@@ -319,6 +347,7 @@ def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flig
         cluster.kubectl("replace", *(f"--filename={path}" for path in crds))
         helm("install", release, str(previous), "--namespace", namespace, "--create-namespace",
              *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
+        _grant_this_trees_rights(cluster, fullname, namespace)
         first = wait_for(
             lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready"
         )
@@ -380,5 +409,7 @@ def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flig
         idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=120)
     finally:
         helm("uninstall", release, "--namespace", namespace, "--wait", "--timeout=3m", check=False)
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding", f"{fullname}-newer-rights",
+                        "--ignore-not-found", check=False)  # fmt: skip
         apply_crds(cluster)  # whatever happened above, the CRDs of this tree again
     cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

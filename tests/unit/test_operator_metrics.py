@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 
+import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from infergate import __version__, metrics
@@ -86,3 +87,30 @@ def test_the_build_is_one_series_at_1_naming_the_version() -> None:
         f'infergate_build_info{{python="{platform.python_version()}",version="{__version__}"}} 1.0'
         in text
     )
+
+
+def test_readiness_and_metrics_share_the_metrics_port() -> None:
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from infergate import metrics
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    metrics.serve("127.0.0.1", port)
+    base = f"http://127.0.0.1:{port}"
+    metrics.READY.clear()
+    try:
+        # Starting (or stopping): alive, but not ready to be counted on.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/readyz", timeout=5)  # noqa: S310 - loopback
+        assert refused.value.code == 503
+        metrics.READY.set()
+        with urllib.request.urlopen(f"{base}/readyz", timeout=5) as answer:  # noqa: S310
+            assert answer.status == 200
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as answer:  # noqa: S310
+            assert b"infergate_build_info" in answer.read()
+    finally:
+        metrics.READY.clear()

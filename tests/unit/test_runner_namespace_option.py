@@ -8,10 +8,12 @@ import dataclasses
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from infergate.commands import operator
 from infergate.controllers._context import OPTIONS
 from infergate.render.check_names import DEFAULT_RUNNER_NAMESPACE
+from tests.harness import REPO
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -68,3 +70,39 @@ def test_the_runner_namespace_is_watched_beside_the_served_ones(
     patterns: list[str], expected: list[str]
 ) -> None:
     assert operator.watched_namespaces(patterns, "infergate-system") == expected
+
+
+def _watched_kinds() -> set[tuple[str, str]]:
+    """(API group, resource) of every kind the operator's kopf handlers watch or index."""
+    import kopf
+
+    import infergate.controllers.children
+    import infergate.controllers.inference_deployment
+    import infergate.controllers.paritycheck  # noqa: F401 - registers the handlers
+
+    registry = kopf.get_default_registry()
+    return {
+        (handler.selector.group or "", handler.selector.any_name or "")
+        # kopf has no public view of its registry's handlers.
+        for handlers in (registry._indexing, registry._watching)
+        for handler in handlers.get_all_handlers()
+    }
+
+
+def test_the_runner_namespace_role_lets_kopf_watch_every_kind_it_watches() -> None:
+    """kopf watches every kind in every namespace it is given, the runner namespace too: a
+    refused list or watch there stops the namespace-scoped operator."""
+    role = yaml.safe_load_all(
+        (REPO / "manifests/overlays/namespaced/runner-namespace/role.yaml").read_text()
+    )
+    [rules] = [d["rules"] for d in role if d and d["kind"] == "Role"]
+    allowed = {
+        (group, resource)
+        for rule in rules
+        if {"list", "watch"} <= set(rule["verbs"])
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    watched = _watched_kinds()
+    assert ("policy", "poddisruptionbudgets") in watched
+    assert watched - allowed == set()

@@ -37,6 +37,12 @@
 {{- end -}}
 {{- $args = append $args (printf "--namespace=%s" .) -}}
 {{- end -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $args = append $args (printf "--image-pull-secret=%s" .name) -}}
+{{- end -}}
+{{- range $key, $value := .Values.runner.serviceAccountAnnotations -}}
+{{- $args = append $args (printf "--runner-service-account-annotation=%s=%s" $key $value) -}}
+{{- end -}}
 {{- range .Values.operator.extraArgs }}{{ $args = append $args . }}{{ end -}}
 {{- toYaml $args -}}
 {{- end -}}

@@ -7,6 +7,9 @@ hands it to every runner Job:
     store: {pvc: {claimName: golden-records}}
     # or: {s3: {endpoint: https://obs.example.com, bucket: golden, prefix: llm,
     #            secretRef: {name: golden-s3}}}
+    # or, keys from the runner's environment (IRSA, EKS Pod Identity, instance roles):
+    #     {s3: {endpoint: https://s3.eu-west-1.amazonaws.com, bucket: golden,
+    #           region: eu-west-1, credentials: Environment}}
     hiddenStates: summary        # none | summary | full
     maxBytes: 100Mi              # per side and suite
     retention: {whenDeleted: Retain, recordsPerRevision: 1}
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from enum import StrEnum
 from typing import Self
 
 from pydantic import ConfigDict, Field, model_validator
@@ -124,6 +128,13 @@ class S3SecretReference(KubeModel):
     """Key of the Secret holding the secret access key."""
 
 
+class S3CredentialsSource(StrEnum):
+    """Where the runner's S3 credentials come from."""
+
+    SECRET = "Secret"  # noqa: S105 - the name of a source, not a secret
+    ENVIRONMENT = "Environment"
+
+
 class GoldenS3Store(KubeModel):
     """An S3-compatible bucket (AWS S3, Ceph RGW, MinIO, SeaweedFS, Huawei OBS ...)."""
 
@@ -146,10 +157,33 @@ class GoldenS3Store(KubeModel):
     """Key prefix under which the store lives, e.g. golden/prod. Empty: the bucket's root."""
     region: str = Field(default="us-east-1", min_length=1, max_length=64)
     """Region the request signature names."""
-    secret_ref: S3SecretReference
-    """Secret with the access key pair; the runner gets it as AWS_ACCESS_KEY_ID and
-    AWS_SECRET_ACCESS_KEY, and credentials are never taken from anywhere else.
-    """
+    credentials: S3CredentialsSource = S3CredentialsSource.SECRET
+    """Secret (the default): static keys from the Secret secretRef names, and from nowhere
+    else. Environment: no static key; the runner takes credentials as the AWS SDKs' default
+    chain does: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY if its environment has them, else a
+    web identity token (IRSA: AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, which the EKS
+    pod identity webhook sets from the runner ServiceAccount's eks.amazonaws.com/role-arn
+    annotation; see `infergate operator --runner-service-account-annotation`), else the
+    container credentials endpoint (EKS Pod Identity), else the node's instance role."""
+    secret_ref: S3SecretReference | None = None
+    """With credentials Secret (required there): the Secret with the access key pair; the
+    runner gets it as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. Not allowed with
+    credentials Environment."""
+
+    @model_validator(mode="after")
+    def _credentials(self) -> Self:
+        if self.credentials is S3CredentialsSource.SECRET and self.secret_ref is None:
+            raise ValueError(
+                "s3.secretRef: required with credentials Secret (the default); name the "
+                "Secret with the access key pair, or set credentials: Environment to take "
+                "them from the runner's environment (IRSA, workload identity)"
+            )
+        if self.credentials is S3CredentialsSource.ENVIRONMENT and self.secret_ref is not None:
+            raise ValueError(
+                "s3.secretRef: not allowed with credentials Environment; remove it, or set "
+                "credentials: Secret"
+            )
+        return self
 
 
 class GoldenStoreSpec(KubeModel):

@@ -14,7 +14,12 @@ from infergate.api.base import (
     cel,
     cel_rules,
 )
-from infergate.api.common import ObjectName, ResourceRequirements, Toleration
+from infergate.api.common import (
+    LocalObjectReference,
+    ObjectName,
+    ResourceRequirements,
+    Toleration,
+)
 from infergate.api.deployment_status import InferenceDeploymentStatus
 from infergate.api.drift import RolloutParity
 from infergate.api.engine import SIZE_PER_POD_MAX, Accelerator, Engine, ModelSource
@@ -54,9 +59,20 @@ class Placement(KubeModel):
     )
     """Pod affinity and anti-affinity, as in a Pod's spec.affinity."""
     priority_class_name: ObjectName | None = None
-    """PriorityClass of the engine pods."""
+    """PriorityClass of the engine pods (it must exist; the API server refuses the pods, and
+    the Deployment shows why, otherwise)."""
     service_account_name: ObjectName | None = None
-    """ServiceAccount of the engine pods (e.g. one allowed to read model storage)."""
+    """ServiceAccount of the engine pods (e.g. one allowed to read model storage: annotate it
+    for your cloud's workload identity, such as eks.amazonaws.com/role-arn for IRSA). It must
+    be listed in the namespace's infergate.io/engine-service-accounts annotation."""
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """Secrets of type kubernetes.io/dockerconfigjson, in the same namespace, the kubelet pulls
+    the engine image with (a private registry or mirror); added to those of the pods'
+    ServiceAccount."""
     pod_labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict,
         max_length=32,
@@ -72,6 +88,19 @@ class Placement(KubeModel):
     """Extra labels on engine pods."""
     pod_annotations: dict[LabelKey, AnnotationValue] = Field(default_factory=dict, max_length=32)
     """Extra annotations on engine pods."""
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _unique_pull_secrets(
+        cls, secrets: list[LocalObjectReference]
+    ) -> list[LocalObjectReference]:
+        names = [ref.name for ref in secrets]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(
+                    f"placement.imagePullSecrets: {name!r} appears twice; names must be unique"
+                )
+        return secrets
 
     @field_validator("pod_labels")
     @classmethod

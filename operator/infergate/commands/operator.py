@@ -3,10 +3,12 @@
 Credentials come from the pod's ServiceAccount when running in a cluster,
 otherwise from the kubeconfig (`--kubeconfig`, $KUBECONFIG or ~/.kube/config).
 It watches every namespace unless `--namespace` names some (glob patterns
-such as `team-*` are allowed; they need list/watch on namespaces). Liveness is
-served at http://ADDRESS:HEALTH_PORT/healthz and Prometheus metrics at
-http://ADDRESS:METRICS_PORT/metrics; ADDRESS defaults to $POD_IP (set from the
-downward API in the operator's Deployment), else 127.0.0.1.
+such as `team-*` are allowed; they need list/watch on namespaces). Liveness (kopf's
+event loop answers) is served at http://ADDRESS:HEALTH_PORT/healthz; readiness (the
+startup handlers ran and the process is not stopping; a follower waiting for the Lease
+is ready: its caches are warm) at http://ADDRESS:METRICS_PORT/readyz, beside the
+Prometheus metrics at /metrics; ADDRESS defaults to $POD_IP (set from the downward API
+in the operator's Deployment), else 127.0.0.1.
 
 With `--leader-election` (the installed Deployment runs two replicas with it), a
 replica acts only while it holds the Lease `infergate-operator` in its own namespace
@@ -31,6 +33,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import socket
 import sys
 import uuid
@@ -155,8 +158,64 @@ def register(subparsers: Any) -> None:
         "tenant may write to (default: $POD_NAMESPACE, the operator's own, else "
         "infergate-system)",
     )
+    parser.add_argument(
+        "--image-pull-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Secret (kubernetes.io/dockerconfigjson) the pods of infergate's own image pull "
+        "it with (repeatable): runner Jobs and their ServiceAccounts, in the runner namespace, "
+        "and probe pods and mirrors, in the served namespaces; the Secret must exist where "
+        "each runs. Engine pods take theirs from spec.placement.imagePullSecrets",
+    )
+    parser.add_argument(
+        "--runner-service-account-annotation",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an annotation of every runner ServiceAccount (repeatable), e.g. "
+        "eks.amazonaws.com/role-arn=arn:aws:iam::111122223333:role/golden for a golden "
+        "store with credentials: Environment under IRSA",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(handler=run_operator)
+
+
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_ANNOTATION_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+def pull_secret_names(values: list[str]) -> tuple[str, ...]:
+    """`--image-pull-secret` values, checked as object names, each once."""
+    for value in values:
+        if len(value) > 253 or not _NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a Secret name (lower-case letters, digits, '-' and '.')"
+            )
+    return tuple(dict.fromkeys(values))
+
+
+def account_annotations(values: list[str]) -> dict[str, str]:
+    """`--runner-service-account-annotation KEY=VALUE` values, keys checked as annotation keys."""
+    annotations: dict[str, str] = {}
+    for value in values:
+        key, separator, text = value.partition("=")
+        prefix, _, name = key.rpartition("/")
+        if (
+            not separator
+            or len(prefix) > 253
+            or len(name) > 63
+            or not _ANNOTATION_KEY.fullmatch(key)
+        ):
+            raise ValueError(
+                f"{value!r} is not KEY=VALUE with an annotation key, e.g. "
+                "eks.amazonaws.com/role-arn=arn:aws:iam::111122223333:role/golden"
+            )
+        annotations[key] = text
+    return annotations
 
 
 def load_golden_config(value: str) -> GoldenSpec:
@@ -224,7 +283,10 @@ def run_operator(args: argparse.Namespace) -> int:
         namespaces=watched_namespaces(args.namespace, OPTIONS.runner_namespace),
         liveness_endpoint=liveness,
         stop_flag=LEADER.stop,
+        # /readyz answers 200 from here on (kopf raises it once the startup handlers ran).
+        ready_flag=metrics.READY,
     )
+    metrics.READY.clear()
     code = 0
     if LEADER.stop.is_set():
         print("leadership lost: exiting to restart as a follower")
@@ -279,11 +341,9 @@ def _set_options(args: argparse.Namespace) -> str | None:
     OPTIONS.exact_namespaces = bool(args.namespace) and not any(
         set(pattern) & set("*?[]!") for pattern in args.namespace
     )
-    if args.golden_config:
-        try:
-            OPTIONS.golden = load_golden_config(args.golden_config)
-        except (OSError, yaml.YAMLError, ValidationError) as err:
-            return f"--golden-config: {err}"
+    refused = _runner_options(args, OPTIONS)
+    if refused:
+        return refused
     try:
         OPTIONS.runner_api_server = api_server_peers(
             os.environ.get("KUBERNETES_SERVICE_HOST"),
@@ -313,4 +373,24 @@ def _set_options(args: argparse.Namespace) -> str | None:
         LEADER.identity = f"{pod}_{uuid.uuid4().hex[:8]}"
         LEADER.timing = timing
         LEADER.follow()  # nothing acts before the Lease is held
+    return None
+
+
+def _runner_options(args: argparse.Namespace, options: Any) -> str | None:
+    """The golden store, pull secrets and runner account annotations; a refusal names the flag."""
+    if args.golden_config:
+        try:
+            options.golden = load_golden_config(args.golden_config)
+        except (OSError, yaml.YAMLError, ValidationError) as err:
+            return f"--golden-config: {err}"
+    try:
+        options.image_pull_secrets = pull_secret_names(args.image_pull_secret)
+    except ValueError as error:
+        return f"--image-pull-secret: {error}"
+    try:
+        options.runner_account_annotations = account_annotations(
+            args.runner_service_account_annotation
+        )
+    except ValueError as error:
+        return f"--runner-service-account-annotation: {error}"
     return None

@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from infergate.api.golden import GoldenSpec
 from infergate.controllers._leader import LEADER
@@ -76,6 +76,12 @@ class OperatorOptions:
     runner_namespace: str = DEFAULT_RUNNER_NAMESPACE
     """Where runner Jobs, their ServiceAccounts and NetworkPolicies live (`--runner-namespace`,
     default the operator's own): a namespace no tenant may write to or mint tokens in."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets (by name) the pods of infergate's own image pull it with: runner Jobs and their
+    ServiceAccounts (in the runner namespace), probe pods and mirrors (in the served
+    namespaces) (`--image-pull-secret`)."""
+    runner_account_annotations: dict[str, str] = field(default_factory=dict)
+    """Annotations of every runner ServiceAccount (`--runner-service-account-annotation`)."""
 
 
 OPTIONS = OperatorOptions()

@@ -121,6 +121,15 @@ async def owned_network_policies(
     return {key: record} if key is not None and record is not None else None
 
 
+@kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+async def owned_disruption_budgets(
+    body: kopf.Body, **_: Any
+) -> dict[OwnerKey, ObservedObject] | None:
+    """The stable revision's PodDisruptionBudget by owning deployment."""
+    key, record = owner_key(body), observe_object(body)
+    return {key: record} if key is not None and record is not None else None
+
+
 @kopf.index("", "v1", "pods", labels=MANAGED)
 async def owned_pods(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedPod] | None:
     """Engine pods (whether the scheduler placed them) by owning deployment."""
@@ -137,6 +146,7 @@ _OBSERVERS: dict[str, Callable[[kopf.Body], object | None]] = {
     "Role": observe_object,
     "RoleBinding": observe_object,
     "NetworkPolicy": observe_object,
+    "PodDisruptionBudget": observe_object,
     "Pod": observe_pod,
     "ParityCheck": observe_check,
 }
@@ -153,6 +163,9 @@ _LAST_SEEN: dict[tuple[str, str, str], object] = {}
 # The mirror's NetworkPolicy: one edited or deleted by hand is put back within the
 # debounce, not at the next resync (until then `control` may be open to every pod).
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MIRROR)
+# The stable revision's budget: one deleted or loosened by hand is put back within the
+# debounce.
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 @kopf.on.event(*PARITY_CHECKS)
 async def wake_owner(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 - kopf's name
     """Wake the owning deployment's resync loop when the child changed in a way that counts."""

@@ -115,6 +115,7 @@ def _snapshot(key: OwnerKey, uid: str, indexes: Mapping[str, Any]) -> Observed:
             *values("owned_roles"),
             *values("owned_role_bindings"),
             *values("owned_network_policies"),
+            *values("owned_disruption_budgets"),
         ],
     )
 
@@ -155,6 +156,7 @@ def _state(body: JSON, observed: Observed, now: datetime) -> DeploymentState:
         now=now,
         mirror_image=OPTIONS.runner_image,
         runner_namespace=OPTIONS.runner_namespace,
+        pull_secrets=OPTIONS.image_pull_secrets,
         golden=OPTIONS.golden,
         taken=TAKEN.of(OwnerKey(metadata["namespace"], metadata["name"])),
     )

@@ -227,6 +227,8 @@ def _state(key: OwnerKey, indexes: Mapping[str, Any], now: datetime) -> CheckSta
         previous_report=previous,
         api_server=OPTIONS.runner_api_server,
         runner_namespace=OPTIONS.runner_namespace,
+        pull_secrets=OPTIONS.image_pull_secrets,
+        runner_annotations=OPTIONS.runner_account_annotations,
     )
 
 

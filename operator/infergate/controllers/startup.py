@@ -16,6 +16,7 @@ from typing import Any
 
 import kopf
 
+from infergate import metrics
 from infergate.controllers._context import (
     CHECK_SCHEDULE,
     OPTIONS,
@@ -94,7 +95,8 @@ async def elect(**_: Any) -> None:
 
 @kopf.on.cleanup()
 async def close(**_: Any) -> None:
-    """Give up the Lease (a follower takes over at once), close the API client."""
+    """Say not ready, give up the Lease (a follower takes over at once), close the API client."""
+    metrics.READY.clear()
     if OPTIONS.leader_election:
         await asyncio.to_thread(LEADER.close)
         leases = LeaseClient(client(), OPTIONS.namespace, LEASE_NAME)

@@ -4,8 +4,10 @@ In the runner Job (wired by the runner, see `GOLDEN_MOUNT_PATH`):
 
 - `store.pvc`: the claim is mounted at `GOLDEN_MOUNT_PATH` (`$INFERGATE_GOLDEN_DIR`
   overrides it), and the store is the `subPath` folder under it;
-- `store.s3`: credentials from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`, which the
-  Job sets from the Secret in `secretRef` (`secretKeyRef` env entries).
+- `store.s3` with `credentials: Secret`: credentials from `AWS_ACCESS_KEY_ID` /
+  `AWS_SECRET_ACCESS_KEY`, which the Job sets from the Secret in `secretRef`
+  (`secretKeyRef` env entries); with `credentials: Environment`, from the AWS default
+  chain of the runner pod's environment (IRSA, EKS Pod Identity, instance role).
 
 On the command line: a directory path, or `s3://bucket/prefix` with `--s3-endpoint`.
 """
@@ -18,11 +20,11 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from infergate.api.golden import GoldenSpec, GoldenStoreSpec
+from infergate.api.golden import GoldenSpec, GoldenStoreSpec, S3CredentialsSource
 from infergate.golden.blobs import DirectoryStore
 from infergate.golden.errors import GoldenConfigError
 from infergate.golden.policy import StoragePolicy
-from infergate.golden.s3 import S3Credentials, S3Location, S3Store
+from infergate.golden.s3 import EnvironmentChain, S3Credentials, S3Location, S3Store
 from infergate.golden.settings import GOLDEN_DIR_ENV, GOLDEN_MOUNT_PATH
 from infergate.golden.store import GoldenStore
 
@@ -53,6 +55,8 @@ def store_from_spec(
     if s3 is None:  # GoldenStoreSpec guarantees one of them
         raise GoldenConfigError("store: exactly one of pvc or s3 must be set")
     location = S3Location(s3.endpoint, s3.bucket, s3.prefix, s3.region)
+    if s3.credentials is S3CredentialsSource.ENVIRONMENT:
+        return GoldenStore(S3Store(location, EnvironmentChain()))
     return GoldenStore(S3Store(location, S3Credentials.from_env(env)))
 
 

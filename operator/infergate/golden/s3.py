@@ -5,9 +5,13 @@ Versity Gateway. Objects are addressed path-style under `bucket/prefix`. An S3 P
 atomic (a reader sees the whole object or none), so a record's blobs are uploaded one
 by one and its index entry is put last.
 
-Credentials come only from the environment the runner pod gets from the Secret named in
+Credentials are never in the spec and never logged. With `credentials: Secret` (the
+default) they come only from the environment the runner pod gets from the Secret named in
 `golden.store.s3.secretRef` (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optional
-`AWS_SESSION_TOKEN`): never from the spec, never logged.
+`AWS_SESSION_TOKEN`): `S3Credentials`. With `credentials: Environment` there is no static
+key: `environment_chain` asks, in the AWS SDKs' order, the environment's keys, then a web
+identity token (IRSA), then the container credentials endpoint (EKS Pod Identity), then the
+instance metadata service, and renews what it got before it expires.
 
 Errors: a missing object is `GoldenMissingError`; refused credentials, an unknown bucket
 or an invalid request are `GoldenConfigError` (retrying cannot help); a broken
@@ -106,10 +110,44 @@ class S3Credentials:
         return cls(access, secret, env.get(SESSION_TOKEN_ENV) or None)
 
 
+class EnvironmentChain:
+    """Marks a store whose credentials come from the runner's environment (no static key)."""
+
+    def __repr__(self) -> str:
+        return "EnvironmentChain()"
+
+
+def environment_chain(http: Any) -> Any:
+    """A minio credentials provider over the AWS default chain (environment keys, IRSA web
+    identity, container credentials, instance role); none answering is a GoldenConfigError."""
+    from minio.credentials.providers import (
+        ChainedProvider,
+        EnvAWSProvider,
+        IamAwsProvider,
+        Provider,
+    )
+
+    chain = ChainedProvider([EnvAWSProvider(), IamAwsProvider(http_client=http)])
+
+    class _Refusing(Provider):
+        def retrieve(self) -> Any:
+            try:
+                return chain.retrieve()
+            except ValueError as err:
+                raise GoldenConfigError(
+                    "s3 credentials (credentials: Environment): none found: no "
+                    f"{ACCESS_KEY_ENV}/{SECRET_KEY_ENV}, no web identity token "
+                    "(AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN: annotate the runner's "
+                    "ServiceAccount for IRSA), no container or instance credentials"
+                ) from err
+
+    return _Refusing()
+
+
 class S3Store:
     """A `BlobStore` on an S3-compatible bucket."""
 
-    def __init__(self, location: S3Location, credentials: S3Credentials) -> None:
+    def __init__(self, location: S3Location, credentials: S3Credentials | EnvironmentChain) -> None:
         import urllib3
         from minio import Minio
 
@@ -122,14 +160,20 @@ class S3Store:
             ),
             maxsize=4,
         )
+        if isinstance(credentials, EnvironmentChain):
+            keys: dict[str, Any] = {"credentials": environment_chain(http)}
+        else:
+            keys = {
+                "access_key": credentials.access_key,
+                "secret_key": credentials.secret_key,
+                "session_token": credentials.session_token,
+            }
         self._client = Minio(
             parts.netloc,
-            access_key=credentials.access_key,
-            secret_key=credentials.secret_key,
-            session_token=credentials.session_token,
             secure=parts.scheme == "https",
             region=location.region,
             http_client=http,
+            **keys,
         )
 
     def describe(self) -> str:

@@ -93,6 +93,7 @@ EVENTS = Resource("events.k8s.io", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 HTTP_ROUTES = Resource("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
+POD_DISRUPTION_BUDGETS = Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 INFERENCE_DEPLOYMENTS = Resource(
     GROUP, VERSION, INFERENCE_DEPLOYMENTS_PLURAL, INFERENCE_DEPLOYMENT_KIND
 )
@@ -110,6 +111,7 @@ BY_KIND: Mapping[str, Resource] = {
         ROLE_BINDINGS,
         HTTP_ROUTES,
         NETWORK_POLICIES,
+        POD_DISRUPTION_BUDGETS,
         INFERENCE_DEPLOYMENTS,
         PARITY_CHECKS,
     )

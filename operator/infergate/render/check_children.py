@@ -63,6 +63,7 @@ from infergate.render.check_names import (
     runner_labels,
     runner_name,
 )
+from infergate.render.images import pull_secret_refs
 from infergate.render.launch import CONFIG_PATH, POD_IP_REF
 from infergate.render.layer_stand_in import (
     ANNOTATION_LAYER_STAND_IN,
@@ -173,6 +174,7 @@ def probe_pod(
     hidden_states: bool = True,
     fingerprint_image: str,
     stand_in: StandInDecision | None = None,
+    pull_secrets: Sequence[str] = (),
 ) -> JSON:
     """The probe of one vLLM side, from its revision's Deployment: the same pod template,
     with (for hidden states) the engine switched to vLLM's pooling runner, and beside it
@@ -200,6 +202,11 @@ def probe_pod(
     }
     annotations[f"{GROUP}/probe-of"] = revision_deployment["metadata"]["name"]
     spec["restartPolicy"] = "Always"
+    # The engine's pull secrets (placement), and the operator's for its own image.
+    secrets = [s["name"] for s in spec.get("imagePullSecrets") or []]
+    secrets += [name for name in pull_secrets if name not in secrets]
+    if secrets:
+        spec["imagePullSecrets"] = pull_secret_refs(secrets)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -285,13 +292,18 @@ def runner_rbac(
     services: Sequence[str],
     config_maps: Sequence[str],
     list_deployments: bool = False,
+    account_annotations: Mapping[str, str] | None = None,
+    pull_secrets: Sequence[str] = (),
 ) -> list[JSON]:
     """ServiceAccount of the runner (in `runner_namespace`), and the Role and RoleBinding
     in the check's namespace that grant it only what this check needs.
 
     `list_deployments`: the runner may list the namespace's InferenceDeployments, which
     golden-record retention under `whenDeleted: Delete` needs to tell a deleted deployment
-    from one still there (a list cannot be narrowed to names).
+    from one still there (a list cannot be narrowed to names). `account_annotations` and
+    `pull_secrets` come from the operator's install (`--runner-service-account-annotation`,
+    `--image-pull-secret`): a cloud identity for the golden store (IRSA's
+    eks.amazonaws.com/role-arn) and the registry credentials of infergate's image.
     """
     name = check["metadata"]["name"]
     role_name = runner_name(name)
@@ -312,13 +324,18 @@ def runner_rbac(
         _rule("", "configmaps", ["get"], [*config_maps, report]),
         _rule("", "configmaps", ["patch"], [report]),
     ]
+    service_account: JSON = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _runner_metadata(check, runner_namespace),
+        "automountServiceAccountToken": True,
+    }
+    if account_annotations:
+        service_account["metadata"]["annotations"] = dict(account_annotations)
+    if pull_secrets:
+        service_account["imagePullSecrets"] = pull_secret_refs(pull_secrets)
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _runner_metadata(check, runner_namespace),
-            "automountServiceAccountToken": True,
-        },
+        service_account,
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
@@ -404,6 +421,7 @@ def runner_job(
     runner_namespace: str,
     previous_report: str | None = None,
     golden: GoldenSpec | None = None,
+    pull_secrets: Sequence[str] = (),
 ) -> JSON:
     """The runner Job, in `runner_namespace`: `infergate parity run --check NS/NAME` under
     the check's own account there. Its image is the operator's (`image`), never the
@@ -451,6 +469,9 @@ def runner_job(
     if volumes:
         container["volumeMounts"] = mounts
         pod["volumes"] = volumes
+    if pull_secrets:
+        # Also on its ServiceAccount; here too, so no pod depends on which came first.
+        pod["imagePullSecrets"] = pull_secret_refs(pull_secrets)
     if golden is not None and golden.store.pvc is not None:
         # The runner (uid 1000) writes to the claim: its files belong to that group.
         pod["securityContext"]["fsGroup"] = _RUNNER_UID
@@ -486,7 +507,9 @@ def _golden_wiring(golden: GoldenSpec | None) -> tuple[list[JSON], list[JSON], l
             }
         )
         mounts.append({"name": _GOLDEN_VOLUME, "mountPath": GOLDEN_MOUNT_PATH})
-    elif store.s3 is not None:
+    elif store.s3 is not None and store.s3.secret_ref is not None:
+        # credentials: Secret. With Environment the runner's own environment (its
+        # ServiceAccount's cloud identity) holds them: nothing to wire here.
         ref = store.s3.secret_ref
         for variable, key in (
             ("AWS_ACCESS_KEY_ID", ref.access_key_id_key),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from infergate.api.engine import Engine
 from infergate.api.enums import EngineKind
 
@@ -29,3 +31,8 @@ def runs_as_non_root(image: str) -> bool:
 def resolved_image(engine: Engine) -> str:
     """The image the engine runs: the one given, or the engine kind's default."""
     return engine.image if engine.image is not None else DEFAULT_IMAGES[engine.kind]
+
+
+def pull_secret_refs(names: Sequence[str]) -> list[dict[str, str]]:
+    """`imagePullSecrets` entries for Secrets of the pod's namespace, by name."""
+    return [{"name": name} for name in names]

@@ -14,10 +14,12 @@ other pod that could reach `control` could read users' text or end the runner's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from infergate.api.shadow import Mirror
 from infergate.render.check_names import LABEL_CHECK_NAMESPACE, ROLE_RUNNER, role_labels
+from infergate.render.images import pull_secret_refs
 from infergate.render.labels import (
     LABEL_COMPONENT,
     LABEL_DEPLOYMENT,
@@ -69,10 +71,17 @@ def _probe(period: int, failures: int) -> dict[str, Any]:
 
 
 def render_mirror(
-    name: str, namespace: str, mirror: Mirror, *, image: str, runner_namespace: str
+    name: str,
+    namespace: str,
+    mirror: Mirror,
+    *,
+    image: str,
+    runner_namespace: str,
+    pull_secrets: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """ServiceAccount, Role, RoleBinding, NetworkPolicy, Deployment and Service of the mirror,
-    in apply order (the policy before the pods: `control` is never open to all)."""
+    in apply order (the policy before the pods: `control` is never open to all); its pods
+    pull infergate's image with the operator's `pull_secrets` (`--image-pull-secret`)."""
     labels = mirror_labels(name)
     account = mirror_name(name)
     container = {
@@ -114,7 +123,7 @@ def render_mirror(
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    deployment = {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(name, namespace),
@@ -137,6 +146,8 @@ def render_mirror(
             },
         },
     }
+    if pull_secrets:
+        deployment["spec"]["template"]["spec"]["imagePullSecrets"] = pull_secret_refs(pull_secrets)
     service = {
         "apiVersion": "v1",
         "kind": "Service",

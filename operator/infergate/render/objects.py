@@ -18,8 +18,9 @@ from infergate.api.enums import EngineKind
 from infergate.api.inference_deployment import InferenceDeploymentSpec
 from infergate.api.model_uri import parse_model_uri
 from infergate.render.accelerators import PRESETS
+from infergate.render.disruption import spread_affinity
 from infergate.render.group import leader_worker_set
-from infergate.render.images import resolved_image, runs_as_non_root
+from infergate.render.images import resolved_image
 from infergate.render.labels import (
     ANNOTATION_REVISION_HASH,
     LABEL_DEPLOYMENT,
@@ -42,6 +43,12 @@ from infergate.render.launch import (
 )
 from infergate.render.mindformers import mindformers_launch
 from infergate.render.model_weights import ModelWeights, model_weights
+from infergate.render.pod_security import (
+    cache_env,
+    container_security,
+    home_volume,
+    pod_security,
+)
 from infergate.render.revision import revision_hash, short_revision
 from infergate.render.traffic import stable_service
 from infergate.render.vllm import vllm_launch
@@ -53,6 +60,12 @@ SHM_PATH = "/dev/shm"  # noqa: S108 - the pod's shared-memory mount, not a temp 
 # Model loading can take many minutes on a cold node; the startup probe allows 30.
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_FAILURE_THRESHOLD = 180
+DEFAULT_REQUESTS: dict[str, str] = {"cpu": "2", "memory": "6Gi"}
+"""CPU and memory an engine container requests unless spec.resources names the resource:
+the requests of vLLM's own Kubernetes guide (docs.vllm.ai, deployment/k8s, the NVIDIA GPU
+example: cpu 2, memory 6G), for MindFormers too, whose adapter likewise holds a server
+process and the weights' host copy while loading. No default limit: a memory limit below
+what loading a model takes kills the pod, and the right one depends on the model."""
 
 _LAUNCHERS: dict[EngineKind, Callable[[RevisionInput], EngineLaunch]] = {
     EngineKind.VLLM: vllm_launch,
@@ -171,14 +184,19 @@ def _pod_template(
 ) -> dict[str, Any]:
     preset = PRESETS[spec.accelerator.kind]
     placement = spec.placement
+    kind = spec.engine.kind
+    taken = {var["name"] for var in [*weights.env, *launch.env]}
     env = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         env_value("INFERGATE_DEPLOYMENT", labels[LABEL_DEPLOYMENT]),
         env_value("INFERGATE_REVISION", labels[LABEL_REVISION]),
         env_value("INFERGATE_ENGINE_CONFIG", CONFIG_PATH),
+        # Pod-level, not pinned in engine.json: where caches go changes no numerics.
+        *cache_env(kind, taken),
         *weights.env,
         *launch.env,
     ]
+    home_volumes, home_mounts = home_volume(kind)
     container = {
         "name": CONTAINER_NAME,
         "image": image,
@@ -191,18 +209,15 @@ def _pod_template(
         "volumeMounts": [
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": SHM_VOLUME, "mountPath": SHM_PATH},
+            *home_mounts,
             *weights.mounts,
             *(
                 {"name": mount.name, "mountPath": mount.path, "readOnly": True}
                 for mount in preset.host_mounts
             ),
         ],
-        # Engines need no privilege: no escalation, no capability (devices come from the
-        # accelerator's device plugin, the Ascend driver through read-only mounts).
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        # Engines need no privilege (render.pod_security says which level admits them).
+        "securityContext": container_security(),
         "startupProbe": _health_probe(STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
         "readinessProbe": _health_probe(5, 3),
         "livenessProbe": _health_probe(10, 6),
@@ -212,7 +227,10 @@ def _pod_template(
         {"name": CONFIG_VOLUME, "configMap": {"name": config_map_name}},
         # Collective communication and tokenizer workers use shared memory.
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+        *home_volumes,
         *weights.volumes,
+        # hostPath: the Ascend driver's read-only mounts, the one reason (with a file://
+        # model) an engine pod needs a `privileged` Pod Security namespace.
         *(
             {"name": mount.name, "hostPath": {"path": mount.path, "type": mount.kind}}
             for mount in preset.host_mounts
@@ -226,10 +244,19 @@ def _pod_template(
         "terminationGracePeriodSeconds": ENGINE_GRACE_SECONDS,
         # An engine never calls the API server: no ServiceAccount token in its pods.
         "automountServiceAccountToken": False,
-        "securityContext": _pod_security(image),
+        "securityContext": pod_security(kind, image),
+        # Unless placement says otherwise, a revision's pods prefer distinct nodes: a node
+        # lost or drained takes one replica, not all of them.
+        "affinity": (
+            placement.affinity
+            if placement.affinity is not None
+            else spread_affinity(
+                engine_pod_selector(labels[LABEL_DEPLOYMENT], labels[LABEL_REVISION])
+            )
+        ),
     }
-    if placement.affinity is not None:
-        pod_spec["affinity"] = placement.affinity
+    if placement.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [ref.to_kube() for ref in placement.image_pull_secrets]
     if placement.priority_class_name is not None:
         pod_spec["priorityClassName"] = placement.priority_class_name
     if placement.service_account_name is not None:
@@ -250,25 +277,20 @@ def _pod_template(
     }
 
 
-def _pod_security(image: str) -> dict[str, Any]:
-    """seccomp RuntimeDefault everywhere; non-root where the image is one of infergate's own,
-    which run as a user of their own (an upstream engine image may expect root)."""
-    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
-    if runs_as_non_root(image):
-        context["runAsNonRoot"] = True
-    return context
-
-
 def _resources(spec: InferenceDeploymentSpec) -> dict[str, Any]:
-    """CPU and memory as given; the accelerator devices of one pod: count x the parallel
-    sizes on one node, topology.acceleratorsPerNode in a group."""
+    """CPU and memory as given, `DEFAULT_REQUESTS` for a resource given neither a request nor a
+    limit (a limit alone is its request too); the accelerator devices of one pod: count x
+    the parallel sizes on one node, topology.acceleratorsPerNode in a group."""
     resource = PRESETS[spec.accelerator.kind].resource
     devices = str(
         spec.layout.devices_per_pod(spec.accelerator.count, spec.engine.tensor_parallel_size)
     )
     given = spec.resources.to_kube() if spec.resources is not None else {}
+    named = {*given.get("requests", {}), *given.get("limits", {})}
+    defaults = {k: v for k, v in DEFAULT_REQUESTS.items() if k not in named}
     return {
-        section: {**given.get(section, {}), resource: devices} for section in ("requests", "limits")
+        "requests": {**defaults, **given.get("requests", {}), resource: devices},
+        "limits": {**given.get("limits", {}), resource: devices},
     }
 
 

@@ -441,9 +441,44 @@ def _deadline_cases() -> list[AdmissionCase]:
     ]
 
 
+def _placement_cases() -> list[AdmissionCase]:
+    secrets = "placement.imagePullSecrets"
+    return [
+        AdmissionCase("pull-secret", _deployment(_set(secrets, [{"name": "registry"}])), True),
+        AdmissionCase(
+            "pull-secrets-16",
+            _deployment(_set(secrets, [{"name": f"r{i}"} for i in range(16)])),
+            True,
+        ),
+        AdmissionCase(
+            "pull-secrets-17",
+            _deployment(_set(secrets, [{"name": f"r{i}"} for i in range(17)])),
+            False,
+        ),
+        AdmissionCase(
+            "pull-secret-twice",
+            _deployment(_set(secrets, [{"name": "registry"}, {"name": "registry"}])),
+            False,
+        ),
+        AdmissionCase(
+            "pull-secret-not-a-name", _deployment(_set(secrets, [{"name": "Registry_1"}])), False
+        ),
+        AdmissionCase("pull-secret-no-name", _deployment(_set(secrets, [{}])), False),
+        AdmissionCase(
+            "priority-class", _deployment(_set("placement.priorityClassName", "inference")), True
+        ),
+        AdmissionCase(
+            "priority-class-not-a-name",
+            _deployment(_set("placement.priorityClassName", "Inference High")),
+            False,
+        ),
+    ]
+
+
 def admission_cases() -> list[AdmissionCase]:
     """Every case, bad and good."""
     return [
+        *_placement_cases(),
         *_quantity_cases(),
         *_arg_cases(),
         *_newline_cases(),

@@ -64,7 +64,12 @@ def test_max_bytes_takes_kubernetes_quantities(value: int | str, expected: int) 
         ({"store": {"pvc": {"claimName": "g"}}, "hiddenStates": "all"}, "hiddenStates"),
         ({"store": {"pvc": {"claimName": "g", "subPath": "../etc"}}}, "subPath"),
         ({"store": {"s3": {**S3, "bucket": "Golden_Records"}}}, "bucket"),
-        ({"store": {"s3": {**S3, "secretRef": None}}}, "secretRef"),
+        ({"store": {"s3": {**S3, "secretRef": None}}}, "secretRef: required with credentials"),
+        (
+            {"store": {"s3": {**S3, "credentials": "Environment"}}},
+            "secretRef: not allowed with credentials Environment",
+        ),
+        ({"store": {"s3": {**S3, "credentials": "Instance"}}}, "credentials"),
         ({"store": {"s3": {**S3, "accessKey": "AKIA..."}}}, "accessKey"),
         (
             {"store": {"pvc": {"claimName": "g"}}, "retention": {"whenDeleted": "Keep"}},
@@ -128,3 +133,78 @@ def test_bad_store_urls_are_refused(url: str, endpoint: str | None, problem: str
     env = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
     with pytest.raises(GoldenConfigError, match=problem):
         store_from_url(url, endpoint=endpoint, environ=env)
+
+
+ENVIRONMENT_S3 = {k: v for k, v in S3.items() if k != "secretRef"} | {"credentials": "Environment"}
+
+
+def test_an_environment_store_takes_no_static_key_and_asks_the_default_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EKS Pod Identity's container credentials endpoint, served on loopback: the runner gets
+    short-lived keys with no Secret at all, and the token file is read for each request."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from infergate.golden.s3 import environment_chain
+
+    seen: list[str | None] = []
+
+    class Credentials(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            body = json.dumps(
+                {
+                    "AccessKeyId": "ASIA-POD-IDENTITY",
+                    "SecretAccessKey": "short-lived",
+                    "Token": "session",
+                    "Expiration": "2999-01-01T00:00:00Z",
+                }
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Credentials)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            f"http://127.0.0.1:{server.server_port}/v1/credentials",
+        )
+        monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-token")
+        spec = GoldenSpec.model_validate({"store": {"s3": ENVIRONMENT_S3}})
+        # No AWS_* key in the environment, and none is asked for.
+        store = store_from_spec(spec.store, environ={})
+        assert store.describe() == "s3 https://s3.eu-west-1.amazonaws.com/golden-records/prod/llm/"
+        import urllib3
+
+        got = environment_chain(urllib3.PoolManager()).retrieve()
+        assert (got.access_key, got.secret_key, got.session_token) == (
+            "ASIA-POD-IDENTITY",
+            "short-lived",
+            "session",
+        )
+        assert seen == ["pod-token"]
+    finally:
+        server.shutdown()
+
+
+def test_an_environment_store_prefers_keys_the_environment_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import urllib3
+
+    from infergate.golden.s3 import environment_chain
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    got = environment_chain(urllib3.PoolManager()).retrieve()
+    assert (got.access_key, got.secret_key) == ("from-env", "env-secret")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from infergate.commands.operator import account_annotations, pull_secret_names
 from infergate_dev.chartvalues import Values, leaf_paths
 from tests.unit.packaging.test_helm_chart import CHART, NAMESPACE, hook, template
 
@@ -78,6 +79,39 @@ def test_service_account_annotations_reach_the_operators_account_only() -> None:
     plain = next(d for d in template() if d["metadata"]["name"] == "infergate-operator"
                  and d["kind"] == "ServiceAccount")  # fmt: skip
     assert "annotations" not in plain["metadata"]
+
+
+def test_pull_secrets_and_runner_annotations_reach_the_operators_flags() -> None:
+    role = "arn:aws:iam::123456789012:role/golden"
+    rendered = template(
+        "imagePullSecrets[0].name=regcred",
+        "imagePullSecrets[1].name=mirror-creds",
+        f"runner.serviceAccountAnnotations.eks\\.amazonaws\\.com/role-arn={role}",
+    )
+    args = _operator(rendered)["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags: dict[str, list[str]] = {}
+    for arg in args:
+        flag, _, value = arg.partition("=")
+        flags.setdefault(flag, []).append(value)
+    # What the operator makes of them: every runner account and runner/probe/mirror pod.
+    assert pull_secret_names(flags["--image-pull-secret"]) == ("regcred", "mirror-creds")
+    assert account_annotations(flags["--runner-service-account-annotation"]) == {
+        "eks.amazonaws.com/role-arn": role
+    }
+    plain = _operator(template())["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in plain if a.startswith(("--image-pull-secret", "--runner-service"))]
+
+
+def test_the_operators_disruption_budget_exists_only_with_a_replica_to_spare() -> None:
+    def budgets(*values: str) -> list[JSON]:
+        return [d for d in template(*values) if d["kind"] == "PodDisruptionBudget"]
+
+    [budget] = budgets()
+    assert budget["spec"]["minAvailable"] == 1
+    labels = _operator(template())["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # One replica under minAvailable 1 would block every drain of its node.
+    assert budgets("operator.replicas=1") == []
 
 
 ADMISSION_KINDS = {

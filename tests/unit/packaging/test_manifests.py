@@ -31,6 +31,8 @@ _PLAIN_GROUPS = {
     "rbac.authorization.k8s.io/v1",
     "apiextensions.k8s.io/v1",
     "admissionregistration.k8s.io/v1",
+    # PodDisruptionBudget: built in since Kubernetes 1.21.
+    "policy/v1",
 }
 _POLICY_KINDS = {
     "ValidatingAdmissionPolicy",
@@ -126,17 +128,36 @@ def test_operator_runs_non_root_as_its_image_user_with_a_read_only_root() -> Non
     assert (int(context["runAsUser"]), int(context["runAsGroup"])) == (int(uid), int(gid))
 
 
-def test_operator_has_resource_requests_and_probes_on_kopfs_health_endpoint() -> None:
+def test_operator_has_resource_requests_and_separate_liveness_and_readiness() -> None:
     container = _container(build(MANIFESTS))
     requests = container["resources"]["requests"]
     assert requests.get("cpu")
     assert requests.get("memory")
     health = _port(container, "health")
     assert int(_flag(container, "--health-port")) == health
-    for probe in ("livenessProbe", "readinessProbe"):
-        get = container[probe]["httpGet"]
-        assert get["path"] == "/healthz", probe
-        assert get["port"] in ("health", health), probe
+    # Liveness: kopf's event loop answers on the health port.
+    live = container["livenessProbe"]["httpGet"]
+    assert live["path"] == "/healthz"
+    assert live["port"] in ("health", health)
+    # Readiness: the operator's own /readyz, served beside /metrics.
+    metrics = _port(container, "metrics")
+    assert int(_flag(container, "--metrics-port")) == metrics
+    ready = container["readinessProbe"]["httpGet"]
+    assert ready["path"] == "/readyz"
+    assert ready["port"] in ("metrics", metrics)
+
+
+def test_the_operator_replicas_spread_and_a_drain_keeps_one() -> None:
+    documents = build(MANIFESTS)
+    deployment = one(documents, "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["replicas"] >= 2
+    [spread] = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"].items() <= labels.items()
+    budget = one(documents, "PodDisruptionBudget")
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert budget["spec"]["minAvailable"] == deployment["spec"]["replicas"] - 1
 
 
 def test_metrics_service_reaches_the_port_the_operator_serves_metrics_on() -> None:
@@ -187,6 +208,7 @@ def test_production_overlay_installs_the_same_objects_plus_its_components() -> N
         ("ServiceMonitor", "infergate-operator"),
         ("NetworkPolicy", "infergate-operator"),
         ("PrometheusRule", "infergate-alerts"),
+        ("PriorityClass", "infergate-operator"),
     }
     assert base <= production
 

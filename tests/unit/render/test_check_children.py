@@ -292,6 +292,26 @@ def test_the_operators_golden_store_reaches_the_runner_and_nothing_else_does() -
     }
     assert all(m["mountPath"] != GOLDEN_MOUNT_PATH for m in container["volumeMounts"])
 
+    # credentials: Environment: no key anywhere in the Job, the runner's identity holds them.
+    ambient = GoldenSpec.model_validate(
+        {
+            "store": {
+                "s3": {
+                    "endpoint": "https://s3.eu-west-1.amazonaws.com",
+                    "bucket": "golden",
+                    "credentials": "Environment",
+                }
+            }
+        }
+    )
+    job = runner_job(CHECK, spec.runner, image="img", runner_namespace=RUNNERS, golden=ambient)
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert not {e["name"] for e in container["env"]} & {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+    }
+    assert "secretKeyRef" not in json.dumps(job)
+
 
 def test_long_check_names_give_valid_distinct_child_names() -> None:
     a, b = "x" * 70 + "a", "x" * 70 + "b"

@@ -5,6 +5,11 @@ InferenceDeployment (manifests/examples): the revision's objects as rendered, th
 objects owned and stamped as the operator writes them (their desired-hash and
 revision-spec annotations included), and the revision hash. Any difference would move
 every running deployment to a new revision, or rewrite its objects, on upgrade.
+
+The objects were recorded again, the hashes kept, when engine pods gained their Pod
+Security settings, cache home and spread (render/pod_security.py, render/disruption.py):
+an upgrade to that version rolls each engine Deployment's pods once, in place, with no
+new revision and no check (docs/upgrade.md).
 """
 
 from __future__ import annotations

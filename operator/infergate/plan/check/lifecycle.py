@@ -374,6 +374,7 @@ def _before_runner(state: CheckState) -> CheckPlan:
                     hidden_states=hidden,
                     fingerprint_image=state.runner_image,
                     stand_in=stand_in,
+                    pull_secrets=state.pull_secrets,
                 ),
             ]
             starting.append(side)

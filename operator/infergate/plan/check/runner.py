@@ -108,6 +108,8 @@ def runner_objects(state: CheckState) -> list[JSON]:
             services=services,
             config_maps=config_maps,
             list_deployments=bool(deployments) and _prunes_deleted(state.golden),
+            account_annotations=state.runner_annotations,
+            pull_secrets=state.pull_secrets,
         ),
         report_config_map(body),
         runner_job(
@@ -117,5 +119,6 @@ def runner_objects(state: CheckState) -> list[JSON]:
             runner_namespace=state.runner_namespace,
             previous_report=state.previous_report,
             golden=state.golden,
+            pull_secrets=state.pull_secrets,
         ),
     ]

@@ -36,6 +36,11 @@ class CheckState:
     runner_namespace: str = DEFAULT_RUNNER_NAMESPACE
     """Where the runner's Job, ServiceAccount and NetworkPolicy live: the operator's
     namespace (or `--runner-namespace`), which no tenant can write to."""
+    pull_secrets: tuple[str, ...] = ()
+    """Pull secrets of infergate's own image (`--image-pull-secret`): runner and probe pods."""
+    runner_annotations: Mapping[str, str] = field(default_factory=dict)
+    """Annotations of every runner ServiceAccount (`--runner-service-account-annotation`),
+    e.g. a cloud identity for the golden store."""
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from infergate.plan.deployment.observed import (
     ANNOTATION_REVISION_SPEC,
     ANNOTATION_ROLE,
 )
+from infergate.render.disruption import stable_disruption_budget
 from infergate.render.labels import (
     LABEL_CHECK_PURPOSE,
     LABEL_COMPONENT,
@@ -171,10 +173,16 @@ def desired_extras(
     canary_weight: int,
     mirror_image: str,
     runner_namespace: str,
+    pull_secrets: Sequence[str] = (),
+    serving: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The HTTPRoute (gateway mode, once a revision is stable) and the mirror's objects
-    (rollout.mirror), owned and stamped; what is not here is deleted."""
+    """The PodDisruptionBudget of the stable revision `serving` (none while no revision is
+    stable, none for a canary: `render.disruption` says why), the HTTPRoute (gateway mode,
+    once a revision is stable) and the mirror's objects (rollout.mirror), owned and
+    stamped; what is not here is deleted."""
     wanted: list[dict[str, Any]] = []
+    if serving is not None:
+        wanted.append(stable_disruption_budget(owner.name, owner.namespace, serving))
     gateway = spec.rollout.traffic.gateway
     if spec.rollout.traffic.mode is TrafficMode.GATEWAY and gateway is not None and stable:
         route = http_route(
@@ -193,6 +201,7 @@ def desired_extras(
             spec.rollout.mirror,
             image=mirror_image,
             runner_namespace=runner_namespace,
+            pull_secrets=pull_secrets,
         )
     return [_own(manifest, owner, {}) for manifest in wanted]
 

@@ -137,6 +137,10 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
             canary_weight=weight,
             mirror_image=state.mirror_image,
             runner_namespace=state.runner_namespace,
+            pull_secrets=state.pull_secrets,
+            # The revision whose pods carry the traffic (the previous stable while a
+            # promotion scales the new one up); none before a first revision is stable.
+            serving=decision.serving if decision.stable is not None else None,
         ),
     )
     previous = state.status

@@ -74,6 +74,8 @@ class DeploymentState:
     """Image of the mirror (rollout.mirror): the operator's own, like the runner's."""
     runner_namespace: str = DEFAULT_RUNNER_NAMESPACE
     """Where parity runner pods run: the mirror's control port admits them from there."""
+    pull_secrets: tuple[str, ...] = ()
+    """Pull secrets of that image (`infergate operator --image-pull-secret`)."""
     golden: GoldenSpec | None = None
     """The operator's golden record store (--golden-config), for the drift watch."""
     taken: Mapping[str, str] = field(default_factory=dict)

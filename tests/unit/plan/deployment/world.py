@@ -128,6 +128,7 @@ class World:
                 *self.of("Role"),
                 *self.of("RoleBinding"),
                 *self.of("NetworkPolicy"),
+                *self.of("PodDisruptionBudget"),
                 *(
                     d
                     for d in self.of("Deployment")
