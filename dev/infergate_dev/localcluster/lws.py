@@ -193,7 +193,7 @@ def start(layout: ClusterLayout, *, say: bool = True) -> None:
             f"the LeaderWorkerSet controller is not built at {binary} (or without its crds/): run "
             "`hack/build-control-plane.sh lws-controller`"
         )
-    state = layout.run / f"{NAME}.json"
+    state = layout.run / "lws-webhooks.json"
     if processes.running(layout.run, NAME) and state.exists():
         return
     pki = Pki(layout.pki)
@@ -241,7 +241,7 @@ def start(layout: ClusterLayout, *, say: bool = True) -> None:
 def stop(layout: ClusterLayout) -> bool:
     """Remove the webhook configurations (no LWS or group pod create may wait on a controller
     that is gone), then stop the controller; True if it was running."""
-    state = layout.run / f"{NAME}.json"
+    state = layout.run / "lws-webhooks.json"
     if state.exists():
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
             try:
