@@ -108,8 +108,7 @@ def test_a_canary_group_that_fails_its_check_is_rolled_back_one_that_passes_is_p
     assert serving["spec"]["selector"]["infergate.io/revision"] == benign
     sets = wait_for(
         lambda: (
-            ((s := group_sets(cluster, idep_namespace))[stable]["spec"]["replicas"] == 0
-            and s)
+            ((s := group_sets(cluster, idep_namespace))[stable]["spec"]["replicas"] == 0 and s)
             or None
         ),
         60,

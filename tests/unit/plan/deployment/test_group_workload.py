@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from infergate.plan.deployment.field_drift import field_drift
 from infergate.plan.deployment.observed import (
     broken_groups,
     collect,
@@ -117,3 +118,15 @@ def test_a_retired_group_revision_is_deleted_as_its_own_kind() -> None:
                            stable_service=None).writes  # fmt: skip
     deletes = [w for w in writes if isinstance(w, Delete)]
     assert [(d.ref.kind, d.ref.name) for d in deletes] == [("LeaderWorkerSet", _NAME)]
+
+
+@pytest.mark.parametrize(
+    ("desired", "observed", "drifts"),
+    [("1024Gi", "1Ti", False), ("512Gi", "512Gi", False), ("1Gi", "2Gi", True),
+     ("500m", "0.5", True), ("bfloat16", "float16", True)],
+)  # fmt: skip
+def test_a_quantity_re_encoded_by_a_webhook_is_no_drift(
+    desired: str, observed: str, drifts: bool
+) -> None:
+    found = field_drift({"memory": desired}, {"memory": observed}, "spec")
+    assert bool(found) is drifts
