@@ -164,10 +164,20 @@ fetch_lws() {
 }
 
 # The LeaderWorkerSet controller (manager) from its module, through a wrapper module as the
-# others: not part of `all` yet, the local cluster does not run it (it needs its pod webhook,
-# which injects LWS_LEADER_ADDRESS, served with a certificate the API server trusts).
+# others, with the one other CRD it watches (DisaggregatedSet): not part of `all`, the local
+# cluster runs it only when asked (`localcluster up --with lws`, dev/.../localcluster/lws.py).
 build_lws_controller() {
-  [ -x "$lws_bin/lws-manager" ] && { log "lws controller $LWS_VERSION cached"; return; }
+  lws_controller_crds() {
+    local dir
+    dir=$(cd "$CACHE/src/lws-$LWS_VERSION" && go mod download -json "sigs.k8s.io/lws@$LWS_VERSION" | jq -r .Dir)
+    mkdir -p "$1/crds"
+    cp "$dir"/config/crd/bases/disaggregatedset.x-k8s.io_disaggregatedsets.yaml "$1/crds/"
+    chmod -R u+w "$1/crds"
+  }
+  if [ -x "$lws_bin/lws-manager" ]; then
+    [ -d "$lws_bin/crds" ] || lws_controller_crds "$lws_bin"
+    log "lws controller $LWS_VERSION cached"; return
+  fi
   local mod="$CACHE/src/lws-$LWS_VERSION"
   mkdir -p "$mod" "$lws_bin.tmp"
   log "building the lws controller $LWS_VERSION in $mod"
@@ -178,6 +188,7 @@ build_lws_controller() {
     go build -trimpath -o "$lws_bin.tmp/lws-manager" \
       -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" sigs.k8s.io/lws/cmd
   )
+  lws_controller_crds "$lws_bin.tmp"
   rm -rf "$lws_bin"; mv "$lws_bin.tmp" "$lws_bin"
 }
 

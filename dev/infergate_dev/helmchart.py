@@ -80,7 +80,7 @@ NAMESPACED_RESOURCES = frozenset(
         "inferencedeployments", "inferencedeployments/status", "inferencedeployments/finalizers",
         "inferencedeployments/scale", "paritychecks", "paritychecks/status",
         "paritychecks/finalizers", "networkpolicies", "httproutes", "resourcequotas",
-        "poddisruptionbudgets", "limitranges",
+        "poddisruptionbudgets", "limitranges", "leaderworkersets",
     }
 )  # fmt: skip
 CLUSTER_RESOURCES = frozenset(

@@ -42,6 +42,15 @@ def register(subparsers: Any) -> None:
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     up = verbs.add_parser("up", help="start the cluster (idempotent)")
+    up.add_argument(
+        "--with",
+        dest="extras",
+        action="append",
+        choices=("lws",),
+        default=[],
+        help="also start the LeaderWorkerSet controller (multi-node revisions); "
+        "INFERGATE_LOCAL_LWS=1 does the same",
+    )
     up.set_defaults(handler=_with_version(_up))
     down = verbs.add_parser("down", help="stop exactly the processes `up` started")
     down.add_argument("--purge", action="store_true", help="also delete etcd data and pod dirs")
@@ -82,7 +91,7 @@ def _with_version(handler: Handler) -> Handler:
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        controlplane.up(ClusterLayout.default())
+        controlplane.up(ClusterLayout.default(), with_lws="lws" in args.extras)
     except controlplane.ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

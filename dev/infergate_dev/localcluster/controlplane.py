@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from infergate_dev.localcluster import processes
+from infergate_dev.localcluster import lws, processes
 from infergate_dev.localcluster.bootstrap import BootstrapError, bootstrap
 from infergate_dev.localcluster.kwokconfig import write_kwok_config
 from infergate_dev.localcluster.layout import (
@@ -277,8 +277,9 @@ def restart(layout: ClusterLayout, name: str, *, pause: float = 0.0) -> None:
     _start(layout, Pki(layout.pki), _load_ports(layout), name)
 
 
-def up(layout: ClusterLayout, *, say: bool = True) -> None:
-    """Start every component that is not running; write the kubeconfigs."""
+def up(layout: ClusterLayout, *, say: bool = True, with_lws: bool = False) -> None:
+    """Start every component that is not running; write the kubeconfigs. With `with_lws` (or
+    INFERGATE_LOCAL_LWS=1) also the LeaderWorkerSet controller (see `lws`)."""
     _require_binaries()
     started = time.monotonic()
     pki = Pki(layout.pki)
@@ -307,6 +308,13 @@ def up(layout: ClusterLayout, *, say: bool = True) -> None:
         raise ClusterError(str(exc)) from exc
     install_gateway_api(layout, say=say)
     install_lws(layout, say=say)
+    try:
+        if lws.wanted(with_lws):
+            lws.start(layout, say=say)
+        elif not processes.running(layout.run, lws.NAME):
+            lws.stop(layout)  # webhook configurations a stopped controller left behind
+    except lws.LwsError as exc:
+        raise ClusterError(str(exc)) from exc
     if say:
         print(
             f"cluster {kubernetes_version()} up at {server} in {time.monotonic() - started:.1f}s; "
@@ -373,7 +381,9 @@ def _install_cached_crds(
 
 def down(layout: ClusterLayout, *, purge: bool = False) -> list[str]:
     """Stop exactly the processes `up` started; with purge, forget the cluster."""
-    stopped = [name for name in reversed(COMPONENTS) if processes.stop(layout.run, name)]
+    was_running = processes.running(layout.run, "kube-apiserver") is not None
+    stopped = [lws.NAME] if was_running and lws.stop(layout) else []
+    stopped += [name for name in reversed(COMPONENTS) if processes.stop(layout.run, name)]
     if purge and layout.root.exists():
         for child in (layout.etcd_data, layout.pods, layout.state_file, layout.run):
             if child.is_dir():

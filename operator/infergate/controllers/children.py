@@ -50,6 +50,16 @@ async def owned_deployments(body: kopf.Body, **_: Any) -> dict[OwnerKey, Observe
     return {key: record} if key is not None and record is not None else None
 
 
+@kopf.index("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
+async def owned_leader_worker_sets(
+    body: kopf.Body, **_: Any
+) -> dict[OwnerKey, ObservedDeployment] | None:
+    """Multi-node revisions' LeaderWorkerSets by owning deployment (unserved without the
+    LeaderWorkerSet CRD): read with the Deployments, their groups judged from the pods."""
+    key, record = owner_key(body), observe_deployment(body)
+    return {key: record} if key is not None and record is not None else None
+
+
 @kopf.index("", "v1", "configmaps", labels=MANAGED)
 async def owned_config_maps(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedObject] | None:
     """Pinned engine ConfigMaps by owning deployment."""
@@ -139,6 +149,7 @@ async def owned_pods(body: kopf.Body, **_: Any) -> dict[OwnerKey, ObservedPod] |
 
 _OBSERVERS: dict[str, Callable[[kopf.Body], object | None]] = {
     "Deployment": observe_deployment,
+    "LeaderWorkerSet": observe_deployment,
     "ConfigMap": observe_object,
     "Service": observe_object,
     "HTTPRoute": observe_object,
@@ -156,6 +167,7 @@ _LAST_SEEN: dict[tuple[str, str, str], object] = {}
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED)
 @kopf.on.event("", "v1", "services", labels=MANAGED)
 @kopf.on.event("", "v1", "pods", labels=MANAGED)

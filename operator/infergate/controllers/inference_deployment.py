@@ -62,7 +62,6 @@ from infergate.plan import reasons
 from infergate.plan.check.stamp import see_suite, unread_suites
 from infergate.plan.deployment.control import manual_requests
 from infergate.plan.deployment.desired import Owner
-from infergate.plan.deployment.groups import refuse_unobserved_groups
 from infergate.plan.deployment.observed import Observed, collect
 from infergate.plan.deployment.reconcile import ReconcilePlan, invalid_spec_status, plan_reconcile
 from infergate.plan.deployment.rollout import DeploymentState, Notice
@@ -103,7 +102,7 @@ def _snapshot(key: OwnerKey, uid: str, indexes: Mapping[str, Any]) -> Observed:
 
     return collect(
         uid,
-        values("owned_deployments"),
+        [*values("owned_deployments"), *values("owned_leader_worker_sets")],
         [*values("owned_config_maps"), *values("owned_services")],
         values("owned_checks"),
         values("owned_pods"),
@@ -128,7 +127,6 @@ def _parse_spec(body: JSON) -> InferenceDeploymentSpec:
         spec = InferenceDeploymentSpec.model_validate(body.get("spec") or {})
         # file:// mounts a node directory: only those the operator was started to allow.
         check_host_path(spec.model.uri, OPTIONS.allowed_host_paths)
-        refuse_unobserved_groups(spec)
     except (ValidationError, ValueError, SpecError) as error:
         raise SpecError(f"{where}: {error}") from error
     return spec

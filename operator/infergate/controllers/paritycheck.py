@@ -57,7 +57,12 @@ from infergate.plan.check.sides import (
     side_view,
 )
 from infergate.plan.check.state import CheckPlan, CheckState
-from infergate.plan.deployment.observed import ObservedDeployment, ObservedObject
+from infergate.plan.deployment.observed import (
+    ObservedDeployment,
+    ObservedObject,
+    ObservedPod,
+    with_whole_groups,
+)
 from infergate.plan.metadata import OwnerKey
 from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
 from infergate.render.labels import revision_object_name
@@ -172,7 +177,15 @@ def _side(check: ObservedParityCheck, side: SideName, indexes: Mapping[str, Any]
     body = bodies[0] if bodies else {}
     uid = str(body.get("metadata", {}).get("uid") or "")
     config_maps: list[ObservedObject] = _values(indexes, "owned_config_maps", owner)
-    deployments: list[ObservedDeployment] = _values(indexes, "owned_deployments", owner)
+    pods: list[ObservedPod] = _values(indexes, "owned_pods", owner)
+    deployments: list[ObservedDeployment] = [
+        # A multi-node revision's groups count as available only when whole.
+        with_whole_groups(workload, pods)
+        for workload in [
+            *_values(indexes, "owned_deployments", owner),
+            *_values(indexes, "owned_leader_worker_sets", owner),
+        ]
+    ]
     services: list[ObservedObject] = _values(indexes, "owned_services", owner)
 
     def seen(revision: str) -> RevisionSeen:

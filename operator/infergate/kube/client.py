@@ -98,10 +98,16 @@ INFERENCE_DEPLOYMENTS = Resource(
     GROUP, VERSION, INFERENCE_DEPLOYMENTS_PLURAL, INFERENCE_DEPLOYMENT_KIND
 )
 PARITY_CHECKS = Resource(GROUP, VERSION, PARITY_CHECKS_PLURAL, PARITY_CHECK_KIND)
+STATEFUL_SETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
+LEADER_WORKER_SETS = Resource(
+    "leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet"
+)
 BY_KIND: Mapping[str, Resource] = {
     r.kind: r
     for r in (
         DEPLOYMENTS,
+        LEADER_WORKER_SETS,
+        STATEFUL_SETS,
         SERVICES,
         CONFIG_MAPS,
         PODS,

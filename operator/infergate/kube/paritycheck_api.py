@@ -20,6 +20,7 @@ from infergate.kube.client import (
     PODS,
     REPLICA_SETS,
     SERVICES,
+    STATEFUL_SETS,
     KubeClient,
     Resource,
 )
@@ -89,6 +90,9 @@ class CheckClient:
 
     def replica_set(self, name: str) -> JSON | None:
         return self._optional(REPLICA_SETS, name)
+
+    def stateful_set(self, name: str) -> JSON | None:
+        return self._optional(STATEFUL_SETS, name)
 
     # -- the report ---------------------------------------------------------------------
 

@@ -125,3 +125,47 @@ def pod_not_made_by(pod: JSONMap, replica_set: JSONMap, deployment: Controller) 
             f"does not carry its labels ({', '.join(missing)}), as every pod it creates does"
         )
     return None
+
+
+def revision_group_set(name: str, uid: str) -> Controller:
+    """A multi-node revision's LeaderWorkerSet, named as the operator names it (the same name
+    as its Deployment would have), with the uid it recorded."""
+    return Controller("LeaderWorkerSet", name, uid)
+
+
+def stateful_set_of(pod: JSONMap) -> str | None:
+    """The name of the StatefulSet a pod says controls it (None: no StatefulSet does)."""
+    ref = controller_reference(pod)
+    if ref is None or ref.get("kind") != "StatefulSet" or not ref.get("name"):
+        return None
+    return str(ref["name"])
+
+
+def leader_not_made_by(pod: JSONMap, stateful_set: JSONMap, group_set: Controller) -> str | None:
+    """None when `group_set` (a LeaderWorkerSet) made `pod` as a group's leader, through its
+    leader StatefulSet `stateful_set`; otherwise why not, naming the pod.
+
+    The links mirror `pod_not_made_by`: the pod's controller is that StatefulSet (kind, name,
+    uid); the StatefulSet's controller is the LeaderWorkerSet whose uid the operator recorded
+    (a worker's StatefulSet is controlled by its leader pod, so a worker never passes); and
+    the pod carries the StatefulSet's selector, as the StatefulSet controller stamps every
+    pod it creates. Copyable metadata alone decides nothing.
+    """
+    meta = stateful_set.get("metadata") or {}
+    owner = Controller("StatefulSet", str(meta.get("name")), str(meta.get("uid")))
+    refused = not_controlled_by(pod, owner, kind="Pod")
+    if refused is not None:
+        return refused
+    refused = not_controlled_by(stateful_set, group_set, kind="StatefulSet")
+    if refused is not None:
+        return f"{describe_object(pod, 'Pod')} belongs to a StatefulSet not made for it: {refused}"
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    selector = ((stateful_set.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    missing = sorted(k for k, v in selector.items() if not v or labels.get(k) != v)
+    if missing or not selector:
+        return (
+            f"{describe_object(pod, 'Pod')} names {owner.describe()} as its controller but "
+            f"does not carry its selector ({', '.join(missing) or 'none'}), as every pod it "
+            "creates does"
+        )
+    return None

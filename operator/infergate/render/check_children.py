@@ -321,6 +321,8 @@ def runner_rbac(
         # the side's own (runner.side_pods); their names are known only once published.
         _rule("", "pods", ["get"]),
         _rule("apps", "replicasets", ["get"]),
+        # A multi-node revision's leaders: made by its LeaderWorkerSet's StatefulSet.
+        _rule("apps", "statefulsets", ["get"]),
         _rule("", "configmaps", ["get"], [*config_maps, report]),
         _rule("", "configmaps", ["patch"], [report]),
     ]

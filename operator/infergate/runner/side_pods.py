@@ -32,9 +32,12 @@ from infergate.plan.ownership import (
     controller_reference,
     describe_controller,
     describe_object,
+    leader_not_made_by,
     not_controlled_by,
     pod_not_made_by,
     replica_set_of,
+    revision_group_set,
+    stateful_set_of,
 )
 from infergate.runner.endpoints import (
     EndpointResolutionError,
@@ -58,6 +61,8 @@ class PodReads(Protocol):
 
     def replica_set(self, name: str) -> JSON | None: ...
 
+    def stateful_set(self, name: str) -> JSON | None: ...
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -70,11 +75,16 @@ class Refusal:
 @dataclass(frozen=True)
 class RevisionPods:
     """The pods of a revision: made by its Deployment (the uid the operator recorded),
-    through one of its ReplicaSets."""
+    through one of its ReplicaSets; or, for a multi-node revision, the group leaders made by
+    its LeaderWorkerSet (the same recorded uid: the operator records its workload's) through
+    its leader StatefulSet."""
 
     deployment: Controller
 
     def refusal(self, reads: PodReads, pod: JSONMap) -> Refusal | None:
+        stateful = stateful_set_of(pod)
+        if stateful is not None:
+            return self._leader_refusal(reads, pod, stateful)
         name = replica_set_of(pod)
         if name is None:
             ref = controller_reference(pod)
@@ -98,6 +108,23 @@ class RevisionPods:
                 forged=False,
             )
         why = pod_not_made_by(pod, replica_set, self.deployment)
+        return None if why is None else Refusal(why, forged=True)
+
+    def _leader_refusal(self, reads: PodReads, pod: JSONMap, name: str) -> Refusal | None:
+        stateful_set = reads.stateful_set(name)
+        if stateful_set is None:
+            return Refusal(f"its StatefulSet {name} does not exist (being deleted?)", forged=False)
+        owner = controller_reference(stateful_set) or {}
+        group_set = revision_group_set(self.deployment.name, self.deployment.uid)
+        if (owner.get("kind"), owner.get("name")) == (group_set.kind, group_set.name) and (
+            owner.get("uid") != group_set.uid
+        ):
+            return Refusal(
+                f"{describe_object(pod, 'Pod')} belongs to LeaderWorkerSet {group_set.name} "
+                f"(uid {owner.get('uid')}), not the one recorded (uid {group_set.uid})",
+                forged=False,
+            )
+        why = leader_not_made_by(pod, stateful_set, group_set)
         return None if why is None else Refusal(why, forged=True)
 
 

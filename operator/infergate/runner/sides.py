@@ -108,6 +108,8 @@ class ClusterReads(Protocol):
 
     def replica_set(self, name: str) -> JSON | None: ...
 
+    def stateful_set(self, name: str) -> JSON | None: ...
+
 
 @dataclass(frozen=True)
 class EndpointDescription:

@@ -130,10 +130,20 @@ def test_the_runner_role_names_every_object_and_writes_only_its_own_status_and_r
         assert "*" not in rule["resources"]
         # Slices are listed by label; a side's pods and their ReplicaSets are known only
         # once published (runner.side_pods): none of those is nameable in advance.
-        if rule["resources"] not in (["endpointslices"], ["pods"], ["replicasets"]):
+        if rule["resources"] not in (
+            ["endpointslices"],
+            ["pods"],
+            ["replicasets"],
+            ["statefulsets"],
+        ):
             assert rule["resourceNames"], rule
     unnamed = {(r["resources"][0], tuple(r["verbs"])) for r in rules if "resourceNames" not in r}
-    assert unnamed == {("endpointslices", ("list",)), ("pods", ("get",)), ("replicasets", ("get",))}
+    assert unnamed == {
+        ("endpointslices", ("list",)),
+        ("pods", ("get",)),
+        ("replicasets", ("get",)),
+        ("statefulsets", ("get",)),
+    }
     config_maps = next(
         r for r in rules if r["resources"] == ["configmaps"] and r["verbs"] == ["get"]
     )

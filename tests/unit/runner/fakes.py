@@ -101,6 +101,7 @@ class FakeApi:
         self.slices: dict[str, list[dict[str, Any]]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.replica_sets: dict[str, dict[str, Any]] = {}
+        self.stateful_sets: dict[str, dict[str, Any]] = {}
         self.recorded: dict[tuple[str, str], str] = {}
         """(InferenceDeployment, revision) -> the Deployment uid the operator recorded."""
         self.status_writes: list[dict[str, Any]] = []
@@ -227,6 +228,9 @@ class FakeApi:
 
     def replica_set(self, name: str) -> dict[str, Any] | None:
         return self.replica_sets.get(name)
+
+    def stateful_set(self, name: str) -> dict[str, Any] | None:
+        return self.stateful_sets.get(name)
 
     # -- builders ----------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infergate.api.golden import quantity_bytes
+
 _VALUE_SHOWN = 120
 
 
@@ -42,12 +44,23 @@ _MISSING: Any = _Missing()
 
 
 def _same_scalar(desired: Any, observed: Any) -> bool:
-    # Quantities and ports come back as written; only int/float spelling may differ.
+    # Ports come back as written; only int/float spelling may differ. A quantity may come
+    # back in canonical form (1024Gi as 1Ti) where a webhook decoded and re-encoded the
+    # object (the LeaderWorkerSet controller's does): the same amount is no drift.
     if isinstance(desired, bool) or isinstance(observed, bool):
         return bool(desired is observed)
     if isinstance(desired, int | float) and isinstance(observed, int | float):
         return float(desired) == float(observed)
+    if isinstance(desired, str) and isinstance(observed, str) and desired != observed:
+        return _same_amount(desired, observed)
     return bool(desired == observed)
+
+
+def _same_amount(desired: str, observed: str) -> bool:
+    try:
+        return quantity_bytes("", desired) == quantity_bytes("", observed)
+    except ValueError:
+        return False
 
 
 def field_drift(desired: Any, observed: Any, path: str) -> list[FieldDrift]:

@@ -1,11 +1,10 @@
-"""Multi-node revisions (spec.topology.nodes above 1): what the operator does with them yet,
-and when one group of such a revision is whole (pure, table-tested).
+"""When one group of a multi-node revision (spec.topology.nodes above 1) is whole (pure,
+table-tested).
 
-A group revision renders to a LeaderWorkerSet (render/group.py), but the rollout does not
-yet observe LeaderWorkerSets: it could not tell a whole group from a half-started one, so
-it could neither judge a canary group nor keep a broken one from serving. Until it can,
-such a spec is refused before anything is written (the deployment's conditions say why),
-never half-rolled out as a Deployment of single pods.
+A group revision renders to a LeaderWorkerSet (render/group.py): `replicas` groups of a
+leader and `nodes - 1` workers. The rollout counts a group ready only when it is whole
+(`group_verdicts`), so a canary group is judged, and a group serves, only with every pod
+of it up and of its revision (plan/deployment/observed.py `with_whole_groups`).
 """
 
 from __future__ import annotations
@@ -14,22 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infergate.api.inference_deployment import InferenceDeploymentSpec
-from infergate.errors import SpecError
 from infergate.render.labels import ANNOTATION_REVISION_HASH, LABEL_REVISION
-
-GROUPS_NOT_ROLLED_OUT = (
-    "spec.topology.nodes: {nodes} is not rolled out by this operator yet: a revision of "
-    "more than one node renders to a LeaderWorkerSet, whose groups the rollout does not "
-    "observe or gate yet; use topology.nodes 1 (see docs/multi-node.md)"
-)
-
-
-def refuse_unobserved_groups(spec: InferenceDeploymentSpec) -> None:
-    """SpecError for a multi-node topology (see the module doc)."""
-    if spec.layout.multi_node:
-        raise SpecError(GROUPS_NOT_ROLLED_OUT.format(nodes=spec.layout.nodes))
-
 
 # Labels the LWS controller puts on every pod of a group (sigs.k8s.io/lws
 # api/leaderworkerset/v1/leaderworkerset_types.go).

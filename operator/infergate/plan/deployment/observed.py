@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from infergate.jsontypes import JSONMap
 from infergate.plan.check.owned import ObservedCheck
+from infergate.plan.deployment.groups import (
+    LWS_GROUP_INDEX,
+    GroupPod,
+    GroupVerdict,
+    group_verdicts,
+    observe_group_pod,
+)
 from infergate.plan.metadata import OwnerKey, parse_time
 from infergate.plan.ownership import controller_reference, controller_uid, describe_controller
+from infergate.render.group import LWS_KIND
 from infergate.render.labels import (
+    ANNOTATION_REVISION_HASH,
     LABEL_DEPLOYMENT,
     LABEL_MANAGED_BY,
     LABEL_REVISION,
@@ -52,6 +61,9 @@ class ObservedDeployment:
     labels: Mapping[str, str]
     spec: JSONMap
     uid: str = ""
+    kind: str = "Deployment"
+    """Deployment, or LeaderWorkerSet for a multi-node revision (whose ready and available
+    replicas are its whole groups, counted from its pods: see `collect`)."""
 
     @property
     def rolled_out(self) -> bool:
@@ -91,6 +103,9 @@ class ObservedPod:
     name: str
     revision: str | None
     unschedulable_message: str | None
+    group: GroupPod | None = None
+    """What a group's wholeness reads of the pod, when the LWS controller labelled it one
+    of a group."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,8 @@ def _int(value: object) -> int:
 
 
 def observe_deployment(body: JSONMap) -> ObservedDeployment | None:
-    """A revision Deployment; None for Deployments that are not one."""
+    """A revision's workload (a Deployment, or the LeaderWorkerSet of a multi-node revision);
+    None for objects that are not one."""
     metadata = body.get("metadata") or {}
     labels = dict(metadata.get("labels") or {})
     revision = labels.get(LABEL_REVISION)
@@ -163,6 +179,7 @@ def observe_deployment(body: JSONMap) -> ObservedDeployment | None:
         labels=labels,
         spec=json.loads(json.dumps(spec)),
         uid=str(metadata.get("uid") or ""),
+        kind=str(body.get("kind") or "Deployment"),
     )
 
 
@@ -224,10 +241,58 @@ def observe_pod(body: JSONMap) -> ObservedPod | None:
             and condition.get("reason") == "Unschedulable"
         ):
             message = str(condition.get("message") or "no node fits the pod")
+    grouped = LWS_GROUP_INDEX in (metadata.get("labels") or {})
     return ObservedPod(
         name=str(metadata.get("name")),
         revision=(metadata.get("labels") or {}).get(LABEL_REVISION),
         unschedulable_message=message,
+        group=observe_group_pod(body) if grouped else None,
+    )
+
+
+def group_size(workload: ObservedDeployment) -> int:
+    """Pods per group of a LeaderWorkerSet (1 for a Deployment)."""
+    template = workload.spec.get("leaderWorkerTemplate") or {}
+    size = template.get("size", 1)
+    return size if isinstance(size, int) and size > 0 else 1
+
+
+def with_whole_groups(
+    workload: ObservedDeployment, pods: Sequence[ObservedPod]
+) -> ObservedDeployment:
+    """A LeaderWorkerSet whose ready and available replicas are its whole groups (pure).
+
+    The LWS controller's own count trusts each group's StatefulSet; a group is ready here
+    only when whole: `size` pods, each ready, none terminating, each of the workload's
+    revision and full hash (`groups.group_verdicts`). A worker missing, restarting or of
+    another revision makes its group not ready, so it is never judged nor served from.
+    A Deployment is returned as it is.
+    """
+    if workload.kind != LWS_KIND:
+        return workload
+    whole = sum(1 for verdict in _verdicts(workload, pods) if verdict.whole)
+    return replace(
+        workload,
+        ready_replicas=whole,
+        available_replicas=whole,
+        updated_replicas=min(workload.updated_replicas, whole),
+    )
+
+
+def broken_groups(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> list[str]:
+    """Why each group of a LeaderWorkerSet is not whole, in words (empty: all whole)."""
+    if workload.kind != LWS_KIND:
+        return []
+    return [f"group {v.group}: {v.reason}" for v in _verdicts(workload, pods) if not v.whole]
+
+
+def _verdicts(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> list[GroupVerdict]:
+    full = workload.annotations.get(ANNOTATION_REVISION_HASH, "")
+    return group_verdicts(
+        [p.group for p in pods if p.group is not None and p.revision == workload.revision],
+        size=group_size(workload),
+        revision=workload.revision,
+        revision_hash=full.removeprefix("sha256:"),
     )
 
 
@@ -254,7 +319,7 @@ def collect(
 
     return Observed(
         deployments={
-            d.revision: d
+            d.revision: with_whole_groups(d, pods)
             for d in deployments
             if mine(d.owner_uid) and d.name == revision_object_name(owner_name, d.revision)
         },

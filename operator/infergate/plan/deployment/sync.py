@@ -183,7 +183,7 @@ def sync_children(
     kept_revisions = {objects.revision for objects in revisions}
     for deployment in observed.deployments.values():
         if deployment.revision not in kept_revisions:
-            writes.append(Delete(ObjectRef("Deployment", deployment.name)))
+            writes.append(Delete(ObjectRef(deployment.kind, deployment.name)))
     for kind, objects_by_name in (
         ("Service", observed.services),
         ("ConfigMap", observed.config_maps),

@@ -1,0 +1,139 @@
+"""Multi-node revisions (spec.topology.nodes 2) rolled out as LeaderWorkerSet groups by the
+operator, against the real LeaderWorkerSet controller (`localcluster up --with lws`) on
+KWOK's simulated GPU nodes: a group becomes stable, a canary group that fails its check is
+rolled back, one that passes is promoted, and a canary group that cannot be placed waits
+with the scheduler's reason. Verdicts are written by the test, as in
+test_controller_rollout.py (the simulated sides never answer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infergate_dev.localcluster import lws
+from tests.harness import Cluster, wait_for
+from tests.integration.controller_support import (
+    Idep,
+    deployment_manifest,
+    idep_namespace,
+    operator,
+)
+
+pytestmark = pytest.mark.cluster
+__all__ = ["idep_namespace", "operator"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lws_controller(cluster: Cluster) -> None:
+    """The real LeaderWorkerSet controller, started once (idempotent)."""
+    lws.start(cluster.layout, say=False)
+
+
+def group_manifest(per_node: int = 4) -> dict[str, Any]:
+    """One replica of two pods (pipeline parallel 2), `per_node` GPUs each."""
+    manifest = deployment_manifest(replicas=1, accelerator_count=per_node)
+    manifest["spec"]["topology"] = {
+        "nodes": 2,
+        "acceleratorsPerNode": per_node,
+        "pipelineParallelSize": 2,
+    }
+    return manifest
+
+
+def group_sets(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    """Revision -> the LeaderWorkerSet the operator made for it, as the API has it."""
+    listed = cluster.get_json(
+        "leaderworkersets.leaderworkerset.x-k8s.io", "-n", namespace,
+        "-l", "infergate.io/deployment=qwen",
+    )["items"]  # fmt: skip
+    return {item["metadata"]["labels"]["infergate.io/revision"]: item for item in listed}
+
+
+def group_pods(cluster: Cluster, namespace: str, revision: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.get_json(
+        "pods", "-n", namespace, "-l", f"infergate.io/revision={revision}"
+    )["items"]
+    return items
+
+
+def test_a_group_becomes_stable_and_the_lws_controller_shows_it(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    idep = Idep(cluster, idep_namespace, group_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+    assert idep.status()["readyReplicas"] == 1
+    assert cluster.get_json("deployments", "-n", idep_namespace)["items"] == []
+    group = group_sets(cluster, idep_namespace)[stable]
+    # The real controller's own status: one group, ready.
+    assert group["status"]["readyReplicas"] == 1
+    assert group["spec"]["leaderWorkerTemplate"]["size"] == 2
+    pods = group_pods(cluster, idep_namespace, stable)
+    assert sorted(p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]
+                  for p in pods) == ["0", "1"]  # fmt: skip
+    assert len({p["spec"]["nodeName"] for p in pods}) == 2  # one pod per node
+    # The revision Service selects the group's leader only.
+    service = cluster.get_json("service", f"qwen-{stable}", "-n", idep_namespace)
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "engine"
+
+
+def test_a_canary_group_that_fails_its_check_is_rolled_back_one_that_passes_is_promoted(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    idep = Idep(cluster, idep_namespace, group_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+
+    idep.apply(dtype="float16")
+    harmful, check = idep.wait_check()
+    # The canary is a separate group; the stable group keeps serving.
+    assert set(group_sets(cluster, idep_namespace)) == {stable, harmful}
+    idep.verdict(check["metadata"]["name"], "Failed", passed=False)
+    idep.wait_phase("RolledBack")
+    wait_for(
+        lambda: set(group_sets(cluster, idep_namespace)) == {stable} or None,
+        60,
+        "the failed canary group removed",
+    )
+    assert idep.status()["stableRevision"] == stable
+
+    idep.apply(dtype="float32")
+    benign, check = idep.wait_check()
+    assert benign not in (stable, harmful)
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+    idep.wait("promotion", lambda s: s.get("stableRevision") == benign)
+    idep.wait_phase("Stable")
+    serving = cluster.get_json("service", "qwen", "-n", idep_namespace)
+    assert serving["spec"]["selector"]["infergate.io/revision"] == benign
+    sets = wait_for(
+        lambda: (
+            ((s := group_sets(cluster, idep_namespace))[stable]["spec"]["replicas"] == 0 and s)
+            or None
+        ),
+        60,
+        "the old stable group scaled to zero",
+    )
+    assert sets[benign]["status"]["readyReplicas"] == 1
+
+
+def test_a_canary_group_that_cannot_be_placed_waits_with_the_schedulers_reason(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    idep = Idep(cluster, idep_namespace, group_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+    # 8 GPUs on each of two nodes: the stable group holds 4 of each node's 8.
+    idep.manifest["spec"]["topology"]["acceleratorsPerNode"] = 8
+    idep.apply(accelerator={"kind": "nvidia-gpu", "count": 8})
+    idep.wait(
+        "Unschedulable",
+        lambda s: any(c["reason"] == "Unschedulable" for c in s.get("conditions", [])),
+    )
+    condition = idep.condition("Progressing")
+    assert "nvidia.com/gpu" in condition["message"]
+    status = idep.status()
+    assert status["stableRevision"] == stable
+    assert cluster.get_json("pcheck", "-n", idep_namespace)["items"] == []  # never judged
+    serving = cluster.get_json("service", "qwen", "-n", idep_namespace)
+    assert serving["spec"]["selector"]["infergate.io/revision"] == stable
