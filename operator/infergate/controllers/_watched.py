@@ -6,7 +6,8 @@ namespace in the default install), receives every change to any of them, and par
 each one before the filter drops it. Every object the operator makes, and every pod made
 from one (engine pods from a revision's template, probe pods, runner Jobs' pods, the
 runner's ServiceAccount, Role, RoleBinding and NetworkPolicy, the report ConfigMap, the
-mirror's objects), carries `app.kubernetes.io/managed-by: infergate`
+mirror's objects, the stable revision's PodDisruptionBudget, a multi-node revision's
+LeaderWorkerSet), carries `app.kubernetes.io/managed-by: infergate`
 (render/labels.py `revision_labels`, render/check_names.py `role_labels`,
 render/mirror.py `mirror_labels`). So each watch of a kind in `WATCHED` asks the server
 for those objects alone (`settings.watching.label_selectors`, set once at start up from
@@ -38,6 +39,8 @@ WATCHED: tuple[tuple[str, str, str], ...] = (
     ("", "v1", "configmaps"),
     ("", "v1", "serviceaccounts"),
     ("apps", "v1", "deployments"),
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+    ("policy", "v1", "poddisruptionbudgets"),
     ("batch", "v1", "jobs"),
     ("rbac.authorization.k8s.io", "v1", "roles"),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"),
