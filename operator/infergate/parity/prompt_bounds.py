@@ -116,7 +116,14 @@ def _mean_bounds(
         return (low, high)
     below = float(np.quantile(studentized, 1.0 - confidence, method="lower"))
     above = float(np.quantile(studentized, confidence, method="higher"))
-    return (min(low, mean - above * stderr), max(high, mean - below * stderr))
+    # No resample's mean leaves the range of the prompt means. Where nearly every prompt
+    # agrees (decode deltas of identical engines: all 0 but one or two), a resample's
+    # spread is rounding-sized and its studentized value enormous; held to that range, the
+    # bootstrap bound stays one the resamples could reach (the t bound is kept as it is).
+    lowest, highest = float(means.min()), float(means.max())
+    boot_low = max(mean - above * stderr, lowest)
+    boot_high = min(mean - below * stderr, highest)
+    return (min(low, boot_low), max(high, boot_high))
 
 
 def per_prompt_bounds(values: Sequence[float], confidence: float) -> ClusteredEstimate:
