@@ -74,6 +74,9 @@ DRIFT_CHECK_ERROR: Final = "DriftCheckError"
 DRIFT_CHECK_NOT_BOUND: Final = "DriftCheckNotBound"
 DRIFT_WATCH_WAITING: Final = "DriftWatchWaiting"
 DRIFT_WATCH_PAUSED: Final = "DriftWatchPaused"
+# A group of the stable revision restarted (a pod replaced or restarted): the last verdict
+# does not speak for its new processes until a drift run re-checks it.
+GROUP_RESTARTED: Final = "GroupRestarted"
 NO_GOLDEN_RECORD: Final = "NoGoldenRecord"
 GOLDEN_STORE_NOT_CONFIGURED: Final = "GoldenStoreNotConfigured"
 
