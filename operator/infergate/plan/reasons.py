@@ -150,6 +150,8 @@ CHECK_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 CHECK_RUNNER_FAILED: Final = "RunnerFailed"
 CHECK_NO_VERDICT: Final = "NoVerdict"
 CHECK_PROBE_FAILED: Final = "ProbeFailed"
+# A side is a multi-node group whose hidden states no probe gives (plan/check/sides.py).
+CHECK_HIDDEN_STATES_UNAVAILABLE: Final = "HiddenStatesUnavailable"
 CHECK_SIDE_UNREACHABLE: Final = "SideUnreachable"
 CHECK_INVALID: Final = "InvalidCheck"
 CHECK_CHILD_NOT_OURS: Final = "ChildNotOurs"
