@@ -151,10 +151,13 @@ def test_a_tenant_can_neither_make_nor_change_a_group_and_the_runner_dials_only_
         _as_tenant(guarded, tenant, "create", look_alike_set),
         "a StatefulSet of pods wearing the canary leader's labels",
     )
+    # With the leader's own annotations too (the group size the LWS pod webhook asks
+    # for), so that what refuses it is infergate's policy, not a missing annotation.
     bare = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "leader-look-alike", "labels": leader_labels,
+                     "annotations": dict(leader["metadata"].get("annotations") or {}),
                      "ownerReferences": [owner]},
         "spec": template["spec"],
     }  # fmt: skip
