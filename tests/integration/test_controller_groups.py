@@ -1,9 +1,11 @@
 """Multi-node revisions (spec.topology.nodes 2) rolled out as LeaderWorkerSet groups by the
 operator, against the real LeaderWorkerSet controller (`localcluster up --with lws`) on
 KWOK's simulated GPU nodes: a group becomes stable, a canary group that fails its check is
-rolled back, one that passes is promoted, and a canary group that cannot be placed waits
-with the scheduler's reason. Verdicts are written by the test, as in
-test_controller_rollout.py (the simulated sides never answer)."""
+rolled back, one that passes is promoted, a canary group that cannot be placed waits
+with the scheduler's reason, a stable group with a worker gone counts no ready replica
+until whole, and with the drift watch on, a restarted stable group is re-checked ahead of
+the schedule. Verdicts are written by the test, as in test_controller_rollout.py and
+test_drift_watch.py (the simulated sides never answer)."""
 
 from __future__ import annotations
 
@@ -15,13 +17,17 @@ from infergate_dev.localcluster import lws
 from tests.harness import Cluster, wait_for
 from tests.integration.controller_support import (
     Idep,
+    OperatorInstall,
     deployment_manifest,
+    golden_namespace,
+    golden_operator,
     idep_namespace,
     operator,
 )
 
 pytestmark = pytest.mark.cluster
-__all__ = ["idep_namespace", "operator"]
+__all__ = ["golden_namespace", "golden_operator", "idep_namespace", "operator"]
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,6 +44,8 @@ def group_manifest(per_node: int = 4) -> dict[str, Any]:
         "acceleratorsPerNode": per_node,
         "pipelineParallelSize": 2,
     }
+    # A group's hidden states are not probed: asked for, a check ends Inconclusive.
+    manifest["spec"]["rollout"]["parity"]["hiddenStates"] = {"enabled": False}
     return manifest
 
 
@@ -137,3 +145,100 @@ def test_a_canary_group_that_cannot_be_placed_waits_with_the_schedulers_reason(
     assert cluster.get_json("pcheck", "-n", idep_namespace)["items"] == []  # never judged
     serving = cluster.get_json("service", "qwen", "-n", idep_namespace)
     assert serving["spec"]["selector"]["infergate.io/revision"] == stable
+
+
+def test_a_stable_group_with_a_worker_gone_is_not_ready_until_whole(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """The worker is deleted while no node can take a pod (both GPU nodes cordoned): the
+    LWS controller makes the group again (RecreateGroupOnPodRestart), and until every pod
+    of it is back and Ready the operator counts no ready replica."""
+    idep = Idep(cluster, idep_namespace, group_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+    [worker] = [
+        p
+        for p in group_pods(cluster, idep_namespace, stable)
+        if p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"] == "1"
+    ]
+    nodes = ("gpu-node-0", "gpu-node-1")
+    try:
+        for node in nodes:
+            cluster.kubectl("cordon", node)
+        cluster.kubectl("delete", "pod", worker["metadata"]["name"], "-n", idep_namespace)
+        idep.wait("no whole group", lambda s: s.get("readyReplicas") == 0)
+        assert idep.status()["stableRevision"] == stable
+    finally:
+        for node in nodes:
+            cluster.kubectl("uncordon", node)
+    idep.wait("the group whole again", lambda s: s.get("readyReplicas") == 1, timeout=120)
+    assert idep.status()["stableRevision"] == stable
+
+
+def _drifted(status: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Drifted"), {})
+
+
+def test_a_restarted_stable_group_is_re_checked_by_the_drift_watch_ahead_of_its_schedule(
+    cluster: Cluster, golden_namespace: str, golden_operator: OperatorInstall
+) -> None:
+    """With the drift watch on (a daily interval: no run due for a day), a worker of the
+    stable group deleted: once the group is whole again, a drift run of the stable
+    revision starts at once, Drifted says why, and the run's verdict settles it."""
+    manifest = group_manifest()
+    manifest["spec"]["rollout"]["parity"]["watch"] = {"intervalSeconds": 86400}
+    idep = Idep(cluster, golden_namespace, manifest)
+    idep.apply()
+    old = idep.wait_stable()
+    # A canary whose check passes stores both sides' records; it becomes stable.
+    idep.apply(dtype="float16")
+    canary, check = idep.wait_check()
+    entries = [
+        f"{golden_namespace}/qwen/{revision}-20260105T090000000000Z-{role}-0a1b2c3d"
+        for revision, role in ((old, "baseline"), (canary, "candidate"))
+    ]
+    idep.verdict(
+        check["metadata"]["name"], "Passed", passed=True, metrics={"tokenMatchRate": 1.0},
+        extra={"golden": {"stored": True, "entries": entries}},
+    )  # fmt: skip
+    idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=90)
+    status = idep.wait(
+        "the stable group recorded by the drift watch",
+        lambda s: (
+            _drifted(s).get("reason") == "DriftWatchWaiting"
+            and len((s.get("drift") or {}).get("groups") or []) == 1
+        ),
+        timeout=90,
+    )
+    recorded = status["drift"]["groups"]
+
+    def runs() -> list[dict[str, Any]]:
+        listed: list[dict[str, Any]] = cluster.get_json(
+            "pcheck", "-n", golden_namespace, "-l", "infergate.io/check-purpose=drift"
+        )["items"]
+        return listed
+
+    assert runs() == []
+
+    [worker] = [
+        p for p in group_pods(cluster, golden_namespace, canary)
+        if p["metadata"]["labels"][WORKER_INDEX] == "1"
+    ]  # fmt: skip
+    cluster.kubectl("delete", "pod", worker["metadata"]["name"], "-n", golden_namespace)
+    name = f"qwen-{canary}-drift1"
+    run = wait_for(
+        lambda: next((c for c in runs() if c["metadata"]["name"] == name), None),
+        120,
+        f"drift run {name} after the restart",
+    )
+    assert run["spec"]["candidate"]["revision"] == canary
+    status = idep.status()
+    assert status["drift"]["groups"] != recorded  # the group as seen whole again
+    assert _drifted(status)["reason"] == "GroupRestarted"
+    assert name in _drifted(status)["message"]
+    assert idep.wait_event("GroupRestarted")["type"] == "Warning"
+    assert status["stableRevision"] == canary
+
+    idep.verdict(name, "Passed", passed=True)
+    idep.wait("no drift", lambda s: _drifted(s).get("reason") == "NoDriftDetected")
+    assert idep.status()["readyReplicas"] == 1

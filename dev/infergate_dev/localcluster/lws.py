@@ -35,7 +35,7 @@ import yaml
 
 from infergate_dev.localcluster import processes
 from infergate_dev.localcluster.layout import LWS_VERSION, ClusterLayout, cache_dir
-from infergate_dev.localcluster.pki import Pki
+from infergate_dev.localcluster.pki import Pki, ensure_pki
 
 NAME = "lws-controller"
 ENV_FLAG = "INFERGATE_LOCAL_LWS"
@@ -185,6 +185,21 @@ def _serves(port: int, path: str, context: ssl.SSLContext | None) -> bool:
         return False
 
 
+def _own_kubeconfig(layout: ClusterLayout, pki: Pki) -> Path:
+    """A kubeconfig of the admin's, with the controller's own client certificate: it acts
+    under the user its release runs as, which the admission policies name."""
+    ensure_pki(pki)
+    config = yaml.safe_load(layout.kubeconfig.read_text())
+    for entry in config["users"]:
+        entry["user"] = {
+            "client-certificate": str(pki.cert("lws-controller")),
+            "client-key": str(pki.key("lws-controller")),
+        }
+    path = layout.root / "lws-controller.kubeconfig"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 def start(layout: ClusterLayout, *, say: bool = True) -> None:
     """Start the controller unless it runs; install its webhook configurations."""
     binary = lws_bin()
@@ -219,7 +234,7 @@ def start(layout: ClusterLayout, *, say: bool = True) -> None:
         layout.run,
         layout.logs,
         NAME,
-        [str(binary), f"--config={config_path}", f"--kubeconfig={layout.kubeconfig}"],
+        [str(binary), f"--config={config_path}", f"--kubeconfig={_own_kubeconfig(layout, pki)}"],
     )
     context = ssl.create_default_context(cafile=str(pki.ca_crt))
     started = time.monotonic()

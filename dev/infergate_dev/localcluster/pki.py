@@ -50,6 +50,10 @@ CLIENTS: tuple[tuple[str, str, str], ...] = (
     # KWOK and the local executor act as kubelets of their nodes; they are
     # trusted test infrastructure, so they get admin rights.
     ("nodes", "system:infergate-local-nodes", "system:masters"),
+    # The LeaderWorkerSet controller, under the user name its release gives it (the
+    # admission policies name it so: manifests/admission/managed-objects.yaml); admin rights
+    # in place of the release's ClusterRole.
+    ("lws-controller", "system:serviceaccount:lws-system:lws-controller-manager", "system:masters"),
 )
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from infergate.api.base import SHORT_TEXT_MAX, KubeModel, cel, cel_rules
 from infergate.api.common import ObjectName, ShortHash
@@ -37,6 +37,7 @@ _SCHEDULE = (
     "day-of-month 1-31, month 1-12 or JAN-DEC, day-of-week 0-7 or SUN-SAT), e.g. '0 3 * * *', "
     "or @hourly, @daily, @weekly, @monthly, @yearly"
 )
+GroupSeen = Annotated[str, StringConstraints(max_length=64)]
 _ONE_OF = "watch: set exactly one of schedule (a 5-field cron expression, UTC) or intervalSeconds"
 
 
@@ -157,6 +158,13 @@ class DriftStatus(KubeModel):
     """When the next run starts; unset while one runs or none can (see message)."""
     message: str | None = Field(default=None, max_length=4096)
     """What the watch is doing or why it cannot run, for people."""
+    groups: list[GroupSeen] = Field(default_factory=list, max_length=256)
+    """Multi-node stable revision: each group as last seen whole, `<group index>=<digest of
+    its pods' names, uids and restart counts>`. A group seen whole again with another digest
+    restarted (a pod replaced, or a container restarted)."""
+    restarted_groups: list[GroupSeen] = Field(default_factory=list, max_length=256)
+    """Group indexes of the stable revision that restarted since the latest drift run
+    started: a run re-checks them as soon as one can start, ahead of the schedule."""
 
 
 class RolloutParity(ParityCheckTemplate):

@@ -46,6 +46,8 @@ WATCHED: tuple[tuple[str, str, str], ...] = (
     ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     ("networking.k8s.io", "v1", "networkpolicies"),
     ("gateway.networking.k8s.io", "v1", "httproutes"),
+    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+    ("policy", "v1", "poddisruptionbudgets"),
 )
 
 

@@ -54,6 +54,7 @@ from infergate.plan.check.sides import (
     RevisionSeen,
     SideView,
     parse_revision_config,
+    probe_source,
     side_view,
 )
 from infergate.plan.check.state import CheckPlan, CheckState
@@ -65,6 +66,7 @@ from infergate.plan.deployment.observed import (
 )
 from infergate.plan.metadata import OwnerKey
 from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
+from infergate.render.group import LWS_KIND
 from infergate.render.labels import revision_object_name
 
 log = logging.getLogger(__name__)
@@ -201,9 +203,12 @@ def _side(check: ObservedParityCheck, side: SideName, indexes: Mapping[str, Any]
             (d for d in deployments if d.name == name and d.owner_uid == uid), None
         )
         if revision_deployment is not None:
-            template = {"metadata": {"name": name}, "spec": revision_deployment.spec}
+            kind = revision_deployment.kind
             found = replace(
-                found, available=revision_deployment.available_replicas, template=template
+                found,
+                available=revision_deployment.available_replicas,
+                template=probe_source(name, kind, revision_deployment.spec),
+                group=kind == LWS_KIND,
             )
         return found
 

@@ -74,6 +74,9 @@ DRIFT_CHECK_ERROR: Final = "DriftCheckError"
 DRIFT_CHECK_NOT_BOUND: Final = "DriftCheckNotBound"
 DRIFT_WATCH_WAITING: Final = "DriftWatchWaiting"
 DRIFT_WATCH_PAUSED: Final = "DriftWatchPaused"
+# A group of the stable revision restarted (a pod replaced or restarted): the last verdict
+# does not speak for its new processes until a drift run re-checks it.
+GROUP_RESTARTED: Final = "GroupRestarted"
 NO_GOLDEN_RECORD: Final = "NoGoldenRecord"
 GOLDEN_STORE_NOT_CONFIGURED: Final = "GoldenStoreNotConfigured"
 
@@ -147,6 +150,8 @@ CHECK_DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 CHECK_RUNNER_FAILED: Final = "RunnerFailed"
 CHECK_NO_VERDICT: Final = "NoVerdict"
 CHECK_PROBE_FAILED: Final = "ProbeFailed"
+# A side is a multi-node group whose hidden states no probe gives (plan/check/sides.py).
+CHECK_HIDDEN_STATES_UNAVAILABLE: Final = "HiddenStatesUnavailable"
 CHECK_SIDE_UNREACHABLE: Final = "SideUnreachable"
 CHECK_INVALID: Final = "InvalidCheck"
 CHECK_CHILD_NOT_OURS: Final = "ChildNotOurs"

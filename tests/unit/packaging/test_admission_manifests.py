@@ -88,8 +88,12 @@ CONTROLLERS = {
         "deployment-controller",
         "generic-garbage-collector",
         "endpointslice-controller",
+        "statefulset-controller",
     )
 }
+# The LeaderWorkerSet controller as its release installs it (lws config/default:
+# namespace lws-system, name prefix lws-, ServiceAccount controller-manager).
+LWS_CONTROLLER = "system:serviceaccount:lws-system:lws-controller-manager"
 
 
 def test_the_operator_named_in_the_policies_is_the_installed_one() -> None:
@@ -97,7 +101,7 @@ def test_the_operator_named_in_the_policies_is_the_installed_one() -> None:
     username = f"system:serviceaccount:{namespace}:{account}"
     for document in _policies():
         names = set(re.findall(r"system:serviceaccount:[-a-z0-9]+:[-a-z0-9]+", _text(document)))
-        assert names <= {username, *CONTROLLERS}, document["metadata"]["name"]
+        assert names <= {username, LWS_CONTROLLER, *CONTROLLERS}, document["metadata"]["name"]
     protected = _text(_by_name("ValidatingAdmissionPolicy", "infergate-operator-namespaces"))
     assert f"'{namespace}'" in protected
 
@@ -269,6 +273,8 @@ def test_only_the_workload_controllers_write_pods_wearing_infergate_metadata() -
     assert _users(_variable(policy, "creators")) == {
         "system:serviceaccount:kube-system:replicaset-controller",
         "system:serviceaccount:kube-system:job-controller",
+        # A group's pods, made from the StatefulSets of its LeaderWorkerSet.
+        "system:serviceaccount:kube-system:statefulset-controller",
         "system:kube-controller-manager",
         f"system:serviceaccount:{namespace}:{account}",
     }
@@ -276,6 +282,7 @@ def test_only_the_workload_controllers_write_pods_wearing_infergate_metadata() -
     assert _users(_variable(policy, "updaters")) == {
         "system:serviceaccount:kube-system:deployment-controller",
         "system:serviceaccount:kube-system:generic-garbage-collector",
+        LWS_CONTROLLER,
         _LOCAL_NODES,
     }
     [rule] = policy["spec"]["validations"]
@@ -287,9 +294,16 @@ def test_only_the_operator_writes_objects_wearing_infergate_metadata() -> None:
     matched = _matched(policy)
     for resource in (
         "configmaps", "services", "deployments", "replicasets", "statefulsets",
-        "daemonsets", "jobs", "cronjobs",
+        "daemonsets", "jobs", "cronjobs", "leaderworkersets",
     ):  # fmt: skip
         assert matched[resource] == {"CREATE", "UPDATE"}, resource
+    # A group's templates count: a leader's or a worker's pods would wear the labels.
+    for template in ("leaderTemplate", "workerTemplate"):
+        assert f"leaderWorkerTemplate.{template}.metadata.labels" in _variable(
+            policy, "templateLabels"
+        )
+    # The LWS controller makes a group's StatefulSets, nothing else of ours.
+    assert f"'{LWS_CONTROLLER}'" in _variable(policy, "controller")
     # A workload's pod template counts: its pods would wear the labels.
     assert "spec.template.metadata.labels" in _variable(policy, "templateLabels")
     assert "spec.jobTemplate.spec.template.metadata.labels" in _variable(policy, "templateLabels")

@@ -39,6 +39,7 @@ from infergate.plan.check.runner import (
     runner_objects,
     runner_peers,
 )
+from infergate.plan.check.sides import group_hidden_states
 from infergate.plan.check.state import CheckPlan, CheckState
 from infergate.plan.check.status import check_conditions, error_status
 from infergate.plan.conditions import ConditionUpdate
@@ -352,6 +353,19 @@ def _before_runner(state: CheckState) -> CheckPlan:
         return CheckPlan(
             status=_pending(state, reasons.CHECK_WAITING_FOR_SIDES, "; ".join(waiting), pinned)
         )
+    hidden = check.spec.hidden_states if check.spec is not None else True
+    unprobed = group_hidden_states(state.sides, hidden)
+    if unprobed is not None:
+        fields = error_status(
+            unprobed, reasons.CHECK_HIDDEN_STATES_UNAVAILABLE, status=check.status,
+            generation=_generation(state), at=state.now, metric="hiddenStates",
+            phase=CheckPhase.INCONCLUSIVE,
+        )  # fmt: skip
+        return CheckPlan(
+            terminal=fields,
+            events=[(True, reasons.CHECK_HIDDEN_STATES_UNAVAILABLE, unprobed)],
+            delete=_release(state),
+        )
     plan = CheckPlan()
     starting: list[str] = []
     not_ready: list[str] = []
@@ -361,7 +375,6 @@ def _before_runner(state: CheckState) -> CheckPlan:
         pod = _child(state, "Pod", probe_name(check.name, side))
         if pod is None:
             assert view.probe_template is not None  # noqa: S101 - a probe side has its template
-            hidden = check.spec.hidden_states if check.spec is not None else True
             stand_in = probe_stand_in(view)
             plan.create += [
                 probe_service(

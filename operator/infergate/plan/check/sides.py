@@ -16,6 +16,7 @@ from typing import Any
 from infergate.jsontypes import JSONMap
 from infergate.plan.check.observed import CheckSpecView
 from infergate.render.check_names import SideName
+from infergate.render.group import LWS_KIND
 from infergate.render.labels import revision_object_name
 from infergate.render.launch import CONFIG_KEY
 
@@ -104,7 +105,11 @@ class SideView:
     """Why the side can never be used (its pinned config is unreadable, say)."""
     needs_probe: bool = False
     probe_template: JSONMap | None = None
-    """The revision Deployment, whose pod template a probe copies."""
+    """The revision Deployment, whose pod template a probe copies (of a group: its leader's
+    template, as `probe_source` gives it)."""
+    group: bool = False
+    """The revision is a multi-node group (a LeaderWorkerSet): its probe serves fingerprints
+    only, and a check that asks for hidden states ends Inconclusive (`group_hidden_states`)."""
     object_name: str | None = None
     """`<deployment>-<revision>`: its Service and ConfigMap, which the runner reads."""
 
@@ -118,7 +123,9 @@ class RevisionSeen:
     available: int | None = None
     """Available pods of its Deployment; None while the Deployment is missing."""
     template: JSONMap | None = None
-    """Its Deployment (a probe copies the pod template)."""
+    """Its Deployment (a probe copies the pod template), as `probe_source` gives it."""
+    group: bool = False
+    """Its workload is a LeaderWorkerSet (a multi-node revision)."""
     service: bool = False
     """Whether its Service exists: the runner reaches the side through it, and the operator
     creates it without waiting (`kube.background`), so it may come after the pods."""
@@ -159,4 +166,46 @@ def side_view(
     probe = needs_probe(found.config.engine)
     if probe and found.template is None:
         return replace(base, waiting=f"Deployment {name} does not exist (yet)")
-    return replace(base, needs_probe=probe, probe_template=found.template if probe else None)
+    return replace(
+        base,
+        needs_probe=probe,
+        probe_template=found.template if probe else None,
+        group=found.group,
+    )
+
+
+def probe_source(name: str, kind: str, spec: JSONMap) -> JSONMap:
+    """What a probe copies its pod template from, shaped as a Deployment
+    (`{"metadata": {"name"}, "spec": {"template"}}`): a Deployment's own template; for a
+    LeaderWorkerSet (a multi-node revision), its leader's template (the worker template
+    where no leader template is set, as the LWS controller does). The probe of a group
+    runs the fingerprint server on the leader's volumes (what it loaded) and no engine:
+    one pod of a group cannot start its engine alone."""
+    if kind != LWS_KIND:
+        return {"metadata": {"name": name}, "spec": spec}
+    group = spec.get("leaderWorkerTemplate") or {}
+    template = group.get("leaderTemplate") or group.get("workerTemplate") or {}
+    return {"metadata": {"name": name}, "spec": {"template": template}}
+
+
+def group_hidden_states(sides: Mapping[SideName, SideView], hidden_states: bool) -> str | None:
+    """Why a check cannot compare hidden states (None: it can, or does not ask to).
+
+    The hidden states of a vLLM side come from a probe that runs the revision's engine
+    under vLLM's pooling runner. A multi-node revision's engine runs only as a whole group
+    (a Ray cluster of `nodes` pods): its probe would be a second group holding as many
+    accelerators as the revision, so none is made and its hidden states are not compared.
+    A check that asks for them (hiddenStates.enabled, the default) lacks evidence it asked
+    for: Inconclusive, never Passed. With hiddenStates.enabled false it compares tokens and
+    logprobs, and the probe gives fingerprints only."""
+    if not hidden_states:
+        return None
+    grouped = sorted(side for side, view in sides.items() if view.group and view.needs_probe)
+    if not grouped:
+        return None
+    which = ", ".join(f"{side} (revision {sides[side].revision})" for side in grouped)
+    return (
+        f"{which}: a multi-node group (LeaderWorkerSet) whose hidden states are not probed "
+        "(a probe would be a second group as large as the revision); set "
+        "hiddenStates.enabled: false to compare tokens and logprobs only"
+    )

@@ -188,22 +188,24 @@ def error_status(
     generation: int | None,
     at: datetime,
     metric: str = "runner",
+    phase: CheckPhase = CheckPhase.ERROR,
 ) -> JSON:
-    """The status of a check that ended without a measured verdict: Error, never Passed."""
+    """The status of a check that ended without a measured verdict: Error (or Inconclusive,
+    when what is missing is evidence the check asks for), never Passed."""
     verdict = Verdict(
         passed=False,
-        outcome=VerdictOutcome.ERROR,
-        summary=f"Error: {message}"[:MESSAGE_MAX],
+        outcome=VerdictOutcome(phase.value),
+        summary=f"{phase.value}: {message}"[:MESSAGE_MAX],
         reasons=[VerdictReason(metric=metric, message=message[:MESSAGE_MAX])],
         generation=generation,
     )
     return {
-        "phase": CheckPhase.ERROR.value,
+        "phase": phase.value,
         "completionTime": stamp(at),
         "verdict": verdict.to_kube(),
         "conditions": check_conditions(
             status,
-            terminal_updates(CheckPhase.ERROR, reason, message),
+            terminal_updates(phase, reason, message),
             generation=generation,
             at=at,
         ),

@@ -22,6 +22,7 @@ from infergate.plan.check.stamp import stamp_check
 from infergate.plan.conditions import find_condition
 from infergate.plan.deployment.desired import desired_drift_check
 from infergate.plan.deployment.manual import retained_revisions, roll_back
+from infergate.plan.deployment.observed import stable_group_digests
 from infergate.plan.deployment.state import Context, Rollout
 from infergate.plan.drift.state import DriftInput, DriftPlan
 from infergate.plan.drift.watch import decide_drift
@@ -36,6 +37,7 @@ def drift_input(ctx: Context, rollout: Rollout) -> DriftInput:
     stable = rollout.stable
     record = rollout.records.get(stable) if stable is not None else None
     status = ctx.state.status
+    workload = ctx.observed.deployments.get(stable) if stable is not None else None
     return DriftInput(
         deployment=ctx.state.owner.name,
         owner_uid=ctx.state.owner.uid,
@@ -52,6 +54,8 @@ def drift_input(ctx: Context, rollout: Rollout) -> DriftInput:
         retained=retained_revisions(ctx, rollout),
         history_limit=spec.revision_history_limit,
         now=ctx.now,
+        groups=stable_group_digests(workload, ctx.observed.pods),
+        group_replicas=workload.spec_replicas if workload is not None else 0,
     )
 
 

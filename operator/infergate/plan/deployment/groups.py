@@ -9,6 +9,7 @@ of it up and of its revision (plan/deployment/observed.py `with_whole_groups`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,9 @@ class GroupPod:
     revision_hash: str | None
     ready: bool
     terminating: bool = False
+    uid: str = ""
+    restarts: int = 0
+    """Container restarts the kubelet counted (the sum of restartCount)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,25 @@ def whole_groups(pods: Sequence[GroupPod], *, size: int, revision: str, revision
     return sum(1 for verdict in verdicts if verdict.whole)
 
 
+def whole_group_digests(
+    pods: Sequence[GroupPod], *, size: int, revision: str, revision_hash: str
+) -> dict[str, str]:
+    """Each whole group of a revision's pods, by group index, to a digest of who its pods
+    are: name, uid and restart count of each (pure). A group whose digest changes between
+    two sightings had a pod replaced (a new uid) or restarted in place (a higher count):
+    `plan.drift.restart` reads that as a restart of the group."""
+    verdicts = group_verdicts(pods, size=size, revision=revision, revision_hash=revision_hash)
+    whole = {verdict.group for verdict in verdicts if verdict.whole}
+    found: dict[str, list[str]] = {}
+    for pod in pods:
+        if pod.group in whole:
+            found.setdefault(pod.group, []).append(f"{pod.name}/{pod.uid}/{pod.restarts}")
+    return {
+        index: hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:16]
+        for index, members in found.items()
+    }
+
+
 def _order(index: str) -> tuple[int, str]:
     return (int(index), "") if index.isdigit() else (1 << 30, index)
 
@@ -105,6 +128,8 @@ def observe_group_pod(body: Mapping[str, Any]) -> GroupPod:
     labels = metadata.get("labels") or {}
     conditions = (body.get("status") or {}).get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    statuses = (body.get("status") or {}).get("containerStatuses") or []
+    restarts = sum(int(s.get("restartCount") or 0) for s in statuses if isinstance(s, dict))
     return GroupPod(
         name=str(metadata.get("name")),
         group=labels.get(LWS_GROUP_INDEX),
@@ -113,4 +138,6 @@ def observe_group_pod(body: Mapping[str, Any]) -> GroupPod:
         revision_hash=(metadata.get("annotations") or {}).get(ANNOTATION_REVISION_HASH),
         ready=ready,
         terminating=metadata.get("deletionTimestamp") is not None,
+        uid=str(metadata.get("uid") or ""),
+        restarts=restarts,
     )

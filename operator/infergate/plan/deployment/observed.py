@@ -22,6 +22,7 @@ from infergate.plan.deployment.groups import (
     GroupVerdict,
     group_verdicts,
     observe_group_pod,
+    whole_group_digests,
 )
 from infergate.plan.metadata import OwnerKey, parse_time
 from infergate.plan.ownership import controller_reference, controller_uid, describe_controller
@@ -284,6 +285,23 @@ def broken_groups(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> 
     if workload.kind != LWS_KIND:
         return []
     return [f"group {v.group}: {v.reason}" for v in _verdicts(workload, pods) if not v.whole]
+
+
+def stable_group_digests(
+    workload: ObservedDeployment | None, pods: Sequence[ObservedPod]
+) -> dict[str, str] | None:
+    """The whole groups of a LeaderWorkerSet by index, each to a digest of its pods' names,
+    uids and restart counts (`groups.whole_group_digests`); None for a Deployment or no
+    workload (a one-node revision has no groups to restart)."""
+    if workload is None or workload.kind != LWS_KIND:
+        return None
+    full = workload.annotations.get(ANNOTATION_REVISION_HASH, "")
+    return whole_group_digests(
+        [p.group for p in pods if p.group is not None and p.revision == workload.revision],
+        size=group_size(workload),
+        revision=workload.revision,
+        revision_hash=full.removeprefix("sha256:"),
+    )
 
 
 def _verdicts(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> list[GroupVerdict]:

@@ -59,8 +59,10 @@ def schedule_run(
     seen: Seen,
     status: DriftStatus,
     condition: ConditionUpdate | None,
+    restarted: Sequence[str] = (),
 ) -> DriftPlan:
-    """No run in flight: start one if due and possible, else say when or why not."""
+    """No run in flight: start one if due and possible, else say when or why not. A group of
+    the stable revision that `restarted` makes a run due now (`plan.drift.restart`)."""
 
     def waiting(reason: str, message: str) -> DriftPlan:
         shown = condition or ConditionUpdate(
@@ -91,7 +93,7 @@ def schedule_run(
         )
     anchor = seen.last_run or inp.stable_since or inp.now
     due = next_run(watch, anchor)
-    if due > inp.now:
+    if due > inp.now and not restarted:
         shown = condition or ConditionUpdate(
             reasons.DRIFTED,
             ConditionStatus.UNKNOWN,
@@ -123,10 +125,16 @@ def schedule_run(
                 "last_run": inp.now,
                 "running": True,
                 "next_run": None,
-                "message": f"run {name} started",
+                "message": f"run {name} started{_ahead(restarted)}",
             }
         ),
         condition=shown,
         create_run=run,
         wake_in=GRACE.total_seconds(),
     )
+
+
+def _ahead(restarted: Sequence[str]) -> str:
+    if not restarted:
+        return ""
+    return f" ahead of the schedule: groups {', '.join(restarted)} restarted"

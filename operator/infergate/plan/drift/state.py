@@ -9,7 +9,7 @@ latest run (`plan.drift.verdict`) and start the next (`plan.drift.schedule`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,6 +52,11 @@ class DriftInput:
     history_limit: int
     """How many finished drift runs are kept (revisionHistoryLimit)."""
     now: datetime
+    groups: Mapping[str, str] | None = None
+    """A multi-node stable revision's whole groups now, by group index, each to the digest of
+    its pods (`plan.deployment.groups.whole_group_digests`); None: one-node, no groups."""
+    group_replicas: int = 0
+    """Groups the stable revision's LeaderWorkerSet asks for (indexes beyond are forgotten)."""
 
 
 @dataclass(frozen=True)

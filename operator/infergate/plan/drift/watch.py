@@ -41,6 +41,7 @@ from infergate.api.enums import ConditionStatus
 from infergate.plan import reasons
 from infergate.plan.check.owned import ObservedCheck
 from infergate.plan.conditions import ConditionUpdate
+from infergate.plan.drift.restart import observe_restarts, with_restarts
 from infergate.plan.drift.schedule import schedule_run
 from infergate.plan.drift.state import (
     GRACE,
@@ -64,12 +65,25 @@ _VERDICT_REASONS = frozenset(
         reasons.DRIFT_CHECK_INCONCLUSIVE,
         reasons.DRIFT_CHECK_ERROR,
         reasons.DRIFT_CHECK_NOT_BOUND,
+        # Stands until the run that re-checks the restarted group gives its verdict.
+        reasons.GROUP_RESTARTED,
     }
 )
 
 
 def decide_drift(inp: DriftInput) -> DriftPlan:
-    """What the drift watch does now (see the module docstring)."""
+    """What the drift watch does now (see the module docstring); a restart inside the stable
+    revision's groups calls a run ahead of the schedule (`plan.drift.restart`)."""
+    restarts = None
+    if inp.watch is not None and inp.stable is not None:
+        restarts = observe_restarts(inp.previous, inp.stable, inp.groups, inp.group_replicas)
+    plan = _decide(inp, restarts.restarted if restarts is not None else ())
+    if restarts is None or inp.stable is None:
+        return plan
+    return with_restarts(plan, inp.stable, restarts)
+
+
+def _decide(inp: DriftInput, restarted: Sequence[str]) -> DriftPlan:
     mine = [c for c in inp.checks if c.drift and c.owner_uid == inp.owner_uid]
     watch, stable = inp.watch, inp.stable
     if watch is None:
@@ -163,7 +177,7 @@ def decide_drift(inp: DriftInput) -> DriftPlan:
             )
     plan = schedule_run(
         inp, watch=watch, stable=stable, seen=seen, status=judged.status,
-        condition=judged.condition,
+        condition=judged.condition, restarted=restarted,
     )  # fmt: skip
     if judged.refused is not None and plan.status is not None:
         # Why a drift was not rolled back stays in sight until the next run.

@@ -217,3 +217,37 @@ def test_a_full_hidden_state_store_compares_hidden_states() -> None:
     world.reconcile()
     [check] = drift_checks(world)
     assert check["spec"]["hiddenStates"]["enabled"] is True
+
+
+def test_a_restarted_group_of_the_stable_revision_is_re_checked_at_once() -> None:
+    """A multi-node stable revision: its groups are recorded as seen whole; a pod of one
+    made again (new uids) calls a drift run at once, though the next is an hour away."""
+    world = World(golden=GoldenSpec.model_validate(STORE))
+    world.set("topology", {"nodes": 2, "acceleratorsPerNode": 1, "pipelineParallelSize": 2})
+    world.set("rollout.parity.watch", {"intervalSeconds": 3600})
+    world.set("rollout.parity.hiddenStates", {"enabled": False})
+    old, canary = world.available_canary()
+    world.set_check(
+        f"{NAME}-{canary}", "Passed", passed=True, metrics={"tokenMatchRate": 1.0},
+        golden={"stored": True, "entries": [_entry(old, "baseline"), _entry(canary, "candidate")]},
+    )  # fmt: skip
+    world.settle()
+    assert world.status.stable_revision == canary
+    assert world.of("Deployment") == []
+    drift = world.status.drift
+    assert drift is not None
+    assert len(drift.groups) == 2  # two replicas: two groups of two pods
+    assert world.condition("Drifted") == ("Unknown", "DriftWatchWaiting")
+    assert drift_checks(world) == []
+
+    world.replace_pod(f"{NAME}-{canary}-1-1")
+    plan = world.reconcile()
+    [run] = drift_checks(world)
+    assert run["metadata"]["name"] == f"{NAME}-{canary}-drift1"
+    assert world.condition("Drifted") == ("Unknown", "GroupRestarted")
+    assert (True, "GroupRestarted") in notices(plan)
+    assert world.status.drift is not None
+    assert world.status.drift.restarted_groups == []  # the run took it over
+    plan = world.reconcile()
+    assert (True, "GroupRestarted") not in notices(plan)  # announced once
+    assert len(drift_checks(world)) == 1

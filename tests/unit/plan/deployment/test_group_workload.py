@@ -13,6 +13,7 @@ from infergate.plan.deployment.observed import (
     collect,
     observe_deployment,
     observe_pod,
+    stable_group_digests,
 )
 from infergate.plan.deployment.sync import Delete, sync_children
 
@@ -130,3 +131,31 @@ def test_a_quantity_re_encoded_by_a_webhook_is_no_drift(
 ) -> None:
     found = field_drift({"memory": desired}, {"memory": observed}, "spec")
     assert bool(found) is drifts
+
+
+def _identity(body: dict[str, Any], uid: str, restarts: int = 0) -> dict[str, Any]:
+    body["metadata"]["uid"] = uid
+    body["status"]["containerStatuses"] = [{"name": "engine", "restartCount": restarts}]
+    return body
+
+
+def test_the_drift_watch_sees_a_worker_replaced_or_restarted_from_the_pod_bodies() -> None:
+    """What the drift watch records of a stable group (plan/drift/restart.py) changes when a
+    pod of it is replaced (a new uid) or its container restarts (a higher count), and a
+    group that is not whole has none."""
+
+    def digests(pods: list[dict[str, Any]]) -> dict[str, str] | None:
+        workload, observed = _seen(_lws(), pods)
+        return stable_group_digests(workload, observed)
+
+    before = digests([_identity(_pod("0", "0"), "a"), _identity(_pod("0", "1"), "b")])
+    assert before is not None
+    assert list(before) == ["0"]
+    same = digests([_identity(_pod("0", "0"), "a"), _identity(_pod("0", "1"), "b")])
+    replaced = digests([_identity(_pod("0", "0"), "a"), _identity(_pod("0", "1"), "c")])
+    restarted = digests([_identity(_pod("0", "0"), "a"), _identity(_pod("0", "1"), "b", 1)])
+    assert same == before
+    assert replaced != before
+    assert restarted != before
+    assert digests([_identity(_pod("0", "0"), "a")]) == {}
+    assert stable_group_digests(None, []) is None

@@ -18,6 +18,7 @@ from infergate.plan.check.stamp import see_suite, unread_suites
 from infergate.plan.check.status import spec_digest
 from infergate.plan.deployment.control import manual_requests
 from infergate.plan.deployment.desired import Owner
+from infergate.plan.deployment.groups import LWS_GROUP_INDEX, LWS_WORKER_INDEX
 from infergate.plan.deployment.observed import (
     collect,
     holder_of,
@@ -28,7 +29,7 @@ from infergate.plan.deployment.observed import (
 from infergate.plan.deployment.reconcile import ReconcilePlan, plan_reconcile, with_check_uids
 from infergate.plan.deployment.rollout import DeploymentState
 from infergate.plan.deployment.sync import Create, Delete, Recreate, Update
-from infergate.render.labels import LABEL_REVISION
+from infergate.render.labels import ANNOTATION_REVISION_HASH, LABEL_REVISION
 
 NAME = "qwen"
 NAMESPACE = "llm"
@@ -112,7 +113,8 @@ class World:
 
     def reconcile(self) -> ReconcilePlan:
         spec = InferenceDeploymentSpec.model_validate(self.spec)
-        deployments = [d for o in self.of("Deployment") if (d := observe_deployment(o))]
+        workloads = [*self.of("Deployment"), *self.of("LeaderWorkerSet")]
+        deployments = [d for o in workloads if (d := observe_deployment(o))]
         others = [
             o
             for body in [*self.of("ConfigMap"), *self.of("Service")]
@@ -224,7 +226,7 @@ class World:
         body["metadata"]["resourceVersion"] = str(version)
         body["metadata"]["uid"] = f"uid-{version}"
         body["metadata"]["generation"] = 1
-        if body["kind"] == "Deployment":
+        if body["kind"] in ("Deployment", "LeaderWorkerSet"):
             body["status"] = {"observedGeneration": 0}
         self.objects[key] = body
         return body
@@ -265,8 +267,14 @@ class World:
         body["status"] = {**body["status"], "readyReplicas": 0, "availableReplicas": 0}
 
     def make_available(self, revision: str | None = None) -> None:
-        """Play the Deployment controller: every (or one) Deployment fully rolled out."""
-        for body in self.of("Deployment"):
+        """Play the Deployment controller: every (or one) Deployment fully rolled out; and
+        the LWS and StatefulSet controllers: each group of a LeaderWorkerSet has its pods,
+        ready (pods already there are kept, uids and all)."""
+        for body in self.of("LeaderWorkerSet"):
+            if revision and body["metadata"]["labels"].get(LABEL_REVISION) != revision:
+                continue
+            self._group_pods(body)
+        for body in [*self.of("Deployment"), *self.of("LeaderWorkerSet")]:
             if revision and body["metadata"]["labels"].get(LABEL_REVISION) != revision:
                 continue
             replicas = body["spec"]["replicas"]
@@ -277,6 +285,44 @@ class World:
                 "readyReplicas": replicas,
                 "availableReplicas": replicas,
             }
+
+    def _group_pods(self, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        labels = body["metadata"]["labels"]
+        size = body["spec"]["leaderWorkerTemplate"]["size"]
+        for group in range(body["spec"]["replicas"]):
+            for worker in range(size):
+                pod = f"{name}-{group}" + (f"-{worker}" if worker else "")
+                if pod in self.pods:
+                    continue
+                self.pods[pod] = {
+                    "metadata": {
+                        "name": pod,
+                        "namespace": NAMESPACE,
+                        "uid": f"uid-{next(self._versions)}",
+                        "labels": {
+                            **labels,
+                            LWS_GROUP_INDEX: str(group),
+                            LWS_WORKER_INDEX: str(worker),
+                        },
+                        "annotations": {
+                            ANNOTATION_REVISION_HASH: body["metadata"]["annotations"][
+                                ANNOTATION_REVISION_HASH
+                            ]
+                        },
+                    },
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                }
+
+    def replace_pod(self, name: str) -> None:
+        """Play the LWS controller after a pod of a group was deleted: the group comes back
+        whole, every pod of it made again (new uids)."""
+        labels = self.pods[name]["metadata"]["labels"]
+        key = (labels[LABEL_REVISION], labels[LWS_GROUP_INDEX])
+        for pod in self.pods.values():
+            other = pod["metadata"]["labels"]
+            if (other.get(LABEL_REVISION), other.get(LWS_GROUP_INDEX)) == key:
+                pod["metadata"]["uid"] = f"uid-{next(self._versions)}"
 
     def available_canary(self, **engine: Any) -> tuple[str, str]:
         """Settle a stable, change the engine (float16 by default), and make the canary

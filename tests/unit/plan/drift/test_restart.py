@@ -1,0 +1,202 @@
+"""A restart inside the stable revision's groups calls a drift run ahead of the schedule, and
+Drifted says the last verdict no longer speaks for the group until that run judges it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from infergate.api.drift import DriftStatus
+from infergate.api.enums import CheckPhase, ConditionStatus, VerdictOutcome
+from infergate.plan.deployment.groups import GroupPod, whole_group_digests
+from infergate.plan.drift.restart import observe_restarts
+from infergate.plan.drift.watch import decide_drift
+
+from .test_watch import NOW, STABLE, canary_check, condition, drift_check, given, seen
+
+HASH = "f" * 64
+
+
+def pod(name: str, group: str, worker: str, uid: str, restarts: int = 0, **kw: object) -> GroupPod:
+    fields: dict[str, object] = {
+        "revision": STABLE,
+        "revision_hash": f"sha256:{HASH}",
+        "ready": True,
+        **kw,
+    }
+    return GroupPod(
+        name=name, group=group, worker=worker, uid=uid, restarts=restarts,
+        **fields,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def digests(*pods: GroupPod) -> dict[str, str]:
+    return whole_group_digests(pods, size=2, revision=STABLE, revision_hash=HASH)
+
+
+GROUP0 = (pod("w-0", "0", "0", "u1"), pod("w-0-1", "0", "1", "u2"))
+
+
+@pytest.mark.parametrize(
+    ("now", "restarted"),
+    [
+        pytest.param(GROUP0, False, id="same pods: no restart"),
+        pytest.param((GROUP0[0], pod("w-0-1", "0", "1", "u3")), True, id="worker replaced"),
+        pytest.param((GROUP0[0], pod("w-0-1", "0", "1", "u2", 1)), True, id="worker restarted"),
+        pytest.param((pod("w-0", "0", "0", "u1", 2), GROUP0[1]), True, id="leader restarted"),
+    ],
+)
+def test_a_group_whole_again_with_other_pods_restarted(
+    now: tuple[GroupPod, ...], restarted: bool
+) -> None:
+    first = observe_restarts(None, STABLE, digests(*GROUP0), 1)
+    assert first is not None
+    assert first.restarted == ()  # the first sighting is recorded, not a restart
+    before = DriftStatus(revision=STABLE, groups=list(first.groups))
+    found = observe_restarts(before, STABLE, digests(*now), 1)
+    assert found is not None
+    assert found.restarted == (("0",) if restarted else ())
+
+
+def test_a_group_not_whole_keeps_its_record_until_it_is_whole_again() -> None:
+    first = observe_restarts(None, STABLE, digests(*GROUP0), 1)
+    assert first is not None
+    before = DriftStatus(revision=STABLE, groups=list(first.groups))
+    gone = digests(GROUP0[0])  # the worker is gone: not whole, no digest
+    assert gone == {}
+    broken = observe_restarts(before, STABLE, gone, 1)
+    assert broken is not None
+    assert (broken.groups, broken.restarted) == (first.groups, ())
+    back = observe_restarts(
+        DriftStatus(revision=STABLE, groups=list(broken.groups)),
+        STABLE,
+        digests(pod("w-0", "0", "0", "u4"), pod("w-0-1", "0", "1", "u5")),
+        1,
+    )
+    assert back is not None
+    assert back.restarted == ("0",)
+    assert back.found == ("0",)
+
+
+def test_a_not_ready_or_other_revision_group_has_no_digest() -> None:
+    assert digests(GROUP0[0], pod("w-0-1", "0", "1", "u2", ready=False)) == {}
+    assert digests(GROUP0[0], pod("w-0-1", "0", "1", "u2", revision="cccccccccc")) == {}
+
+
+def test_a_record_of_another_revision_or_a_group_scaled_away_counts_for_nothing() -> None:
+    old = DriftStatus(revision="cccccccccc", groups=["0=aaaa"], restarted_groups=["0"])
+    found = observe_restarts(old, STABLE, {"0": "bbbb"}, 1)
+    assert found is not None
+    assert (found.groups, found.restarted) == (("0=bbbb",), ())
+    mine = DriftStatus(revision=STABLE, groups=["0=aaaa", "1=cccc"], restarted_groups=["1"])
+    found = observe_restarts(mine, STABLE, {"0": "aaaa"}, 1)
+    assert found is not None
+    assert (found.groups, found.restarted) == (("0=aaaa",), ())
+
+
+def test_a_one_node_revision_records_nothing() -> None:
+    assert observe_restarts(DriftStatus(revision=STABLE), STABLE, None, 0) is None
+
+
+# -- what the watch does ------------------------------------------------------------------
+
+
+def passed_run() -> tuple[object, DriftStatus]:
+    """A run that passed 10 minutes ago: the next is due in 50 minutes."""
+    last = drift_check(1, CheckPhase.PASSED, created=NOW - timedelta(minutes=10))
+    return last, seen(last, VerdictOutcome.PASSED)
+
+
+def test_a_restart_starts_a_run_at_once_and_says_why() -> None:
+    last, status = passed_run()
+    status = status.model_copy(update={"groups": ["0=aaaa"]})
+    quiet = decide_drift(given(checks=[canary_check(), last], previous=status, groups={"0": "aaaa"},
+                               group_replicas=1))  # fmt: skip
+    assert quiet.create_run is None  # no restart: the schedule stands
+    plan = decide_drift(
+        given(
+            checks=[canary_check(), last],
+            previous=status,
+            previous_condition=condition("False", "NoDriftDetected"),
+            groups={"0": "bbbb"},
+            group_replicas=1,
+        )
+    )
+    assert plan.create_run == 2
+    assert plan.status is not None
+    assert plan.status.groups == ["0=bbbb"]
+    assert plan.status.restarted_groups == []  # the run made takes it over
+    assert plan.condition is not None
+    assert (plan.condition.status, plan.condition.reason) == (
+        ConditionStatus.UNKNOWN,
+        "GroupRestarted",
+    )
+    assert f"{STABLE}-drift2 re-checks" in plan.condition.message
+    assert [n.reason for n in plan.notices] == ["GroupRestarted"]
+
+
+def test_a_restart_during_a_run_waits_for_it_then_runs_again() -> None:
+    running = drift_check(1, None, created=NOW - timedelta(minutes=10))
+    status = DriftStatus(
+        revision=STABLE, run=1, check=running.name, check_uid=running.uid,
+        spec_digest=running.digest, last_run=running.created, running=True, groups=["0=aaaa"],
+    )  # fmt: skip
+    plan = decide_drift(
+        given(checks=[canary_check(), running], previous=status, groups={"0": "bbbb"},
+              group_replicas=1)
+    )  # fmt: skip
+    assert plan.create_run is None
+    assert plan.status is not None
+    assert plan.status.restarted_groups == ["0"]
+    assert plan.condition is not None
+    assert plan.condition.reason == "GroupRestarted"
+    # The run ends (it started before the restart): the next starts at once.
+    ended = drift_check(1, CheckPhase.PASSED, created=NOW - timedelta(minutes=10))
+    after = decide_drift(
+        given(
+            checks=[canary_check(), ended],
+            previous=plan.status.model_copy(update={"running": None}),
+            groups={"0": "bbbb"},
+            group_replicas=1,
+        )
+    )
+    assert after.create_run == 2
+
+
+def test_a_restart_clears_no_alarm() -> None:
+    last = drift_check(1, CheckPhase.FAILED, created=NOW - timedelta(minutes=10))
+    status = seen(last, VerdictOutcome.FAILED).model_copy(update={"groups": ["0=aaaa"]})
+    plan = decide_drift(
+        given(
+            checks=[canary_check(), last],
+            previous=status,
+            previous_condition=condition("True", "DriftDetected", "drift run x: drifted"),
+            groups={"0": "bbbb"},
+            group_replicas=1,
+        )
+    )
+    assert plan.condition is not None
+    assert plan.condition.status is ConditionStatus.TRUE
+    assert "restarted" in plan.condition.message
+
+
+def test_a_restart_while_a_canary_rolls_out_waits_and_stays_in_sight() -> None:
+    last, status = passed_run()
+    status = status.model_copy(update={"groups": ["0=aaaa"]})
+    plan = decide_drift(
+        given(checks=[canary_check(), last], previous=status, canary="cccccccccc",
+              groups={"0": "bbbb"}, group_replicas=1)
+    )  # fmt: skip
+    assert plan.create_run is None
+    assert plan.status is not None
+    assert plan.status.restarted_groups == ["0"]
+    assert plan.condition is not None
+    assert plan.condition.reason == "GroupRestarted"
+    assert "canary" in plan.condition.message
+
+
+def test_without_a_watch_a_restart_does_nothing() -> None:
+    plan = decide_drift(given(watch=None, groups={"0": "bbbb"}, group_replicas=1))
+    assert plan.create_run is None
+    assert plan.status is None
