@@ -39,8 +39,6 @@ WATCHED: tuple[tuple[str, str, str], ...] = (
     ("", "v1", "configmaps"),
     ("", "v1", "serviceaccounts"),
     ("apps", "v1", "deployments"),
-    ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
-    ("policy", "v1", "poddisruptionbudgets"),
     ("batch", "v1", "jobs"),
     ("rbac.authorization.k8s.io", "v1", "roles"),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"),
