@@ -306,9 +306,12 @@ def _age_crd(cluster: Cluster) -> JSON:
 NEWER_RIGHTS: list[JSON] = [
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
      "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+    {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
+     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
 ]  # fmt: skip
 """What this tree's operator needs that the PREVIOUS chart's RBAC does not grant: the
-stable revision's PodDisruptionBudget (watched, and made once a revision is stable)."""
+stable revision's PodDisruptionBudget (watched, and made once a revision is stable) and a
+multi-node revision's LeaderWorkerSet (watched wherever its CRD is installed)."""
 
 
 def _grant_this_trees_rights(cluster: Cluster, fullname: str, namespace: str) -> None:
