@@ -102,3 +102,77 @@ def test_a_lost_nodes_pod_is_killed_without_sigterm_and_reports_nothing(
     runner._report()
     assert api.reported == []  # nothing of the machine is left to report
     assert api.deleted == 0  # the pod stays in the API for the garbage collector
+
+
+class _Cluster:
+    """The API calls of one executor loop: nodes and pods as listed, writes recorded."""
+
+    server = "https://127.0.0.1:6443"
+
+    def __init__(self, node_names: list[str], pods: list[dict[str, Any]]) -> None:
+        self.node_names, self.pods = node_names, pods
+        self.patched: list[str] = []
+
+    def list(self, path: str, **params: str) -> list[dict[str, Any]]:
+        if path == "/api/v1/nodes":
+            return [_node(n) for n in self.node_names]
+        if path == "/api/v1/pods":
+            node = params["fieldSelector"].removeprefix("spec.nodeName=")
+            return [p for p in self.pods if p["spec"]["nodeName"] == node]
+        return []  # no Services, no slices
+
+    def get(self, _path: str) -> None:
+        return None
+
+    def create(self, _path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    def merge_patch(self, path: str, _body: dict[str, Any]) -> None:
+        self.patched.append(path)
+
+
+class _Runner:
+    def __init__(self, node: str) -> None:
+        self.node_name, self.pod_ip = node, "127.0.0.9"
+        self.stop_requested = False
+        self.killed = False
+
+    def observe(self, _pod: dict[str, Any]) -> None: ...
+
+    def is_alive(self) -> bool:
+        return True
+
+    def request_kill(self) -> None:
+        self.killed = self.stop_requested = True
+
+    def request_stop(self, _grace: float, _delete: bool) -> None:
+        self.stop_requested = True
+
+
+def test_the_executor_takes_on_an_added_node_and_kills_the_pods_of_a_lost_one(
+    tmp_path: Path,
+) -> None:
+    from infergate_dev.localcluster.executor.agent import Executor
+
+    pods = [
+        {**_pod("a", "executor-gpu"), "status": {"phase": "Running"}},
+        {**_pod("b", "executor-gpu-1"), "status": {"phase": "Running"}},
+    ]
+    api = _Cluster(["executor-gpu", "executor-ascend", "executor", "executor-gpu-1"], pods)
+    executor = Executor(api, tmp_path)  # type: ignore[arg-type]
+    runners = {"a": _Runner("executor-gpu"), "b": _Runner("executor-gpu-1")}
+    executor.runners = dict(runners)  # type: ignore[arg-type]
+    executor.sync()
+    assert "executor-gpu-1" in executor.node_names
+    assert "/api/v1/nodes/executor-gpu-1/status" in api.patched  # Ready at once
+    assert not any(r.stop_requested for r in runners.values())
+    # The Node object of executor-gpu-1 is deleted; its pod is still in the API.
+    api.node_names.remove("executor-gpu-1")
+    executor.sync()
+    assert runners["b"].killed
+    assert not runners["a"].stop_requested
+    assert executor.lost_nodes == {"executor-gpu-1"}  # its pod still published
+    # The pod garbage collector deleted the pod: the lost node is forgotten.
+    api.pods.remove(pods[1])
+    executor.sync()
+    assert executor.lost_nodes == frozenset()
