@@ -166,9 +166,14 @@ def _ready_pods(cluster: Cluster, namespace: str, revision: str) -> list[dict[st
 
 
 def _node_ready(cluster: Cluster, name: str) -> bool | None:
+    """Ready, and rid of the not-ready taint a new Node is created with (the node
+    lifecycle controller lifts it once the node reports Ready): pods may land there."""
     body = cluster.get_json("node", name)
     conditions = (body.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) or None
+    taints = (body.get("spec") or {}).get("taints") or []
+    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    held = any(t["key"].startswith("node.kubernetes.io/") for t in taints)
+    return (ready and not held) or None
 
 
 def _dead(url: str) -> bool:
