@@ -73,8 +73,9 @@ SECOND = NodeShape("executor-gpu-1", "nvidia-gpu", simulated=False)
 
 class Tally:
     """Each engine pod's count of client requests, read every half second from its
-    /metrics with the wall time of the read: url -> [(time, count)]. Pods are found by
-    listing the deployment's pods, so a new engine is read before the endpoints list it."""
+    /metrics with the wall time of the read: url -> [(time, count)]. Every engine starts
+    in this test, and only the client's requests fall in the counted bucket (the runner's
+    never do: tests/e2e/traffic.py), so each count starts at 0."""
 
     def __init__(self, cluster: Cluster, namespace: str) -> None:
         self.cluster, self.namespace = cluster, namespace
@@ -104,8 +105,7 @@ class Tally:
         self._read()
 
     def served(self, url: str) -> int:
-        reads = self.reads.get(url) or [(0.0, 0)]
-        return reads[-1][1] - reads[0][1]
+        return (self.reads.get(url) or [(0.0, 0)])[-1][1]
 
     def last_read(self, url: str) -> float:
         return (self.reads.get(url) or [(0.0, 0)])[-1][0]
@@ -120,7 +120,10 @@ class View:
     reads: list[tuple[float, list[str]]] = field(default_factory=list)
 
     def __call__(self) -> list[str]:
-        urls = service_urls(self.cluster, self.namespace, NAME)
+        try:
+            urls = service_urls(self.cluster, self.namespace, NAME)
+        except Exception:  # noqa: BLE001 - a failed read keeps the last one, as kube-proxy does
+            return self.reads[-1][1] if self.reads else []
         self.reads.append((time.time(), urls))
         return urls
 
@@ -290,7 +293,7 @@ def _promote_and_lose_a_node(cluster: Cluster, ns: str, rig: Rig, models: str) -
     assert "promotion" not in status
     assert sorted(_placed(cluster, ns, canary).values()) == [SURVIVOR] * REPLICAS
     # Before the loss nothing failed, the move to the new stable included.
-    assert [s.answer for s in failed if sent(s) < lost_at] == []
+    assert [s.answer for s in failed if s.at < lost_at] == []
     # What failed after it was sent to the lost pods, before the client read the
     # endpoints without them.
     assert {s.url for s in failed} <= lost_urls, [(s.url, s.answer) for s in failed[:5]]
