@@ -206,6 +206,8 @@ def test_a_node_lost_between_the_switch_and_the_scale_down_keeps_every_request_a
     cluster.kubectl(
         "annotate", "namespace", ns, f"infergate.io/allowed-host-paths={models}", "--overwrite"
     )  # fmt: skip
+    # A run cut short may have left the node behind: made afresh, as a new machine joins.
+    cluster.kubectl("delete", "node", SECOND.name, "--ignore-not-found", "--wait=true")
     cluster.kubectl("create", "-f", "-", input=json.dumps(node_object(SECOND)))
     try:
         wait_for(lambda: _node_ready(cluster, SECOND.name), 60, f"{SECOND.name} taken on")
