@@ -19,9 +19,9 @@ time goes to the client's traffic. Run under the engines' lock:
 
     flock /tmp/heavy.lock .venv/bin/pytest tests/integration/test_promotion_traffic.py -s
 
-A node loss between the switch and the scale-down is shown on KWOK's nodes in
-test_faults.py (the Service's ready endpoints judged, not requests): the executor has one
-GPU node, whose loss would take every engine.
+A node loss between the switch and the scale-down, on real engines with requests counted
+the same way, is test_promotion_node_loss.py (a second executor GPU node added by the
+test, then lost).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The executor's main loop: register its nodes, heartbeat, run their pods."""
+"""The executor's main loop: register its nodes, heartbeat, run their pods.
+
+Besides the default executor nodes it registers, it takes on executor nodes added at
+run time and treats one whose Node object is deleted as a lost machine (nodeset).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from urllib.parse import urlparse
 
 from infergate.jsontypes import JSON
 from infergate_dev.localcluster import nodes
-from infergate_dev.localcluster.executor import endpoints, images
+from infergate_dev.localcluster.executor import endpoints, images, nodeset
 from infergate_dev.localcluster.executor.container import kill_leftovers, now_rfc3339
 from infergate_dev.localcluster.executor.pod import PodRunner, Site
 from infergate_dev.localcluster.executor.volumes import remove_pod_dir
@@ -121,7 +125,9 @@ class Executor:
             api_port=server.port or 443,
             images=[],
         )
-        self.node_names = [n.name for n in nodes.executor_nodes()]
+        # Replaced, never changed in place: the heartbeat thread reads it.
+        self.node_names: frozenset[str] = frozenset(n.name for n in nodes.executor_nodes())
+        self.lost_nodes: frozenset[str] = frozenset()
         self.runners: dict[str, PodRunner] = {}
         self.ips = IpAllocator(EXECUTOR_POD_CIDR)
         self.stopping = threading.Event()
@@ -131,16 +137,38 @@ class Executor:
     def register_nodes(self) -> None:
         for shape in nodes.executor_nodes():
             body = nodes.node_object(shape)
-            body["status"]["conditions"] = self._node_conditions()
-            body["status"]["addresses"] = [
-                {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": shape.name},
-            ]
+            body["status"].update(self._node_status(shape.name))
             if self.client.get(f"/api/v1/nodes/{shape.name}") is None:
                 self.client.create("/api/v1/nodes", body)
             self.client.merge_patch(
                 f"/api/v1/nodes/{shape.name}/status", {"status": body["status"]}
             )
+
+    def _node_status(self, name: str) -> JSON:
+        return {
+            "conditions": self._node_conditions(),
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": name},
+            ],
+        }
+
+    def discover_nodes(self) -> None:
+        """Take on the executor nodes added since the last loop (Ready at once, as a
+        kubelet that just registered reports), and note the ones lost."""
+        listed = self.client.list("/api/v1/nodes", labelSelector=nodeset.EXECUTOR_SELECTOR)
+        changes = nodeset.node_changes(self.node_names, listed)
+        for name in sorted(changes.added):
+            log.info("node %s: taken on", name)
+            self._renew_lease(name)
+            self.client.merge_patch(
+                f"/api/v1/nodes/{name}/status", {"status": self._node_status(name)}
+            )
+        for name in sorted(changes.lost):
+            log.info("node %s: Node object gone, its pods' processes die with it", name)
+        if changes.added or changes.lost:
+            self.lost_nodes = (self.lost_nodes - changes.added) | changes.lost
+            self.node_names = (self.node_names - changes.lost) | changes.added
 
     @staticmethod
     def _node_conditions() -> list[JSON]:
@@ -165,36 +193,39 @@ class Executor:
 
     def heartbeat(self) -> None:
         while not self.stopping.wait(_HEARTBEAT):
-            try:
-                self._renew_leases()
-                for name in self.node_names:
+            # Each node on its own: one that was just deleted fails alone.
+            for name in sorted(self.node_names):
+                try:
+                    self._renew_lease(name)
                     self.client.merge_patch(
                         f"/api/v1/nodes/{name}/status",
                         {"status": {"conditions": self._node_conditions()}},
                     )
-            except Exception:
-                log.exception("heartbeat failed")
+                except Exception:
+                    log.exception("heartbeat of node %s failed", name)
 
-    def _renew_leases(self) -> None:
+    def _renew_lease(self, name: str) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-        for name in self.node_names:
-            path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
-            spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}
-            if self.client.get(path) is None:
-                self.client.create(
-                    "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
-                    {"metadata": {"name": name}, "spec": spec},
-                )
-            else:
-                self.client.merge_patch(path, {"spec": spec})
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+        spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}
+        if self.client.get(path) is None:
+            self.client.create(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                {"metadata": {"name": name}, "spec": spec},
+            )
+        else:
+            self.client.merge_patch(path, {"spec": spec})
 
     # -- pods -----------------------------------------------------------------
 
-    def _pods(self) -> list[JSON]:
+    def _pods(self) -> nodeset.PodSplit:
         pods: list[JSON] = []
-        for name in self.node_names:
+        for name in sorted(self.node_names | self.lost_nodes):
             pods += self.client.list("/api/v1/pods", fieldSelector=f"spec.nodeName={name}")
-        return pods
+        split = nodeset.split_pods(pods, self.node_names, self.lost_nodes)
+        # A lost node is forgotten once the pod garbage collector deleted its pods.
+        self.lost_nodes = frozenset(p["spec"]["nodeName"] for p in split.orphaned)
+        return split
 
     def publish_endpoints(self, pods: list[JSON]) -> None:
         services = [s for s in self.client.list("/api/v1/services") if s["spec"].get("selector")]
@@ -226,10 +257,11 @@ class Executor:
             )
 
     def sync(self) -> None:
-        pods = self._pods()
-        self.publish_endpoints(pods)
+        self.discover_nodes()
+        split = self._pods()
+        self.publish_endpoints(split.run + split.orphaned)
         seen = set()
-        for pod in pods:
+        for pod in split.run:
             uid = pod["metadata"]["uid"]
             seen.add(uid)
             runner = self.runners.get(uid)
@@ -258,7 +290,9 @@ class Executor:
                 runner.start()
         for uid, runner in list(self.runners.items()):
             if uid not in seen:
-                if not runner.stop_requested:
+                if runner.node_name not in self.node_names and not runner.stop_requested:
+                    runner.request_kill()
+                elif not runner.stop_requested:
                     runner.request_stop(0, delete=False)
                 if not runner.is_alive():
                     self.ips.release(runner.pod_ip)

@@ -71,6 +71,7 @@ class PodRunner(threading.Thread):
         self._stop_requested = threading.Event()
         self._grace = 0.0
         self._delete_after_stop = False
+        self._lost = False
         self._containers: list[ContainerProcess] = []
         self._inits: list[ContainerProcess] = []
         self._phase = "Pending"
@@ -85,6 +86,17 @@ class PodRunner(threading.Thread):
         self._grace = min(grace_seconds, _MAX_GRACE)
         self._delete_after_stop = delete
         self._stop_requested.set()
+
+    def request_kill(self) -> None:
+        """The pod's node is lost: its containers die at once (SIGKILL, no preStop) and
+        nothing more is reported for it, since nothing of that machine is left to report."""
+        self._lost = True
+        self.request_stop(0, delete=False)
+
+    @property
+    def node_name(self) -> str | None:
+        node: str | None = self.pod["spec"].get("nodeName")
+        return node
 
     def observe(self, pod: JSON) -> None:
         """The API server's copy of the pod, as the agent listed it. Where its conditions
@@ -118,17 +130,24 @@ class PodRunner(threading.Thread):
         except Exception:
             log.exception("pod %s: executor error", self.pod_ref)
         finally:
-            grace = self._grace
-            if self._delete_after_stop:
-                grace = self._pre_stop(grace)
+            self._end()
+
+    def _end(self) -> None:
+        if self._lost:
             for container in self._inits + self._containers:
-                container.stop(grace)
-            if self._delete_after_stop:
-                try:
-                    self.api.delete_pod_now(self.pod)
-                except Exception:
-                    log.exception("pod %s: final delete failed", self.pod_ref)
-                remove_pod_dir(self.pod_dir)
+                container.kill()
+            return
+        grace = self._grace
+        if self._delete_after_stop:
+            grace = self._pre_stop(grace)
+        for container in self._inits + self._containers:
+            container.stop(grace)
+        if self._delete_after_stop:
+            try:
+                self.api.delete_pod_now(self.pod)
+            except Exception:
+                log.exception("pod %s: final delete failed", self.pod_ref)
+            remove_pod_dir(self.pod_dir)
 
     def _pre_stop(self, grace: float) -> float:
         """Run the running containers' preStop hooks as a kubelet does before SIGTERM, and
@@ -305,6 +324,8 @@ class PodRunner(threading.Thread):
             self._phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
 
     def _report(self) -> None:
+        if self._lost:
+            return
         statuses = [c.status(c.spec.get("image", "")) for c in self._containers]
         init_statuses = [c.status(c.spec.get("image", "")) for c in self._inits]
         all_ready = bool(statuses) and all(s["ready"] for s in statuses)
