@@ -189,12 +189,13 @@ def _canary_in_flight(
 
 def _bound_verdict(check: dict[str, Any], *, passed: bool) -> dict[str, Any]:
     """A verdict bound as the runner binds one: the check's spec digest, generation and both
-    revisions."""
+    revisions (a golden baseline, as a drift run's, resolves to the record's revision)."""
     spec = check["spec"]
     outcome = "Passed" if passed else "Failed"
+    baseline = spec["baseline"]
     return {
         "phase": outcome,
-        "baselineRevision": spec["baseline"]["revision"],
+        "baselineRevision": baseline.get("revision") or baseline["golden"]["revision"],
         "candidateRevision": spec["candidate"]["revision"],
         "verdict": {
             "passed": passed,

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from infergate.plan.check.status import spec_digest
 from infergate.render.check_names import runner_account_name
 from tests.harness import wait_for
 from tests.integration.admission_support import recorded_runner_account
@@ -147,26 +146,6 @@ def _drifted(status: dict[str, Any]) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c["type"] == "Drifted"), {})
 
 
-def _drift_verdict(run: dict[str, Any], *, passed: bool) -> dict[str, Any]:
-    """A drift run's verdict bound as the runner binds one: the golden baseline resolves to
-    the record's revision."""
-    spec = run["spec"]
-    outcome = "Passed" if passed else "Failed"
-    return {
-        "phase": outcome,
-        "baselineRevision": spec["baseline"]["golden"]["revision"],
-        "candidateRevision": spec["candidate"]["revision"],
-        "verdict": {
-            "passed": passed,
-            "outcome": outcome,
-            "summary": f"{outcome} (written as the runner writes it)",
-            "specDigest": spec_digest(spec),
-            "generation": run["metadata"]["generation"],
-        },
-        "metrics": {"tokenMatchRate": 1.0 if passed else 0.5},
-    }
-
-
 def _verdict_by_its_runner(setting: Setting, run: dict[str, Any], *, passed: bool) -> None:
     """The run's own runner (the operator makes one for every check, the team's too) writes
     a bound verdict for it."""
@@ -176,7 +155,7 @@ def _verdict_by_its_runner(setting: Setting, run: dict[str, Any], *, passed: boo
         120,
         f"{name}: the recorded runner ServiceAccount",
     )
-    written = _runner_writes(setting, account, name, _drift_verdict(run, passed=passed))
+    written = _runner_writes(setting, account, name, _bound_verdict(run, passed=passed))
     assert written.allowed, written.stderr
 
 
