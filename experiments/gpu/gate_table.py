@@ -548,9 +548,12 @@ CALIBRATION_PAIRS = (
 )
 
 
-def run_judge(args: argparse.Namespace) -> dict[str, Any]:
+def run_judge(
+    args: argparse.Namespace, progress: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
     """Calibrate on the calibration suite, then judge every candidate as a rollout would:
-    static profile limits, and limits derived from the model's own noise."""
+    static profile limits, and limits derived from the model's own noise. `progress` gets
+    the partial result after the calibration and after each row (a run cut off keeps it)."""
     from datetime import UTC, datetime
 
     from infergate.calibration.kept import model_noise
@@ -572,7 +575,10 @@ def run_judge(args: argparse.Namespace) -> dict[str, Any]:
         reports, revision=None, digest=digests.pop(), measured=datetime.now(UTC).isoformat(),
         method="experiments/gpu/gate_table.py: " + ", ".join(p[0] for p in CALIBRATION_PAIRS),
     )  # fmt: skip
-    rows = []
+    rows: list[dict[str, Any]] = []
+    noise_json = noise.model_dump(mode="json", by_alias=True)
+    if progress is not None:
+        progress({"noise": noise_json, "rows": rows})
     for change in changes():
         if change.kind not in ("benign", "harmful"):
             continue
@@ -621,7 +627,9 @@ def run_judge(args: argparse.Namespace) -> dict[str, Any]:
             row[name]["correct"] = ok
         rows.append(row)
         print(json.dumps(row), flush=True)  # noqa: T201 - progress
-    return {"noise": noise.model_dump(mode="json", by_alias=True), "rows": rows}
+        if progress is not None:
+            progress({"noise": noise_json, "rows": rows})
+    return {"noise": noise_json, "rows": rows}
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ import math
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -302,15 +303,19 @@ def suites(tok: Any, held: list[str], args: argparse.Namespace) -> dict[str, lis
 
 
 def record_all(
-    args: argparse.Namespace, base: Qwen2ForCausalLM, prompts: dict[str, list[gt.Prompt]]
+    args: argparse.Namespace,
+    base: Qwen2ForCausalLM,
+    prompts: dict[str, list[gt.Prompt]],
+    timings: dict[str, float],
+    saved: Callable[[], None],
 ) -> dict[str, float]:
-    """Calibration and baselines first, then candidates, while time is left."""
+    """Calibration and baselines first, then candidates, while time is left; `timings` is
+    filled and `saved` called after each side (a run cut off keeps what it recorded)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     rows = gt.changes()
     first = [c for c in rows if c.kind in ("baseline", "calibration")]
     rest = [c for c in rows if c not in first]
-    timings: dict[str, float] = {}
     for change in first + rest:
         if time.perf_counter() - STARTED > args.record_until:
             log(f"out of time: {change.key} not recorded")
@@ -320,6 +325,7 @@ def record_all(
             seconds = gt.record(model, change, prompts[change.suite], args.work, PRESET)
         timings[change.key] = round(seconds, 1)
         log(f"recorded {change.key} in {seconds:.1f} s")
+        saved()
         if model is not base:
             del model
         if args.device == "cuda":
@@ -368,8 +374,10 @@ def main() -> None:  # noqa: PLR0915 - one experiment's steps, in order
         k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
     }}  # fmt: skip
 
-    def save() -> None:
-        args.out.write_text(json.dumps(document, indent=1) + "\n")
+    def save() -> None:  # atomic: a copy taken while it runs is whole
+        part = args.out.with_name(args.out.name + ".part")
+        part.write_text(json.dumps(document, indent=1) + "\n")
+        part.replace(args.out)
 
     train_text, held, document["corpus"] = corpus(args.max_files, args.max_chars)
     log(f"corpus {document['corpus']}")
@@ -406,7 +414,8 @@ def main() -> None:  # noqa: PLR0915 - one experiment's steps, in order
     document["device"] = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     document["torch"] = torch.__version__
     save()
-    document["recordSeconds"] = record_all(args, base, prompts)
+    document["recordSeconds"] = {}
+    record_all(args, base, prompts, document["recordSeconds"], save)
     del base
     save()
     recorded = gt.changes
@@ -414,7 +423,12 @@ def main() -> None:  # noqa: PLR0915 - one experiment's steps, in order
         c for c in recorded() if (args.work / c.key / MANIFEST).exists()
     ]
     began = time.perf_counter()
-    document.update(gt.run_judge(args))
+
+    def judged(partial: dict[str, Any]) -> None:
+        document.update(partial)
+        save()
+
+    document.update(gt.run_judge(args, judged))
     document["judgeSeconds"] = round(time.perf_counter() - began, 1)
     save()
     log("done")
