@@ -93,6 +93,17 @@ def _operator_ready(cluster: Cluster, namespace: str) -> JSON | None:
     return None
 
 
+def _print_operator_logs(cluster: Cluster, namespace: str, tail: int = 80) -> None:
+    """The last lines of each operator pod's log in `namespace`, for a failed test's report."""
+    pods = cluster.get_json(
+        "pods", "-n", namespace, "-l", "app.kubernetes.io/name=infergate-operator"
+    )["items"]
+    for pod in pods:
+        lines = cluster.pod_log(namespace, pod["metadata"]["name"], "operator").splitlines()
+        print(f"--- {pod['metadata']['name']} (last {tail} lines)")  # noqa: T201
+        print("\n".join(lines[-tail:]))  # noqa: T201
+
+
 def _stable_rollout(cluster: Cluster, namespace: str) -> str:
     """An InferenceDeployment in `namespace` reaches Stable under the installed operator."""
     idep = Idep(cluster, namespace, deployment_manifest(replicas=1))
@@ -303,27 +314,32 @@ def _age_crd(cluster: Cluster) -> JSON:
     return dict(crd)
 
 
-NEWER_RIGHTS: list[JSON] = [
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
-     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
-    {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
-     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
-]  # fmt: skip
-"""What this tree's operator needs that the PREVIOUS chart's RBAC does not grant: the
-stable revision's PodDisruptionBudget (watched, and made once a revision is stable) and a
-multi-node revision's LeaderWorkerSet (watched wherever its CRD is installed)."""
+THIS_TREES_ROLES = (
+    "templates/clusterrole-infergate-operator.yaml",
+    "templates/clusterrole-infergate-paritycheck-controller.yaml",
+)
+"""The ClusterRoles of this tree's chart that its operator's ServiceAccount is bound to."""
 
 
-def _grant_this_trees_rights(cluster: Cluster, fullname: str, namespace: str) -> None:
+def _grant_this_trees_rights(helm: Helm, cluster: Cluster, fullname: str, namespace: str) -> None:
     """The local executor runs this tree's operator code whatever the image's tag, so the
     previous release's pods run code that watches and writes kinds the previous operator
-    did not (NEWER_RIGHTS); kopf stops on a refused watch. Grant just those rights beside
-    the previous chart, which the previous image would never have needed; the
-    upgrade's own RBAC is what the upgraded operator runs under (deleted at the end)."""
+    did not (a stable revision's PodDisruptionBudget, a multi-node revision's
+    LeaderWorkerSet wherever its CRD is installed, events.k8s.io Events); kopf stops
+    watching a kind whose watch is refused. Grant the rules of this tree's chart's
+    ClusterRoles beside the previous chart, which the previous image would never have
+    needed, before the previous operator starts (a grant that came after its first watch
+    came too late); the upgrade's own RBAC is what the upgraded operator runs under. Read
+    from this tree's chart, the grant follows every right a later change adds."""
+    rendered = helm("template", fullname, str(CHART), "--namespace", namespace,
+                    "--set", f"fullnameOverride={fullname}",
+                    *(a for path in THIS_TREES_ROLES for a in ("--show-only", path)))  # fmt: skip
+    rules = [rule for role in yaml.safe_load_all(rendered) if role for rule in role["rules"]]
+    assert rules, f"no rules in this tree's {THIS_TREES_ROLES}"
     name = f"{fullname}-newer-rights"
     objects = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": name}, "rules": NEWER_RIGHTS},
+         "metadata": {"name": name}, "rules": rules},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": name},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
@@ -348,9 +364,9 @@ def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flig
         # contradict): restored by apply_crds below.
         crds = sorted((previous / "crds").glob("*.yaml"))
         cluster.kubectl("replace", *(f"--filename={path}" for path in crds))
+        _grant_this_trees_rights(helm, cluster, fullname, namespace)
         helm("install", release, str(previous), "--namespace", namespace, "--create-namespace",
              *_sets(values), "--wait", "--timeout=5m")  # fmt: skip
-        _grant_this_trees_rights(cluster, fullname, namespace)
         first = wait_for(
             lambda: _operator_ready(cluster, namespace), 180, "the operator pod to be Ready"
         )
@@ -410,6 +426,9 @@ def test_upgrade_from_the_previous_chart_replaces_the_crds_with_a_canary_in_flig
         assert idep.revisions()[stable] == 2
         idep.verdict(check["metadata"]["name"], "Passed", passed=True)
         idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=120)
+    except BaseException:
+        _print_operator_logs(cluster, namespace)
+        raise
     finally:
         helm("uninstall", release, "--namespace", namespace, "--wait", "--timeout=3m", check=False)
         cluster.kubectl("delete", "clusterrole,clusterrolebinding", f"{fullname}-newer-rights",
