@@ -131,13 +131,14 @@ def hold_after(
     return tuple(sorted(held, key=_order)), hold_run
 
 
-def held_words(stable: str, held: Sequence[str], verdict: DriftStatus) -> str:
-    """Why groups of the stable revision do not serve, for the Drifted condition."""
+def held_words(stable: str, held: Sequence[str]) -> str:
+    """Which groups of the stable revision do not serve, and until when, for the Drifted
+    condition (whose verdict part says what the latest run found)."""
     noun = "group" if len(held) == 1 else "groups"
-    why = "until a drift run made after its restart passes"
-    if verdict.last_verdict is not None and verdict.last_verdict is not VerdictOutcome.PASSED:
-        why += f" (the latest run, {verdict.last_verdict_check}, ended {verdict.last_verdict})"
-    return f"{noun} {', '.join(held)} of stable revision {stable} held out of serving {why}"
+    return (
+        f"{noun} {', '.join(held)} of stable revision {stable} held out of serving until a "
+        "drift run made after the restart passes"
+    )
 
 
 def restart_words(stable: str, groups: Sequence[str]) -> str:
@@ -182,8 +183,13 @@ def with_restarts(plan: DriftPlan, stable: str, restarts: Restarts) -> DriftPlan
             condition = ConditionUpdate(
                 reasons.DRIFTED, ConditionStatus.UNKNOWN, reasons.GROUP_RESTARTED, said
             )
-    elif held and condition is not None and plan.rollback_to is None:
-        words = held_words(stable, held, status)
+    elif (
+        held
+        and condition is not None
+        and condition.reason != reasons.GROUP_RESTARTED  # which says so already
+        and plan.rollback_to is None
+    ):
+        words = held_words(stable, held)
         if words not in condition.message:
             condition = replace(condition, message=f"{condition.message} | {words}")
     notices = plan.notices
