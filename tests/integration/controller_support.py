@@ -383,7 +383,7 @@ class Idep:
             outcome = "Passed" if passed else "Failed"
             status["verdict"] = {
                 "passed": passed,
-                "outcome": outcome if phase != "Error" else "Error",
+                "outcome": phase if phase in ("Error", "Inconclusive") else outcome,
                 "summary": f"{phase} (written by the test)",
             }
             status["metrics"] = metrics or {"tokenMatchRate": 1.0 if passed else 0.5}

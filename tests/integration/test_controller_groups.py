@@ -179,12 +179,36 @@ def _drifted(status: dict[str, Any]) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c["type"] == "Drifted"), {})
 
 
-def test_a_restarted_stable_group_is_re_checked_by_the_drift_watch_ahead_of_its_schedule(
+def _conditions(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []}
+
+
+def _leader(cluster: Cluster, namespace: str, revision: str) -> dict[str, Any] | None:
+    """The stable group's leader pod (worker index 0), not terminating; None while absent."""
+    leaders = [
+        p for p in group_pods(cluster, namespace, revision)
+        if p["metadata"]["labels"].get(WORKER_INDEX) == "0"
+        and not p["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def _serving(pod: dict[str, Any] | None) -> bool:
+    """The leader is Ready: a ready endpoint of the revision and stable Services. (KWOK's
+    pod IPs are loopback addresses, which EndpointSlices refuse: the pod's Ready condition,
+    which the EndpointSlice controller reads, is what is checked.)"""
+    return pod is not None and _conditions(pod).get("Ready", {}).get("status") == "True"
+
+
+def test_a_restarted_stable_group_is_held_until_the_drift_watch_re_checks_it(
     cluster: Cluster, golden_namespace: str, golden_operator: OperatorInstall
 ) -> None:
     """With the drift watch on (a daily interval: no run due for a day), a worker of the
-    stable group deleted: once the group is whole again, a drift run of the stable
-    revision starts at once, Drifted says why, and the run's verdict settles it."""
+    stable group deleted: once the group is whole again, a drift run of the stable revision
+    starts at once, Drifted says why, and the group's leader is not Ready (its readiness
+    gate infergate.io/checked held False by the operator): no Service reaches it. A Failed
+    re-check raises the drift alarm and keeps it held, an Inconclusive one keeps it held and
+    says why; only a Passed re-check made after the restart lets it serve again."""
     manifest = group_manifest()
     manifest["spec"]["rollout"]["parity"]["watch"] = {"intervalSeconds": 86400}
     idep = Idep(cluster, golden_namespace, manifest)
@@ -202,15 +226,30 @@ def test_a_restarted_stable_group_is_re_checked_by_the_drift_watch_ahead_of_its_
         extra={"golden": {"stored": True, "entries": entries}},
     )  # fmt: skip
     idep.wait("promotion", lambda s: s.get("stableRevision") == canary, timeout=90)
+    # The old stable group keeps its pods for scaleDownDelaySeconds after the switch and
+    # counts meanwhile: wait until it is gone and the new one alone is ready.
+    wait_for(
+        lambda: group_sets(cluster, golden_namespace)[old]["spec"]["replicas"] == 0 or None,
+        90,
+        "the old stable group scaled to zero",
+    )
     status = idep.wait(
-        "the stable group recorded by the drift watch",
+        "the stable group recorded by the drift watch, alone ready",
         lambda s: (
             _drifted(s).get("reason") == "DriftWatchWaiting"
             and len((s.get("drift") or {}).get("groups") or []) == 1
+            and s.get("readyReplicas") == 1
         ),
         timeout=90,
     )
     recorded = status["drift"]["groups"]
+    assert status["drift"].get("heldGroups", []) == []
+    leader = _leader(cluster, golden_namespace, canary)
+    assert leader is not None
+    # The leader waits for the operator's gate, which is open: it serves.
+    assert leader["spec"]["readinessGates"] == [{"conditionType": "infergate.io/checked"}]
+    assert _conditions(leader)["infergate.io/checked"]["status"] == "True"
+    assert _serving(leader)
 
     def runs() -> list[dict[str, Any]]:
         listed: list[dict[str, Any]] = cluster.get_json(
@@ -218,27 +257,84 @@ def test_a_restarted_stable_group_is_re_checked_by_the_drift_watch_ahead_of_its_
         )["items"]
         return listed
 
-    assert runs() == []
+    def restart(run: int) -> dict[str, Any]:
+        """Delete the stable group's worker; the drift run `run` made for its restart."""
+        [worker] = [
+            p for p in group_pods(cluster, golden_namespace, canary)
+            if p["metadata"]["labels"][WORKER_INDEX] == "1"
+            and not p["metadata"].get("deletionTimestamp")
+        ]  # fmt: skip
+        cluster.kubectl("delete", "pod", worker["metadata"]["name"], "-n", golden_namespace)
+        name = f"qwen-{canary}-drift{run}"
+        return wait_for(
+            lambda: next((c for c in runs() if c["metadata"]["name"] == name), None),
+            120,
+            f"drift run {name} after the restart",
+        )
 
-    [worker] = [
-        p for p in group_pods(cluster, golden_namespace, canary)
-        if p["metadata"]["labels"][WORKER_INDEX] == "1"
-    ]  # fmt: skip
-    cluster.kubectl("delete", "pod", worker["metadata"]["name"], "-n", golden_namespace)
-    name = f"qwen-{canary}-drift1"
-    run = wait_for(
-        lambda: next((c for c in runs() if c["metadata"]["name"] == name), None),
-        120,
-        f"drift run {name} after the restart",
-    )
+    def held(what: str) -> dict[str, Any]:
+        """The group whole again, its leader held out of serving; the status then."""
+        pod = wait_for(
+            lambda: (
+                (
+                    (p := _leader(cluster, golden_namespace, canary)) is not None
+                    and _conditions(p).get("infergate.io/checked", {}).get("reason")
+                    == "AwaitingDriftCheck"
+                    and _conditions(p).get("ContainersReady", {}).get("status") == "True"
+                    and p
+                )
+                or None
+            ),
+            60,
+            f"the restarted group's leader held ({what})",
+        )
+        assert _conditions(pod)["infergate.io/checked"]["status"] == "False"
+        assert not _serving(pod)
+        return idep.wait(
+            f"no ready group while held ({what})",
+            lambda s: s.get("readyReplicas") == 0 and s["drift"].get("heldGroups") == ["0"],
+        )
+
+    assert runs() == []
+    run = restart(1)
     assert run["spec"]["candidate"]["revision"] == canary
-    status = idep.status()
+    status = held("awaiting drift run 1")
     assert status["drift"]["groups"] != recorded  # the group as seen whole again
     assert _drifted(status)["reason"] == "GroupRestarted"
-    assert name in _drifted(status)["message"]
+    assert run["metadata"]["name"] in _drifted(status)["message"]
     assert idep.wait_event("GroupRestarted")["type"] == "Warning"
     assert status["stableRevision"] == canary
 
-    idep.verdict(name, "Passed", passed=True)
+    # Failed: the drift watch raises its alarm (onDrift alert), and the group stays held.
+    idep.verdict(run["metadata"]["name"], "Failed", passed=False)
+    status = idep.wait("drift detected", lambda s: _drifted(s).get("reason") == "DriftDetected")
+    assert _drifted(status)["status"] == "True"
+    assert "held out of serving" in _drifted(status)["message"]
+    held("after a Failed re-check")
+    assert idep.status()["stableRevision"] == canary
+
+    # Restarted again: run 2 re-checks it; Inconclusive keeps it held and says why.
+    run = restart(2)
+    held("awaiting drift run 2")
+    idep.verdict(run["metadata"]["name"], "Inconclusive", passed=False)
+    status = idep.wait(
+        "the re-check inconclusive",
+        lambda s: (s.get("drift") or {}).get("lastVerdict") == "Inconclusive",
+    )
+    assert "held out of serving" in _drifted(status)["message"]
+    assert run["metadata"]["name"] in _drifted(status)["message"]
+    held("after an Inconclusive re-check")
+
+    # Restarted once more: run 3 passes, and the group serves again.
+    run = restart(3)
+    held("awaiting drift run 3")
+    idep.verdict(run["metadata"]["name"], "Passed", passed=True)
     idep.wait("no drift", lambda s: _drifted(s).get("reason") == "NoDriftDetected")
-    assert idep.status()["readyReplicas"] == 1
+    wait_for(
+        lambda: _serving(_leader(cluster, golden_namespace, canary)) or None,
+        60,
+        "the re-checked group's leader Ready again",
+    )
+    status = idep.wait("the group serving again", lambda s: s.get("readyReplicas") == 1)
+    assert status["drift"].get("heldGroups", []) == []
+    assert status["stableRevision"] == canary

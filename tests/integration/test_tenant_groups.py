@@ -163,6 +163,17 @@ def test_a_tenant_can_neither_make_nor_change_a_group_and_the_runner_dials_only_
     }  # fmt: skip
     _refused(_as_tenant(guarded, tenant, "create", bare), "a pod posing as the canary's leader")
 
+    # What holds a restarted group out of serving is its leader's readiness gate, a
+    # condition of the pod's status (docs/multi-node.md): `edit` grants no write of
+    # pods/status, so the tenant cannot set it True.
+    gate = {"status": {"conditions": [{"type": "infergate.io/checked", "status": "True"}]}}
+    opened = guarded.as_user(
+        TENANT, "patch", "pod", leader["metadata"]["name"], "-n", tenant, "--subresource=status",
+        "--type=strategic", "-p", json.dumps(gate),
+    )  # fmt: skip
+    assert not opened.allowed, "the tenant set a readiness gate condition of the leader"
+    assert "forbidden" in opened.stderr.lower(), opened.stderr
+
     # The tenant's own group, wearing nothing of infergate's: admitted, and the LWS
     # controller makes its leader StatefulSet.
     mine = _as_tenant(guarded, tenant, "create", a_group("mine", {"app": "mine"}, {"app": "mine"}))

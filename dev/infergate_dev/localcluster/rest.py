@@ -113,6 +113,17 @@ class RestClient:
             "PATCH", path, body=body, content_type="application/merge-patch+json", ok_missing=True
         )
 
+    def strategic_patch(self, path: str, body: JSON) -> JSON | None:
+        """A strategic merge patch: a pod's status.conditions merge by type, so a condition
+        someone else owns (a readiness gate's) is kept."""
+        return self.request(
+            "PATCH",
+            path,
+            body=body,
+            content_type="application/strategic-merge-patch+json",
+            ok_missing=True,
+        )
+
     def delete(self, path: str, body: JSON | None = None) -> None:
         self.request("DELETE", path, body=body, ok_missing=True)
 

@@ -165,6 +165,14 @@ class DriftStatus(KubeModel):
     restarted_groups: list[GroupSeen] = Field(default_factory=list, max_length=256)
     """Group indexes of the stable revision that restarted since the latest drift run
     started: a run re-checks them as soon as one can start, ahead of the schedule."""
+    held_groups: list[GroupSeen] = Field(default_factory=list, max_length=256)
+    """Group indexes of the stable revision held out of serving (its leader's readiness gate
+    infergate.io/checked False) since a restart, until a drift run made after the restart
+    passes. A run that fails, is inconclusive or errs keeps them held."""
+    hold_run: int | None = Field(default=None, ge=0)
+    """Number of the drift run that re-checks the held groups (the N of `<name>-<revision>-driftN`,
+    no unit): a Passed verdict of it or of a later run releases them. Unset while the
+    re-check waits for a run to start."""
 
 
 class RolloutParity(ParityCheckTemplate):

@@ -48,6 +48,7 @@ from infergate.kube.fence import WriteFence
 # The package's config loaders carry no annotations.
 k8s_config: Any = _k8s_config
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 DEFAULT_TIMEOUT = 30.0
 """Seconds a request may take in all, unless the client was given other timeouts."""
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -391,6 +392,20 @@ class KubeClient:
             resource=resource.plural,
             body=patch,
             content_type=MERGE_PATCH,
+        )
+
+    def strategic_patch(
+        self, resource: Resource, namespace: str, name: str, patch: JSON, *, subresource: str
+    ) -> JSON:
+        """A strategic merge patch of a built-in object's subresource: lists with a merge key
+        (a pod's status.conditions, by type) merge item by item instead of being replaced."""
+        return self.request(
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            what=f"{resource.kind} {namespace}/{name} {subresource}",
+            resource=resource.plural,
+            body=patch,
+            content_type=STRATEGIC_MERGE_PATCH,
         )
 
     def replace(self, resource: Resource, namespace: str, name: str, body: JSON) -> JSON:

@@ -22,7 +22,9 @@ left to it: the API server allocates cluster IPs one Service at a time, and a re
 that waited for that held up the next deployments' canaries. Every write of a wave is
 attempted; the first failure (in plan order) is raised after the others ended, and the
 next reconcile repeats what is missing. The checks come
-after their children, the check uids after the checks, the annotations last.
+after their children, the check uids after the checks, then the readiness gates of group
+leaders (`plan.deployment.gates`: after the status that holds a restarted group, never
+before it), the annotations last.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, TypeVar
 
 from infergate.api.deployment_status import InferenceDeploymentStatus
@@ -47,12 +50,15 @@ from infergate.kube.client import (
     BY_KIND,
     INFERENCE_DEPLOYMENTS,
     PARITY_CHECKS,
+    PODS,
     SERVICES,
     KubeClient,
 )
+from infergate.plan.deployment.gates import GateWrite
 from infergate.plan.deployment.observed import holder_of
 from infergate.plan.deployment.reconcile import ReconcilePlan, with_check_uids
 from infergate.plan.deployment.sync import Create, Delete, Recreate, Update, Write
+from infergate.render.group import CHECKED_GATE
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -203,6 +209,7 @@ class PlanWriter:
             current = self.write_status(
                 with_check_uids(plan.status, result.created_checks), current
             )
+        self._each(self._write_gate, plan.gates)
         if plan.remove_annotations:
             self.client.merge_patch(
                 INFERENCE_DEPLOYMENTS,
@@ -314,6 +321,24 @@ class PlanWriter:
 
     def _create_check(self, manifest: JSON) -> JSON | None:
         return self._create(PARITY_CHECKS.kind, manifest)
+
+    def _write_gate(self, gate: GateWrite) -> None:
+        """Set the readiness gate condition of a group leader; a pod gone meanwhile is made
+        again with the gate unset (not Ready), so NotFound is done."""
+        condition = {
+            "type": CHECKED_GATE,
+            "status": "True" if gate.status else "False",
+            "reason": gate.reason,
+            "message": gate.message,
+            "lastTransitionTime": gate.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            self.client.strategic_patch(
+                PODS, self.namespace, gate.pod, {"status": {"conditions": [condition]}},
+                subresource="status",
+            )  # fmt: skip
+        except NotFoundError:
+            log.info("pod %s/%s is gone: its gate goes with it", self.namespace, gate.pod)
 
     def _delete_check(self, name: str) -> None:
         self._delete(PARITY_CHECKS.kind, name)

@@ -77,6 +77,9 @@ DRIFT_WATCH_PAUSED: Final = "DriftWatchPaused"
 # A group of the stable revision restarted (a pod replaced or restarted): the last verdict
 # does not speak for its new processes until a drift run re-checks it.
 GROUP_RESTARTED: Final = "GroupRestarted"
+# The readiness gate infergate.io/checked of a group leader (plan/deployment/gates.py).
+GROUP_CHECKED: Final = "GroupChecked"
+AWAITING_DRIFT_CHECK: Final = "AwaitingDriftCheck"
 NO_GOLDEN_RECORD: Final = "NoGoldenRecord"
 GOLDEN_STORE_NOT_CONFIGURED: Final = "GoldenStoreNotConfigured"
 

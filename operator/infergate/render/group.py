@@ -49,6 +49,10 @@ MSRUN_MASTER_PORT = 8118
 JOIN_TIMEOUT_SECONDS = 600
 """How long a leader waits for its group to gather (and a worker for the leader's head)
 before it exits; the group is then made again (RecreateGroupOnPodRestart)."""
+CHECKED_GATE = "infergate.io/checked"
+"""The readiness gate of a group's leader with the drift watch on: the operator sets it True
+once the group is whole, and holds it False after a restart until a drift run passes, so
+the leader is no ready endpoint of its Services meanwhile (docs/multi-node.md)."""
 MSRUN_LOG_DIR = "/tmp/msrun"  # noqa: S108 - msrun's per-process logs, inside the container
 
 # `$@` is the engine's own argv, passed as positional parameters: no quoting of its JSON.
@@ -150,12 +154,17 @@ def leader_worker_set(
     size: int,
     group_devices: int,
     pod_devices: int,
+    checked_gate: bool = False,
 ) -> dict[str, Any]:
-    """The LeaderWorkerSet of a revision: `replicas` groups of `size` pods."""
+    """The LeaderWorkerSet of a revision: `replicas` groups of `size` pods; with
+    `checked_gate` (the drift watch on) the leaders carry the readiness gate CHECKED_GATE."""
     container = template["spec"]["containers"][0]
     leader_launch, worker_launch = group_commands(engine, container["command"], container["args"])
     env = group_env(engine, group_devices=group_devices, pod_devices=pod_devices)
     leader = _with_container(template, leader_launch, env)
+    if checked_gate:
+        # Only the leader serves (workers are no endpoint of any Service).
+        leader["spec"]["readinessGates"] = [{"conditionType": CHECKED_GATE}]
     worker = _worker(_with_container(template, worker_launch, env))
     return {
         "apiVersion": LWS_API_VERSION,

@@ -147,6 +147,9 @@ def render_revision(
             size=topology.nodes,
             group_devices=topology.world(spec.accelerator.count, tensor),
             pod_devices=topology.devices_per_pod(spec.accelerator.count, tensor),
+            # A restarted group is re-checked before it serves again only when the drift
+            # watch is on; without it the group renders as it always did.
+            checked_gate=spec.rollout.parity is not None and spec.rollout.parity.watch is not None,
         )
     else:
         deployment = {

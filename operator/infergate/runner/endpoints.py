@@ -107,9 +107,10 @@ def trusted_slices(service: JSONMap, slices: Iterable[JSONMap]) -> tuple[list[JS
 
 
 def ready_endpoints(
-    service: JSONMap, slices: Iterable[JSONMap], port: str | int = "http"
+    service: JSONMap, slices: Iterable[JSONMap], port: str | int = "http", *, ready: bool = True
 ) -> list[ResolvedEndpoint]:
-    """Every ready, non-terminating endpoint of `service` on `port`, sorted by address.
+    """Every ready, non-terminating endpoint of `service` on `port`, sorted by address
+    (`ready` False: every not-ready, non-terminating one instead).
 
     An endpoint whose `ready` condition is absent counts as ready, as the API
     documents ("unknown state as ready"); `terminating` ones never do.
@@ -129,7 +130,9 @@ def ready_endpoints(
             continue
         for endpoint in endpoint_slice.get("endpoints") or []:
             conditions = endpoint.get("conditions") or {}
-            if conditions.get("ready") is False or conditions.get("terminating") is True:
+            if (conditions.get("ready") is not False) != ready:
+                continue
+            if conditions.get("terminating") is True:
                 continue
             addresses = endpoint.get("addresses") or []
             if not addresses:

@@ -18,6 +18,14 @@ Every ready endpoint is looked at, not only the first: one whose pod is someone 
 is a forgery (`ForgedEndpointError`, which ends the check) even while a real one is
 there too. One whose pod or ReplicaSet cannot be read yet (just replaced, being deleted)
 is skipped; a side with no accepted address waits, and never falls back to another.
+
+A group leader held out of serving by the readiness gate `infergate.io/checked` (a
+restarted group awaiting its drift run, plan/deployment/gates.py) is no ready endpoint,
+so no user reaches it; the check that re-checks it must. With `awaiting_check` (the
+candidate of a check against a golden record, as a drift run is) such a leader is called
+first, when its containers are ready and that gate alone holds it (`held_by_gate`,
+read from the pod's status, which only the kubelet and the operator write); it must have
+been made by the side's maker like any other.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from infergate.jsontypes import JSON, JSONMap
+from infergate.plan.deployment.groups import GATES_NOT_READY
 from infergate.plan.ownership import (
     Controller,
     controller_reference,
@@ -39,6 +48,7 @@ from infergate.plan.ownership import (
     revision_group_set,
     stateful_set_of,
 )
+from infergate.render.group import CHECKED_GATE
 from infergate.runner.endpoints import (
     EndpointResolutionError,
     ResolvedEndpoint,
@@ -152,24 +162,69 @@ class PodMaker(Protocol):
     def refusal(self, reads: PodReads, pod: JSONMap) -> Refusal | None: ...
 
 
+def held_by_gate(pod: JSONMap) -> bool:
+    """The pod's containers are ready and only the readiness gate CHECKED_GATE keeps it from
+    being Ready (the kubelet's reason ReadinessGatesNotReady, every other gate met)."""
+    status = pod.get("status") or {}
+    conditions = {
+        str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, dict)
+    }
+    gates = {
+        str(g.get("conditionType"))
+        for g in (pod.get("spec") or {}).get("readinessGates") or []
+        if isinstance(g, dict)
+    }
+    if CHECKED_GATE not in gates or (conditions.get(CHECKED_GATE) or {}).get("status") == "True":
+        return False
+    others_met = all(
+        (conditions.get(g) or {}).get("status") == "True" for g in gates - {CHECKED_GATE}
+    )
+    ready = conditions.get("Ready") or {}
+    return (
+        others_met
+        and ready.get("status") == "False"
+        and ready.get("reason") == GATES_NOT_READY
+        and (conditions.get("ContainersReady") or {}).get("status") == "True"
+    )
+
+
 def own_pod_url(
     reads: PodReads,
     service: JSONMap,
     slices: Sequence[JSONMap],
     maker: PodMaker,
     port: str | int = "http",
+    *,
+    awaiting_check: bool = False,
 ) -> str:
-    """The URL of the first ready endpoint (stable order) whose pod `maker` made.
+    """The URL of the first ready endpoint (stable order) whose pod `maker` made; with
+    `awaiting_check`, a leader held by the gate CHECKED_GATE alone comes first.
 
     Raises `ForgedEndpointError` when any ready endpoint of a trusted slice leads to a pod
     someone else made, and `EndpointResolutionError` (wait and retry) when none is usable.
     """
     trusted, ignored = trusted_slices(service, slices)
     endpoints = ready_endpoints(service, trusted, port)
-    if not endpoints:
+    held = ready_endpoints(service, trusted, port, ready=False) if awaiting_check else []
+    if not endpoints and not held:
         raise EndpointResolutionError(none_ready(service, trusted, ignored))
     accepted: list[str] = []
     skipped: list[str] = []
+    for endpoint in held:
+        pod = reads.pod(endpoint.pod) if endpoint.pod is not None else None
+        if pod is None or not held_by_gate(pod):
+            continue  # not ready for another reason: never called
+        refusal = _refusal(reads, endpoint, maker)
+        if refusal is None:
+            return endpoint.url
+        if refusal.forged:
+            name = (service.get("metadata") or {}).get("name")
+            raise ForgedEndpointError(
+                f"Service {name} lists endpoint {endpoint.url}: {refusal.why}; it is not called"
+            )
+        skipped.append(f"{endpoint.url}: {refusal.why}")
+    if not endpoints:
+        raise EndpointResolutionError(none_ready(service, trusted, ignored))
     for endpoint in endpoints:
         refusal = _refusal(reads, endpoint, maker)
         if refusal is None:

@@ -202,16 +202,21 @@ def service_url(
     owner: Controller,
     pods: PodMaker,
     port: str = "http",
+    awaiting_check: bool = False,
 ) -> str:
-    """The first ready endpoint of a Service on `port` whose pod `pods` made; transient
-    errors while pods start. A Service `owner` does not control, or an endpoint of a pod
-    someone else made, is refused, for good."""
+    """The first ready endpoint of a Service on `port` whose pod `pods` made (with
+    `awaiting_check`, a group leader held until it is re-checked comes first:
+    `side_pods.own_pod_url`); transient errors while pods start. A Service `owner` does
+    not control, or an endpoint of a pod someone else made, is refused, for good."""
     service = reads.service(service_name)
     if service is None:
         raise SideResolutionError(f"{what}: Service {service_name} does not exist", transient=True)
     refuse_unless_controlled(service, owner, what)
     try:
-        return own_pod_url(reads, service, reads.endpoint_slices(service_name), pods, port)
+        return own_pod_url(
+            reads, service, reads.endpoint_slices(service_name), pods, port,
+            awaiting_check=awaiting_check,
+        )  # fmt: skip
     except ForgedEndpointError as err:
         raise SideResolutionError(
             f"{what}: {err}", transient=False, reason=reasons.CHECK_SIDE_OBJECT_NOT_OURS
@@ -272,7 +277,10 @@ def resolve_side(
     except RevisionConfigError as err:
         raise SideResolutionError(str(err), transient=False) from err
     pods = RevisionPods(revision_deployment(object_name, made_by))
-    url = service_url(reads, object_name, what, owner=owner, pods=pods)
+    # The candidate of a check against a golden record (a drift run) is the one a held
+    # group awaits: it calls that group's leader first.
+    awaiting = side_name == "candidate" and spec.baseline.golden is not None
+    url = service_url(reads, object_name, what, owner=owner, pods=pods, awaiting_check=awaiting)
     described = info.describe(url)
     effective = described.effective_config or _pinned_effective(pinned)
     probe_url: str | None = None

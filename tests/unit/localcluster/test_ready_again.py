@@ -7,8 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from infergate_dev.localcluster.executor.pod import PodRunner, Site
-from infergate_dev.localcluster.kwokconfig import pod_ready_again_stage
+from infergate_dev.localcluster.kwokconfig import (
+    _GATES_OPEN_QUERY,
+    _UPSTREAM_GATES,
+    _UPSTREAM_READY,
+    _honour_gates,
+    pod_gate_closed_stage,
+    pod_ready_again_stage,
+)
 
 POD: dict[str, Any] = {
     "metadata": {"name": "engine-0", "namespace": "llm", "uid": "u-1"},
@@ -73,3 +82,80 @@ def test_kwok_nodes_report_running_pods_ready_again_except_jobs_pods() -> None:
     assert selector[".metadata.ownerReferences.[].kind"] == ("NotIn", ["Job"])
     assert selector[".metadata.deletionTimestamp"] == ("DoesNotExist", None)
     assert "type: Ready" in spec["next"]["statusTemplate"]
+
+
+# -- readiness gates: Ready waits for every gate, as a kubelet's status manager derives it --
+
+GATED: dict[str, Any] = {
+    **POD,
+    "spec": {**POD["spec"], "readinessGates": [{"conditionType": "infergate.io/checked"}]},
+}
+
+
+class _ReadyContainer:
+    """A container whose process is up and ready."""
+
+    def __init__(self) -> None:
+        self.spec: dict[str, Any] = {"name": "engine", "image": "img"}
+        self.terminated = None
+
+    def status(self, image: str) -> dict[str, Any]:
+        return {"name": "engine", "image": image, "ready": True, "restartCount": 0}
+
+
+def test_the_executor_holds_ready_until_every_readiness_gate_is_true(tmp_path: Path) -> None:
+    api = _Api()
+    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [])
+    runner = PodRunner(GATED, "127.0.0.9", api, site)  # type: ignore[arg-type]
+    runner._phase = "Running"
+    runner._containers = [_ReadyContainer()]  # type: ignore[list-item]
+    runner._report()
+    conditions = {c["type"]: c for c in api.reported[-1]["conditions"]}
+    assert conditions["ContainersReady"]["status"] == "True"
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == (
+        "False",
+        "ReadinessGatesNotReady",
+    )
+    # The gate's condition is never written by the node: whoever owns it does.
+    assert {c["type"] for c in api.reported[-1]["conditions"]} >= {"Ready", "ContainersReady"}
+    assert "infergate.io/checked" not in {c["type"] for c in api.reported[-1]["conditions"]}
+    opened = {
+        **GATED,
+        "status": {
+            **api.reported[-1],
+            "conditions": [
+                *api.reported[-1]["conditions"],
+                {"type": "infergate.io/checked", "status": "True"},
+            ],
+        },
+    }
+    runner.observe(opened)
+    runner._report()
+    assert _ready(api.reported[-1]) == "True"
+    closed = {
+        **opened,
+        "status": {**opened["status"], "conditions": api.reported[-1]["conditions"]},
+    }
+    runner.observe(closed)
+    runner._report()
+    assert _ready(api.reported[-1]) == "False"
+
+
+def test_kwok_nodes_never_report_a_gate_and_hold_ready_for_it() -> None:
+    upstream = (
+        "{{ $now := Now }}\nconditions:\n" + _UPSTREAM_READY + _UPSTREAM_GATES + "phase: Running\n"
+    )
+    stage = _honour_gates({"spec": {"next": {"statusTemplate": upstream}}})
+    template = stage["spec"]["next"]["statusTemplate"]
+    assert ".conditionType | Quote" not in template  # no gate reported True by the node
+    assert "ReadinessGatesNotReady" in template
+    with pytest.raises(ValueError, match="pod-ready template changed"):
+        _honour_gates({"spec": {"next": {"statusTemplate": "conditions: []\n"}}})
+    # Ready again only with the gates met; unset when a gate is set False on a Ready pod.
+    again = pod_ready_again_stage()["spec"]["selector"]["matchExpressions"]  # type: ignore[index]
+    assert {"key": _GATES_OPEN_QUERY, "operator": "In", "values": ["true"]} in again
+    closed = pod_gate_closed_stage()["spec"]  # type: ignore[index]
+    assert {"key": _GATES_OPEN_QUERY, "operator": "In", "values": ["false"]} in closed["selector"][
+        "matchExpressions"
+    ]
+    assert "ReadinessGatesNotReady" in closed["next"]["statusTemplate"]

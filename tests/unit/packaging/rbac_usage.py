@@ -38,6 +38,7 @@ _VERB_METHODS = {
     "list": "list",
     "create": "create",
     "merge_patch": "patch",
+    "strategic_patch": "patch",
     "replace_status": "update",
     "replace": "update",
     "delete": "delete",

@@ -85,6 +85,33 @@ def test_a_two_node_revision_is_one_leader_worker_set_of_groups_of_two() -> None
     assert lws["spec"]["startupPolicy"] == "LeaderCreated"
 
 
+def _watched(spec: InferenceDeploymentSpec) -> InferenceDeploymentSpec:
+    """`spec` with the drift watch on (a rollout parity template with a watch)."""
+    document = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    document["rollout"]["parity"] = {
+        "suite": {"configMapRef": {"name": "prompts", "key": "prompts.jsonl"}},
+        "watch": {"intervalSeconds": 86400},
+    }
+    return InferenceDeploymentSpec.model_validate(document)
+
+
+def test_with_the_drift_watch_the_leaders_wait_for_the_operators_readiness_gate() -> None:
+    """A restarted group serves again only once re-checked: its leader is Ready only when
+    the operator sets infergate.io/checked True. Workers serve nobody and carry no gate; the
+    revision is the same (the watch is no part of the hash)."""
+    plain = _render(_two_nodes())
+    watched = _render(_watched(_two_nodes()))
+    assert watched.revision == plain.revision
+    leader, worker = _templates(watched)
+    assert leader["spec"]["readinessGates"] == [{"conditionType": "infergate.io/checked"}]
+    assert "readinessGates" not in worker["spec"]
+    # Without the watch, a group renders as it always did.
+    for template in _templates(plain):
+        assert "readinessGates" not in template["spec"]
+    one_node = _render(_watched(_spec())).deployment
+    assert "readinessGates" not in one_node["spec"]["template"]["spec"]
+
+
 def test_every_pod_of_a_group_carries_the_revision() -> None:
     objects = _render(_two_nodes())
     for template in _templates(objects):

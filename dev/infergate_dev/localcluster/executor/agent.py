@@ -68,7 +68,9 @@ class ExecutorApi:
 
     def patch_pod_status(self, pod: JSON, status: JSON) -> None:
         meta = pod["metadata"]
-        self.client.merge_patch(
+        # Strategic: conditions merge by type, so a readiness gate's (written by whoever
+        # owns it) survives every report.
+        self.client.strategic_patch(
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
             {"metadata": {"uid": meta["uid"]}, "status": status},
         )

@@ -38,6 +38,25 @@ _MIN_GRACE_AFTER_HOOK = 2.0
 """What a kubelet still gives a container after its preStop hook used up the grace period."""
 
 
+GATES_NOT_READY = "ReadinessGatesNotReady"
+"""The kubelet's reason for a pod whose containers are ready and whose gates are not."""
+
+
+def gates_met(pod: JSON) -> bool:
+    """Every readiness gate of the pod (spec.readinessGates) has its condition True."""
+    wanted = {
+        str(g.get("conditionType"))
+        for g in (pod.get("spec") or {}).get("readinessGates") or []
+        if isinstance(g, dict)
+    }
+    met = {
+        str(c.get("type"))
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict) and c.get("status") == "True"
+    }
+    return wanted <= met
+
+
 class PodApi(VolumeSources, Protocol):
     """What a pod runner needs of the API server."""
 
@@ -79,6 +98,7 @@ class PodRunner(threading.Thread):
         self._transitions: dict[str, tuple[str, str]] = {}
         self._pod_message: str | None = None
         self._start_time = now_rfc3339()
+        self._gates_met = gates_met(pod)
 
     # -- requests from the agent -------------------------------------------------
 
@@ -103,7 +123,13 @@ class PodRunner(threading.Thread):
         say other than what this runner last reported (the node lifecycle controller marks
         every pod of a node that missed its heartbeats NotReady, as during an API server
         outage), report again at the next tick, as a kubelet's status manager does:
-        otherwise the pod would stay NotReady for ever."""
+        otherwise the pod would stay NotReady for ever. A readiness gate set or unset
+        meanwhile (by whoever owns it) changes Ready, as the kubelet's status manager
+        re-derives it."""
+        met = gates_met(pod)
+        if met != self._gates_met:
+            self._gates_met = met
+            self._last_status = None
         reported = self._last_status
         if reported is None:
             return
@@ -337,6 +363,11 @@ class PodRunner(threading.Thread):
         def condition(kind: str, value: bool) -> JSON:
             return {"type": kind, "status": "True" if value else "False"}
 
+        # Ready waits for every readiness gate, with the kubelet's reason when they hold it.
+        ready_condition = condition("Ready", ready and self._gates_met)
+        if ready and not self._gates_met:
+            ready_condition["reason"] = GATES_NOT_READY
+
         status: JSON = {
             "phase": self._phase,
             "hostIP": "127.0.0.1",
@@ -349,7 +380,7 @@ class PodRunner(threading.Thread):
                 condition("PodReadyToStartContainers", True),
                 condition("Initialized", initialized),
                 condition("ContainersReady", ready),
-                condition("Ready", ready),
+                ready_condition,
             ],
             "containerStatuses": statuses,
         }

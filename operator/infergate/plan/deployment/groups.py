@@ -14,12 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infergate.render.group import CHECKED_GATE
 from infergate.render.labels import ANNOTATION_REVISION_HASH, LABEL_REVISION
 
 # Labels the LWS controller puts on every pod of a group (sigs.k8s.io/lws
 # api/leaderworkerset/v1/leaderworkerset_types.go).
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# The reason the kubelet gives a Ready condition held False by readiness gates alone
+# (kubernetes pkg/kubelet/status/generate.go, ReadinessGatesNotReady).
+GATES_NOT_READY = "ReadinessGatesNotReady"
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,23 @@ class GroupPod:
     revision: str | None
     revision_hash: str | None
     ready: bool
+    """Its containers are ready: the pod is Ready, or held only by the readiness gate the
+    operator sets (`held`)."""
     terminating: bool = False
     uid: str = ""
     restarts: int = 0
     """Container restarts the kubelet counted (the sum of restartCount)."""
+    gated: bool = False
+    """The pod declares the readiness gate `infergate.io/checked` (a group leader's, with the
+    drift watch on: render/group.py)."""
+    checked: str | None = None
+    """That gate's condition as the pod's status has it: "True", "False", or None (unset)."""
+    checked_reason: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """The gate keeps the pod out of its Services' ready endpoints."""
+        return self.gated and self.checked != "True"
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,13 @@ class GroupVerdict:
     group: str
     whole: bool
     reason: str
+    held: bool = False
+    """Whole, but a pod of it is held out of serving by its readiness gate."""
+
+    @property
+    def serving(self) -> bool:
+        """Whole and not held: its leader is a ready endpoint of its Services."""
+        return self.whole and not self.held
 
 
 def group_verdicts(
@@ -65,7 +89,11 @@ def group_verdicts(
         if pod.group is not None:
             groups.setdefault(pod.group, []).append(pod)
     return [
-        GroupVerdict(index, *_whole(members, size, revision, revision_hash))
+        GroupVerdict(
+            index,
+            *_whole(members, size, revision, revision_hash),
+            held=any(pod.held for pod in members),
+        )
         for index, members in sorted(groups.items(), key=lambda item: _order(item[0]))
     ]
 
@@ -127,7 +155,21 @@ def observe_group_pod(body: Mapping[str, Any]) -> GroupPod:
     metadata = body.get("metadata") or {}
     labels = metadata.get("labels") or {}
     conditions = (body.get("status") or {}).get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    by_type = {str(c.get("type")): c for c in conditions if isinstance(c, dict)}
+    gated = any(
+        isinstance(g, dict) and g.get("conditionType") == CHECKED_GATE
+        for g in (body.get("spec") or {}).get("readinessGates") or []
+    )
+    gate = by_type.get(CHECKED_GATE) or {}
+    checked = gate.get("status")
+    ready_condition = by_type.get("Ready") or {}
+    ready = ready_condition.get("status") == "True" or (
+        # Held by the gate alone: the containers are ready, the kubelet says why not Ready.
+        gated
+        and checked != "True"
+        and ready_condition.get("reason") == GATES_NOT_READY
+        and (by_type.get("ContainersReady") or {}).get("status") == "True"
+    )
     statuses = (body.get("status") or {}).get("containerStatuses") or []
     restarts = sum(int(s.get("restartCount") or 0) for s in statuses if isinstance(s, dict))
     return GroupPod(
@@ -140,4 +182,7 @@ def observe_group_pod(body: Mapping[str, Any]) -> GroupPod:
         terminating=metadata.get("deletionTimestamp") is not None,
         uid=str(metadata.get("uid") or ""),
         restarts=restarts,
+        gated=gated,
+        checked=str(checked) if checked is not None else None,
+        checked_reason=str(gate["reason"]) if gate.get("reason") is not None else None,
     )

@@ -266,17 +266,18 @@ def with_whole_groups(
     The LWS controller's own count trusts each group's StatefulSet; a group is ready here
     only when whole: `size` pods, each ready, none terminating, each of the workload's
     revision and full hash (`groups.group_verdicts`). A worker missing, restarting or of
-    another revision makes its group not ready, so it is never judged nor served from.
-    A Deployment is returned as it is.
+    another revision makes its group not ready, so it is never judged nor served from; so
+    does a leader held by its readiness gate (`gates.leader_gates`: a restarted group
+    awaiting its drift run), which is no ready endpoint. A Deployment is returned as it is.
     """
     if workload.kind != LWS_KIND:
         return workload
-    whole = sum(1 for verdict in _verdicts(workload, pods) if verdict.whole)
+    serving = sum(1 for verdict in _verdicts(workload, pods) if verdict.serving)
     return replace(
         workload,
-        ready_replicas=whole,
-        available_replicas=whole,
-        updated_replicas=min(workload.updated_replicas, whole),
+        ready_replicas=serving,
+        available_replicas=serving,
+        updated_replicas=min(workload.updated_replicas, serving),
     )
 
 

@@ -25,6 +25,7 @@ from infergate.plan.deployment.desired import (
     desired_revision,
     desired_stable_service,
 )
+from infergate.plan.deployment.gates import GateWrite, leader_gates
 from infergate.plan.deployment.observed import Observed
 from infergate.plan.deployment.rollout import (
     DeploymentState,
@@ -66,6 +67,8 @@ class ReconcilePlan:
     outcomes: list[Outcome] = field(default_factory=list)
     due: datetime | None = None
     """When to reconcile again though nothing changes (a deadline, the end of a pause)."""
+    gates: list[GateWrite] = field(default_factory=list)
+    """The readiness gate of group leaders to set (`plan.deployment.gates`)."""
 
     @property
     def quiet(self) -> bool:
@@ -76,6 +79,7 @@ class ReconcilePlan:
             or self.create_checks
             or self.delete_checks
             or self.remove_annotations
+            or self.gates
         )
 
 
@@ -180,6 +184,9 @@ def plan_reconcile(state: DeploymentState) -> ReconcilePlan:
         remove_annotations=state.manual.present,
         events=events,
         outcomes=decision.outcomes,
+        gates=leader_gates(
+            state.observed.deployments, state.observed.pods, status.drift, state.now
+        ),
         due=_earliest(
             # Nothing wakes the deployment when someone else's object is deleted (only its
             # own children are watched), so a taken name is tried again after a while.

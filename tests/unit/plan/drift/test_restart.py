@@ -13,7 +13,18 @@ from infergate.plan.deployment.groups import GroupPod, whole_group_digests
 from infergate.plan.drift.restart import observe_restarts
 from infergate.plan.drift.watch import decide_drift
 
-from .test_watch import NOW, STABLE, canary_check, condition, drift_check, given, seen
+from .test_watch import (
+    DIGEST,
+    NAME,
+    NOW,
+    STABLE,
+    canary_check,
+    condition,
+    drift_check,
+    given,
+    recorded,
+    seen,
+)
 
 HASH = "f" * 64
 
@@ -200,3 +211,116 @@ def test_without_a_watch_a_restart_does_nothing() -> None:
     plan = decide_drift(given(watch=None, groups={"0": "bbbb"}, group_replicas=1))
     assert plan.create_run is None
     assert plan.status is None
+
+
+# -- the hold: a restarted group serves again only once a run made after it passes --------
+
+
+def _restarted_with_run_made() -> DriftStatus:
+    """status.drift once group 0 restarted and run 2 was made for it."""
+    last, status = passed_run()
+    plan = decide_drift(
+        given(
+            checks=[canary_check(), last],
+            previous=status.model_copy(update={"groups": ["0=aaaa"]}),
+            groups={"0": "bbbb"},
+            group_replicas=1,
+        )
+    )
+    assert plan.create_run == 2
+    assert plan.status is not None
+    return plan.status.model_copy(
+        update={"check": f"{NAME}-{STABLE}-drift2", "check_uid": "uid-drift2",
+                "spec_digest": DIGEST, "last_run": NOW, "running": True}
+    )  # fmt: skip
+
+
+def test_a_restarted_group_is_held_from_its_sighting_until_its_run_passes() -> None:
+    status = _restarted_with_run_made()
+    assert (status.held_groups, status.hold_run) == (["0"], 2)
+    first = drift_check(1, CheckPhase.PASSED, created=NOW - timedelta(minutes=10))
+    running = drift_check(2, None, created=NOW)
+    plan = decide_drift(
+        given(checks=[canary_check(), first, running], previous=status, groups={"0": "bbbb"},
+              group_replicas=1)
+    )  # fmt: skip
+    assert plan.status is not None
+    assert (plan.status.held_groups, plan.status.hold_run) == (["0"], 2)  # still running
+    passed = drift_check(2, CheckPhase.PASSED, created=NOW)
+    plan = decide_drift(
+        given(checks=[canary_check(), first, passed], previous=status, groups={"0": "bbbb"},
+              group_replicas=1)
+    )  # fmt: skip
+    assert plan.status is not None
+    assert (plan.status.held_groups, plan.status.hold_run) == ([], None)
+    assert plan.condition is not None
+    assert plan.condition.reason == "NoDriftDetected"
+
+
+@pytest.mark.parametrize(
+    ("phase", "drifted"),
+    [
+        pytest.param(CheckPhase.FAILED, ConditionStatus.TRUE, id="failed: drifted, still held"),
+        pytest.param(CheckPhase.INCONCLUSIVE, ConditionStatus.UNKNOWN, id="inconclusive: held"),
+        pytest.param(CheckPhase.ERROR, ConditionStatus.UNKNOWN, id="error: held"),
+    ],
+)
+def test_a_re_check_that_does_not_pass_keeps_the_group_held_and_says_why(
+    phase: CheckPhase, drifted: ConditionStatus
+) -> None:
+    status = _restarted_with_run_made()
+    first = drift_check(1, CheckPhase.PASSED, created=NOW - timedelta(minutes=10))
+    ended = drift_check(2, phase, created=NOW)
+    plan = decide_drift(
+        given(checks=[canary_check(), first, ended], previous=status, groups={"0": "bbbb"},
+              group_replicas=1)
+    )  # fmt: skip
+    assert plan.status is not None
+    assert plan.status.held_groups == ["0"]
+    assert plan.condition is not None
+    assert plan.condition.status is drifted
+    assert "group 0 of stable revision" in plan.condition.message
+    assert "held out of serving" in plan.condition.message
+    assert f"{STABLE}-drift2" in plan.condition.message
+    # A later run that passes releases it.
+    again = plan.status.model_copy(
+        update={"run": 3, "check": f"{NAME}-{STABLE}-drift3", "check_uid": "uid-drift3",
+                "running": True, "last_run": NOW}
+    )  # fmt: skip
+    later = drift_check(3, CheckPhase.PASSED, created=NOW)
+    plan = decide_drift(
+        given(checks=[canary_check(), ended, later], previous=again, groups={"0": "bbbb"},
+              group_replicas=1)
+    )  # fmt: skip
+    assert plan.status is not None
+    assert plan.status.held_groups == []
+
+
+def test_a_run_that_started_before_the_restart_releases_nothing() -> None:
+    running = drift_check(1, None, created=NOW - timedelta(minutes=10))
+    status = recorded(running, groups=["0=aaaa"])
+    plan = decide_drift(
+        given(checks=[canary_check(), running], previous=status, groups={"0": "bbbb"},
+              group_replicas=1)
+    )  # fmt: skip
+    assert plan.status is not None
+    assert (plan.status.held_groups, plan.status.hold_run) == (["0"], None)
+    ended = drift_check(1, CheckPhase.PASSED, created=NOW - timedelta(minutes=10))
+    after = decide_drift(
+        given(checks=[canary_check(), ended], previous=plan.status, groups={"0": "bbbb"},
+              group_replicas=1)
+    )  # fmt: skip
+    assert after.status is not None
+    assert after.create_run == 2  # the re-check of the restart
+    assert (after.status.held_groups, after.status.hold_run) == (["0"], 2)
+
+
+def test_a_held_group_scaled_away_or_of_another_revision_is_forgotten() -> None:
+    held = DriftStatus(revision=STABLE, groups=["0=aaaa", "1=cccc"], held_groups=["1"], hold_run=2)
+    found = observe_restarts(held, STABLE, {"0": "aaaa"}, 1)
+    assert found is not None
+    assert found.held == ()
+    other = held.model_copy(update={"revision": "cccccccccc"})
+    found = observe_restarts(other, STABLE, {"0": "aaaa", "1": "cccc"}, 2)
+    assert found is not None
+    assert found.held == ()
