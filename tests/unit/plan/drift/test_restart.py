@@ -192,6 +192,30 @@ def test_a_restart_clears_no_alarm() -> None:
     assert "restarted" in plan.condition.message
 
 
+def test_a_restart_waiting_beside_an_alarm_is_said_once_however_many_reconciles() -> None:
+    """Drifted True stays True through a restart (it clears no alarm), and while the run
+    cannot start (a canary rolls out) each reconcile reads back the message it wrote: the
+    restart is said once, not once more per reconcile."""
+    last = drift_check(1, CheckPhase.FAILED, created=NOW - timedelta(minutes=10))
+    status = seen(last, VerdictOutcome.FAILED).model_copy(update={"groups": ["0=aaaa"]})
+    alarm = condition("True", "DriftDetected", "drift run x: drifted")
+    messages = []
+    for _ in range(3):
+        plan = decide_drift(
+            given(checks=[canary_check(), last], previous=status, previous_condition=alarm,
+                  canary="cccccccccc", groups={"0": "bbbb"}, group_replicas=1)
+        )  # fmt: skip
+        assert plan.create_run is None
+        assert plan.condition is not None
+        assert plan.status is not None
+        assert plan.condition.status is ConditionStatus.TRUE
+        messages.append(plan.condition.message)
+        status = plan.status
+        alarm = condition("True", plan.condition.reason, plan.condition.message)
+    assert messages[0].count(f"group 0 of stable revision {STABLE} restarted") == 1
+    assert messages[1:] == messages[:-1]
+
+
 def test_a_restart_while_a_canary_rolls_out_waits_and_stays_in_sight() -> None:
     last, status = passed_run()
     status = status.model_copy(update={"groups": ["0=aaaa"]})
