@@ -1,7 +1,8 @@
 # The support matrix: `make test` runs one Kubernetes version (K8S_VERSION of
 # dev/infergate_dev/localcluster/layout.py, v1.36); `make test-matrix` runs the tests marked
 # `matrix` (the local cluster and KWOK, the kustomize install and its version overlay, the
-# Helm chart's install with its version gate, a canary promoted and one rolled back) on each
+# Helm chart's install with its version gate, a canary promoted, one rolled back and one
+# moved by HTTPRoute weights against the Gateway API release the version takes) on each
 # other supported version, each in a cluster of its own (.cluster-VERSION/), with that
 # version's API server, controller-manager, scheduler and kubectl built from Go modules and
 # cached as the default ones are. docs/install.md has the matrix table.
