@@ -12,8 +12,15 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
-# v1.7 needs Go 1.27; the machine has 1.26.
-GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.6.3}
+# v1.7 needs Go 1.27; the machine has 1.26. Before Kubernetes 1.31, v1.4.1: from v1.5 the
+# standard TLSRoute CRD uses CEL's isIP(), which a 1.30 API server does not have
+# (GATEWAY_API_VERSION_BEFORE_1_31 in dev/infergate_dev/localcluster/layout.py).
+k8s_minor=${K8S_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
+if [ "$k8s_minor" -lt 31 ]; then
+  GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.4.1}
+else
+  GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-v1.6.3}
+fi
 # v0.9.0 declares go 1.26 (the machine's); multi-node revisions render its v1 API.
 LWS_VERSION=${LWS_VERSION:-v0.9.0}
 CACHE=${INFERGATE_CACHE:-$HOME/.cache/infergate}

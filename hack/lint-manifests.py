@@ -51,7 +51,9 @@ from infergate_dev.localcluster.layout import (  # noqa: E402
     MATRIX_K8S_VERSIONS,
     ClusterLayout,
     cache_dir,
+    gateway_api_crds,
     kubernetes_bin,
+    lws_crds,
 )
 
 JSON = dict[str, Any]
@@ -316,12 +318,13 @@ def schemas(version: str) -> Path:
 
 def crd_schemas() -> Path:
     """Schemas of our CRDs (and the Gateway API's and LeaderWorkerSet's, which the local
-    cluster has), from their openAPIV3Schema."""
+    cluster has: the Gateway API release of the default version, not also the older one
+    the matrix's 1.30 cluster takes), from their openAPIV3Schema."""
     directory = OUT / "crd-schemas"
     shutil.rmtree(directory, ignore_errors=True)
     files = [*sorted((REPO / "crds").glob("*.yaml"))]
-    for cached in ("gateway-api-*", "lws-*"):
-        files += sorted(cache_dir().glob(f"{cached}/crds/*.yaml"))
+    for cached in (gateway_api_crds(K8S_VERSION), lws_crds()):
+        files += sorted(cached.glob("*.yaml"))
     for path in files:
         for crd in _load(path.read_text(encoding="utf-8")):
             if crd.get("kind") != "CustomResourceDefinition":

@@ -16,6 +16,7 @@ from infergate_dev.localcluster import controlplane, processes
 from infergate_dev.localcluster.layout import (
     EXECUTOR_POD_CIDR,
     KWOK_POD_CIDR,
+    gateway_api_version,
     kubernetes_version,
 )
 from tests.harness import Cluster, wait_for
@@ -71,6 +72,17 @@ def test_control_plane_reports_its_real_version(cluster: Cluster) -> None:
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)
     assert version["serverVersion"]["gitVersion"] == kubernetes_version()
     assert version["clientVersion"]["gitVersion"] == kubernetes_version()
+
+
+@pytest.mark.matrix
+def test_the_gateway_api_release_this_version_takes_is_installed(cluster: Cluster) -> None:
+    """Each version gets the newest pinned Gateway API release its API server accepts (before
+    1.31 one without CEL's isIP()), and serves HTTPRoute v1, which infergate writes."""
+    crd = cluster.get_json("crd", "httproutes.gateway.networking.k8s.io")
+    annotations = crd["metadata"]["annotations"]
+    assert annotations["gateway.networking.k8s.io/bundle-version"] == gateway_api_version()
+    assert annotations["gateway.networking.k8s.io/channel"] == "standard"
+    assert any(v["name"] == "v1" and v["served"] for v in crd["spec"]["versions"])
 
 
 def test_nodes_are_labelled_and_tainted_like_real_accelerator_pools(cluster: Cluster) -> None:

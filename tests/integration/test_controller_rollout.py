@@ -247,6 +247,7 @@ def gateway_manifest() -> dict[str, Any]:
     return manifest
 
 
+@pytest.mark.matrix  # each version with the Gateway API release it takes (v1.4.1 before 1.31)
 def test_gateway_weights_wait_for_the_verdict_then_follow_the_steps(
     cluster: Cluster, idep_namespace: str
 ) -> None:

@@ -121,6 +121,7 @@ def watched(cluster: Cluster, session: str) -> Iterator[str]:
 
 DRY_RUNS: list[tuple[str, dict[str, str], list[str]]] = [
     ("defaults", {}, []),
+    ("kubernetes-1.30", {}, ["--kube-version", "1.30.0"]),
     ("kubernetes-1.31", {}, ["--kube-version", "1.31.0"]),
     (
         "placement",
@@ -151,7 +152,7 @@ DRY_RUNS: list[tuple[str, dict[str, str], list[str]]] = [
 
 # Rendered for an older cluster without asking one: `make test-matrix` applies it to each
 # supported version's API server too.
-MATRIX_DRY_RUNS = ("kubernetes-1.31",)
+MATRIX_DRY_RUNS = ("kubernetes-1.30", "kubernetes-1.31")
 
 
 @pytest.mark.parametrize(
@@ -186,7 +187,7 @@ def test_helm_template_is_accepted_by_the_api_server(
     assert len(accepted) == len(documents), result.stdout
     kinds = {d["kind"] for d in documents}
     assert {"Deployment", "ServiceAccount", "CustomResourceDefinition"} <= kinds
-    assert ("MutatingAdmissionPolicy" in kinds) == (name not in ("kubernetes-1.31", "all-off"))
+    assert ("MutatingAdmissionPolicy" in kinds) == (name not in (*MATRIX_DRY_RUNS, "all-off"))
     assert ("Job" in kinds) == (name != "all-off")  # the CRD upgrade hook
 
 

@@ -32,6 +32,7 @@ from infergate_dev.localcluster.layout import (
     ClusterLayout,
     etcd_bin,
     gateway_api_crds,
+    gateway_api_version,
     kubernetes_bin,
     kubernetes_version,
     kwok_bin,
@@ -324,13 +325,14 @@ def up(layout: ClusterLayout, *, say: bool = True, with_lws: bool = False) -> No
 
 
 def install_gateway_api(layout: ClusterLayout, *, say: bool = True) -> bool:
-    """Apply the cached Gateway API CRDs (server-side: they are too large for the last-applied
-    annotation); False, with a note, when they are not cached (`make control-plane`)."""
+    """Apply the cached Gateway API CRDs of the release this cluster's version takes
+    (`gateway_api_version`; server-side: they are too large for the last-applied annotation);
+    False, with a note, when they are not cached (`make control-plane`)."""
     return _install_cached_crds(
         layout,
         gateway_api_crds(),
-        what="Gateway API CRDs",
-        fetch="gateway-api",
+        what=f"Gateway API {gateway_api_version()} CRDs",
+        fetch=f"K8S_VERSION={kubernetes_version()} hack/build-control-plane.sh gateway-api",
         needed_by="rollout.traffic.mode gateway",
         say=say,
     )
@@ -342,7 +344,7 @@ def install_lws(layout: ClusterLayout, *, say: bool = True) -> bool:
         layout,
         lws_crds(),
         what="LeaderWorkerSet CRD",
-        fetch="lws",
+        fetch="hack/build-control-plane.sh lws",
         needed_by="multi-node revisions (spec.topology.nodes above 1)",
         say=say,
     )
@@ -354,8 +356,7 @@ def _install_cached_crds(
     if not crds.is_dir():
         if say:
             print(
-                f"{what} not cached at {crds}: `hack/build-control-plane.sh {fetch}` fetches "
-                f"them; {needed_by} needs them",
+                f"{what} not cached at {crds}: `{fetch}` fetches them; {needed_by} needs them",
                 file=sys.stderr,
             )
         return False

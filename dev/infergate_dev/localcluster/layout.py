@@ -16,9 +16,10 @@ from pathlib import Path
 # The Kubernetes version `make test` and the demo run (the newest supported minor).
 K8S_VERSION = "v1.36.3"
 # The other supported minors the matrix (`make test-matrix`) runs the install and the canary
-# flows on: the oldest supported minor's newest patch the Go module proxy serves. The same
-# list as K8S_MATRIX_VERSIONS in mk/matrix.mk.
-MATRIX_K8S_VERSIONS = ("v1.31.14",)
+# flows on: the oldest supported minor (1.30, the documented minimum) and the next, each at
+# its newest patch the Go module proxy serves. The same list as K8S_MATRIX_VERSIONS in
+# mk/matrix.mk.
+MATRIX_K8S_VERSIONS = ("v1.30.14", "v1.31.14")
 # Set by `infergate-dev localcluster --kubernetes-version` and pytest's --kubernetes-version,
 # so every process of one run (the executor, kubectl plugins, tests) uses the same binaries.
 K8S_VERSION_ENV = "INFERGATE_K8S_VERSION"
@@ -27,6 +28,13 @@ KWOK_VERSION = "v0.8.0"
 # The Gateway API CRDs (standard channel) the cluster gets; the same version as
 # hack/build-control-plane.sh fetches (v1.7 needs a newer Go than the machine has).
 GATEWAY_API_VERSION = "v1.6.3"
+# ... and before Kubernetes 1.31: from Gateway API v1.5 the standard channel's TLSRoute CRD
+# validates its hostnames with CEL's `isIP()`, of the IP library the API server has from 1.31
+# on; a 1.30 server refuses that CRD (undeclared reference to 'isIP'). v1.4.1 is the newest
+# release without it (its CEL rules use only functions 1.30 has). infergate writes only
+# HTTPRoute gateway.networking.k8s.io/v1, which both serve; what 1.30 lacks is the standard
+# channel's TLSRoute, TCPRoute, UDPRoute and ListenerSet, which infergate does not use.
+GATEWAY_API_VERSION_BEFORE_1_31 = "v1.4.1"
 # The LeaderWorkerSet CRD (sigs.k8s.io/lws) multi-node revisions render to; the same version
 # as hack/build-control-plane.sh fetches.
 LWS_VERSION = "v0.9.0"
@@ -137,9 +145,18 @@ def etcd_bin() -> Path:
     return cache_dir() / "bin" / f"etcd-{ETCD_VERSION}"
 
 
-def gateway_api_crds() -> Path:
-    """The Gateway API's standard CRDs, as hack/build-control-plane.sh copies them."""
-    return cache_dir() / f"gateway-api-{GATEWAY_API_VERSION}" / "crds"
+def gateway_api_version(version: str | None = None) -> str:
+    """The Gateway API release a cluster of Kubernetes `version` (by default the one this
+    process runs) gets: the pinned one, or the older pin before 1.31 (see above)."""
+    if supported_minor(version or kubernetes_version()) < (1, 31):
+        return GATEWAY_API_VERSION_BEFORE_1_31
+    return GATEWAY_API_VERSION
+
+
+def gateway_api_crds(version: str | None = None) -> Path:
+    """The Gateway API's standard CRDs for Kubernetes `version`, as
+    hack/build-control-plane.sh copies them."""
+    return cache_dir() / f"gateway-api-{gateway_api_version(version)}" / "crds"
 
 
 def lws_crds() -> Path:

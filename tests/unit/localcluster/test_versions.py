@@ -35,6 +35,35 @@ def test_the_versions_agree_with_the_build_script_and_the_make_fragment() -> Non
                for v in MATRIX_K8S_VERSIONS)  # fmt: skip
 
 
+def test_the_build_script_fetches_the_gateway_api_release_the_layout_installs() -> None:
+    script = (REPO / "hack" / "build-control-plane.sh").read_text()
+    assert f"GATEWAY_API_VERSION=${{GATEWAY_API_VERSION:-{layout.GATEWAY_API_VERSION}}}" in script
+    assert (
+        f"GATEWAY_API_VERSION=${{GATEWAY_API_VERSION:-{layout.GATEWAY_API_VERSION_BEFORE_1_31}}}"
+        in script
+    )
+    assert '[ "$k8s_minor" -lt 31 ]' in script
+
+
+@pytest.mark.parametrize(
+    ("kubernetes", "gateway_api"),
+    [
+        ("v1.30.14", layout.GATEWAY_API_VERSION_BEFORE_1_31),  # no CEL isIP() before 1.31
+        ("v1.30.0", layout.GATEWAY_API_VERSION_BEFORE_1_31),
+        ("v1.31.0", layout.GATEWAY_API_VERSION),
+        ("v1.31.14", layout.GATEWAY_API_VERSION),
+        (K8S_VERSION, layout.GATEWAY_API_VERSION),
+    ],
+)
+def test_each_version_gets_a_gateway_api_release_its_api_server_accepts(
+    kubernetes: str, gateway_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert layout.gateway_api_version(kubernetes) == gateway_api
+    assert layout.gateway_api_crds(kubernetes).parent.name == f"gateway-api-{gateway_api}"
+    monkeypatch.setenv(K8S_VERSION_ENV, kubernetes)
+    assert layout.gateway_api_version() == gateway_api
+
+
 def test_the_default_version_keeps_dot_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(K8S_VERSION_ENV, raising=False)
     monkeypatch.delenv("INFERGATE_CLUSTER_DIR", raising=False)
