@@ -23,6 +23,7 @@ from infergate_dev.localcluster.executor.podspec import (
     pre_stop_sleep,
 )
 from infergate_dev.localcluster.executor.volumes import (
+    Mount,
     VolumeSources,
     container_mounts,
     materialise,
@@ -56,6 +57,8 @@ class Site:
     api_host: str
     api_port: int
     images: list[ImageEnvironment]
+    hosts_file: Path
+    """The cluster DNS names of pods (dns.py), /etc/hosts of pods with a subdomain."""
 
 
 class PodRunner(threading.Thread):
@@ -271,6 +274,9 @@ class PodRunner(threading.Thread):
             env = container_env(self.pod, container.spec, self._lookup(), base)
             argv = container_argv(container.spec, image_env, env)
             mounts = container_mounts(container.spec, volume_paths)
+            if self.pod["spec"].get("subdomain"):
+                # Pods of a group reach each other by name (LWS_LEADER_ADDRESS).
+                mounts.append(Mount(self.site.hosts_file, "/etc/hosts", read_only=True))
         except PodSpecError as exc:
             container.waiting = {"reason": "CreateContainerConfigError", "message": str(exc)}
             container.next_restart_at = time.monotonic() + 5.0
