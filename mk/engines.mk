@@ -18,7 +18,7 @@ export TRANSFORMERS_OFFLINE := 1
 EXPERIMENT_OUT ?= out/experiment
 
 .PHONY: engines engine-venvs vllm-venv mindformers-venv fixture-model experiment test-engines \
-        vllm-ray
+        vllm-ray lws-controller
 
 $(VLLM_VENV)/$(ENGINE_STAMP):
 	hack/engine-venv.sh vllm $(VLLM_VENV) $(ENGINE_PYTHON)
@@ -53,6 +53,13 @@ $(RAY_LAYER)/$(ENGINE_STAMP): $(VLLM_VENV)/$(ENGINE_STAMP)
 
 vllm-ray: vllm-venv $(RAY_LAYER)/$(ENGINE_STAMP)
 	hack/ray-layer.sh link $(VLLM_VENV) $(RAY_LAYER)
+
+# The real group on the executor (tests/integration/test_vllm_group_on_executor.py, marked
+# slow) needs the Ray layer and the LeaderWorkerSet controller (cached by version).
+lws-controller:
+	hack/build-control-plane.sh lws-controller
+
+test-slow: vllm-ray lws-controller
 
 # The fixture model is generated (never downloaded) and cached by generator version.
 fixture-model: vllm-venv
