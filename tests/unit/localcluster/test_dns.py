@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from infergate_dev.localcluster.executor import dns
+from infergate_dev.localcluster.executor.pod import PodRunner, Site
+from infergate_dev.localcluster.executor.volumes import Mount
 
 
 def pod(
@@ -77,3 +80,24 @@ def test_a_ready_pod_behind_a_headless_service_is_published() -> None:
         [pod("a", "127.0.1.5", ready=True)], [service("qwen-abc", not_ready=False)]
     )
     assert "127.0.1.5\ta.qwen-abc.team" in text
+
+
+def test_a_group_pod_gets_a_private_tmp_first_then_the_hosts_file(tmp_path: Path) -> None:
+    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [], tmp_path / "hosts")
+    pod = {"metadata": {"name": "qwen-abc-0", "namespace": "team", "uid": "u-1"},
+           "spec": {"subdomain": "qwen-abc", "containers": []}}  # fmt: skip
+    runner = PodRunner(pod, "127.0.0.9", None, site)  # type: ignore[arg-type]
+    runner.pod_dir.mkdir()
+    (tmp_path / "cache").mkdir()
+    volumes = [Mount(tmp_path / "cache", "/tmp/cache", False), Mount(tmp_path, "/data", True)]
+    mounts = runner._group_mounts(volumes)
+    private = runner.pod_dir / "tmp"
+    assert [(m.source, m.target) for m in mounts] == [
+        (private, "/tmp"),
+        (tmp_path / "hosts", "/etc/hosts"),
+        (tmp_path / "cache", "/tmp/cache"),
+        (tmp_path, "/data"),
+    ]
+    assert mounts[1].read_only
+    # The volume under /tmp still has its mount point once the private /tmp is in place.
+    assert (private / "cache").is_dir()
