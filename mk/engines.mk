@@ -17,7 +17,8 @@ export TRANSFORMERS_OFFLINE := 1
 
 EXPERIMENT_OUT ?= out/experiment
 
-.PHONY: engines engine-venvs vllm-venv mindformers-venv fixture-model experiment test-engines
+.PHONY: engines engine-venvs vllm-venv mindformers-venv fixture-model experiment test-engines \
+        vllm-ray lws-controller
 
 $(VLLM_VENV)/$(ENGINE_STAMP):
 	hack/engine-venv.sh vllm $(VLLM_VENV) $(ENGINE_PYTHON)
@@ -40,6 +41,25 @@ mindformers-venv: $(MINDFORMERS_VENV)/$(ENGINE_STAMP)
 	$(call _engine_commands,$(MINDFORMERS_VENV))
 
 engine-venvs: vllm-venv mindformers-venv
+
+# Ray over the vLLM venv, for groups of vLLM pods (render/group.py runs `ray start` in
+# each): a layer of its own beside the venv, cached by Ray and vLLM versions, put on the
+# venv's path by a .pth. Not part of `engines`: only what runs a group needs it.
+RAY_LAYER ?= $(INFERGATE_CACHE)/layers/ray-2.60.0-vllm-0.32.0-r1
+
+$(RAY_LAYER)/$(ENGINE_STAMP): $(VLLM_VENV)/$(ENGINE_STAMP)
+	hack/ray-layer.sh install $(VLLM_VENV) $(RAY_LAYER)
+	touch $@
+
+vllm-ray: vllm-venv $(RAY_LAYER)/$(ENGINE_STAMP)
+	hack/ray-layer.sh link $(VLLM_VENV) $(RAY_LAYER)
+
+# The real group on the executor (tests/integration/test_vllm_group_on_executor.py, marked
+# slow) needs the Ray layer and the LeaderWorkerSet controller (cached by version).
+lws-controller:
+	hack/build-control-plane.sh lws-controller
+
+test-slow: vllm-ray lws-controller
 
 # The fixture model is generated (never downloaded) and cached by generator version.
 fixture-model: vllm-venv

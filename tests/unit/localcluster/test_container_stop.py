@@ -108,7 +108,8 @@ def test_a_deleted_pod_holds_sigterm_for_its_prestop_sleep(tmp_path: Path) -> No
     spec = {"name": "engine", "lifecycle": {"preStop": {"sleep": {"seconds": 2}}}}
     pod = {"metadata": {"name": "engine-0", "namespace": "llm", "uid": "u-1"},
            "spec": {"containers": [spec]}}  # fmt: skip
-    runner = PodRunner(pod, "127.0.0.9", None, Site(tmp_path, tmp_path, tmp_path, "", 0, []))  # type: ignore[arg-type]
+    site = Site(tmp_path, tmp_path, tmp_path, "", 0, [], tmp_path / "hosts")
+    runner = PodRunner(pod, "127.0.0.9", None, site)  # type: ignore[arg-type]
     container = ContainerProcess(spec=spec, pod_dir=tmp_path, log_path=tmp_path / "e.log")
     runner._containers = [container]
     container.start([sys.executable, "-c", _RECORDS_SIGTERM, str(tmp_path)], {}, [])
@@ -130,7 +131,8 @@ def test_a_prestop_longer_than_the_grace_leaves_the_kubelets_two_seconds(tmp_pat
     spec = {"name": "engine", "lifecycle": {"preStop": {"sleep": {"seconds": 30}}}}
     pod = {"metadata": {"name": "engine-0", "namespace": "llm", "uid": "u-1"},
            "spec": {"containers": [spec]}}  # fmt: skip
-    runner = PodRunner(pod, "127.0.0.9", None, Site(tmp_path, tmp_path, tmp_path, "", 0, []))  # type: ignore[arg-type]
+    site = Site(tmp_path, tmp_path, tmp_path, "", 0, [], tmp_path / "hosts")
+    runner = PodRunner(pod, "127.0.0.9", None, site)  # type: ignore[arg-type]
     # No container process runs: no hook is run, the grace is untouched.
     runner._containers = [ContainerProcess(spec=spec, pod_dir=tmp_path, log_path=tmp_path / "l")]
     assert runner._pre_stop(1.0) == 1.0

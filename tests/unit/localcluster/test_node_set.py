@@ -88,7 +88,7 @@ def test_a_lost_nodes_pod_is_killed_without_sigterm_and_reports_nothing(
     process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     container.popen = process
     api = _Api()
-    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [])
+    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [], tmp_path / "hosts")
     pod = {**_pod("engine-0", "executor-gpu-1"), "metadata": {
         "name": "engine-0", "namespace": "llm", "uid": "u-1"}}  # fmt: skip
     runner = PodRunner(pod, "127.0.0.9", api, site)  # type: ignore[arg-type]

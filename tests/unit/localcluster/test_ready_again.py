@@ -43,7 +43,7 @@ def test_the_executor_reports_a_pod_ready_again_once_the_api_says_otherwise(
     tmp_path: Path,
 ) -> None:
     api = _Api()
-    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [])
+    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [], tmp_path / "hosts")
     runner = PodRunner(POD, "127.0.0.9", api, site)  # type: ignore[arg-type]
     runner._phase = "Running"  # as after its containers started; none run here
     runner._report()

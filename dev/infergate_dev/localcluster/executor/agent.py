@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from infergate.jsontypes import JSON
 from infergate_dev.localcluster import nodes
-from infergate_dev.localcluster.executor import endpoints, images, nodeset
+from infergate_dev.localcluster.executor import dns, endpoints, images, nodeset
 from infergate_dev.localcluster.executor.container import kill_leftovers, now_rfc3339
 from infergate_dev.localcluster.executor.pod import PodRunner, Site
 from infergate_dev.localcluster.executor.volumes import remove_pod_dir
@@ -126,7 +126,10 @@ class Executor:
             api_host=server.hostname or "127.0.0.1",
             api_port=server.port or 443,
             images=[],
+            hosts_file=cluster_dir / "hosts",
         )
+        # Written in place from now on: containers see it through a bind mount of its inode.
+        self.site.hosts_file.write_text(dns.BASE)
         # Replaced, never changed in place: the heartbeat thread reads it.
         self.node_names: frozenset[str] = frozenset(n.name for n in nodes.executor_nodes())
         self.lost_nodes: frozenset[str] = frozenset()
@@ -229,8 +232,8 @@ class Executor:
         self.lost_nodes = frozenset(p["spec"]["nodeName"] for p in split.orphaned)
         return split
 
-    def publish_endpoints(self, pods: list[JSON]) -> None:
-        services = [s for s in self.client.list("/api/v1/services") if s["spec"].get("selector")]
+    def publish_endpoints(self, pods: list[JSON], services: list[JSON]) -> None:
+        services = [s for s in services if s["spec"].get("selector")]
         managed = self.client.list(
             "/apis/discovery.k8s.io/v1/endpointslices",
             labelSelector=f"endpointslice.kubernetes.io/managed-by={endpoints.MANAGED_BY}",
@@ -258,10 +261,20 @@ class Executor:
                 f"/apis/discovery.k8s.io/v1/namespaces/{key[0]}/endpointslices/{key[1]}"
             )
 
+    def publish_dns(self, pods: list[JSON], services: list[JSON]) -> None:
+        """The pods' cluster DNS names, in the hosts file group pods see (dns.py)."""
+        text = dns.hosts_file(pods, services)
+        if self.site.hosts_file.read_text() != text:
+            # Truncated and rewritten, never replaced: the bind mounts hold this inode.
+            with self.site.hosts_file.open("w") as hosts:
+                hosts.write(text)
+
     def sync(self) -> None:
         self.discover_nodes()
         split = self._pods()
-        self.publish_endpoints(split.run + split.orphaned)
+        services = self.client.list("/api/v1/services")
+        self.publish_endpoints(split.run + split.orphaned, services)
+        self.publish_dns(split.run, services)
         seen = set()
         for pod in split.run:
             uid = pod["metadata"]["uid"]

@@ -23,8 +23,10 @@ from infergate_dev.localcluster.executor.podspec import (
     pre_stop_sleep,
 )
 from infergate_dev.localcluster.executor.volumes import (
+    Mount,
     VolumeSources,
     container_mounts,
+    ensure_mount_point,
     materialise,
     remove_pod_dir,
 )
@@ -36,6 +38,7 @@ _MAX_BACKOFF = 30.0
 _MAX_GRACE = 15.0
 _MIN_GRACE_AFTER_HOOK = 2.0
 """What a kubelet still gives a container after its preStop hook used up the grace period."""
+_TMP = Path("/tmp")  # noqa: S108 - the path a group pod's private /tmp is mounted at
 
 
 GATES_NOT_READY = "ReadinessGatesNotReady"
@@ -75,6 +78,8 @@ class Site:
     api_host: str
     api_port: int
     images: list[ImageEnvironment]
+    hosts_file: Path
+    """The cluster DNS names of pods (dns.py), /etc/hosts of pods with a subdomain."""
 
 
 class PodRunner(threading.Thread):
@@ -297,11 +302,34 @@ class PodRunner(threading.Thread):
             env = container_env(self.pod, container.spec, self._lookup(), base)
             argv = container_argv(container.spec, image_env, env)
             mounts = container_mounts(container.spec, volume_paths)
+            if self.pod["spec"].get("subdomain"):
+                # Pods of a group reach each other by name (LWS_LEADER_ADDRESS), and each
+                # has a /tmp of its own, as a container does: Ray keeps its node's session
+                # and the address of the cluster it joined there (/tmp/ray), which two
+                # groups on this machine would otherwise share.
+                mounts = self._group_mounts(mounts)
         except PodSpecError as exc:
             container.waiting = {"reason": "CreateContainerConfigError", "message": str(exc)}
             container.next_restart_at = time.monotonic() + 5.0
             return
         container.start(argv, env, mounts)
+
+    def _group_mounts(self, mounts: list[Mount]) -> list[Mount]:
+        """A private /tmp first (the pod's own volumes mounted below it stay on top, their
+        mount points made inside it), then the cluster's hosts file, then the volumes."""
+        tmp: Path = self.pod_dir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        tmp.chmod(0o1777)
+        for mount in mounts:
+            target = Path(mount.target)
+            if target.is_relative_to(_TMP):
+                inside = tmp / target.relative_to(_TMP)
+                ensure_mount_point(Mount(mount.source, str(inside), mount.read_only))
+        return [
+            Mount(tmp, str(_TMP), read_only=False),
+            Mount(self.site.hosts_file, "/etc/hosts", read_only=True),
+            *mounts,
+        ]
 
     def _run_to_end(self, container: ContainerProcess, volume_paths: dict[str, Path | None]) -> int:
         self._start(container, volume_paths)
