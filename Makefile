@@ -69,7 +69,7 @@ crds-check: venv
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
-test-cluster: setup
+test-cluster: setup lws-controller
 	$(BIN)/pytest tests/cluster tests/integration
 
 # One pytest run: unit tests, then the cluster-backed ones (the session fixture
@@ -77,7 +77,9 @@ test-cluster: setup
 # The slow suites (fault injection; traffic and load end to end, each tens of minutes on
 # a 2-core machine) are deselected here, visibly ("N deselected"), and run by
 # `make test-slow`.
-test: setup engines lint crds-check
+# The LeaderWorkerSet controller (cached by version) runs the group tests' rollouts
+# (tests/integration/test_controller_groups.py and the other group suites).
+test: setup engines lws-controller lint crds-check
 	INFERGATE_REQUIRE_ENGINES=1 INFERGATE_REQUIRE_E2E=1 INFERGATE_REQUIRE_S3=1 $(BIN)/pytest tests -m "not slow"
 	@echo "not run here: the slow suites (marker slow) - make test-slow"
 	@echo "run on one Kubernetes version; the install and canary flows on $(K8S_MATRIX_VERSIONS) - make test-matrix"
