@@ -105,7 +105,7 @@ class _ReadyContainer:
 
 def test_the_executor_holds_ready_until_every_readiness_gate_is_true(tmp_path: Path) -> None:
     api = _Api()
-    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [])
+    site = Site(tmp_path, tmp_path, tmp_path, "127.0.0.1", 6443, [], tmp_path / "hosts")
     runner = PodRunner(GATED, "127.0.0.9", api, site)  # type: ignore[arg-type]
     runner._phase = "Running"
     runner._containers = [_ReadyContainer()]  # type: ignore[list-item]
