@@ -125,6 +125,55 @@ def test_a_canary_group_that_fails_its_check_is_rolled_back_one_that_passes_is_p
     assert sets[benign]["status"]["readyReplicas"] == 1
 
 
+def ascend_group_manifest() -> dict[str, Any]:
+    """One MindFormers replica over two simulated 8-NPU Ascend nodes: model parallel 4 x
+    pipeline stages 2 = 4 NPUs on each node (the shape of manifests/examples'
+    mindformers-ascend-multinode.yaml, at half its width)."""
+    manifest = group_manifest()
+    spec = manifest["spec"]
+    spec["engine"] = {
+        "kind": "mindformers",
+        "dtype": "bfloat16",
+        "paramsDtype": "bfloat16",
+        "maxModelLen": 2048,
+        "tensorParallelSize": 4,
+    }
+    spec["accelerator"] = {"kind": "ascend-npu", "count": 1}
+    spec["topology"] = {"nodes": 2, "acceleratorsPerNode": 4, "pipelineParallelSize": 2}
+    return manifest
+
+
+def test_an_ascend_group_is_placed_over_two_npu_nodes_and_promoted_as_one(
+    cluster: Cluster, idep_namespace: str
+) -> None:
+    """The rollout mechanics on simulated Ascend nodes: the group's two pods land on the two
+    Ascend nodes (4 of each node's 8 NPUs), the real LWS controller reports it ready, and a
+    canary group that passes is promoted while the old group is scaled to zero."""
+    idep = Idep(cluster, idep_namespace, ascend_group_manifest())
+    idep.apply()
+    stable = idep.wait_stable()
+    group = group_sets(cluster, idep_namespace)[stable]
+    assert group["status"]["readyReplicas"] == 1
+    pods = group_pods(cluster, idep_namespace, stable)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["ascend-node-0", "ascend-node-1"]
+    for pod in pods:
+        [engine] = [c for c in pod["spec"]["containers"] if c["name"] == "engine"]
+        assert engine["resources"]["limits"]["huawei.com/Ascend910"] == "4"
+
+    idep.apply(dtype="float16", paramsDtype="float16")
+    canary, check = idep.wait_check()
+    assert set(group_sets(cluster, idep_namespace)) == {stable, canary}
+    idep.verdict(check["metadata"]["name"], "Passed", passed=True)
+    idep.wait("promotion", lambda s: s.get("stableRevision") == canary)
+    wait_for(
+        lambda: group_sets(cluster, idep_namespace)[stable]["spec"]["replicas"] == 0 or None,
+        90,
+        "the old Ascend group scaled to zero",
+    )
+    moved = {p["spec"]["nodeName"] for p in group_pods(cluster, idep_namespace, canary)}
+    assert moved == {"ascend-node-0", "ascend-node-1"}
+
+
 def test_a_canary_group_that_cannot_be_placed_waits_with_the_schedulers_reason(
     cluster: Cluster, idep_namespace: str
 ) -> None:
