@@ -44,7 +44,7 @@ STATEFUL_SET: dict[str, Any] = {
 def _leader(
     group: int, *, gate: str | None, ready_reason: str = "ReadinessGatesNotReady"
 ) -> dict[str, Any]:
-    """Leader of group `group` at 10.0.0.<group+1>; `gate` None: Ready, no gate held."""
+    """Leader of group `group` at 127.114.0.<group+1>; `gate` None: Ready, no gate held."""
     conditions: list[dict[str, Any]] = [{"type": "ContainersReady", "status": "True"}]
     if gate is None:
         conditions.append({"type": "Ready", "status": "True"})
@@ -58,7 +58,7 @@ def _leader(
                      "labels": dict(SELECTOR),
                      "ownerReferences": [_ref("StatefulSet", NAME, "uid-sts")]},
         "spec": {"readinessGates": [{"conditionType": "infergate.io/checked"}]},
-        "status": {"podIP": f"10.0.0.{group + 1}", "conditions": conditions},
+        "status": {"podIP": f"127.114.0.{group + 1}", "conditions": conditions},
     }  # fmt: skip
 
 
@@ -108,14 +108,14 @@ def _url(pods: list[dict[str, Any]], *, awaiting: bool) -> str:
 
 def test_the_re_check_calls_the_held_leader_first() -> None:
     pods = [_leader(0, gate=None), _leader(1, gate="False")]
-    assert _url(pods, awaiting=True) == "http://10.0.0.2:8000"
+    assert _url(pods, awaiting=True) == "http://127.114.0.2:8000"
     # Any other check calls a serving leader only.
-    assert _url(pods, awaiting=False) == "http://10.0.0.1:8000"
+    assert _url(pods, awaiting=False) == "http://127.114.0.1:8000"
 
 
 def test_a_held_leader_alone_is_reached_only_by_its_re_check() -> None:
     pods = [_leader(0, gate="False")]
-    assert _url(pods, awaiting=True) == "http://10.0.0.1:8000"
+    assert _url(pods, awaiting=True) == "http://127.114.0.1:8000"
     with pytest.raises(EndpointResolutionError, match="no ready endpoint"):
         _url(pods, awaiting=False)
 
