@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from infergate.jsontypes import JSONMap
 from infergate.plan.check.owned import ObservedCheck
@@ -296,23 +297,26 @@ def stable_group_digests(
     workload (a one-node revision has no groups to restart)."""
     if workload is None or workload.kind != LWS_KIND:
         return None
-    full = workload.annotations.get(ANNOTATION_REVISION_HASH, "")
-    return whole_group_digests(
-        [p.group for p in pods if p.group is not None and p.revision == workload.revision],
-        size=group_size(workload),
-        revision=workload.revision,
-        revision_hash=full.removeprefix("sha256:"),
-    )
+    return whole_group_digests(_group_pods(workload, pods), **_group_shape(workload))
 
 
 def _verdicts(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> list[GroupVerdict]:
+    return group_verdicts(_group_pods(workload, pods), **_group_shape(workload))
+
+
+def _group_pods(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> list[GroupPod]:
+    """The pods of the workload's revision that belong to a group."""
+    return [p.group for p in pods if p.group is not None and p.revision == workload.revision]
+
+
+def _group_shape(workload: ObservedDeployment) -> dict[str, Any]:
+    """What a group of the workload must be: its size, revision and full template hash."""
     full = workload.annotations.get(ANNOTATION_REVISION_HASH, "")
-    return group_verdicts(
-        [p.group for p in pods if p.group is not None and p.revision == workload.revision],
-        size=group_size(workload),
-        revision=workload.revision,
-        revision_hash=full.removeprefix("sha256:"),
-    )
+    return {
+        "size": group_size(workload),
+        "revision": workload.revision,
+        "revision_hash": full.removeprefix("sha256:"),
+    }
 
 
 def collect(
