@@ -25,10 +25,12 @@ from datetime import datetime
 
 from infergate.api.drift import DriftStatus
 from infergate.plan import reasons
-from infergate.plan.deployment.groups import group_verdicts
-from infergate.plan.deployment.observed import ObservedDeployment, ObservedPod, group_size
+from infergate.plan.deployment.observed import (
+    ObservedDeployment,
+    ObservedPod,
+    workload_group_verdicts,
+)
 from infergate.render.group import LWS_KIND
-from infergate.render.labels import ANNOTATION_REVISION_HASH
 
 LEADER = "0"
 
@@ -63,17 +65,7 @@ def leader_gates(
         if workload.kind != LWS_KIND:
             continue
         members = [p for p in pods if p.group is not None and p.revision == revision]
-        full = workload.annotations.get(ANNOTATION_REVISION_HASH, "").removeprefix("sha256:")
-        whole = {
-            v.group
-            for v in group_verdicts(
-                [p.group for p in members if p.group is not None],
-                size=group_size(workload),
-                revision=revision,
-                revision_hash=full,
-            )
-            if v.whole
-        }
+        whole = {v.group for v in workload_group_verdicts(workload, members) if v.whole}
         for pod in members:
             group = pod.group
             if group is None or not group.gated or group.worker != LEADER:

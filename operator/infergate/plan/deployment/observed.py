@@ -273,7 +273,7 @@ def with_whole_groups(
     """
     if workload.kind != LWS_KIND:
         return workload
-    serving = sum(1 for verdict in _verdicts(workload, pods) if verdict.serving)
+    serving = sum(1 for verdict in workload_group_verdicts(workload, pods) if verdict.serving)
     return replace(
         workload,
         ready_replicas=serving,
@@ -286,7 +286,11 @@ def broken_groups(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> 
     """Why each group of a LeaderWorkerSet is not whole, in words (empty: all whole)."""
     if workload.kind != LWS_KIND:
         return []
-    return [f"group {v.group}: {v.reason}" for v in _verdicts(workload, pods) if not v.whole]
+    return [
+        f"group {v.group}: {v.reason}"
+        for v in workload_group_verdicts(workload, pods)
+        if not v.whole
+    ]
 
 
 def stable_group_digests(
@@ -300,7 +304,10 @@ def stable_group_digests(
     return whole_group_digests(_group_pods(workload, pods), **_group_shape(workload))
 
 
-def _verdicts(workload: ObservedDeployment, pods: Sequence[ObservedPod]) -> list[GroupVerdict]:
+def workload_group_verdicts(
+    workload: ObservedDeployment, pods: Sequence[ObservedPod]
+) -> list[GroupVerdict]:
+    """Each group of a LeaderWorkerSet's revision, whole or why not (`groups.group_verdicts`)."""
     return group_verdicts(_group_pods(workload, pods), **_group_shape(workload))
 
 
