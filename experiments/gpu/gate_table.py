@@ -558,7 +558,13 @@ def run_judge(
 
     from infergate.calibration.kept import model_noise
     from infergate.calibration.measure import analyse_pair
-    from infergate.parity.calibrated import calibration_need, derive_limits, with_measured
+    from infergate.parity.calibrated import (
+        CalibrationNeed,
+        NeedKind,
+        calibration_need,
+        derive_limits,
+        with_measured,
+    )
     from infergate.parity.compare import compare_sources
     from infergate.parity.profiles import PROFILES, plan_gate
     from infergate.parity.thresholds import ProfileName, RegressionTolerance
@@ -597,9 +603,22 @@ def run_judge(
             gate.thresholds, need=need, noise=noise, layers=gate.layers,
             static_layers=PROFILES[profile].calibrated_layers,
         )  # fmt: skip
-        for name in ("static", "calibrated"):
-            thresholds = gate.thresholds if name == "static" else derived.thresholds
-            limits = gate.limits if name == "static" else with_measured(gate.limits, derived)
+        # The proposal under test (GPU_GATE_TABLE.md): a bf16-kernel check judged under k x
+        # the bf16-vs-fp32 pair of the same weights (an envelope of any bf16 kernel's
+        # rounding), with no self floor. Measured beside the product's two limit sets.
+        envelope = None
+        if profile is ProfileName.BF16_KERNEL and "dtype bfloat16" in noise.changes:
+            envelope = derive_limits(
+                gate.thresholds,
+                need=CalibrationNeed(NeedKind.CHANGE, "dtype bfloat16", need.required),
+                noise=noise, layers=gate.layers,
+                static_layers=PROFILES[profile].calibrated_layers,
+            )  # fmt: skip
+        sets = {"static": None, "calibrated": derived, "envelope": envelope}
+        for name in [n for n in sets if n == "static" or sets[n] is not None]:
+            chosen = sets[name]
+            thresholds = gate.thresholds if chosen is None else chosen.thresholds
+            limits = gate.limits if chosen is None else with_measured(gate.limits, chosen)
             began = time.perf_counter()
             result = compare_sources(
                 baseline, candidate, thresholds, ("*",), disabled=gate.disabled, limits=limits
@@ -607,17 +626,17 @@ def run_judge(
             verdict = decide(result, gate.warn, None, RegressionTolerance())
             document = verdict.model_dump(mode="json", by_alias=True)
             status = verdict.status.value
-            if name == "calibrated" and derived.inconclusive:
+            if chosen is not None and chosen.inconclusive:
                 status = "Inconclusive"
             row[name] = {
                 "status": status,
-                "deciding": derived.inconclusive
-                if name == "calibrated" and derived.inconclusive
+                "deciding": chosen.inconclusive
+                if chosen is not None and chosen.inconclusive
                 else _deciding(document),
                 "seconds": round(time.perf_counter() - began, 1),
                 "limits": {
-                    p.key: p.value for p in derived.provenance if p.source == "measured"
-                } if name == "calibrated" else {},
+                    p.key: p.value for p in chosen.provenance if p.source == "measured"
+                } if chosen is not None else {},
                 "control": result.model_dump(mode="json", by_alias=True).get("control"),
                 "checks": [
                     {k: c.get(k) for k in CHECK_FIELDS} for c in document.get("checks", [])
