@@ -275,3 +275,40 @@ def test_a_pair_reports_decode_noise_for_its_families() -> None:
     # No bound: the value stands as a point, as an error (never below 0).
     assert table[NoiseFamily.DECODE_EXCESS].bounded is False
     assert table[NoiseFamily.DECODE_EXCESS].upper == 0.0
+
+
+def _with_pair(stable_dtype: str, other: str, **families: float) -> ModelNoise:
+    pair = {
+        NoiseFamily(k): FamilyNoise(upper=v, bounded=True, pairs=[f"{other} vs {stable_dtype}"])
+        for k, v in families.items()
+    }
+    return _noise(klMean=1e-9, decodeExcess=1e-9).model_copy(
+        update={"dtype": stable_dtype, "changes": {f"dtype {other}": pair}}
+    )
+
+
+@pytest.mark.parametrize(("stable", "other"), [("bfloat16", "float32"), ("float32", "bfloat16")])
+def test_a_bf16_kernel_check_is_judged_against_the_bf16_vs_fp32_envelope(
+    stable: str, other: str
+) -> None:
+    noise = _with_pair(stable, other, klMean=6e-5, hiddenRelL2P99=0.012, decodeExcess=1.5e-4)
+    need = calibration_need(ProfileName.BF16_KERNEL, "bfloat16", 28)
+    derived = derive_limits(STATIC, need=need, noise=noise, layers=28, static_layers=28)
+    # The output families: k x the pair, tighter than the static limits, no self floor.
+    assert derived.thresholds.max_mean_kl == pytest.approx(K_QUADRATIC * 6e-5)
+    assert derived.thresholds.max_hidden_rel_l2_p99 == pytest.approx(K_LINEAR * 0.012)
+    assert f"'dtype {other}' pair of m as the bf16 envelope" in derived.calibration
+    # The decode families compare a side with itself: self noise, which only loosens.
+    assert derived.thresholds.max_decode_excess == STATIC.max_decode_excess
+
+
+def test_without_the_pair_a_bf16_kernel_check_keeps_the_self_floor() -> None:
+    need = calibration_need(ProfileName.BF16_KERNEL, "bfloat16", 28)
+    fp16 = _with_pair("bfloat16", "float16", klMean=6e-5)
+    derived = derive_limits(STATIC, need=need, noise=fp16, layers=28, static_layers=28)
+    assert derived.thresholds == STATIC
+    assert "no bfloat16-vs-float32 pair kept" in derived.calibration
+    other_profile = calibration_need(ProfileName.GPU_TO_ASCEND_BF16, "bfloat16", 28)
+    pair = _with_pair("bfloat16", "float32", klMean=6e-5)
+    kept = derive_limits(STATIC, need=other_profile, noise=pair, layers=28, static_layers=28)
+    assert kept.thresholds.max_mean_kl == STATIC.max_mean_kl
