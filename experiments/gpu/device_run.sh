@@ -34,7 +34,7 @@ start)
     # The code runs from a copy: the next call's sync may rewrite the carried folder.
     rm -rf /tmp/tgtcode /tmp/tgt && mkdir -p /tmp/tgtcode /tmp/tgt
     cp -r .whl/gpu .whl/operator /tmp/tgtcode/
-    (cd /tmp/tgtcode && setsid nohup bash -c 'PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 \
+    (cd /tmp/tgtcode && setsid nohup bash -c 'PYTHONPATH=/tmp/site:/tmp/tgtcode/operator PYTHONUNBUFFERED=1 \
         python3 gpu/trained_gate_table.py --work /tmp/tgt --out /tmp/tgt/table.json \
         --train-seconds 150 --record-until 100000; echo $? > /tmp/tgt/rc' \
         > /tmp/tgt/log 2>&1 < /dev/null &)

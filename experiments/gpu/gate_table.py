@@ -603,9 +603,9 @@ def run_judge(
             gate.thresholds, need=need, noise=noise, layers=gate.layers,
             static_layers=PROFILES[profile].calibrated_layers,
         )  # fmt: skip
-        # The proposal under test (GPU_GATE_TABLE.md): a bf16-kernel check judged under k x
-        # the bf16-vs-fp32 pair of the same weights (an envelope of any bf16 kernel's
-        # rounding), with no self floor. Measured beside the product's two limit sets.
+        # Every family from the bf16-vs-fp32 pair, decode families included: the variant
+        # measured on 2026-12-07 (GPU_GATE_TABLE.md). The product's rule ("calibrated" for
+        # bf16-kernel since then) takes only the output families from the pair.
         envelope = None
         if profile is ProfileName.BF16_KERNEL and "dtype bfloat16" in noise.changes:
             envelope = derive_limits(
