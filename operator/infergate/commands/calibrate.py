@@ -17,7 +17,10 @@ server with --url):
 records `base`, `again` (the same configuration, teacher-forced on `base`), with
 --concurrency `concurrent` (every request of the suite in flight together: one batch
 in-process, N requests at a time over HTTP), and with --also-dtype `<dtype>` (the other
-dtype, teacher-forced on `base`), then reports those pairs.
+dtype, teacher-forced on `base`), then reports those pairs. Kept with a revision, a
+bfloat16-vs-float32 pair is also what bf16-kernel checks against that revision are
+judged on (`parity.calibrated.ENVELOPE_SOURCE`): calibrate a bf16 revision with
+--also-dtype float32.
 
 For every metric the comparison reports (whatever the parity core measures, read from
 its result) it gives the per-prompt spread, the suite value and, where the core gives
@@ -83,7 +86,11 @@ def add_subcommands(commands: argparse._SubParsersAction[argparse.ArgumentParser
         help="also record the suite with this many requests in flight (in-process vLLM: one "
         "batch of the whole suite)",
     )  # fmt: skip
-    parser.add_argument("--also-dtype", default=None, help="also record this dtype against base")
+    parser.add_argument(
+        "--also-dtype", default=None,
+        help="also record this dtype against base (float32 for a bfloat16 revision: the "
+        "pair that dtype-change and bf16-kernel checks are then judged on)",
+    )  # fmt: skip
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--long-max-tokens", type=int, default=8)
     parser.add_argument("--multiple", type=float, default=LINEAR_MULTIPLE)
