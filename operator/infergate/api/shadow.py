@@ -64,7 +64,9 @@ class ShadowSettings(KubeModel):
     """Scored requests (one prompt each, summed over every mirror pod) needed before a
     verdict; fewer by the end of windowSeconds: Inconclusive. Each mirror pod keeps its
     scored copies in a bounded budget (128 MiB over all pods, at most 32 MiB each); once
-    it is spent the pod copies nothing more (counted as dropped)."""
+    it is spent the pod copies nothing more (counted as dropped). The canary's decode path
+    is judged only on greedy copies (temperature 0 or top_k 1): with none scored, or too
+    few for the profile's floor, the check is Inconclusive."""
     window_seconds: int = Field(default=WINDOW_DEFAULT, ge=10, le=86400)
     """Seconds to collect mirrored requests before deciding with what was scored."""
     store_prompts: bool = False

@@ -64,6 +64,29 @@ def judge_results(
         rate = pooled.greedy.metrics.tokens.match_rate.value
         if rate is not None:
             metrics["greedyTokenMatchRate"] = float(rate)
+    elif not problems and pooled.forced is not None:
+        # No greedy copy: the canary's decode path (KV cache, decode kernels, prefix hits)
+        # was never seen, and teacher-forced copies alone cannot stand for it.
+        judgements.append(
+            (
+                f"greedy copies ({where})",
+                judged(
+                    CheckPhase.INCONCLUSIVE,
+                    "no greedy copy was scored, so the canary's decode path was not judged",
+                    [
+                        VerdictReason(
+                            metric="shadow.greedy",
+                            value=0.0,
+                            message="the decode path is judged only on greedy copies "
+                            "(temperature 0 or top_k 1) and none reached the mirror: send "
+                            "greedy requests through the route, or check the canary with a "
+                            "suite (source: suite)",
+                        )
+                    ],
+                    profile,
+                ),
+            )
+        )
     metrics |= {
         "shadowScored": float(totals.scored),
         "shadowGreedy": float(totals.greedy),

@@ -124,7 +124,7 @@ def _judge(pods: list[Any], minimum: int = COPIES) -> CheckPhase:
 
 
 def test_enough_agreeing_copies_pass() -> None:
-    assert _judge([_pod(COPIES)]) is CheckPhase.PASSED
+    assert _judge([_pod(COPIES, greedy=COPIES)]) is CheckPhase.PASSED
 
 
 def test_below_the_minimum_evidence_it_is_inconclusive_never_passed() -> None:
@@ -141,7 +141,8 @@ def test_below_the_minimum_evidence_it_is_inconclusive_never_passed() -> None:
 def test_evidence_is_counted_over_every_mirror_pod() -> None:
     """Half the copies on each of two pods: neither meets the profile's floor alone, both
     together do, and the verdict stands on one comparison of all of them."""
-    halves = [_pod(COPIES // 2), _pod(COPIES // 2, first=COPIES // 2)]
+    half = COPIES // 2
+    halves = [_pod(half, greedy=half), _pod(half, first=half, greedy=half)]
     assert _judge(halves[:1], minimum=COPIES // 2) is CheckPhase.INCONCLUSIVE
     verdict, shown, totals = judge_results(
         halves, ShadowSettings(min_requests=COPIES), _spec(2), profile=PROFILE.value,
@@ -162,8 +163,8 @@ def test_evidence_is_counted_over_every_mirror_pod() -> None:
         (COPIES, COPIES // 2, CheckPhase.INCONCLUSIVE),
         # Enough greedy copies: the decode path is judged, and agrees.
         (COPIES, COPIES, CheckPhase.PASSED),
-        # No greedy copy at all: only the teacher-forced comparison exists to judge.
-        (COPIES, 0, CheckPhase.PASSED),
+        # No greedy copy at all: the decode path was never seen, so nothing passes.
+        (COPIES, 0, CheckPhase.INCONCLUSIVE),
     ],
 )
 def test_too_few_greedy_copies_keep_the_check_inconclusive(
@@ -178,8 +179,8 @@ def test_too_few_greedy_copies_keep_the_check_inconclusive(
     assert verdict.phase is expected, verdict.detail
     assert totals.greedy == greedy
     if expected is CheckPhase.INCONCLUSIVE:
-        assert "greedy copies" in verdict.summary
-        assert "more greedy requests" in verdict.summary
+        assert "greedy cop" in verdict.summary
+        assert "greedy requests" in verdict.summary or "greedy requests" in str(verdict.detail)
 
 
 def test_too_few_greedy_copies_that_disagree_still_fail() -> None:
@@ -329,7 +330,7 @@ def test_a_shadow_check_runs_under_the_suites_gate(monkeypatch: pytest.MonkeyPat
     long-prompt minimum) and disabled checks; both sides' records carry the runner's
     sampling fingerprints; the pod is given its share of the pair budget; enough agreeing
     copies pass."""
-    pod = _pod(COPIES)
+    pod = _pod(COPIES, greedy=COPIES)
     _Sessions.opened.clear()
     monkeypatch.setattr(
         shadow, "MirrorSessions", lambda urls, session: _Sessions(urls, session, pod)
@@ -494,7 +495,7 @@ def test_a_pod_result_that_cannot_be_used_is_an_error_never_a_pass(
 
 
 def test_pairs_past_the_pods_budget_are_refused() -> None:
-    pods = [_pod(COPIES)]
+    pods = [_pod(COPIES, greedy=COPIES)]
     used = sum(pair_bytes(decode_pair(p)) for p in pods[0]["pairs"])
     assert _judge_with(pods, _spec(pair_bytes_per_pod=used)) is CheckPhase.PASSED
     assert _judge_with(pods, _spec(pair_bytes_per_pod=used - 1)) is CheckPhase.ERROR
