@@ -219,3 +219,37 @@ def test_threaded_prefetch_answers_the_recorder_from_one_concurrent_pass() -> No
         assert scored.token_ids.tolist() == sequence[1:]
         channel.hidden_states(sequence)
     assert len(inner.calls) == before, "the recorder's calls were all answered from the pass"
+
+
+def test_the_other_dtype_is_recorded_in_process_even_against_a_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server serves one dtype and plain vLLM cannot say which: recorded through it, the
+    --also-dtype run would be an A/A pair kept under the other dtype's name, and a bf16
+    kernel check would be judged on it as the bf16-vs-fp32 envelope."""
+    import subprocess
+
+    from infergate.calibration import measure
+
+    commands: list[list[str]] = []
+
+    def run(command: list[str], check: bool) -> subprocess.CompletedProcess[bytes]:
+        commands.append(command)
+        out = Path(command[command.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "manifest.json").write_text("{}")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(measure.subprocess, "run", run)
+    runs = measure.CalibrationRuns(
+        engine="vllm", model=tmp_path / "model", dtype="bfloat16", suite="default",
+        work=tmp_path / "cal", url="http://127.0.0.1:8000", probe_url="http://127.0.0.1:8001",
+        concurrency=0, also_dtype="float32", max_tokens=16, long_max_tokens=8,
+    )  # fmt: skip
+    pairs = measure.record_runs(runs)
+    served = {c[c.index("--dtype") + 1]: c for c in commands}
+    assert len(commands) == 3
+    assert [c.count("--url") for c in commands] == [1, 1, 0]
+    assert "--url" not in served["float32"]
+    assert "--probe-url" not in served["float32"]
+    assert [label for label, _, _ in pairs] == ["bfloat16 A/A", "float32 vs bfloat16"]

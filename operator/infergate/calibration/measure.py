@@ -38,7 +38,10 @@ class CalibrationRuns:
     concurrency: int
     """Also record with this many requests in flight (0 or 1: not)."""
     also_dtype: str | None
-    """Also record this dtype, teacher-forced on `base`."""
+    """Also record this dtype, teacher-forced on `base`: always in-process from `model`,
+    never through `url`, which serves one dtype only (a plain vLLM server cannot say
+    which, so a record through it would carry the base dtype's numbers under this
+    dtype's name, and an A/A pair would be kept as the dtype change)."""
     max_tokens: int
     long_max_tokens: int
 
@@ -67,15 +70,17 @@ def analyse_pair(label: str, baseline_dir: Path, candidate_dir: Path) -> tuple[d
     return report, suite_digest(baseline)
 
 
-def _record_cli(runs: CalibrationRuns, dtype: str, out: Path, base: Path | None) -> list[str]:
+def _record_cli(
+    runs: CalibrationRuns, dtype: str, out: Path, base: Path | None, *, served: bool = True
+) -> list[str]:
     command = [
         sys.executable, "-m", "infergate.cli", "record", "--engine", runs.engine,
         "--model", str(runs.model), "--dtype", dtype, "--suite", runs.suite, "--out", str(out),
         "--max-tokens", str(runs.max_tokens), "--long-max-tokens", str(runs.long_max_tokens),
     ]  # fmt: skip
-    if runs.url:
+    if runs.url and served:
         command += ["--url", runs.url]
-    if runs.probe_url:
+    if runs.probe_url and served:
         command += ["--probe-url", runs.probe_url]
     if base is not None:
         command += ["--teacher-forced-from", str(base)]
@@ -97,7 +102,9 @@ def record_runs(runs: CalibrationRuns) -> list[tuple[str, Path, Path]]:
         )
     for label, dtype, out, against in planned:
         if not (out / "manifest.json").exists():
-            done = subprocess.run(_record_cli(runs, dtype, out, against), check=False)
+            served = dtype == runs.dtype  # the server serves the base dtype only
+            command = _record_cli(runs, dtype, out, against, served=served)
+            done = subprocess.run(command, check=False)
             if done.returncode != 0:
                 raise CalibrationError(f"recording {out} failed (exit {done.returncode})")
         if against is not None:

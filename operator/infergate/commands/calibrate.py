@@ -17,7 +17,8 @@ server with --url):
 records `base`, `again` (the same configuration, teacher-forced on `base`), with
 --concurrency `concurrent` (every request of the suite in flight together: one batch
 in-process, N requests at a time over HTTP), and with --also-dtype `<dtype>` (the other
-dtype, teacher-forced on `base`), then reports those pairs. Kept with a revision, a
+dtype, teacher-forced on `base`; recorded in-process from --model even with --url, since a
+server serves one dtype), then reports those pairs. Kept with a revision, a
 bfloat16-vs-float32 pair is also what bf16-kernel checks against that revision are
 judged on (`parity.calibrated.ENVELOPE_SOURCE`): calibrate a bf16 revision with
 --also-dtype float32.
