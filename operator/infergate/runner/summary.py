@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from infergate.api.check_status import Comparison, VerdictReason
 from infergate.api.enums import CheckPhase
 from infergate.parity.checks import CheckResult
+from infergate.parity.control import control_reason
 from infergate.parity.metrics import HygieneFinding, ParityMetrics, ParityResult
 from infergate.parity.verdict import Verdict, VerdictStatus
 from infergate.plan.check.status import MESSAGE_MAX, Judgement
@@ -120,9 +121,19 @@ def verdict_reasons(result: ParityResult, verdict: Verdict) -> list[VerdictReaso
         unverified = [
             VerdictReason(metric="fingerprints", message=u[:MESSAGE_MAX]) for u in result.unverified
         ]
-        return unverified + [
-            _check_reason(c) for c in verdict.checks if c.outcome == "inconclusive"
-        ]
+        # Then a suite too weak to see its own positive control, and a calibration the
+        # profile needs that is not kept: each alone keeps a check from passing.
+        powerless = None if result.control is None else control_reason(result.control)
+        uncalibrated = None if result.calibration is None else result.calibration.inconclusive
+        return (
+            unverified
+            + [_check_reason(c) for c in verdict.checks if c.outcome == "inconclusive"]
+            + [
+                VerdictReason(metric=metric, message=message[:MESSAGE_MAX])
+                for metric, message in (("control", powerless), ("calibration", uncalibrated))
+                if message
+            ]
+        )
     reasons = [_hygiene_reason(h) for h in result.hygiene if h.severity == "Failed"]
     reasons += [_check_reason(c) for c in verdict.checks if c.outcome == "fail"]
     reasons += [
