@@ -18,11 +18,14 @@ from typing import Any
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import CheckSource
+from infergate.parity.calibrated import DerivedLimits
+from infergate.parity.profiles import Gate
 from infergate.parity.record import RecordMeta
+from infergate.parity.thresholds import Thresholds
 from infergate.plan.check.status import Judgement
 from infergate.runner import status_writer
 from infergate.runner.context import CheckEndedError, RetryableRunError, RunContext, say
-from infergate.runner.noise import measure_self_noise
+from infergate.runner.noise import derived_limits, measure_self_noise
 from infergate.runner.shadow import ShadowError, run_shadow
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
@@ -129,6 +132,12 @@ class _ShadowSteps:
 
     def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta:
         return record_meta(target, suite, asked)
+
+    def limits(
+        self, gate: Gate, metas: tuple[RecordMeta, RecordMeta], baseline: SideTarget,
+        explicit: Thresholds,
+    ) -> DerivedLimits:  # fmt: skip
+        return derived_limits(self._run, gate, metas, baseline, explicit)
 
     def progress(self, done: int, total: int) -> None:
         status_writer.show_progress(self._run, self._state, done, total)

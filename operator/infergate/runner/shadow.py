@@ -24,7 +24,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
@@ -33,6 +33,7 @@ from infergate.api.base import INFERENCE_DEPLOYMENT_KIND
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import HiddenStates, ParityCheckSpec
 from infergate.api.shadow import ShadowSettings, ShadowStatus
+from infergate.parity.calibrated import DerivedLimits, with_measured
 from infergate.parity.fingerprints import run_fingerprints
 from infergate.parity.metrics import ParityResult
 from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
@@ -83,6 +84,11 @@ class RunnerSteps(Protocol):
     def health(self, baseline: SideTarget, candidate: SideTarget) -> None: ...
 
     def meta(self, target: SideTarget, suite: Suite, asked: Mapping[str, Any]) -> RecordMeta: ...
+
+    def limits(
+        self, gate: Gate, metas: tuple[RecordMeta, RecordMeta], baseline: SideTarget,
+        explicit: Thresholds,
+    ) -> DerivedLimits: ...  # fmt: skip
 
     def progress(self, done: int, total: int) -> None: ...
 
@@ -228,6 +234,10 @@ def run_shadow(
     baseline, candidate = runner.resolve(served)
     runner.health(baseline, candidate)
     gate, metas = _plan_gate(runner, spec, baseline, candidate)
+    # The baseline revision's kept noise sets the limits here as in a suite check, and a
+    # model that needs its own calibration and has none is Inconclusive here too.
+    derived = runner.limits(gate, metas, baseline, spec.effective_thresholds())
+    gate = replace(gate, thresholds=derived.thresholds, limits=with_measured(gate.limits, derived))
     deployment = candidate.deployment
     if deployment is None or candidate.revision is None or candidate.deployment_uid is None:
         raise ShadowError(
@@ -253,6 +263,7 @@ def run_shadow(
         store_prompts=settings.store_prompts,
         fingerprints=spec.fingerprints,
         limits=gate.limits,
+        calibration=derived,
     )
     body = {
         "id": session_id,

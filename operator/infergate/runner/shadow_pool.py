@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from infergate.mirror.pairs import PairFormatError, decode_pair, pair_bytes, with_prompt_id
 from infergate.mirror.scoring import ScoredPair
+from infergate.parity.calibrated import DerivedLimits
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.limits import LimitSource
@@ -64,6 +65,9 @@ class PoolSpec:
     store_prompts: bool = False
     fingerprints: FingerprintExpectation = FingerprintExpectation.REQUIRED
     limits: LimitSource | None = None
+    calibration: DerivedLimits | None = None
+    """The limits derived from the baseline's kept noise, and whether a calibration the
+    profile needs is missing (then no pooled comparison passes)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,8 @@ def _comparison(spec: PoolSpec) -> ParityComparison:
 
 def _finalized(comparison: ParityComparison, spec: PoolSpec) -> ParityResult:
     result = comparison.finalize()
+    if spec.calibration is not None:
+        result = result.model_copy(update={"calibration": spec.calibration})
     # Worst prompts' token ids reach the report only when the check asked to store prompts.
     return result if spec.store_prompts else result.model_copy(update={"outputs": []})
 

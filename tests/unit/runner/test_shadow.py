@@ -18,7 +18,8 @@ from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import ShadowSettings
 from infergate.mirror.pairs import decode_pair, encode_pair, pair_bytes
 from infergate.mirror.scoring import ScoredPair
-from infergate.parity.profiles import PROFILES
+from infergate.parity.calibrated import DerivedLimits, calibration_need, derive_limits
+from infergate.parity.profiles import PROFILES, Gate
 from infergate.parity.record import RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName, Thresholds
 from infergate.plan.check.status import Judgement
@@ -248,6 +249,7 @@ class _Runner:
     """The controller of the mirror's Service (the operator makes it for the deployment)."""
     extra_slices: list[dict[str, Any]] = field(default_factory=list)
     """EndpointSlices of the mirror's Service besides the one the cluster published."""
+    layers: int | None = None
 
     def mark_running(self, total: int) -> bool:
         return True
@@ -272,6 +274,19 @@ class _Runner:
 
     def progress(self, done: int, total: int) -> None:
         pass
+
+    def limits(
+        self, gate: Gate, metas: tuple[RecordMeta, RecordMeta], baseline: SideTarget,
+        explicit: Thresholds,
+    ) -> DerivedLimits:  # fmt: skip
+        """No noise kept: the static limits, or Inconclusive where the profile needs one
+        (the layers the runner is told of, as a deep model's records would say)."""
+        need = calibration_need(gate.profile, metas[1].dtype, self.layers)
+        return derive_limits(
+            gate.thresholds, need=need, noise=None, layers=self.layers,
+            static_layers=PROFILES[gate.profile].calibrated_layers,
+            explicit=explicit.model_fields_set,
+        )  # fmt: skip
 
     def mirror_service(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         service = {
@@ -492,6 +507,27 @@ def test_a_pod_result_that_cannot_be_used_is_an_error_never_a_pass(
     assert "mirror pod 1:" in reason.message
     assert "mirror pod 0" not in reason.message
     assert shown is None
+
+
+def test_a_deep_model_without_its_own_noise_is_inconclusive_in_shadow_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Agreeing copies of a model deeper than the depth rule was measured at: a suite check
+    of it needs its kept noise, and so does a shadow check; without it nothing passes."""
+    pod = _pod(COPIES, greedy=COPIES)
+    monkeypatch.setattr(
+        shadow, "MirrorSessions", lambda urls, session: _Sessions(urls, session, pod)
+    )
+    shallow, deep = _Runner(layers=2), _Runner(layers=80)
+    for runner in (shallow, deep):
+        _Sessions.opened.clear()
+        shadow.run_shadow(runner, _shadow_spec(), sleep=lambda _: None)
+    assert shallow.finished[0][0].phase is CheckPhase.PASSED
+    verdict = deep.finished[0][0]
+    assert verdict.phase is CheckPhase.INCONCLUSIVE
+    said = " ".join(r.message for r in verdict.reasons)
+    assert "calibration needed" in said, said
+    assert "80 layers" in said
 
 
 def test_pairs_past_the_pods_budget_are_refused() -> None:
