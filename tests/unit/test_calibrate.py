@@ -253,3 +253,38 @@ def test_the_other_dtype_is_recorded_in_process_even_against_a_server(
     assert "--url" not in served["float32"]
     assert "--probe-url" not in served["float32"]
     assert [label for label, _, _ in pairs] == ["bfloat16 A/A", "float32 vs bfloat16"]
+
+
+def test_the_kept_families_take_the_cores_prompt_level_bounds() -> None:
+    """Same-top misses bunched in one prompt: Wilson over positions says the miss rate is
+    tightly bounded, the core's prompt-level bound (what the check's own bound will be)
+    says it is not; the noise kept is the latter, and the P99/P1 points become bounds."""
+    metrics = {
+        "prompts": 8,
+        "logprobs": {
+            "meanKl": {"value": 1e-5, "stderr": 1e-7, "count": 4000},
+            "sameTopRate": {"value": 0.99, "successes": 3960, "total": 4000,
+                            "low": 0.987, "high": 0.992},
+            "klP99": 4e-5,
+        },
+        "hidden": {"relL2P99": 0.01, "cosineP1": 0.9999},
+        "estimates": {
+            "meanKl": {"value": 1e-5, "lower": 2e-6, "upper": 3e-5},
+            "sameTopRate": {"value": 0.99, "lower": 0.95, "upper": 1.0},
+            "klP99": {"value": 4e-5, "lower": 3e-5, "upper": 6e-5},
+            "hiddenRelL2P99": {"value": 0.01, "lower": 0.009, "upper": 0.014},
+            "hiddenCosineP1": {"value": 0.9999, "lower": 0.9997, "upper": 0.99995},
+        },
+    }  # fmt: skip
+    result = {"baseline": {}, "candidate": {}, "metrics": metrics, "prompts": []}
+    noise = pair_report("aa", result, [])["noise"]
+    assert noise["logprobs.meanKl"]["upper"] == pytest.approx(3e-5)
+    assert noise["logprobs.sameTopRate"]["upper"] == pytest.approx(0.05)
+    assert noise["logprobs.klP99"] == {"value": 4e-5, "upper": 6e-5, "noise": "error",
+                                       "bounded": True}  # fmt: skip
+    assert noise["hidden.relL2P99"]["upper"] == pytest.approx(0.014)
+    assert noise["hidden.cosineP1"]["upper"] == pytest.approx(3e-4)
+    # Without the core's estimate, the position-level bound stays.
+    del metrics["estimates"]["sameTopRate"]
+    again = pair_report("aa", result, [])["noise"]
+    assert again["logprobs.sameTopRate"]["upper"] == pytest.approx(0.013)

@@ -1,8 +1,9 @@
 """How much two records of one configuration differ: the noise an A/A pair measures.
 
 Pure arithmetic over a parity result (its camelCase JSON) and the records themselves. Every
-numeric metric the core reports gets a one-sided upper confidence bound of its noise: value +
-z * stderr for means (prompt-clustered), the Wilson bound of the miss rate for rates, the
+numeric metric the core reports gets a one-sided upper confidence bound of its noise: the
+core's own prompt-level bound where it gives one (`core_bounds`: the families a calibration
+keeps), else value + z * stderr for means, the Wilson bound of the miss rate for rates, the
 value itself for a point. Two signed per-prompt measures cosine cannot see come from the
 records: the hidden-state norm ratio and the teacher-forced log-perplexity ratio.
 """
@@ -198,6 +199,45 @@ def suite_digest(prompts: Iterable[PromptRecord]) -> str:
     return "sha256:" + digest.hexdigest()[:16]
 
 
+_CORE_ESTIMATES: Mapping[str, tuple[str, str]] = {
+    "logprobs.meanKl": ("meanKl", "error"),
+    "logprobs.klP99": ("klP99", "error"),
+    "logprobs.sameTopRate": ("sameTopRate", "miss"),
+    "hidden.relL2P99": ("hiddenRelL2P99", "error"),
+    "hidden.cosineP1": ("hiddenCosineP1", "shortfall"),
+}
+"""Metrics whose noise the core itself bounds (`ParityMetrics.estimates`: each prompt
+weighing the same, t with the prompts' degrees of freedom and a studentized bootstrap,
+rates at their effective number of positions, P99/P1 from per-prompt shares), as the
+check that later judges against k x this noise bounds its own value."""
+
+
+def core_bounds(metrics: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The noise of `_CORE_ESTIMATES` from the core's own bounds, where it gives one.
+
+    Position-level bounds (z x stderr of a mean over steps, Wilson over positions) treat
+    a prompt's positions as independent; they under-cover when prompts differ, and a
+    limit built on them would be tighter than the noise it claims to bound.
+    """
+    estimates = metrics.get("estimates") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for path, (key, kind) in _CORE_ESTIMATES.items():
+        node = estimates.get(key)
+        if not isinstance(node, Mapping) or node.get("value") is None:
+            continue
+        value = float(node["value"])
+        if kind == "error":
+            bound = node.get("upper")
+            upper = None if bound is None else max(0.0, float(bound))
+        else:
+            bound = node.get("lower")
+            upper = None if bound is None else max(0.0, 1.0 - float(bound))
+        if upper is None:
+            continue
+        out[path] = {"value": value, "upper": upper, "noise": kind, "bounded": True}
+    return out
+
+
 def pair_report(
     label: str,
     result: Mapping[str, Any],
@@ -213,6 +253,7 @@ def pair_report(
             "noise": metric.noise,
             "bounded": metric.bounded,
         }
+    noise.update(core_bounds(result["metrics"]))
     decode = result["metrics"].get("decode") or {}
     for name in ("candidateSelfMeanAbs", "excess"):
         # Decode-path estimates (value and one-sided bounds, each prompt weighing the same).
