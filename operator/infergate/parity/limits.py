@@ -2,9 +2,9 @@
 
 A limit is a profile's static number (measured on the fixture, its source in
 `profile_sources`), scaled to the model's depth by the one rule of `depth` when both
-sides report it, or set explicitly in the check (never scaled). `k`, the multiple of a
-model's own measured A/A noise a limit is, stays empty until limits are derived from a
-stored per-model calibration: today every limit is a static profile's.
+sides report it, or set explicitly in the check (never scaled), or k x the baseline
+revision's own kept noise (`calibrated.with_measured`, which fills in `k` and the noise;
+the provenance of each derived limit is `calibrated.LimitProvenance`).
 """
 
 from __future__ import annotations
