@@ -91,3 +91,25 @@ def test_report_rebuilt_from_result_json_matches_the_rendered_one() -> None:
         with_overhead
     )
     assert "Runner overhead" not in rebuilt
+
+
+def test_the_report_says_where_each_limit_came_from_and_what_the_suite_can_detect() -> None:
+    """A reader of a Passed or Failed report can trace every limit (static here: no noise
+    kept, depth scaling stated) and see the smallest control the suite detected."""
+    from infergate.parity.calibrated import calibration_need, derive_limits
+
+    prompts = suite(40)
+    thresholds = resolve_thresholds(ProfileName.BF16_KERNEL)
+    derived = derive_limits(
+        thresholds, need=calibration_need(ProfileName.BF16_KERNEL, "bfloat16", 28), noise=None,
+        layers=28, static_layers=2,
+    )  # fmt: skip
+    result = compare_sources(record(prompts), record(prompts), derived.thresholds)
+    result = result.model_copy(update={"calibration": derived})
+    html = render_report(result, decide(result), "bf16-kernel")
+    section = html.split("Limits and power", 1)[1].split("<h2>Metrics", 1)[0]
+    assert "<li>Calibration: none kept for the baseline&#39;s revision.</li>" in section
+    assert "<li>max_mean_kl 0.0001: static profile limit, depth x14 (2 -&gt; 28 layers)</li>" in (
+        section
+    )
+    assert "minimum detectable effect: final norm x1.01 (1.0%)" in section
