@@ -9,6 +9,8 @@ test_drift_watch.py (the simulated sides never answer)."""
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 import pytest
@@ -65,6 +67,44 @@ def group_pods(cluster: Cluster, namespace: str, revision: str) -> list[dict[str
     return items
 
 
+def _service(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    got = cluster.kubectl("get", "service", name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(got.stdout) if got.returncode == 0 else None
+
+
+def headless_services(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    """Revision -> the headless Service the LWS controller made for its LeaderWorkerSet,
+    checked as DNS needs it: named after the LeaderWorkerSet (never the revision Service's
+    name), `clusterIP: None`, controlled by that LeaderWorkerSet, selecting its pods, and
+    publishing them before they are ready (a worker reaches its leader first). The
+    controller never logged that a Service of that name already existed."""
+    found = {}
+    for revision, group in group_sets(cluster, namespace).items():
+        name = group["metadata"]["name"]
+        assert name == f"qwen-{revision}-group"
+        service = wait_for(
+            functools.partial(_service, cluster, namespace, name),
+            60,
+            f"the LWS controller's headless Service {name}",
+        )
+        assert service["spec"]["clusterIP"] == "None"
+        assert service["spec"]["selector"] == {"leaderworkerset.sigs.k8s.io/name": name}
+        assert service["spec"].get("publishNotReadyAddresses") is True
+        [owner] = [r for r in service["metadata"]["ownerReferences"] if r.get("controller")]
+        assert (owner["kind"], owner["uid"]) == ("LeaderWorkerSet", group["metadata"]["uid"])
+        revision_service = cluster.get_json("service", f"qwen-{revision}", "-n", namespace)
+        assert revision_service["spec"]["clusterIP"] != "None"
+        found[revision] = service
+    log = cluster.layout.logs / f"{lws.NAME}.log"
+    clashes = [
+        line
+        for line in log.read_text(errors="replace").splitlines()
+        if "already exists" in line and namespace in line
+    ]
+    assert clashes == [], clashes
+    return found
+
+
 def test_a_group_becomes_stable_and_the_lws_controller_shows_it(
     cluster: Cluster, idep_namespace: str
 ) -> None:
@@ -84,6 +124,8 @@ def test_a_group_becomes_stable_and_the_lws_controller_shows_it(
     # The revision Service selects the group's leader only.
     service = cluster.get_json("service", f"qwen-{stable}", "-n", idep_namespace)
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "engine"
+    # Beside it, the LWS controller's headless Service publishes the pods' DNS names.
+    assert set(headless_services(cluster, idep_namespace)) == {stable}
 
 
 def test_a_canary_group_that_fails_its_check_is_rolled_back_one_that_passes_is_promoted(
@@ -95,8 +137,9 @@ def test_a_canary_group_that_fails_its_check_is_rolled_back_one_that_passes_is_p
 
     idep.apply(dtype="float16")
     harmful, check = idep.wait_check()
-    # The canary is a separate group; the stable group keeps serving.
+    # The canary is a separate group; the stable group keeps serving. Each has its DNS.
     assert set(group_sets(cluster, idep_namespace)) == {stable, harmful}
+    assert set(headless_services(cluster, idep_namespace)) == {stable, harmful}
     idep.verdict(check["metadata"]["name"], "Failed", passed=False)
     idep.wait_phase("RolledBack")
     wait_for(

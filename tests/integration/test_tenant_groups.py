@@ -128,7 +128,7 @@ def test_a_tenant_can_neither_make_nor_change_a_group_and_the_runner_dials_only_
         "a LeaderWorkerSet whose templates wear the canary's labels",
     )
     relabelled = guarded.as_user(
-        TENANT, "patch", LWS_RESOURCE, f"qwen-{canary}", "-n", tenant, "--type=merge",
+        TENANT, "patch", LWS_RESOURCE, f"qwen-{canary}-group", "-n", tenant, "--type=merge",
         "-p", json.dumps({"metadata": {"annotations": {"tenant": "was-here"}}}),
     )  # fmt: skip
     _refused(relabelled, "a change to the canary's LeaderWorkerSet")

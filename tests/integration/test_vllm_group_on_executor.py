@@ -112,6 +112,23 @@ def test_a_vllm_group_of_two_pods_gathers_over_ray_and_serves_or_is_refused(
         leader, worker = pods["0"], pods["1"]
         leader_name, worker_name = leader["metadata"]["name"], worker["metadata"]["name"]
         address = f"{leader['spec']['hostname']}.{leader['spec']['subdomain']}.{namespace}"
+        # The name resolves through the LWS controller's headless Service, named after the
+        # LeaderWorkerSet, apart from the revision Service (experiments/RAY_GROUP.md).
+        group = objects.deployment["metadata"]["name"]
+        assert leader["spec"]["subdomain"] == group != objects.service["metadata"]["name"]
+        headless = wait_for(
+            lambda: next(
+                (
+                    s
+                    for s in cluster.get_json("services", "-n", namespace)["items"]
+                    if s["metadata"]["name"] == group
+                ),
+                None,
+            ),
+            60,
+            f"the LWS controller's headless Service {group}",
+        )
+        assert headless["spec"]["clusterIP"] == "None"
 
         def leader_log() -> str:
             return cluster.pod_log(namespace, leader_name, "engine")

@@ -30,6 +30,8 @@ from infergate.api.inference_deployment import (
     DEPLOYMENT_NAME_MAX,
     DEPLOYMENT_NAME_MESSAGE,
     DEPLOYMENT_NAME_PATTERN,
+    GROUP_DEPLOYMENT_NAME_MAX,
+    GROUP_DEPLOYMENT_NAME_MESSAGE,
     InferenceDeploymentSpec,
 )
 from infergate.api.parity_check import ParityCheckSpec
@@ -128,6 +130,12 @@ INFERENCE_DEPLOYMENT = ResourceKind(
             f"self.metadata.name.size() <= {DEPLOYMENT_NAME_MAX} && "
             f"self.metadata.name.matches(r'{DEPLOYMENT_NAME_PATTERN}')",
             DEPLOYMENT_NAME_MESSAGE,
+        ),
+        cel(
+            "!has(self.spec.topology) || !has(self.spec.topology.nodes) "
+            f"|| self.spec.topology.nodes <= 1 || self.metadata.name.size() <= "
+            f"{GROUP_DEPLOYMENT_NAME_MAX}",
+            GROUP_DEPLOYMENT_NAME_MESSAGE,
         ),
     ),
     scale={

@@ -45,9 +45,10 @@ class RevisionRecord(KubeModel):
     counts, so a check of the same name made by anyone else is never taken for it.
     """
     deployment_uid: str | None = Field(default=None, max_length=SHORT_TEXT_MAX)
-    """uid of the revision's Deployment, recorded by the operator: the parity runner calls only
-    pods a ReplicaSet of that very Deployment made, never a pod that merely wears the
-    revision's labels.
+    """uid of the revision's Deployment (a multi-node revision's: its LeaderWorkerSet),
+    recorded by the operator: the parity runner calls only pods a ReplicaSet of that very
+    Deployment (a leader StatefulSet of that LeaderWorkerSet) made, never a pod that merely
+    wears the revision's labels.
     """
     parity_check_digest: str | None = Field(default=None, max_length=64)
     """sha256 of the spec the operator created that ParityCheck with: a verdict of any other

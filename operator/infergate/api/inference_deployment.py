@@ -43,6 +43,7 @@ LabelKey = Annotated[
 ]
 # A day: longer keeps two full revisions' accelerators for no request.
 SCALE_DOWN_DELAY_MAX = 86400
+REPLICAS_MAX = 1000
 LabelValue = Annotated[str, StringConstraints(max_length=DNS_LABEL_MAX)]
 AnnotationValue = Annotated[str, StringConstraints(max_length=4096)]
 
@@ -286,7 +287,7 @@ class InferenceDeploymentSpec(KubeModel):
     """Engine and its pinned numerics."""
     accelerator: Accelerator
     """Accelerator preset the engine runs on."""
-    replicas: int = Field(default=1, ge=0, le=1000)
+    replicas: int = Field(default=1, ge=0, le=REPLICAS_MAX)
     """Engine pods of the stable revision."""
     rollout: Rollout
     """Canary size, parity gate, promotion and rollback. Required: automatic promotion needs a
@@ -362,11 +363,35 @@ DEPLOYMENT_NAME_MESSAGE = (
 )
 
 
-def check_deployment_name(name: str) -> str:
-    """Refuse names whose revision objects could not be created."""
+# A multi-node revision's LeaderWorkerSet is `<name>-<revision>-group` (render.labels
+# .group_set_name: not `<name>-<revision>`, which its headless Service would then share
+# with the revision Service). The LWS controller names each group's worker StatefulSet
+# `<lws>-<group index>` (an index below REPLICAS_MAX: at most 3 digits), and the StatefulSet
+# controller labels every pod it makes `controller-revision-hash: <statefulset>-<hash>`
+# (the hash up to 10 characters), a label value of at most 63 characters: a StatefulSet
+# named longer than 52 gets no pods (kubernetes/kubernetes#64023). So:
+# len(name) + 11 + 6 + 1 + 3 <= 52. Leader and worker pods (`<lws>-<group>`,
+# `<lws>-<group>-<worker>`) are then valid hostnames too.
+STATEFUL_SET_NAME_MAX = 63 - 11
+GROUP_DEPLOYMENT_NAME_MAX = (
+    STATEFUL_SET_NAME_MAX - 11 - len("-group") - 1 - len(str(REPLICAS_MAX - 1))
+)
+GROUP_DEPLOYMENT_NAME_MESSAGE = (
+    f"metadata.name must be at most {GROUP_DEPLOYMENT_NAME_MAX} characters when "
+    "spec.topology.nodes is above 1: each group's worker StatefulSet is named "
+    "<name>-<revision>-group-<group index>, and a StatefulSet's pods are created only while "
+    f"its name has at most {STATEFUL_SET_NAME_MAX} characters"
+)
+
+
+def check_deployment_name(name: str, *, multi_node: bool = False) -> str:
+    """Refuse names whose revision objects (with `multi_node`, a group's) could not be
+    created."""
     # fullmatch, as RE2 matches the CRD's rule: Python's `$` also passes a final newline.
     if len(name) > DEPLOYMENT_NAME_MAX or not re.fullmatch(DEPLOYMENT_NAME_PATTERN, name):
         raise ValueError(f"metadata.name: {name!r} is not allowed; {DEPLOYMENT_NAME_MESSAGE}")
+    if multi_node and len(name) > GROUP_DEPLOYMENT_NAME_MAX:
+        raise ValueError(f"metadata.name: {name!r} is not allowed; {GROUP_DEPLOYMENT_NAME_MESSAGE}")
     return name
 
 
@@ -388,5 +413,5 @@ class InferenceDeployment(KubeModel):
     def _name(self) -> Self:
         name = self.metadata.get("name")
         if isinstance(name, str):
-            check_deployment_name(name)
+            check_deployment_name(name, multi_node=self.spec.layout.multi_node)
         return self

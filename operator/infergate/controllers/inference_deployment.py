@@ -123,8 +123,8 @@ def _parse_spec(body: JSON) -> InferenceDeploymentSpec:
     metadata = body.get("metadata") or {}
     where = f"InferenceDeployment {metadata.get('namespace')}/{metadata.get('name')}"
     try:
-        check_deployment_name(str(metadata.get("name")))
         spec = InferenceDeploymentSpec.model_validate(body.get("spec") or {})
+        check_deployment_name(str(metadata.get("name")), multi_node=spec.layout.multi_node)
         # file:// mounts a node directory: only those the operator was started to allow.
         check_host_path(spec.model.uri, OPTIONS.allowed_host_paths)
     except (ValidationError, ValueError, SpecError) as error:

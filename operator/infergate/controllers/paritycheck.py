@@ -67,7 +67,7 @@ from infergate.plan.deployment.observed import (
 from infergate.plan.metadata import OwnerKey
 from infergate.render.check_names import LABEL_CHECK, SIDES, SideName
 from infergate.render.group import LWS_KIND
-from infergate.render.labels import revision_object_name
+from infergate.render.labels import revision_object_name, workload_name
 
 log = logging.getLogger(__name__)
 # A check's children (render/check_names.py `child_labels`) wear the label every watched
@@ -200,14 +200,20 @@ def _side(check: ObservedParityCheck, side: SideName, indexes: Mapping[str, Any]
             except RevisionConfigError as error:
                 found = replace(found, config=str(error))
         revision_deployment = next(
-            (d for d in deployments if d.name == name and d.owner_uid == uid), None
+            (
+                d
+                for d in deployments
+                if d.owner_uid == uid
+                and d.name == workload_name(deployment, revision, group=d.kind == LWS_KIND)
+            ),
+            None,
         )
         if revision_deployment is not None:
             kind = revision_deployment.kind
             found = replace(
                 found,
                 available=revision_deployment.available_replicas,
-                template=probe_source(name, kind, revision_deployment.spec),
+                template=probe_source(revision_deployment.name, kind, revision_deployment.spec),
                 group=kind == LWS_KIND,
             )
         return found

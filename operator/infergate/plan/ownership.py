@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infergate.jsontypes import JSONMap
+from infergate.render.labels import group_set_name, revision_object_name
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,10 @@ POD_TEMPLATE_HASH = "pod-template-hash"
 ReplicaSet controller on every pod it creates from that template."""
 
 
-def revision_deployment(name: str, uid: str) -> Controller:
-    """A revision's Deployment, named as the operator names it, with the uid it recorded."""
-    return Controller("Deployment", name, uid)
+def revision_deployment(name: str, revision: str, uid: str) -> Controller:
+    """A revision's Deployment, named as the operator names it (`<name>-<revision>`), with
+    the uid it recorded."""
+    return Controller("Deployment", revision_object_name(name, revision), uid)
 
 
 def replica_set_of(pod: JSONMap) -> str | None:
@@ -127,10 +129,10 @@ def pod_not_made_by(pod: JSONMap, replica_set: JSONMap, deployment: Controller) 
     return None
 
 
-def revision_group_set(name: str, uid: str) -> Controller:
-    """A multi-node revision's LeaderWorkerSet, named as the operator names it (the same name
-    as its Deployment would have), with the uid it recorded."""
-    return Controller("LeaderWorkerSet", name, uid)
+def revision_group_set(name: str, revision: str, uid: str) -> Controller:
+    """A multi-node revision's LeaderWorkerSet, named as the operator names it
+    (`<name>-<revision>-group`: `render.labels.group_set_name`), with the uid it recorded."""
+    return Controller("LeaderWorkerSet", group_set_name(name, revision), uid)
 
 
 def stateful_set_of(pod: JSONMap) -> str | None:

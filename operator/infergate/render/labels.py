@@ -1,6 +1,7 @@
 """Names, labels and selectors of rendered objects.
 
-Revision objects (Deployment, Service, ConfigMap) are named `<name>-<revision>`;
+Revision objects (Deployment, Service, ConfigMap) are named `<name>-<revision>`; a
+multi-node revision's LeaderWorkerSet is named `<name>-<revision>-group` (`group_set_name`);
 the stable Service is named `<name>`. Every object carries
 `app.kubernetes.io/managed-by: infergate` and `infergate.io/deployment`;
 revision objects also carry `infergate.io/revision`.
@@ -26,9 +27,33 @@ ANNOTATION_REVISION_HASH = "infergate.io/revision-hash"
 COMPONENT_ENGINE = "engine"
 
 
+GROUP_SET_SUFFIX = "group"
+
+
 def revision_object_name(name: str, revision: str) -> str:
     """Name of a revision's Deployment, Service and ConfigMap."""
     return f"{name}-{revision}"
+
+
+def group_set_name(name: str, revision: str) -> str:
+    """Name of a multi-node revision's LeaderWorkerSet: `<name>-<revision>-group`.
+
+    Not the revision's own name: the LWS controller names the group's headless Service
+    after the LeaderWorkerSet (lws pkg/controllers/leaderworkerset_controller.go,
+    CreateHeadlessServiceIfNotExists), and that Service is what publishes the DNS names of
+    the group's pods, `LWS_LEADER_ADDRESS` among them. Under `<name>-<revision>` it met the
+    revision Service: whichever was created first won, and when it was ours no headless
+    Service existed and no worker could find its leader. "group" is no hex digit, so this
+    name is never the object name of another revision.
+    """
+    return f"{revision_object_name(name, revision)}-{GROUP_SET_SUFFIX}"
+
+
+def workload_name(name: str, revision: str, *, group: bool) -> str:
+    """Name of a revision's workload: its Deployment, or with `group` (a multi-node
+    revision) its LeaderWorkerSet. The operator finds and adopts a workload only under
+    exactly this name."""
+    return group_set_name(name, revision) if group else revision_object_name(name, revision)
 
 
 def engine_pod_selector(name: str, revision: str | None = None) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """One revision's desired objects: ConfigMap, workload, revision Service, stable Service.
 
 The workload is a Deployment of one-pod replicas, or, when `spec.topology.nodes` is above 1,
-a LeaderWorkerSet of groups (render/group.py) whose leaders the Services select.
+a LeaderWorkerSet of groups (render/group.py) whose leaders the Services select. Every
+object is named `<name>-<revision>` but the LeaderWorkerSet, `<name>-<revision>-group`
+(`labels.group_set_name` says why).
 
 Pure: a spec in, plain Kubernetes manifests (dicts) out, for `kube/` to apply.
 Owner references are added by the controller, not here.
@@ -26,6 +28,7 @@ from infergate.render.labels import (
     LABEL_DEPLOYMENT,
     LABEL_REVISION,
     engine_pod_selector,
+    group_set_name,
     revision_labels,
     revision_object_name,
 )
@@ -109,9 +112,9 @@ def render_revision(
     annotations = {ANNOTATION_REVISION_HASH: f"sha256:{full_hash}"}
     object_name = revision_object_name(name, revision)
 
-    def metadata() -> dict[str, Any]:
+    def metadata(named: str = object_name) -> dict[str, Any]:
         return {
-            "name": object_name,
+            "name": named,
             "namespace": namespace,
             "labels": dict(labels),
             "annotations": dict(annotations),
@@ -140,7 +143,8 @@ def render_revision(
     if topology.multi_node:
         tensor = spec.engine.tensor_parallel_size
         deployment = leader_worker_set(
-            metadata(),
+            # A name of its own: the LWS controller's headless Service takes it.
+            metadata(group_set_name(name, revision)),
             engine=spec.engine.kind,
             template=template,
             replicas=count,

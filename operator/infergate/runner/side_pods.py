@@ -45,6 +45,7 @@ from infergate.plan.ownership import (
     not_controlled_by,
     pod_not_made_by,
     replica_set_of,
+    revision_deployment,
     revision_group_set,
     stateful_set_of,
 )
@@ -87,9 +88,18 @@ class RevisionPods:
     """The pods of a revision: made by its Deployment (the uid the operator recorded),
     through one of its ReplicaSets; or, for a multi-node revision, the group leaders made by
     its LeaderWorkerSet (the same recorded uid: the operator records its workload's) through
-    its leader StatefulSet."""
+    its leader StatefulSet. Each under exactly the name the operator gives it."""
 
     deployment: Controller
+    group_set: Controller
+
+    @classmethod
+    def of(cls, name: str, revision: str, uid: str) -> RevisionPods:
+        """The pods of revision `revision` of InferenceDeployment `name`, whose workload's
+        uid the operator recorded as `uid`."""
+        return cls(
+            revision_deployment(name, revision, uid), revision_group_set(name, revision, uid)
+        )
 
     def refusal(self, reads: PodReads, pod: JSONMap) -> Refusal | None:
         stateful = stateful_set_of(pod)
@@ -125,7 +135,7 @@ class RevisionPods:
         if stateful_set is None:
             return Refusal(f"its StatefulSet {name} does not exist (being deleted?)", forged=False)
         owner = controller_reference(stateful_set) or {}
-        group_set = revision_group_set(self.deployment.name, self.deployment.uid)
+        group_set = self.group_set
         if (owner.get("kind"), owner.get("name")) == (group_set.kind, group_set.name) and (
             owner.get("uid") != group_set.uid
         ):

@@ -48,7 +48,7 @@ from infergate.plan.check.sides import (
     parse_revision_config,
 )
 from infergate.plan.deployment.observed import ANNOTATION_REVISION_SPEC
-from infergate.plan.ownership import Controller, not_controlled_by, revision_deployment
+from infergate.plan.ownership import Controller, not_controlled_by
 from infergate.render.check_names import SideName, probe_name
 from infergate.render.labels import revision_object_name
 from infergate.render.layer_stand_in import (
@@ -186,7 +186,8 @@ def side_revision(side: Side, deployment: Mapping[str, Any] | None, pinned: str 
 
 
 def recorded_deployment_uid(deployment: Mapping[str, Any], revision: str) -> str | None:
-    """The uid of the revision's Deployment as the operator recorded it when it created it
+    """The uid of the revision's workload (its Deployment, or a multi-node revision's
+    LeaderWorkerSet) as the operator recorded it when it created it
     (`status.revisions[].deploymentUid`); None while it has not."""
     for record in (deployment.get("status") or {}).get("revisions") or []:
         if record.get("hash") == revision and record.get("deploymentUid"):
@@ -259,9 +260,9 @@ def resolve_side(
     made_by = recorded_deployment_uid(deployment or {}, revision)
     if made_by is None:
         raise SideResolutionError(
-            f"{what}: the operator has not recorded the uid of Deployment {object_name} in "
-            f"InferenceDeployment {ref.name}'s status.revisions yet; only pods of that "
-            "Deployment are called",
+            f"{what}: the operator has not recorded the uid of its Deployment (or "
+            f"LeaderWorkerSet) in InferenceDeployment {ref.name}'s status.revisions yet; "
+            "only pods of that workload are called",
             transient=True,
         )
     config_map = reads.config_map(object_name)
@@ -276,7 +277,7 @@ def resolve_side(
         pinned = parse_revision_config(object_name, config_map.get("data"))
     except RevisionConfigError as err:
         raise SideResolutionError(str(err), transient=False) from err
-    pods = RevisionPods(revision_deployment(object_name, made_by))
+    pods = RevisionPods.of(ref.name, revision, made_by)
     # The candidate of a check against a golden record (a drift run) is the one a held
     # group awaits: it calls that group's leader first.
     awaiting = side_name == "candidate" and spec.baseline.golden is not None

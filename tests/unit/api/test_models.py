@@ -144,3 +144,29 @@ def test_unknown_disabled_check_names_the_allowed_ones() -> None:
     with pytest.raises(ValidationError) as caught:
         ParityCheck.model_validate(document)
     assert "'confidence' is not a check; allowed: minTokenMatchRate" in str(caught.value)
+
+
+def _named(name: str, nodes: int) -> dict[str, Any]:
+    spec = _minimal_spec()
+    if nodes > 1:
+        spec["topology"] = {"nodes": nodes, "acceleratorsPerNode": 1, "pipelineParallelSize": nodes}
+    return {"apiVersion": "infergate.io/v1alpha1", "kind": "InferenceDeployment",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
+@pytest.mark.parametrize(("length", "nodes", "allowed"), [
+    (52, 1, True),   # one node: its revision Service <name>-<revision> fits a DNS label
+    (53, 1, False),
+    (31, 2, True),   # a group: <name>-<revision>-group-<index> fits a StatefulSet's 52
+    (32, 2, False),
+])  # fmt: skip
+def test_a_multi_node_deployments_name_leaves_room_for_its_groups(
+    length: int, nodes: int, allowed: bool
+) -> None:
+    document = _named("a" * length, nodes)
+    if allowed:
+        InferenceDeployment.model_validate(document)
+        return
+    with pytest.raises(ValidationError) as caught:
+        InferenceDeployment.model_validate(document)
+    assert "metadata.name" in str(caught.value)

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from infergate.api import InferenceDeploymentSpec
+from infergate.render import render_revision
 from infergate_dev.localcluster.executor import dns
 from infergate_dev.localcluster.executor.pod import PodRunner, Site
 from infergate_dev.localcluster.executor.volumes import Mount
@@ -73,6 +75,27 @@ def test_no_record_where_cluster_dns_would_give_none(
     the_pod: dict[str, Any], the_service: dict[str, Any], why: str
 ) -> None:
     assert dns.hosts_file([the_pod], [the_service]) == dns.BASE, why
+
+
+def test_a_rendered_groups_leader_resolves_beside_the_revision_service() -> None:
+    """A group as infergate renders it: the revision Service and the LWS controller's
+    headless Service (named after the LeaderWorkerSet, as the webhook names the pods'
+    subdomain) both exist, and the leader resolves by LWS_LEADER_ADDRESS."""
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"name": "tiny", "uri": "pvc://models/tiny"},
+            "engine": {"kind": "vllm", "dtype": "bfloat16", "maxModelLen": 4096},
+            "accelerator": {"kind": "nvidia-gpu"},
+            "topology": {"nodes": 2, "acceleratorsPerNode": 1, "pipelineParallelSize": 2},
+            "rollout": {"autoPromote": False},
+        }
+    )
+    objects = render_revision("qwen", "team", spec)
+    group = objects.deployment["metadata"]["name"]
+    leader = pod(f"{group}-0", "127.0.1.5", subdomain=group, hostname=f"{group}-0")
+    services = [objects.service, objects.stable_service, service(group)]
+    text = dns.hosts_file([leader], services)
+    assert f"127.0.1.5\t{group}-0.{group}.team " in text
 
 
 def test_a_ready_pod_behind_a_headless_service_is_published() -> None:

@@ -14,8 +14,8 @@ from infergate.plan.ownership import (
     stateful_set_of,
 )
 
-LWS = revision_group_set("web-0123456789", "uid-lws")
-SELECTOR = {"leaderworkerset.sigs.k8s.io/name": "web-0123456789", "role": "leader"}
+LWS = revision_group_set("web", "0123456789", "uid-lws")
+SELECTOR = {"leaderworkerset.sigs.k8s.io/name": "web-0123456789-group", "role": "leader"}
 
 
 def _ref(kind: str, name: str, uid: str) -> dict[str, Any]:
@@ -25,9 +25,11 @@ def _ref(kind: str, name: str, uid: str) -> dict[str, Any]:
 def _stateful_set(owner: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": "web-0123456789",
+            "name": "web-0123456789-group",
             "uid": "uid-sts",
-            "ownerReferences": [owner or _ref("LeaderWorkerSet", "web-0123456789", "uid-lws")],
+            "ownerReferences": [
+                owner or _ref("LeaderWorkerSet", "web-0123456789-group", "uid-lws")
+            ],
         },
         "spec": {"selector": {"matchLabels": dict(SELECTOR)}},
     }
@@ -36,26 +38,31 @@ def _stateful_set(owner: dict[str, Any] | None = None) -> dict[str, Any]:
 def _leader(owner: dict[str, Any] | None = None, **labels: str) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": "web-0123456789-0",
+            "name": "web-0123456789-group-0",
             "namespace": "llm",
             "labels": {**SELECTOR, **labels},
-            "ownerReferences": [owner or _ref("StatefulSet", "web-0123456789", "uid-sts")],
+            "ownerReferences": [owner or _ref("StatefulSet", "web-0123456789-group", "uid-sts")],
         }
     }
 
 
 def test_a_leader_of_the_recorded_leader_worker_set_is_accepted() -> None:
-    assert stateful_set_of(_leader()) == "web-0123456789"
+    assert stateful_set_of(_leader()) == "web-0123456789-group"
     assert leader_not_made_by(_leader(), _stateful_set(), LWS) is None
 
 
 def _other_lws_uid() -> tuple[dict[str, Any], dict[str, Any]]:
-    return _leader(), _stateful_set(_ref("LeaderWorkerSet", "web-0123456789", "uid-tenant"))
+    return _leader(), _stateful_set(_ref("LeaderWorkerSet", "web-0123456789-group", "uid-tenant"))
 
 
 def _worker_set() -> tuple[dict[str, Any], dict[str, Any]]:
     # A worker's StatefulSet is controlled by its leader pod, never by the LWS.
-    return _leader(), _stateful_set(_ref("Pod", "web-0123456789-0", "uid-leader"))
+    return _leader(), _stateful_set(_ref("Pod", "web-0123456789-group-0", "uid-leader"))
+
+
+def _set_under_the_revision_name() -> tuple[dict[str, Any], dict[str, Any]]:
+    # The revision's own name (its Service's) is not its LeaderWorkerSet's, whatever the uid.
+    return _leader(), _stateful_set(_ref("LeaderWorkerSet", "web-0123456789", "uid-lws"))
 
 
 def _tenant_set() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -63,7 +70,7 @@ def _tenant_set() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _pod_of_another_set() -> tuple[dict[str, Any], dict[str, Any]]:
-    return _leader(_ref("StatefulSet", "web-0123456789", "uid-other")), _stateful_set()
+    return _leader(_ref("StatefulSet", "web-0123456789-group", "uid-other")), _stateful_set()
 
 
 def _pod_without_selector() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -81,14 +88,15 @@ def _set_without_selector() -> tuple[dict[str, Any], dict[str, Any]]:
 @pytest.mark.parametrize(
     ("case", "says"),
     [
-        (_other_lws_uid, "not controlled by LeaderWorkerSet web-0123456789"),
+        (_other_lws_uid, "not controlled by LeaderWorkerSet web-0123456789-group"),
+        (_set_under_the_revision_name, "not controlled by LeaderWorkerSet web-0123456789-group"),
         (_worker_set, "not controlled by LeaderWorkerSet"),
         (_tenant_set, "not controlled by LeaderWorkerSet"),
         (_pod_of_another_set, "is not controlled by StatefulSet"),
         (_pod_without_selector, "does not carry its selector"),
         (_set_without_selector, "does not carry its selector"),
     ],
-    ids=["another-lws-uid", "worker-set", "tenant-set", "pod-of-another-set",
+    ids=["another-lws-uid", "revision-name", "worker-set", "tenant-set", "pod-of-another-set",
          "pod-without-selector", "set-without-selector"],
 )  # fmt: skip
 def test_a_pod_outside_the_recorded_group_chain_is_refused(case: Any, says: str) -> None:

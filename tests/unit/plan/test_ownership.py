@@ -91,7 +91,7 @@ def test_a_list_item_is_named_by_the_kind_given() -> None:
 
 # -- a revision's pod: made by its recorded Deployment, through one of its ReplicaSets ----
 
-DEPLOYMENT = revision_deployment("web-0123456789", "uid-deploy")
+DEPLOYMENT = revision_deployment("web", "0123456789", "uid-deploy")
 _HASH = {"pod-template-hash": "7f9c"}
 _SELECTOR = {"infergate.io/revision": "0123456789"}
 

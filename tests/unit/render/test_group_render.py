@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,17 @@ from typing import Any
 import pytest
 
 from infergate.api import InferenceDeploymentSpec
+from infergate.api.inference_deployment import (
+    GROUP_DEPLOYMENT_NAME_MAX,
+    REPLICAS_MAX,
+    STATEFUL_SET_NAME_MAX,
+)
+from infergate.api.topology import NODES_MAX
+from infergate.plan.deployment.desired import drift_check_name, parity_check_name, recheck_name
 from infergate.render import render_revision
+from infergate.render.check_names import probe_name, report_name
 from infergate.render.labels import engine_pod_selector
+from infergate.render.mirror import mirror_name
 from infergate.render.objects import RevisionObjects
 
 _HASH_ANNOTATION = "infergate.io/revision-hash"
@@ -76,13 +86,62 @@ def test_a_two_node_revision_is_one_leader_worker_set_of_groups_of_two() -> None
     objects = _render(_two_nodes(), replicas=3)
     lws = objects.deployment
     assert (lws["apiVersion"], lws["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
-    assert lws["metadata"]["name"] == f"llama-{objects.revision}"
+    # Not the revision's own name: the LWS controller's headless Service takes it.
+    assert lws["metadata"]["name"] == f"llama-{objects.revision}-group"
     assert lws["spec"]["replicas"] == 3
     group = lws["spec"]["leaderWorkerTemplate"]
     assert group["size"] == 2
     assert group["restartPolicy"] == "RecreateGroupOnPodRestart"
     # The leader's readiness needs its workers: LeaderReady would never start them.
     assert lws["spec"]["startupPolicy"] == "LeaderCreated"
+
+
+def _names_taken(name: str, objects: RevisionObjects) -> set[str]:
+    """Every Service and ConfigMap name the operator renders for deployment `name` and this
+    revision: its own objects, the stable Service, the mirror's, and the probe Services and
+    report ConfigMaps of the checks it makes of this revision (canary, gateway re-checks,
+    drift runs)."""
+    revision = objects.revision
+    checks = [
+        parity_check_name(name, revision),
+        *(recheck_name(name, revision, step) for step in range(3)),
+        *(drift_check_name(name, revision, run) for run in range(1, 4)),
+    ]
+    return {
+        objects.config_map["metadata"]["name"],
+        objects.service["metadata"]["name"],
+        objects.stable_service["metadata"]["name"],
+        mirror_name(name),
+        *(probe_name(check, side) for check in checks for side in ("baseline", "candidate")),
+        *(report_name(check) for check in checks),
+    }
+
+
+@pytest.mark.parametrize("name", ["llama", "a" * GROUP_DEPLOYMENT_NAME_MAX])
+@pytest.mark.parametrize("engine", ["vllm", "mindformers"])
+def test_the_groups_headless_service_name_is_free(name: str, engine: str) -> None:
+    """The LWS controller makes each LeaderWorkerSet's headless Service (what publishes
+    LWS_LEADER_ADDRESS) under the LeaderWorkerSet's own name, and makes none where a
+    Service of that name exists: no Service or ConfigMap of ours may hold it."""
+    objects = render_revision(name, "llm", _two_nodes(engine))
+    headless = objects.deployment["metadata"]["name"]
+    assert headless not in _names_taken(name, objects)
+    assert objects.service["spec"].get("clusterIP") != "None"
+
+
+def test_a_group_at_the_longest_allowed_name_gets_pods_and_host_names() -> None:
+    """At the longest name a group may have, the LWS controller's objects are valid: the
+    LeaderWorkerSet (and its headless Service) a DNS-1035 label, the last group's worker
+    StatefulSet short enough for the StatefulSet controller to label its pods, and every
+    pod name a hostname."""
+    objects = render_revision("a" * GROUP_DEPLOYMENT_NAME_MAX, "llm", _two_nodes())
+    lws = objects.deployment["metadata"]["name"]
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", lws)
+    last_group = f"{lws}-{REPLICAS_MAX - 1}"  # the leader pod; its workers' StatefulSet
+    assert len(last_group) <= STATEFUL_SET_NAME_MAX
+    assert len(f"{last_group}-{NODES_MAX - 1}") <= 63  # its last worker pod
+    longer = render_revision("a" * (GROUP_DEPLOYMENT_NAME_MAX + 1), "llm", _two_nodes())
+    assert len(f"{longer.deployment['metadata']['name']}-{REPLICAS_MAX - 1}") > 52
 
 
 def _watched(spec: InferenceDeploymentSpec) -> InferenceDeploymentSpec:

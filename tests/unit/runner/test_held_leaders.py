@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from infergate.jsontypes import JSON
-from infergate.plan.ownership import revision_group_set
 from infergate.runner.endpoints import ENDPOINTSLICE_CONTROLLER, EndpointResolutionError
 from infergate.runner.side_pods import (
     ForgedEndpointError,
@@ -21,13 +20,16 @@ from infergate.runner.side_pods import (
     own_pod_url,
 )
 
-NAME = "web-0123456789"
+NAME = "web-0123456789-group"
+"""The LeaderWorkerSet of revision 0123456789 of InferenceDeployment web; its leader
+StatefulSet takes its name."""
+SERVICE_NAME = "web-0123456789"
 SELECTOR = {"leaderworkerset.sigs.k8s.io/name": NAME, "role": "leader"}
 SERVICE: dict[str, Any] = {
-    "metadata": {"name": NAME, "namespace": "llm", "uid": "uid-svc"},
+    "metadata": {"name": SERVICE_NAME, "namespace": "llm", "uid": "uid-svc"},
     "spec": {"ports": [{"name": "http", "port": 8000}]},
 }
-MAKER = RevisionPods(revision_group_set(NAME, "uid-lws"))
+MAKER = RevisionPods.of("web", "0123456789", "uid-lws")
 
 
 def _ref(kind: str, name: str, uid: str) -> dict[str, Any]:
@@ -91,10 +93,10 @@ def _slice(pods: list[dict[str, Any]]) -> dict[str, Any]:
         })  # fmt: skip
     return {
         "metadata": {
-            "name": f"{NAME}-abcde",
-            "labels": {"kubernetes.io/service-name": NAME,
+            "name": f"{SERVICE_NAME}-abcde",
+            "labels": {"kubernetes.io/service-name": SERVICE_NAME,
                        "endpointslice.kubernetes.io/managed-by": ENDPOINTSLICE_CONTROLLER},
-            "ownerReferences": [_ref("Service", NAME, "uid-svc")],
+            "ownerReferences": [_ref("Service", SERVICE_NAME, "uid-svc")],
         },
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": 8000}],

@@ -167,7 +167,7 @@ def test_a_revision_whose_deployment_the_operator_has_not_recorded_waits() -> No
     del api.recorded[("qwen", CANARY)]
     assert run_check(api, "check", FAST, connector=harmful_canary().connector()) == EXIT_RETRY
     [runner] = [c for c in status(api)["conditions"] if c["type"] == "RunnerError"]
-    assert "has not recorded the uid of Deployment" in runner["message"]
+    assert "has not recorded the uid of its Deployment" in runner["message"]
 
 
 def test_pods_of_a_deployment_made_again_under_the_name_wait_for_its_record() -> None:
@@ -234,7 +234,6 @@ def test_the_slice_the_local_executor_publishes_leads_to_the_revisions_own_pod()
     """The local cluster keeps working: the executor names each endpoint's pod (name and
     uid) at its pod IP, and the pod's owner is the ReplicaSet the real controller-manager
     made for the revision's Deployment."""
-    from infergate.plan.ownership import revision_deployment
     from infergate.runner.side_pods import RevisionPods, own_pod_url
     from infergate_dev.localcluster.executor.endpoints import desired_slice
 
@@ -247,6 +246,6 @@ def test_the_slice_the_local_executor_publishes_leads_to_the_revisions_own_pod()
     selector = pod["metadata"]["labels"]
     published = desired_slice({**service, "spec": {**service["spec"], "selector": selector}}, [pod])
     assert published is not None
-    deployment = revision_deployment(CANARY_SERVICE, api.recorded[("qwen", CANARY)])
-    url = own_pod_url(api, service, [published], RevisionPods(deployment))
+    pods = RevisionPods.of("qwen", CANARY, api.recorded[("qwen", CANARY)])
+    url = own_pod_url(api, service, [published], pods)
     assert url == CAND_URL

@@ -34,7 +34,7 @@ from infergate.render.labels import (
     LABEL_MANAGED_BY,
     LABEL_REVISION,
     MANAGED_BY,
-    revision_object_name,
+    workload_name,
 )
 
 # Annotations the controller writes on its children.
@@ -115,9 +115,10 @@ class Observed:
     """Every child of one InferenceDeployment, owned by it (other uids already dropped)."""
 
     deployments: Mapping[str, ObservedDeployment] = field(default_factory=dict)
-    """By revision: the Deployment of the name the operator gives it (`<deployment>-<revision>`),
-    controlled by the deployment's uid. A look-alike under another name, however its labels,
-    annotations and owner references read, is none of them."""
+    """By revision: the Deployment of the name the operator gives it (`<deployment>-<revision>`;
+    a LeaderWorkerSet: `<deployment>-<revision>-group`), controlled by the deployment's uid.
+    A look-alike under another name, however its labels, annotations and owner references
+    read, is none of them."""
     config_maps: Mapping[str, ObservedObject] = field(default_factory=dict)
     """By object name."""
     services: Mapping[str, ObservedObject] = field(default_factory=dict)
@@ -338,8 +339,9 @@ def collect(
 ) -> Observed:
     """Children owned by `owner_uid` (a same-named predecessor's leftovers are ignored).
 
-    A revision's Deployment is keyed by its revision label only when it also has the name
-    the operator gives that revision's Deployment: labels, annotations and owner
+    A revision's Deployment (or LeaderWorkerSet) is keyed by its revision label only when it
+    also has the name the operator gives that revision's workload of its kind
+    (`labels.workload_name`): labels, annotations and owner
     references are anyone's to copy, a name is one object's in its namespace (and who may
     create one under it, admission says: manifests/admission/managed-objects.yaml).
     """
@@ -351,7 +353,8 @@ def collect(
         deployments={
             d.revision: with_whole_groups(d, pods)
             for d in deployments
-            if mine(d.owner_uid) and d.name == revision_object_name(owner_name, d.revision)
+            if mine(d.owner_uid)
+            and d.name == workload_name(owner_name, d.revision, group=d.kind == LWS_KIND)
         },
         config_maps={o.name: o for o in objects if o.kind == "ConfigMap" and mine(o.owner_uid)},
         services={o.name: o for o in objects if o.kind == "Service" and mine(o.owner_uid)},

@@ -240,7 +240,7 @@ def test_a_restarted_group_of_the_stable_revision_is_re_checked_at_once() -> Non
     assert world.condition("Drifted") == ("Unknown", "DriftWatchWaiting")
     assert drift_checks(world) == []
 
-    world.replace_pod(f"{NAME}-{canary}-1-1")
+    world.replace_pod(f"{NAME}-{canary}-group-1-1")
     plan = world.reconcile()
     [run] = drift_checks(world)
     assert run["metadata"]["name"] == f"{NAME}-{canary}-drift1"

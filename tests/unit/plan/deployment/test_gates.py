@@ -54,7 +54,7 @@ def _gates(pods: list[dict[str, Any]], drift: DriftStatus | None) -> list[tuple[
 
 
 HELD = DriftStatus(revision=_REV, groups=["0=x"], held_groups=["0"], hold_run=2)
-LEADER = f"web-{_REV}-0"
+LEADER = f"web-{_REV}-group-0"
 # Each case: its name, the pods, status.drift, and the gate writes expected.
 _CASES: list[tuple[str, list[dict[str, Any]], DriftStatus | None, list[tuple[str, bool, str]]]] = [
     ("whole-unset-opens", [_leader(), _pod("0", "1")], None, [(LEADER, True, "GroupChecked")]),

@@ -19,7 +19,9 @@ from infergate.plan.deployment.sync import Delete, sync_children
 
 _REV = "0123456789"
 _HASH = _REV + "0" * 54
-_NAME = f"web-{_REV}"
+_NAME = f"web-{_REV}-group"
+"""The LeaderWorkerSet's name: not the revision's own (`web-<rev>`, its Service's), whose
+headless Service the LWS controller could then not make."""
 _LABELS = {
     "app.kubernetes.io/managed-by": "infergate",
     "infergate.io/deployment": "web",
@@ -111,6 +113,23 @@ def test_a_group_counts_ready_only_when_whole_whatever_the_lws_status_says(
         whole
         < len({p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] for p in pods})
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("LeaderWorkerSet", f"web-{_REV}"), ("Deployment", _NAME), ("LeaderWorkerSet", "web")],
+)
+def test_a_workload_is_the_revisions_only_under_the_name_of_its_kind(kind: str, name: str) -> None:
+    """The operator adopts a LeaderWorkerSet only as `<name>-<revision>-group`, a Deployment
+    only as `<name>-<revision>`: one of the other name, owner and labels alike, is none of
+    the revision's."""
+    body = _lws()
+    body["kind"] = kind
+    body["metadata"]["name"] = name
+    workload = observe_deployment(body)
+    assert workload is not None
+    observed = collect("uid-web", [workload], [], [], [], owner_name="web")
+    assert observed.deployments == {}
 
 
 def test_a_retired_group_revision_is_deleted_as_its_own_kind() -> None:
