@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infergate.parity.calibrated import ModelNoise, family_noise
+from infergate.parity.calibrated import ModelNoise
+from infergate.parity.noise_families import family_noise
 
 
 def model_noise(

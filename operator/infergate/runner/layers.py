@@ -34,7 +34,7 @@ import numpy as np
 
 from infergate.engines.client import EngineClientError
 from infergate.engines.layer_probe import LayerProbe, LayerStates
-from infergate.parity.calibrated import LayerNoise, ModelNoise, layer_band
+from infergate.parity.calibrated import LayerNoise, ModelNoise
 from infergate.parity.layers import (
     LayerDivergence,
     depth_band,
@@ -43,6 +43,7 @@ from infergate.parity.layers import (
     per_layer_errors,
 )
 from infergate.parity.metrics import ParityResult, PromptSummary
+from infergate.parity.noise_families import layer_band
 from infergate.report.layer_chart import layer_error_chart
 from infergate.runner.sides import SideTarget
 

@@ -25,9 +25,9 @@ from infergate.parity.calibrated import (
     ModelNoise,
     calibration_need,
     derive_limits,
-    family_noise,
 )
 from infergate.parity.compare import ParityComparison
+from infergate.parity.noise_families import family_noise
 from infergate.parity.profiles import PROFILES, Gate
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.parity.thresholds import Thresholds

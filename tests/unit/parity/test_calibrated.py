@@ -18,9 +18,9 @@ from infergate.parity.calibrated import (
     NoiseFamily,
     calibration_need,
     derive_limits,
-    family_noise,
     provenance_lines,
 )
+from infergate.parity.noise_families import family_noise
 from infergate.parity.profiles import resolve_thresholds
 from infergate.parity.thresholds import ProfileName, Thresholds
 
@@ -250,7 +250,7 @@ def _noise_with_layers(rel_l2: list[float], names: tuple[str, ...] = LAYER_NAMES
 def test_the_layer_band_is_k_times_the_kept_per_layer_noise_never_below_the_ramp(
     noise: ModelNoise | None, band: tuple[float, ...], source: str
 ) -> None:
-    from infergate.parity.calibrated import layer_band
+    from infergate.parity.noise_families import layer_band
 
     found, why = layer_band(LAYER_STATIC, LAYER_NAMES, noise)
     assert found == pytest.approx(band)
