@@ -1204,8 +1204,9 @@ def _calibrated_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -
         "### The kept noise",
         "",
         (
-            "Per record and pair: observed value and one-sided 95% upper bound (mean KL: "
-            "prompt-clustered; same-top miss: Wilson), the figures the limits are k x."
+            "Per record and pair: observed value and the one-sided 95% upper bound `parity "
+            "calibrate` keeps (the core's own estimates, each prompt weighing the same: "
+            "`calibration.noise.core_bounds`), the figures the limits are k x."
         ),
         "",
         (
