@@ -140,3 +140,14 @@ def test_an_unreadable_noise_record_is_an_error(near: tuple[str, str], tmp_path:
     code, document = _compare(*near, tmp_path / "out.json", "--noise", str(bad))
     assert code == 2
     assert "--noise" in str(document["reasons"])
+
+
+def test_the_report_says_the_limits_come_from_the_kept_noise(
+    near: tuple[str, str], tmp_path: Path
+) -> None:
+    noise = _noise(tmp_path / "noise.json", 1e-6)
+    report = tmp_path / "report.html"
+    main(["parity", "compare", *near, "--noise", noise, "--report", str(report)])
+    html = report.read_text()
+    assert "Limits and power" in html
+    assert "max_mean_kl 9e-06 = k 9 x noise 1e-06" in html
