@@ -18,9 +18,10 @@ from infergate.commands import calibrate, parity_run
 from infergate.parity.calibrated import ModelNoise, provenance_lines
 from infergate.parity.compare import compare_sources
 from infergate.parity.fingerprints import FingerprintExpectation
+from infergate.parity.gate_limits import noise_limits, with_limits
 from infergate.parity.limits import LimitSource
 from infergate.parity.metrics import ParityMetrics
-from infergate.parity.profiles import ProfileChoiceError, noise_limits, plan_gate, with_limits
+from infergate.parity.profiles import ProfileChoiceError, plan_gate
 from infergate.parity.record import ParityInputError
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 from infergate.parity.verdict import Verdict, VerdictStatus, decide

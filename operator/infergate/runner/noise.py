@@ -26,7 +26,8 @@ from infergate.parity.calibrated import (
     family_noise,
 )
 from infergate.parity.compare import ParityComparison
-from infergate.parity.profiles import Gate, noise_limits
+from infergate.parity.gate_limits import noise_limits
+from infergate.parity.profiles import Gate
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.parity.thresholds import Thresholds
 from infergate.parity.verdict import VerdictStatus

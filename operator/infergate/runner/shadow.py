@@ -35,8 +35,9 @@ from infergate.api.parity_check import HiddenStates, ParityCheckSpec
 from infergate.api.shadow import ShadowSettings, ShadowStatus
 from infergate.parity.calibrated import DerivedLimits
 from infergate.parity.fingerprints import run_fingerprints
+from infergate.parity.gate_limits import with_limits
 from infergate.parity.metrics import ParityResult
-from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate, with_limits
+from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
 from infergate.parity.record import RecordMeta
 from infergate.parity.thresholds import Thresholds
 from infergate.plan import reasons
