@@ -49,7 +49,7 @@ from infergate.fixture.generate import GENERATOR_VERSION, FixtureSpec, default_m
 from infergate.parity.profiles import PROFILES
 from infergate.parity.thresholds import ProfileName
 from infergate.recordio import MANIFEST, RecordReader, RecordWriter
-from infergate.suite import PromptSpec, Suite, load_suite
+from infergate.suite import PromptSpec, Suite, load_suite, long_prompt
 
 REPO = Path(__file__).resolve().parent.parent
 LADDER = (8, 16, 32, 64)
@@ -122,7 +122,18 @@ SIDES: tuple[Side, ...] = (
     Side("vllm-bf16", "vllm", "bfloat16"),
     Side("vllm-bf16-batched@vllm-bf16", "vllm", "bfloat16", against="vllm-bf16", batched=True),
 )
-SIDE = {s.key: s for s in SIDES}
+CALIBRATION_SIDES: tuple[Side, ...] = (
+    Side("cal-tf32", "transformers", "float32"),
+    Side("cal-tf32-again@cal-tf32", "transformers", "float32", against="cal-tf32"),
+    Side("cal-tf-bf16@cal-tf32", "transformers", "bfloat16", against="cal-tf32"),
+    Side("cal-tf16@cal-tf32", "transformers", "float16", against="cal-tf32"),
+    Side("cal-tf-bf16", "transformers", "bfloat16"),
+    Side("cal-tf-bf16-again@cal-tf-bf16", "transformers", "bfloat16", against="cal-tf-bf16"),
+    Side("cal-tf32@cal-tf-bf16", "transformers", "float32", against="cal-tf-bf16"),
+)
+"""The pairs a platform team keeps for a stable revision (`infergate parity calibrate`),
+recorded on the calibration suite (`calibration_suite`: no prompt of the bench's)."""
+SIDE = {s.key: s for s in (*SIDES, *CALIBRATION_SIDES)}
 
 H, B = "harmful", "benign"
 CANDIDATES: tuple[Candidate, ...] = (
@@ -170,6 +181,36 @@ CANDIDATES: tuple[Candidate, ...] = (
     Candidate("same-config-again-fp32", B, "A/A: the same transformers fp32 config recorded "
               "again", "tf32", "tf32-again@tf32", "strict"),
 )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The noise record kept for one stable revision of the bench: the bench side it
+    stands for (`baseline`: a row whose baseline is that side is judged with it), and the
+    pairs recorded for it on the calibration suite, each (label, base side, candidate side)."""
+
+    baseline: str
+    base: str
+    pairs: tuple[tuple[str, str, str], ...]
+    file: str
+
+
+CALIBRATIONS: tuple[Calibration, ...] = (
+    Calibration("tf32", "cal-tf32", (
+        ("fp32-aa", "cal-tf32", "cal-tf32-again@cal-tf32"),
+        ("bf16-vs-fp32", "cal-tf32", "cal-tf-bf16@cal-tf32"),
+        ("fp16-vs-fp32", "cal-tf32", "cal-tf16@cal-tf32"),
+    ), "gate_bench_noise_fp32.json"),
+    Calibration("tf-bf16", "cal-tf-bf16", (
+        ("bf16-aa", "cal-tf-bf16", "cal-tf-bf16-again@cal-tf-bf16"),
+        ("fp32-vs-bf16", "cal-tf-bf16", "cal-tf32@cal-tf-bf16"),
+    ), "gate_bench_noise_bf16.json"),
+)  # fmt: skip
+"""transformers fp32 (the stable of the dtype-change rows: A/A, bf16 and fp16 on the same
+weights) and transformers bf16 (the stable of the bf16-kernel rows: A/A, and float32
+teacher-forced on it, the bfloat16-vs-float32 envelope `parity.calibrated._envelope`
+finds under `dtype float32` of a bfloat16 record). Rows on other baselines (vLLM,
+MindFormers, the massive-activations model) keep static limits: nothing is kept for them."""
 
 
 # ------------------------------------------------------------- generated tokens
@@ -225,7 +266,12 @@ def side_tokens(
 
 
 TOKENS = side_tokens()
-"""Output tokens per short prompt of every side of the bench."""
+TOKENS.update(
+    {s.key: TOKENS[c.baseline] for c in CALIBRATIONS for s in CALIBRATION_SIDES
+     if c.base in (s.key, s.against)}
+)  # fmt: skip
+"""Output tokens per short prompt of every side of the bench; a calibration's sides as
+many as the stable they calibrate (the fork margin's noise depends on the length)."""
 
 
 def record_dir(out: Path, key: str, tokens: int | None = None) -> Path:
@@ -289,8 +335,62 @@ def bench_suite() -> Suite:
     return Suite(SUITE_NAME, (*prompts[:64], *long))
 
 
-def write_suite(path: Path) -> Suite:
-    suite = bench_suite()
+CALIBRATION_SUITE_NAME = "gate-bench-calibration"
+CALIBRATION_SEED = 29
+"""Seed of the calibration suite's grammar sentences (the bench's held-out ones: 7)."""
+
+
+def calibration_suite() -> Suite:
+    """The bench suite's shape (64 short prompts, English and Chinese alternating; 4 long
+    prompts of 8K+ tokens), none of its prompts: what a team records its stable's noise
+    on is not the check's suite.
+
+    Beginnings of the corpus sentences the bench does not use (it takes the first ones),
+    cut as the bench cuts them, then beginnings of grammar sentences drawn with another
+    seed, neither in the fixture's training set nor in the bench; the long prompts are
+    the default suite's generator at indices 2 and 3 (the bench's are 0 and 1).
+    """
+    bench = bench_suite()
+    used = {p.text for p in bench.prompts}
+    short = [t for t in (p.text for p in bench.select(long=False).prompts) if t]
+    sources = {p.id.rsplit("-", 1)[1] for p in bench.prompts if "-corpus-" in p.id}
+    prompts: list[PromptSpec] = []
+    texts: set[str] = set()
+
+    def add(pid: str, text: str, language: str) -> None:
+        clash = any(text in u or u in text for u in short)  # not the same, nor a prefix
+        if not clash and text not in texts and len(prompts) < 64:
+            texts.add(text)
+            prompts.append(PromptSpec(id=f"cal-{pid}", text=text, tags=(language, "short")))
+
+    for index, (en, zh) in enumerate(zip(ENGLISH, CHINESE, strict=True)):
+        if str(index) in sources or len(prompts) >= 48:
+            continue
+        words = en.split()
+        add(f"en-corpus-{index}", " ".join(words[: max(2, len(words) // 2)]), "en")
+        add(f"zh-corpus-{index}", zh[: max(3, len(zh) // 3)], "zh")
+    training = set(generated_sentences(FixtureSpec().generated_sentences, FixtureSpec().seed))
+    for index, sentence in enumerate(generated_sentences(2000, CALIBRATION_SEED)):
+        if sentence in training:
+            continue
+        language = "zh" if ord(sentence[0]) > 0x2E80 else "en"
+        if language == "en":
+            words = sentence.split()
+            add(f"en-grammar-{index}", " ".join(words[: max(2, len(words) // 2)]), "en")
+        else:
+            add(f"zh-grammar-{index}", sentence[: max(3, len(sentence) // 3)], "zh")
+    long = [
+        long_prompt(language, index).model_copy(update={"max_tokens": LONG_MAX_TOKENS})
+        for language in ("zh", "en")
+        for index in (2, 3)
+    ]
+    if {p.text for p in long} & used or len(prompts) < 64:
+        raise RuntimeError("calibration suite: not 64 short prompts disjoint from the bench's")
+    return Suite(CALIBRATION_SUITE_NAME, (*prompts, *long))
+
+
+def write_suite(path: Path, suite: Suite | None = None) -> Suite:
+    suite = bench_suite() if suite is None else suite
     lines = [p.model_dump_json(by_alias=True, exclude_none=True) for p in suite.prompts]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -627,6 +727,20 @@ def record_all(
     return time.perf_counter() - started
 
 
+def record_calibration(out: Path, jobs: int = 1) -> float:
+    """Record every calibration side on the calibration suite (a side already recorded is
+    skipped): the stables first, then the sides teacher-forced on them."""
+    suite_path = out / f"{CALIBRATION_SUITE_NAME}.jsonl"
+    write_suite(suite_path, calibration_suite())
+    started = time.perf_counter()
+    if not all(_done(out, s.key) for s in CALIBRATION_SIDES):
+        _wait(_start_worker([], out, suite_path), "making the model variants")
+    _run_parallel([c.base for c in CALIBRATIONS], out, suite_path, jobs)
+    _run_parallel([k for c in CALIBRATIONS for _, _, k in c.pairs if k != c.base], out,
+                  suite_path, jobs)  # fmt: skip
+    return time.perf_counter() - started
+
+
 def _prefix(out: Path, key: str, tokens: int, short: int) -> Path:
     source = record_dir(out, key, tokens)
     return prefix_record(source, out / "prefix" / f"{source.name}-{short}", short)
@@ -654,21 +768,30 @@ def prefix_record(source: Path, target: Path, short: int) -> Path:
 
 
 def judge(
-    candidate: Candidate, out: Path, rung: int, numbers_only: bool = False, tokens: int = MAX_TOKENS
+    candidate: Candidate,
+    out: Path,
+    rung: int,
+    numbers_only: bool = False,
+    tokens: int = MAX_TOKENS,
+    *,
+    noise: Path | None = None,
 ) -> dict[str, Any]:
     """`infergate parity compare` on one prefix; its JSON answer, trimmed.
 
     `numbers_only` allows every fingerprint and config difference: what the numeric
     checks (and the prompt-id hygiene) decide without the fingerprints' help. `tokens`:
-    the output tokens both records were made with (part of every cached path).
+    the output tokens both records were made with (part of every cached path). `noise`:
+    the baseline's kept noise record (`--noise`): limits k x its noise, as the operator's.
     """
     base = _prefix(out, candidate.baseline, tokens, rung)
     cand = _prefix(out, candidate.candidate, tokens, rung)
-    suffix = "-numbers" if numbers_only else ""
+    suffix = ("-numbers" if numbers_only else "") + ("-calibrated" if noise else "")
     result = out / "verdicts" / f"{candidate.name}-{tokens}tok-{rung}{suffix}.json"
     argv = ["parity", "compare", str(base), str(cand), "--profile", candidate.profile]
     if numbers_only:
         argv += ["--allow-config-diff", "*"]
+    if noise is not None:
+        argv += ["--noise", str(noise)]
     code = None
     if not (REUSE_VERDICTS and result.exists()):  # records are written once: so are verdicts
         with redirect_stdout(StringIO()):
@@ -742,19 +865,109 @@ def _prefix_job(job: tuple[Path, str, int, int]) -> None:
     _prefix(*job)
 
 
-def _judge_job(job: tuple[Candidate, Path, int, bool, int]) -> dict[str, Any]:
-    return judge(*job)
+def _judge_job(job: tuple[Candidate, Path, int, bool, int, Path | None]) -> dict[str, Any]:
+    return judge(*job[:5], noise=job[5])
 
 
-def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[dict[str, Any]]:
+def calibration_for(candidate: Candidate, kept: dict[str, Path]) -> tuple[Path | None, str]:
+    """The noise record a row is judged with, or None and why its limits stay static.
+
+    A record stands for one stable: the row's baseline must be the side it was kept for,
+    and its dtype and engine the baseline's (never a record forced onto another stable).
+    """
+    side = SIDE.get(candidate.baseline)
+    path = kept.get(candidate.baseline)
+    if side is None or path is None:
+        if side is None:
+            return None, f"static: no noise kept for {candidate.baseline}"
+        model = "" if side.model == "base" else f", model {side.model}"
+        return None, f"static: no noise kept for {side.key} ({side.engine} {side.dtype}{model})"
+    noise = json.loads(path.read_text())
+    if (noise["dtype"], noise["engine"]) != (side.dtype, side.engine):
+        return None, (
+            f"static: the kept record is of {noise['engine']} {noise['dtype']}, the baseline "
+            f"{side.engine} {side.dtype}"
+        )
+    return path, f"{path.name}"
+
+
+def calibration_noise(out: Path) -> dict[str, Path]:
+    """Each stable's noise record, as a team keeps it: `infergate parity calibrate --pair
+    ... --noise-out` on its calibration pairs (written once; GATE_BENCH_REJUDGE=1: again)."""
+    folder = out / "calibration"
+    kept: dict[str, Path] = {}
+    for calibration in CALIBRATIONS:
+        path = folder / calibration.file
+        if not (REUSE_VERDICTS and path.exists()):
+            argv = ["parity", "calibrate"]
+            for label, base, cand in calibration.pairs:
+                argv += ["--pair", f"{label}={record_dir(out, base)}:{record_dir(out, cand)}"]
+            report = folder / f"{path.stem}-pairs.json"
+            argv += ["--noise-out", str(path), "--json", str(report)]
+            with redirect_stdout(StringIO()):
+                code = infergate_main(argv)
+            if code != 0:
+                raise RuntimeError(f"parity calibrate for {calibration.baseline}: exit {code}")
+        kept[calibration.baseline] = path
+    return kept
+
+
+def noise_figures(path: Path) -> dict[str, Any]:
+    """A kept record's figures per pair: mean KL and same-top miss, observed and bound."""
+    noise = json.loads(path.read_text())
+    tables = {"self (A/A)": noise["selfNoise"], **noise.get("changes", {})}
+    figures: dict[str, Any] = {}
+    for name, table in tables.items():
+        figures[name] = {
+            family: {
+                "observed": table[family].get("observed"),
+                "upper": table[family]["upper"],
+                "pairs": table[family]["pairs"],
+            }
+            for family in ("klMean", "sameTopMiss", "forkMargin", "hiddenRelL2P99")
+            if family in table
+        }
+    return {
+        "file": path.name, "dtype": noise["dtype"], "engine": noise["engine"],
+        "layers": noise["layers"], "prompts": noise["prompts"], "method": noise["method"],
+        "figures": figures,
+    }  # fmt: skip
+
+
+def calibration_meta(kept: dict[str, Path], seconds: float, results: Path) -> dict[str, Any]:
+    """The calibration's suite and figures for the table; its records copied to `results`."""
+    suite = calibration_suite()
+    results.mkdir(parents=True, exist_ok=True)
+    for path in kept.values():
+        shutil.copyfile(path, results / path.name)
+    return {
+        "suite": suite.name,
+        "digest": suite.digest(),
+        "short": len(suite.select(long=False).prompts),
+        "long": len(suite.select(long=True).prompts),
+        "recordSeconds": seconds,
+        "records": {stable: noise_figures(path) for stable, path in kept.items()},
+    }
+
+
+def evaluate(
+    candidates: Sequence[Candidate], out: Path, jobs: int = 1, kept: dict[str, Path] | None = None
+) -> list[dict[str, Any]]:
     from concurrent.futures import ProcessPoolExecutor
 
     # Over the whole bench as well (candidates of other runs share its sides' counts).
     tokens = side_tokens([*CANDIDATES, *(c for c in candidates if c not in CANDIDATES)])
     sides = sorted({k for c in candidates for k in (c.baseline, c.candidate)})
     prefix_jobs = [(out, k, tokens[k], n) for k in sides for n in LADDER]
-    judge_jobs = [(c, out, n, False, tokens[c.baseline]) for c in candidates for n in LADDER]
-    judge_jobs += [(c, out, LADDER[-1], True, tokens[c.baseline]) for c in candidates]
+    judge_jobs: list[tuple[Candidate, Path, int, bool, int, Path | None]] = [
+        (c, out, n, False, tokens[c.baseline], None) for c in candidates for n in LADDER
+    ]
+    judge_jobs += [(c, out, LADDER[-1], True, tokens[c.baseline], None) for c in candidates]
+    noise = {c.name: calibration_for(c, kept or {}) for c in candidates}
+    calibrated = [c for c in candidates if noise[c.name][0] is not None]
+    judge_jobs += [
+        (c, out, LADDER[-1], False, tokens[c.baseline], noise[c.name][0]) for c in calibrated
+    ]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             list(pool.map(_prefix_job, prefix_jobs))
@@ -762,7 +975,12 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
     else:
         judged = [_judge_job(j) for j in judge_jobs]
     rows = []
-    numbers = judged[len(candidates) * len(LADDER) :]
+    numbers = judged[len(candidates) * len(LADDER) : len(candidates) * (len(LADDER) + 1)]
+    with_noise = dict(
+        zip(
+            (c.name for c in calibrated), judged[len(candidates) * (len(LADDER) + 1) :], strict=True
+        )
+    )
     for index, candidate in enumerate(candidates):
         rungs = judged[index * len(LADDER) : (index + 1) * len(LADDER)]
         needed = next(
@@ -771,6 +989,7 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
             None,
         )  # fmt: skip
         final = rungs[-1]
+        again = with_noise.get(candidate.name, final)
         rows.append(
             {
                 "name": candidate.name,
@@ -795,6 +1014,16 @@ def evaluate(candidates: Sequence[Candidate], out: Path, jobs: int = 1) -> list[
                 },
                 "promptsNeeded": needed,
                 "ladder": [{"prompts": r["prompts"], "status": r["status"]} for r in rungs],
+                "calibrated": {
+                    "limits": noise[candidate.name][1],
+                    "status": again["status"],
+                    "correct": correct(candidate, again["status"]),
+                    "reasons": again["reasons"],
+                    "failing": again["failing"],
+                    "inconclusive": again["inconclusive"],
+                    "hygiene": again["hygiene"],
+                    "closest": again["closest"],
+                },
             }
         )
         _log(f"{candidate.name}: {final['status']} ({'ok' if rows[-1]['correct'] else 'WRONG'})")
@@ -919,9 +1148,106 @@ def to_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             ),
         ]
     lines += ["", f"Wrong rows: {', '.join(r['name'] for r in wrong) or 'none'}.", ""]
+    lines += _calibrated_markdown(rows, meta)
     lines += ["## Reasons at 64 prompts", ""]
     lines += [f"- **{r['name']}** ({r['verdict']}): {_short_reason(r['reasons'])}" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def _calibrated_markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """The rows judged a second time with the baseline's kept noise (`--noise`)."""
+    judged = [r for r in rows if "calibrated" in r]
+    if not judged:
+        return []
+    calibration = meta.get("calibration", {})
+    harmful = [r for r in judged if r["kind"] == H]
+    benign = [r for r in judged if r["kind"] == B]
+    wrong = [r["name"] for r in judged if not r["calibrated"]["correct"]]
+    lines = [
+        "## Calibrated limits (`parity compare --noise`)",
+        "",
+        (
+            "Every row judged again at 64 prompts with the noise record a platform team keeps "
+            "for the row's stable (`infergate parity calibrate --pair ... --noise-out`), the "
+            "limits derived as the operator derives them (k x noise, k = 3, k^2 = 9 for KL and "
+            "1 - cosine: `parity.calibrated`). The pairs are recorded on a calibration suite "
+            f"of its own (`{calibration.get('suite', CALIBRATION_SUITE_NAME)}`, "
+            f"{calibration.get('short', '?')} short prompts + {calibration.get('long', '?')} "
+            "long ones, none of the bench suite's: `calibration_suite`), the calibration sides "
+            f"in {calibration.get('recordSeconds', 0) / 60:.1f} min. Rows whose stable has no "
+            "kept record keep the static limits (column limits says why); the static column "
+            "above is unchanged."
+        ),
+        "",
+        (
+            f"**Calibrated: {sum(r['calibrated']['correct'] for r in harmful)}/{len(harmful)} "
+            f"harmful blocked, {sum(r['calibrated']['correct'] for r in benign)}/{len(benign)} "
+            "benign passed.**"
+        ),
+        "",
+        (
+            "| candidate | kind | profile | baseline | static verdict (64) | limits | calibrated "
+            "verdict (64) | correct | deciding metric (calibrated) |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in judged:
+        cal = r["calibrated"]
+        cells = [
+            r["name"], r["kind"], r["profile"], r["baseline"], r["verdict"], cal["limits"],
+            cal["status"], "yes" if cal["correct"] else "**no**",
+            _deciding({**cal, "verdict": cal["status"]}),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    lines += ["", f"Wrong rows (calibrated): {', '.join(wrong) or 'none'}.", ""]
+    lines += [
+        "### The kept noise",
+        "",
+        (
+            "Per record and pair: observed value and the one-sided 95% upper bound `parity "
+            "calibrate` keeps (the core's own estimates, each prompt weighing the same: "
+            "`calibration.noise.core_bounds`), the figures the limits are k x."
+        ),
+        "",
+        (
+            "| stable | record | pair | mean KL | mean KL upper | same-top miss | same-top miss "
+            "upper | fork margin upper |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def fig(table: dict[str, Any], family: str, key: str) -> str:
+        value = table.get(family, {}).get(key)
+        return "-" if value is None else f"{value:.3g}"
+
+    for stable, record in calibration.get("records", {}).items():
+        for pair, table in record["figures"].items():
+            cells = [
+                stable, f"{record['file']} ({record['engine']} {record['dtype']})",
+                f"{pair}: {', '.join(table.get('klMean', {}).get('pairs', []))}",
+                fig(table, "klMean", "observed"), fig(table, "klMean", "upper"),
+                fig(table, "sameTopMiss", "observed"), fig(table, "sameTopMiss", "upper"),
+                fig(table, "forkMargin", "upper"),
+            ]  # fmt: skip
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "### Reasons at 64 prompts (calibrated)", ""]
+    lines += [
+        f"- **{r['name']}** ({r['calibrated']['status']}): "
+        f"{_short_reason(r['calibrated']['reasons'])}"
+        for r in judged
+    ]
+    return [*lines, ""]
+
+
+def _spent(out: Path, now: dict[str, float]) -> dict[str, float]:
+    """Recording seconds by the rows recorded (and the calibration), runs added up."""
+    seconds = out / "timings" / "record-seconds.json"
+    seconds.parent.mkdir(parents=True, exist_ok=True)
+    spent: dict[str, float] = json.loads(seconds.read_text()) if seconds.exists() else {}
+    for key, value in now.items():
+        spent[key] = round(spent.get(key, 0.0) + value, 1)
+    seconds.write_text(json.dumps(spent, indent=1) + "\n")
+    return spent
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -963,17 +1289,19 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     suite = write_suite(suite_path)
     record_seconds = record_all(candidates, args.out, suite_path, args.jobs)
-    seconds = args.out / "timings" / "record-seconds.json"
-    seconds.parent.mkdir(parents=True, exist_ok=True)
-    spent = json.loads(seconds.read_text()) if seconds.exists() else {}
-    key = ",".join(c.name for c in candidates)
-    spent[key] = round(spent.get(key, 0.0) + record_seconds, 1)  # runs add up
-    seconds.write_text(json.dumps(spent, indent=1) + "\n")
+    spent = _spent(
+        args.out,
+        {
+            ",".join(c.name for c in candidates): record_seconds,
+            "calibration": record_calibration(args.out, args.jobs),
+        },
+    )
     if args.record_only:
         return 0
-    record_seconds = sum(spent.values())
+    record_seconds = sum(v for k, v in spent.items() if k != "calibration")
     started = time.perf_counter()
-    rows = evaluate(candidates, args.out, args.jobs)
+    kept = calibration_noise(args.out)
+    rows = evaluate(candidates, args.out, args.jobs, kept)
     date = time.strftime("%Y-%m-%d")
     previous_path = args.results / "gate_bench.json"
     previous = json.loads(previous_path.read_text()) if previous_path.exists() else None
@@ -989,6 +1317,7 @@ def main(argv: list[str] | None = None) -> int:
             json.loads(p.read_text()) for p in sorted((args.out / "timings").glob("worker-*"))
         ],
     }
+    meta["calibration"] = calibration_meta(kept, spent["calibration"], args.results)
     markdown = to_markdown(rows, meta)
     document = {"meta": meta, "rows": rows}
     for folder in (args.out, args.results):

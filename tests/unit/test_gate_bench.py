@@ -59,8 +59,14 @@ def test_identical_records_pass_and_changed_weights_are_blocked_from_32_prompts(
     assert "**1/1 harmful blocked, 1/1 benign passed.**" in table
     assert "| weights | harmful | new weights (<\\|endoftext\\|> first) |" in table
     # Every row of the table has its ten cells, even with a `|` inside one.
-    rows_md = [line for line in table.splitlines() if line.startswith(("| aa", "| weights"))]
+    static, calibrated = table.split("## Calibrated limits")
+    rows_md = [line for line in static.splitlines() if line.startswith(("| aa", "| weights"))]
     assert [line.replace("\\|", "").count("|") for line in rows_md] == [12, 12]
+    # Judged again with the kept noise: none kept for these stables, so static, and said.
+    assert "**Calibrated: 1/1 harmful blocked, 1/1 benign passed.**" in calibrated
+    assert "| aa | benign | strict | base | Passed | static: no noise kept for base | Passed |" in (
+        calibrated
+    )
 
 
 # ------------------------------------------------------------- generated tokens
@@ -174,3 +180,49 @@ def test_a_run_of_some_rows_keeps_the_others_and_names_them(bench: ModuleType) -
     assert "**1/1 harmful blocked, 1/1 benign passed.**" in table
     assert "Not run again on 2026-12-04 (rows as an earlier run left them): eps-1e-5 " in table
     assert "| vllm-vs-transformers | benign | - | strict | 64 | Passed |" in table
+
+
+def test_the_calibration_suite_has_the_bench_shape_and_none_of_its_prompts(
+    bench: ModuleType,
+) -> None:
+    calibration, check = bench.calibration_suite(), bench.bench_suite()
+    assert len(calibration.select(long=False).prompts) == len(check.select(long=False).prompts)
+    assert len(calibration.select(long=True).prompts) == len(check.select(long=True).prompts)
+    assert not {p.text for p in calibration.prompts} & {p.text for p in check.prompts}
+    short = [p.text for p in check.select(long=False).prompts]
+    for prompt in calibration.select(long=False).prompts:
+        assert not any(prompt.text in t or t in prompt.text for t in short), prompt.id
+    assert {p.tags[0] for p in calibration.select(long=False).prompts} == {"en", "zh"}
+
+
+def _kept(path: Path, dtype: str, engine: str = "transformers") -> Path:
+    path.write_text(json.dumps({"dtype": dtype, "engine": engine}))
+    return path
+
+
+def test_a_row_is_judged_with_the_noise_kept_for_its_own_stable_or_stays_static(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    by_name = {c.name: c for c in bench.CANDIDATES}
+    kept = {
+        "tf32": _kept(tmp_path / "fp32.json", "float32"),
+        "tf-bf16": _kept(tmp_path / "bf16.json", "float32"),  # not the bf16 stable's record
+    }
+    noise, why = bench.calibration_for(by_name["transformers-bf16-vs-fp32"], kept)
+    assert noise == tmp_path / "fp32.json"
+    noise, why = bench.calibration_for(by_name["kernel-avx2"], kept)
+    assert noise is None
+    assert why == (
+        "static: the kept record is of transformers float32, the baseline transformers bfloat16"
+    )
+    noise, why = bench.calibration_for(by_name["vllm-batched"], kept)
+    assert noise is None
+    assert why == "static: no noise kept for vllm-bf16 (vllm bfloat16)"
+    noise, why = bench.calibration_for(by_name["fp16-overflow"], kept)
+    assert why.endswith("(transformers bfloat16, model massive-activations)")
+
+
+def test_the_calibration_sides_share_their_stables_token_count(bench: ModuleType) -> None:
+    assert bench.TOKENS["cal-tf32"] == bench.TOKENS["tf32"] == 64
+    assert bench.TOKENS["cal-tf16@cal-tf32"] == 64
+    assert bench.TOKENS["cal-tf32@cal-tf-bf16"] == bench.TOKENS["tf-bf16"]

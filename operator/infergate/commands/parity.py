@@ -15,8 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from infergate.commands import calibrate, parity_run
+from infergate.parity.calibrated import ModelNoise, provenance_lines
 from infergate.parity.compare import compare_sources
 from infergate.parity.fingerprints import FingerprintExpectation
+from infergate.parity.gate_limits import noise_limits, with_limits
 from infergate.parity.limits import LimitSource
 from infergate.parity.metrics import ParityMetrics
 from infergate.parity.profiles import ProfileChoiceError, plan_gate
@@ -88,6 +90,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="RESULT.json",
         help="--json output of the last passing check, to test for regression",
     )
+    compare.add_argument(
+        "--noise",
+        type=Path,
+        metavar="NOISE.json",
+        help="the baseline revision's kept noise record (`parity calibrate --noise-out`): "
+        "limits become k x its noise where the profile uses it, as the operator judges; "
+        "--threshold keys stay as set",
+    )
     compare.add_argument("--json", type=Path, metavar="OUT.json", help="write the result as JSON")
     compare.add_argument("--report", type=Path, metavar="OUT.html", help="write the HTML report")
     compare.set_defaults(handler=run_compare)
@@ -120,6 +130,7 @@ def run_compare(args: argparse.Namespace) -> int:
         baseline = RecordReader(args.baseline)
         candidate = RecordReader(args.candidate)
         previous = _previous_metrics(args.previous) if args.previous else None
+        noise = _noise(args.noise) if args.noise else None
     except (ValueError, RecordFormatError) as err:
         return _fail_early(args, str(err))
     try:
@@ -132,6 +143,8 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     except ProfileChoiceError as err:
         return _fail_early(args, f"{err} (here: --profile)")
+    derived = noise_limits(gate, candidate.meta.dtype, noise, explicit)
+    gate = with_limits(gate, derived)
     profile = gate.profile
     why = "chosen on the command line" if args.profile != _AUTO else gate.reason
     allowed = (*gate.expected_differences, *args.allow_config_diff)
@@ -147,6 +160,7 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     except (RecordFormatError, ParityInputError) as err:
         return _fail_early(args, str(err))
+    result = result.model_copy(update={"calibration": derived})
     verdict = decide(result, gate.warn, previous, RegressionTolerance())
     if args.json:
         document = {
@@ -159,7 +173,7 @@ def run_compare(args: argparse.Namespace) -> int:
         _write(args.json, json.dumps(document, indent=1) + "\n")
     if args.report:
         _write(args.report, render_report(result, verdict, f"{profile.value} ({why})"))
-    _print_summary(verdict, profile, why, gate.limits)
+    _print_summary(verdict, profile, why, gate.limits, provenance_lines(derived))
     return EXIT_CODES[verdict.status]
 
 
@@ -181,6 +195,13 @@ def _previous_metrics(path: Path) -> ParityMetrics | None:
         raise ValueError(f"--previous {path}: result.metrics is missing or invalid") from err
 
 
+def _noise(path: Path) -> ModelNoise:
+    try:
+        return ModelNoise.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValidationError) as err:
+        raise ValueError(f"--noise {path}: not a readable noise record ({err})") from err
+
+
 def _fail_early(args: argparse.Namespace, reason: str) -> int:
     print(f"parity Error: {reason}", file=sys.stderr)
     if args.json:
@@ -193,8 +214,11 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _print_summary(verdict: Verdict, profile: ProfileName, why: str, limits: LimitSource) -> None:
+def _print_summary(
+    verdict: Verdict, profile: ProfileName, why: str, limits: LimitSource, provenance: list[str]
+) -> None:
     lines = [f"parity {verdict.status.value} (profile {profile.value}: {why})"]
+    lines += [f"  limits: {line}" for line in provenance]
     lines.append(f"  limits: {limits.describe()}")
     lines += [f"  reason: {r}" for r in verdict.reasons]
     lines += [f"  warning: {w}" for w in verdict.warnings]

@@ -23,12 +23,11 @@ from infergate.parity.calibrated import (
     DerivedLimits,
     LayerNoise,
     ModelNoise,
-    calibration_need,
-    derive_limits,
 )
 from infergate.parity.compare import ParityComparison
+from infergate.parity.gate_limits import noise_limits
 from infergate.parity.noise_families import family_noise
-from infergate.parity.profiles import PROFILES, Gate
+from infergate.parity.profiles import Gate
 from infergate.parity.record import PromptRecord, RecordMeta
 from infergate.parity.thresholds import Thresholds
 from infergate.parity.verdict import VerdictStatus
@@ -59,17 +58,7 @@ def derived_limits(
     explicit: Thresholds,
 ) -> DerivedLimits:  # fmt: skip
     """The check's limits from the baseline revision's kept noise, or the static ones."""
-    meta_c = metas[1]
-    need_ = calibration_need(gate.profile, meta_c.dtype, gate.layers)
-    noise = kept_noise(run, baseline)
-    return derive_limits(
-        gate.thresholds,
-        need=need_,
-        noise=noise,
-        layers=gate.layers,
-        static_layers=PROFILES[gate.profile].calibrated_layers,
-        explicit=explicit.model_fields_set,
-    )
+    return noise_limits(gate, metas[1].dtype, kept_noise(run, baseline), explicit)
 
 
 LAYER_NOISE_PROMPTS = 3

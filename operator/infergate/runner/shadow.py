@@ -24,7 +24,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
@@ -33,8 +33,9 @@ from infergate.api.base import INFERENCE_DEPLOYMENT_KIND
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import HiddenStates, ParityCheckSpec
 from infergate.api.shadow import ShadowSettings, ShadowStatus
-from infergate.parity.calibrated import DerivedLimits, with_measured
+from infergate.parity.calibrated import DerivedLimits
 from infergate.parity.fingerprints import run_fingerprints
+from infergate.parity.gate_limits import with_limits
 from infergate.parity.metrics import ParityResult
 from infergate.parity.profiles import Gate, ProfileChoiceError, plan_gate
 from infergate.parity.record import RecordMeta
@@ -237,7 +238,7 @@ def run_shadow(
     # The baseline revision's kept noise sets the limits here as in a suite check, and a
     # model that needs its own calibration and has none is Inconclusive here too.
     derived = runner.limits(gate, metas, baseline, spec.effective_thresholds())
-    gate = replace(gate, thresholds=derived.thresholds, limits=with_measured(gate.limits, derived))
+    gate = with_limits(gate, derived)
     deployment = candidate.deployment
     if deployment is None or candidate.revision is None or candidate.deployment_uid is None:
         raise ShadowError(

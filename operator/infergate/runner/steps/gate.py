@@ -13,13 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from infergate.parity import profiles
-from infergate.parity.calibrated import provenance_lines, with_measured
+from infergate.parity.calibrated import provenance_lines
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
+from infergate.parity.gate_limits import with_limits
 from infergate.parity.record import RecordMeta
 from infergate.plan import reasons
 from infergate.runner.context import CheckEndedError, RunContext, say
@@ -60,7 +60,7 @@ def plan_gate(run: RunContext, state: RunState) -> None:
     except profiles.ProfileChoiceError as err:
         raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
     limits = derived_limits(run, gate, (meta_b, meta_c), baseline, spec.effective_thresholds())
-    gate = replace(gate, thresholds=limits.thresholds, limits=with_measured(gate.limits, limits))
+    gate = with_limits(gate, limits)
     for line in provenance_lines(limits):
         say(f"limits: {line}")
     comparison = ParityComparison(
