@@ -312,3 +312,16 @@ def test_without_the_pair_a_bf16_kernel_check_keeps_the_self_floor() -> None:
     pair = _with_pair("bfloat16", "float32", klMean=6e-5)
     kept = derive_limits(STATIC, need=other_profile, noise=pair, layers=28, static_layers=28)
     assert kept.thresholds.max_mean_kl == STATIC.max_mean_kl
+
+
+def test_the_envelope_only_tightens_a_static_limit() -> None:
+    """The pair bounds a benign bf16 kernel change from above: where k x it is looser than
+    the static limit (a shallow model whose static limits were measured on itself), the
+    static limit stays and the provenance says why."""
+    noise = _with_pair("bfloat16", "float32", klMean=1e-3, hiddenRelL2P99=0.004)
+    need = calibration_need(ProfileName.BF16_KERNEL, "bfloat16", 2)
+    derived = derive_limits(STATIC, need=need, noise=noise, layers=2, static_layers=2)
+    assert derived.thresholds.max_mean_kl == STATIC.max_mean_kl
+    assert derived.thresholds.max_hidden_rel_l2_p99 == pytest.approx(K_LINEAR * 0.004)
+    kl = next(p for p in derived.provenance if p.key == "max_mean_kl")
+    assert "tighter than k x the envelope, and stays" in kl.note
