@@ -288,3 +288,14 @@ def test_the_kept_families_take_the_cores_prompt_level_bounds() -> None:
     del metrics["estimates"]["sameTopRate"]
     again = pair_report("aa", result, [])["noise"]
     assert again["logprobs.sameTopRate"]["upper"] == pytest.approx(0.013)
+
+
+def test_a_signed_decode_excess_keeps_its_larger_magnitude_as_noise() -> None:
+    """An excess measured at -2.2e-6 (bounds -3.5e-6 .. 1.4e-6) is noise of 3.5e-6, never
+    the 1.4e-6 upper end alone, which would sit below what was observed."""
+    excess = {"value": -2.2e-6, "lower": -3.5e-6, "upper": 1.4e-6}
+    metrics = {"prompts": 8, "decode": {"excess": excess}}
+    result = {"baseline": {}, "candidate": {}, "metrics": metrics, "prompts": []}
+    noise = pair_report("aa", result, [])["noise"]["decode.excess"]
+    assert noise["upper"] == pytest.approx(3.5e-6)
+    assert noise["bounded"]

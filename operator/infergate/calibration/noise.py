@@ -259,12 +259,16 @@ def pair_report(
         # Decode-path estimates (value and one-sided bounds, each prompt weighing the same).
         node = decode.get(name)
         if isinstance(node, Mapping) and node.get("value") is not None:
-            upper = node.get("upper")
+            # The excess is signed (candidate beyond baseline): its noise is the larger
+            # magnitude of its two bounds, as a limit on |excess| needs.
+            ends = [node.get("lower"), node.get("upper")]
+            bounds = [abs(float(b)) for b in ends if b is not None]
+            magnitude = max([abs(float(node["value"])), *bounds])
             noise[f"decode.{name}"] = {
                 "value": node["value"],
-                "upper": max(0.0, float(upper if upper is not None else node["value"])),
+                "upper": magnitude,
                 "noise": "absolute",
-                "bounded": upper is not None,
+                "bounded": None not in ends,
             }
     signed_summary: dict[str, Any] = {}
     for name in ("hiddenNormRatio", "logPerplexityRatio"):
