@@ -300,6 +300,19 @@ def _log(message: str) -> None:
 # ------------------------------------------------------------------------------- suite
 
 
+def _language(sentence: str) -> str:
+    return "zh" if ord(sentence[0]) > 0x2E80 else "en"
+
+
+def _opening(sentence: str) -> str:
+    """A sentence's beginning, as a short prompt: half its words (English; at least 2) or
+    a third of its characters (Chinese; at least 3)."""
+    if _language(sentence) == "en":
+        words = sentence.split()
+        return " ".join(words[: max(2, len(words) // 2)])
+    return sentence[: max(3, len(sentence) // 3)]
+
+
 def bench_suite() -> Suite:
     """64 short prompts and the default suite's 4 long ones (8K+ tokens), in a fixed order.
 
@@ -319,17 +332,12 @@ def bench_suite() -> Suite:
     for index, (en, zh) in enumerate(zip(ENGLISH, CHINESE, strict=True)):
         if len(prompts) >= 48:
             break
-        words = en.split()
-        add(f"en-corpus-{index}", " ".join(words[: max(2, len(words) // 2)]), "en")
-        add(f"zh-corpus-{index}", zh[: max(3, len(zh) // 3)], "zh")
+        add(f"en-corpus-{index}", _opening(en), "en")
+        add(f"zh-corpus-{index}", _opening(zh), "zh")
     training = generated_sentences(FixtureSpec().generated_sentences, FixtureSpec().seed)
     for index, sentence in enumerate(held_out_sentences(200, training)):
-        language = "zh" if ord(sentence[0]) > 0x2E80 else "en"
-        if language == "en":
-            words = sentence.split()
-            add(f"en-grammar-{index}", " ".join(words[: max(2, len(words) // 2)]), "en")
-        else:
-            add(f"zh-grammar-{index}", sentence[: max(3, len(sentence) // 3)], "zh")
+        language = _language(sentence)
+        add(f"{language}-grammar-{index}", _opening(sentence), language)
     # The default suite's long prompts (4: the profiles' minimum long evidence), as it sends them.
     long = load_suite("default").select(long=True).prompts
     return Suite(SUITE_NAME, (*prompts[:64], *long))
@@ -366,19 +374,14 @@ def calibration_suite() -> Suite:
     for index, (en, zh) in enumerate(zip(ENGLISH, CHINESE, strict=True)):
         if str(index) in sources or len(prompts) >= 48:
             continue
-        words = en.split()
-        add(f"en-corpus-{index}", " ".join(words[: max(2, len(words) // 2)]), "en")
-        add(f"zh-corpus-{index}", zh[: max(3, len(zh) // 3)], "zh")
+        add(f"en-corpus-{index}", _opening(en), "en")
+        add(f"zh-corpus-{index}", _opening(zh), "zh")
     training = set(generated_sentences(FixtureSpec().generated_sentences, FixtureSpec().seed))
     for index, sentence in enumerate(generated_sentences(2000, CALIBRATION_SEED)):
         if sentence in training:
             continue
-        language = "zh" if ord(sentence[0]) > 0x2E80 else "en"
-        if language == "en":
-            words = sentence.split()
-            add(f"en-grammar-{index}", " ".join(words[: max(2, len(words) // 2)]), "en")
-        else:
-            add(f"zh-grammar-{index}", sentence[: max(3, len(sentence) // 3)], "zh")
+        language = _language(sentence)
+        add(f"{language}-grammar-{index}", _opening(sentence), language)
     long = [
         long_prompt(language, index).model_copy(update={"max_tokens": LONG_MAX_TOKENS})
         for language in ("zh", "en")
