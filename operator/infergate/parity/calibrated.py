@@ -257,22 +257,26 @@ class DerivedLimits(WireModel):
 
 
 def _noise_set(
-    noise: ModelNoise | None, need: CalibrationNeed
+    noise: ModelNoise | None,
+    need: CalibrationNeed,
+    envelope: tuple[str, Mapping[NoiseFamily, FamilyNoise]] | None,
 ) -> tuple[Mapping[NoiseFamily, FamilyNoise] | None, str]:
+    """The noise the families outside the envelope take (`envelope`: `_envelope`'s), and
+    the calibration in words."""
     if need.kind is NeedKind.NONE:
         return None, "none: this profile's limits are static"
     if noise is None:
         return None, "none kept for the baseline's revision"
     if need.kind in (NeedKind.SELF, NeedKind.ENVELOPE):
         said = f"self noise of {noise.model} ({noise.method}, {noise.measured})"
-        envelope = _envelope(noise, need)
-        if need.kind is NeedKind.ENVELOPE:
+        if envelope is not None:
+            families = ", ".join(sorted(ENVELOPE_FAMILIES))
             said = (
-                f"'{envelope[0]}' pair of {noise.model} as the bf16 envelope for "
-                f"{', '.join(sorted(ENVELOPE_FAMILIES))}; {said} for the rest"
-                if envelope is not None
-                else f"{said}; no bfloat16-vs-float32 pair kept to bound a bf16 kernel change"
+                f"'{envelope[0]}' pair of {noise.model} as the bf16 envelope for {families}; "
+                f"{said} for the rest"
             )
+        elif need.kind is NeedKind.ENVELOPE:
+            said += "; no bfloat16-vs-float32 pair kept to bound a bf16 kernel change"
         return noise.self_noise, said
     found = noise.changes.get(need.change or "")
     if found is None:
@@ -302,8 +306,8 @@ def derive_limits(
     exactly 0 (bit-exact A/A: no miss, no difference; a rate's bound of zero misses is
     only the suite's size) carries no scale, so its static limit stays.
     """
-    chosen, calibration = _noise_set(noise, need)
     envelope = _envelope(noise, need)
+    chosen, calibration = _noise_set(noise, need, envelope)
     explicit = set(explicit)
     update: dict[str, float] = {}
     provenance: list[LimitProvenance] = []
@@ -312,8 +316,9 @@ def derive_limits(
         if rule.key in explicit:
             provenance.append(LimitProvenance(key=rule.key, value=current, source="explicit"))
             continue
-        enveloped = envelope is not None and rule.family in ENVELOPE_FAMILIES
-        source = envelope[1] if envelope is not None and enveloped else chosen
+        pair = None if envelope is None else envelope[1]
+        enveloped = pair is not None and rule.family in ENVELOPE_FAMILIES
+        source = pair if enveloped else chosen
         measured = None if source is None else source.get(rule.family)
         exact = measured is not None and (measured.upper <= 0 or measured.observed == 0)
         if measured is None or exact or current is None:
