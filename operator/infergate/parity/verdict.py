@@ -83,8 +83,7 @@ def decide(
     unmeasured = [c for c in checks if c.outcome == "unmeasured"]
     inconclusive = [c for c in checks if c.outcome == "inconclusive"]
     short = [c for c in evidence if c.outcome == "inconclusive"]
-    powerless = None if result.control is None else control_reason(result.control)
-    uncalibrated = None if result.calibration is None else result.calibration.inconclusive
+    unproven = unproven_reasons(result)
     regressed = [r for r in regressions if r.regressed]
 
     # An invalid comparison (prompts missing, different suites) proves nothing either way:
@@ -109,14 +108,13 @@ def decide(
     elif unmeasured:
         status = VerdictStatus.ERROR
         reasons = [c.message for c in unmeasured]
-    elif short or inconclusive or result.unverified or powerless or uncalibrated:
+    elif short or inconclusive or result.unverified or unproven:
         status = VerdictStatus.INCONCLUSIVE
         reasons = list(result.unverified)
         if short:
             reasons.append("not enough evidence: " + "; ".join(c.message for c in short))
         reasons += [c.message for c in inconclusive]
-        reasons += [powerless] if powerless else []
-        reasons += [uncalibrated] if uncalibrated else []
+        reasons += list(unproven.values())
     else:
         status = VerdictStatus.PASSED
         reasons = []
@@ -137,6 +135,17 @@ def decide(
         excluded=excluded,
         confidence=metrics.confidence,
     )
+
+
+def unproven_reasons(result: ParityResult) -> dict[str, str]:
+    """What keeps a clean comparison from passing besides its checks, by what it concerns:
+    a suite too weak to see its own positive control ("control"), a calibration the
+    profile needs that is not kept ("calibration")."""
+    found = {
+        "control": None if result.control is None else control_reason(result.control),
+        "calibration": None if result.calibration is None else result.calibration.inconclusive,
+    }
+    return {what: why for what, why in found.items() if why}
 
 
 def _hygiene_reason(finding: HygieneFinding) -> str:

@@ -15,9 +15,8 @@ from collections.abc import Iterable
 from infergate.api.check_status import Comparison, VerdictReason
 from infergate.api.enums import CheckPhase
 from infergate.parity.checks import CheckResult
-from infergate.parity.control import control_reason
 from infergate.parity.metrics import HygieneFinding, ParityMetrics, ParityResult
-from infergate.parity.verdict import Verdict, VerdictStatus
+from infergate.parity.verdict import Verdict, VerdictStatus, unproven_reasons
 from infergate.plan.check.status import MESSAGE_MAX, Judgement
 
 _REASON_PROMPTS_MAX = 100
@@ -121,17 +120,14 @@ def verdict_reasons(result: ParityResult, verdict: Verdict) -> list[VerdictReaso
         unverified = [
             VerdictReason(metric="fingerprints", message=u[:MESSAGE_MAX]) for u in result.unverified
         ]
-        # Then a suite too weak to see its own positive control, and a calibration the
-        # profile needs that is not kept: each alone keeps a check from passing.
-        powerless = None if result.control is None else control_reason(result.control)
-        uncalibrated = None if result.calibration is None else result.calibration.inconclusive
+        # Then what else keeps a clean comparison from passing (an unseen positive
+        # control, a missing calibration), as `decide` found it.
         return (
             unverified
             + [_check_reason(c) for c in verdict.checks if c.outcome == "inconclusive"]
             + [
                 VerdictReason(metric=metric, message=message[:MESSAGE_MAX])
-                for metric, message in (("control", powerless), ("calibration", uncalibrated))
-                if message
+                for metric, message in unproven_reasons(result).items()
             ]
         )
     reasons = [_hygiene_reason(h) for h in result.hygiene if h.severity == "Failed"]
