@@ -28,6 +28,7 @@ a run of some rows keeps the table's other rows as the last run left them, and s
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -872,6 +873,13 @@ def _judge_job(job: tuple[Candidate, Path, int, bool, int, Path | None]) -> dict
     return judge(*job[:5], noise=job[5])
 
 
+@functools.cache
+def _kept_record(path: Path) -> dict[str, Any]:
+    """A noise record as written (read once: every row of its stable asks for it)."""
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
+
+
 def calibration_for(candidate: Candidate, kept: dict[str, Path]) -> tuple[Path | None, str]:
     """The noise record a row is judged with, or None and why its limits stay static.
 
@@ -885,7 +893,7 @@ def calibration_for(candidate: Candidate, kept: dict[str, Path]) -> tuple[Path |
             return None, f"static: no noise kept for {candidate.baseline}"
         model = "" if side.model == "base" else f", model {side.model}"
         return None, f"static: no noise kept for {side.key} ({side.engine} {side.dtype}{model})"
-    noise = json.loads(path.read_text())
+    noise = _kept_record(path)
     if (noise["dtype"], noise["engine"]) != (side.dtype, side.engine):
         return None, (
             f"static: the kept record is of {noise['engine']} {noise['dtype']}, the baseline "
@@ -917,7 +925,7 @@ def calibration_noise(out: Path) -> dict[str, Path]:
 
 def noise_figures(path: Path) -> dict[str, Any]:
     """A kept record's figures per pair: mean KL and same-top miss, observed and bound."""
-    noise = json.loads(path.read_text())
+    noise = _kept_record(path)
     tables = {"self (A/A)": noise["selfNoise"], **noise.get("changes", {})}
     figures: dict[str, Any] = {}
     for name, table in tables.items():
