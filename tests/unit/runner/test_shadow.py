@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -18,7 +19,8 @@ from infergate.api.parity_check import ParityCheckSpec
 from infergate.api.shadow import ShadowSettings
 from infergate.mirror.pairs import decode_pair, encode_pair, pair_bytes
 from infergate.mirror.scoring import ScoredPair
-from infergate.parity.calibrated import DerivedLimits, calibration_need, derive_limits
+from infergate.parity.calibrated import DerivedLimits
+from infergate.parity.gate_limits import noise_limits
 from infergate.parity.profiles import PROFILES, Gate
 from infergate.parity.record import RecordMeta, TopLogprobs
 from infergate.parity.thresholds import ProfileName, Thresholds
@@ -281,12 +283,8 @@ class _Runner:
     ) -> DerivedLimits:  # fmt: skip
         """No noise kept: the static limits, or Inconclusive where the profile needs one
         (the layers the runner is told of, as a deep model's records would say)."""
-        need = calibration_need(gate.profile, metas[1].dtype, self.layers)
-        return derive_limits(
-            gate.thresholds, need=need, noise=None, layers=self.layers,
-            static_layers=PROFILES[gate.profile].calibrated_layers,
-            explicit=explicit.model_fields_set,
-        )  # fmt: skip
+        return noise_limits(dataclasses.replace(gate, layers=self.layers), metas[1].dtype,
+                            None, explicit)  # fmt: skip
 
     def mirror_service(self, name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         service = {
