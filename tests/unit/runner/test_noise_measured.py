@@ -158,6 +158,8 @@ def test_a_store_that_fails_leaves_the_check_without_it_and_says_why(
     assert run_check(api, "check", options(tmp_path), connector=connector) == EXIT_DONE
     assert status(api)["phase"] == "Inconclusive"
     assert f"calibration needed: the model has {DEEP} layers" in json.dumps(status(api))
+    assert _calibration(api) == "none kept for the baseline's revision"
+    assert {p["source"] for p in _result(api)["result"]["calibration"]["provenance"]} == {"static"}
     log = capsys.readouterr().out
     assert (
         f"self noise of baseline revision {STABLE} not measured or not kept: the store is "
