@@ -161,6 +161,11 @@ class CalibrationNeed:
     required: str | None = None
     """Why static limits cannot stand in (None: they can)."""
 
+    @property
+    def uses_self_noise(self) -> bool:
+        """Whether a kept self noise (A/A) changes these limits (`_noise_set`)."""
+        return self.kind in (NeedKind.SELF, NeedKind.ENVELOPE)
+
 
 def calibration_need(
     profile: ProfileName, candidate_dtype: str, layers: int | None

@@ -1,8 +1,9 @@
 """Each kind of check as the order its steps run in.
 
-    suite check       start, resolve both sides, gate, record, drive, judge, golden, noise,
-                      localise
-    golden baseline   start, resolve the candidate, open the record, gate, drive, judge, localise
+    suite check       start, resolve both sides, gate, the baseline's noise where none is
+                      kept, limits, record, drive, judge, golden, noise, localise
+    golden baseline   start, resolve the candidate, open the record, gate, limits, drive,
+                      judge, localise
     load/performance  either of the above, then the load levels, before writing
     shadow            the mirror's copies instead of a suite (`runner.shadow`), on the same
                       status, side and report steps
@@ -25,12 +26,12 @@ from infergate.parity.thresholds import Thresholds
 from infergate.plan.check.status import Judgement
 from infergate.runner import status_writer
 from infergate.runner.context import CheckEndedError, RetryableRunError, RunContext, say
-from infergate.runner.noise import derived_limits, measure_self_noise
+from infergate.runner.noise import derived_limits, measure_baseline_noise, measure_self_noise
 from infergate.runner.shadow import ShadowError, run_shadow
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
 from infergate.runner.steps.drive import drive
-from infergate.runner.steps.gate import plan_gate, record_meta
+from infergate.runner.steps.gate import plan_gate, plan_limits, record_meta
 from infergate.runner.steps.golden import record_golden, start_recording, use_golden_baseline
 from infergate.runner.steps.judge import judge
 from infergate.runner.steps.load import measure_load
@@ -49,15 +50,18 @@ from infergate.suite import Suite
 Step = Callable[[RunContext, RunState], None]
 
 SUITE_CHECK: tuple[Step, ...] = (
-    load_suite, mark_running, resolve_sides, check_health, plan_gate, start_recording,
-    drive, judge, record_golden, measure_self_noise, localise,
+    load_suite, mark_running, resolve_sides, check_health, plan_gate, measure_baseline_noise,
+    plan_limits, start_recording, drive, judge, record_golden, measure_self_noise, localise,
 )  # fmt: skip
 """Both sides live: measure the suite; a Passed check keeps both sides' records and the
-candidate's own noise (self against self at another concurrency) beside them."""
+candidate's own noise (self against self at another concurrency) beside them. A baseline
+revision with no noise kept has its own measured first, once both sides answer and
+before the limits are derived from it (the first revision of a deployment: no check
+made it stable)."""
 
 GOLDEN_BASELINE: tuple[Step, ...] = (
     load_suite, mark_running, resolve_candidate, use_golden_baseline, check_health, plan_gate,
-    drive, judge, localise,
+    plan_limits, drive, judge, localise,
 )  # fmt: skip
 """The candidate against a golden record: no baseline pods, nothing recorded."""
 

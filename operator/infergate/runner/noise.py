@@ -1,13 +1,22 @@
-"""The model's own noise in a run: read for the limits, measured when a revision becomes stable.
+"""The model's own noise in a run: read for the limits, measured where it is missing.
 
 `derived_limits` reads the baseline revision's noise record from the golden store (when
 the operator keeps one) and derives the check's limits from it
-(`parity.calibrated.derive_limits`). `measure_self_noise` runs after a check Passed and
-its records were kept: the candidate, about to become stable, is driven through the suite
-again against itself at another concurrency (self against self, each prompt scored along
-the first answer's sequence), the pair compared with every check off, and its per-family
-noise written beside its golden record (`golden.noise`). A store that fails never
-changes the verdict: the run says so and goes on.
+(`parity.calibrated.derive_limits`). A revision's noise is measured by driving it through
+the suite again against itself at another concurrency (self against self, each prompt
+scored along the first answer's sequence), the pair compared with every check off
+(`self_noise`), and kept beside its golden records (`golden.noise`):
+
+- before a suite check's limits, for its baseline revision when none is kept and the
+  check's limits use self noise (`measure_baseline_noise`): the first revision of a
+  deployment is never a candidate, so no Passed check measured it; its first canary
+  check measures it, keeps it and is judged by it;
+- after a check Passed and its records were kept, for the candidate about to become
+  stable (`measure_self_noise`); a Passed dtype-change check of one set of weights keeps
+  its own comparison in the same record as that expected change's noise (`_change_pair`).
+
+A measurement or store that fails never changes anything else: the run says so and goes
+on (a check whose baseline was not measured, under the limits it would have had).
 """
 
 from __future__ import annotations
@@ -15,21 +24,25 @@ from __future__ import annotations
 from contextlib import ExitStack
 from datetime import UTC, datetime
 
+from infergate.calibration.kept import change_key, change_noise, change_pair_refusal
 from infergate.calibration.noise import pair_report, signed_prompt_measures
 from infergate.golden.config import store_from_spec
 from infergate.golden.errors import GoldenError
 from infergate.golden.noise import get_noise, put_noise
 from infergate.parity.calibrated import (
     DerivedLimits,
+    FamilyNoise,
     LayerNoise,
     ModelNoise,
+    NoiseFamily,
+    calibration_need,
 )
 from infergate.parity.compare import ParityComparison
 from infergate.parity.gate_limits import noise_limits
 from infergate.parity.noise_families import family_noise
 from infergate.parity.profiles import Gate
 from infergate.parity.record import PromptRecord, RecordMeta
-from infergate.parity.thresholds import Thresholds
+from infergate.parity.thresholds import ProfileName, Thresholds
 from infergate.parity.verdict import VerdictStatus
 from infergate.runner import overhead
 from infergate.runner.context import RunContext, say
@@ -38,19 +51,28 @@ from infergate.runner.layers import can_probe_layers, layer_noise, open_layer_pr
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
 
+_UNREADABLE = (GoldenError, OSError, ValueError)
+"""What reading the store may raise: it is down, or what it keeps is not a noise record."""
+
 
 def kept_noise(run: RunContext, baseline: SideTarget) -> ModelNoise | None:
     """The baseline revision's noise record (None: no store, not a revision, none kept,
     or the store could not be read, which the log says)."""
-    golden = run.options.golden
-    if golden is None or baseline.revision is None or baseline.deployment is None:
-        return None
     try:
-        store = store_from_spec(golden.store, environ=run.options.environ)
-        return get_noise(store, run.api.namespace, baseline.deployment, baseline.revision)
-    except (GoldenError, OSError, ValueError) as err:
+        return _read_noise(run, baseline)
+    except _UNREADABLE as err:
         say(f"noise record of revision {baseline.revision} not usable: {err}")
         return None
+
+
+def _read_noise(run: RunContext, target: SideTarget) -> ModelNoise | None:
+    """`target`'s noise record (None: no store, not a revision, or none kept); raises what
+    the store raises."""
+    golden = run.options.golden
+    if golden is None or target.revision is None or target.deployment is None:
+        return None
+    store = store_from_spec(golden.store, environ=run.options.environ)
+    return get_noise(store, run.api.namespace, target.deployment, target.revision)
 
 
 def derived_limits(
@@ -67,19 +89,19 @@ check's localisation asks: `runner.layers.WORST_PROMPTS`)."""
 
 
 def _layer_noise(
-    run: RunContext, candidate: SideTarget, sequences: list[list[int]]
+    run: RunContext, target: SideTarget, sequences: list[list[int]]
 ) -> LayerNoise | None:
-    """The candidate's per-layer self noise where its layer probe answers (None: it has
-    none, or it failed, which the log says: the rest of the noise is kept regardless)."""
-    if not can_probe_layers(candidate):
+    """A side's per-layer self noise where its layer probe answers (None: it has none,
+    or it failed, which the log says: the rest of the noise is kept regardless)."""
+    if not can_probe_layers(target):
         return None
-    source = open_layer_probe(candidate, run.options.request_timeout)
+    source = open_layer_probe(target, run.options.request_timeout)
     if source is None:
         return None
     try:
         return layer_noise(source, sequences)
     except Exception as err:  # noqa: BLE001 - per-layer noise is optional; the log says why
-        say(f"per-layer self noise of revision {candidate.revision} not measured: {err}")
+        say(f"per-layer self noise of revision {target.revision} not measured: {err}")
         return None
     finally:
         close = getattr(source, "close", None)
@@ -92,23 +114,18 @@ def noise_concurrency(run_concurrency: int, prompts: int) -> int:
     return max(1, min(prompts, 8)) if run_concurrency <= 1 else 1
 
 
-def measure_self_noise(run: RunContext, state: RunState) -> None:
-    """After a Passed check kept its records: the candidate against itself, kept as noise."""
-    golden, verdict = state.golden, state.verdict
-    if run.options.golden is None or not golden or not golden.get("stored"):
-        return
-    if verdict is None or verdict.status is not VerdictStatus.PASSED or state.stopped_early:
-        return
-    _, candidate = need(state.sides, "the sides")
-    if candidate.revision is None or candidate.deployment is None:
-        return
+def self_noise(
+    run: RunContext, state: RunState, target: SideTarget, meta: RecordMeta, by: str
+) -> ModelNoise:
+    """`target` (a revision, `meta` its record metadata) against itself at another
+    concurrency, compared with every check off: its noise record, whose method names `by`
+    (who measured it). Raises whatever stops the measurement, and `ValueError` when no
+    family was measured (a record without self noise would stand for a calibration)."""
     spec, suite = need(state.spec, "the spec"), need(state.suite, "the suite")
     gate = need(state.gate, "the gate")
-    meta_c = need(state.metas, "the metadata")[1]
     off = Thresholds(max_divergence_logprob_gap=gate.thresholds.max_divergence_logprob_gap)
-    comparison = ParityComparison(meta_c, meta_c, off, ("*",), control=False)
+    comparison = ParityComparison(meta, meta, off, ("*",), control=False)
     signed: list[dict[str, float | None]] = []
-
     sequences: list[list[int]] = []
 
     def feed(first: PromptRecord, again: PromptRecord) -> None:
@@ -125,31 +142,132 @@ def measure_self_noise(run: RunContext, state: RunState) -> None:
     )
     concurrency = noise_concurrency(run.options.concurrency, len(suite.prompts))
     label = f"self vs self at concurrency {concurrency} (the check ran {run.options.concurrency})"
+    with ExitStack() as stack:
+        channels = run.connector.open(
+            target, stack, run.options.request_timeout, overhead.RequestLog()
+        )
+        drive_suite(
+            suite.prompts,
+            lambda prompt: measure_prompt(prompt, channels, channels, settings),
+            feed,
+            concurrency=concurrency,
+        )
+    result = comparison.finalize()
+    report = pair_report(label, result.model_dump(mode="json", by_alias=True), signed)
+    families = family_noise([report])
+    if not families:
+        raise ValueError(f"{label}: no noise family was measured")
+    return ModelNoise(
+        revision=target.revision, model=meta.model, engine=meta.engine, dtype=meta.dtype,
+        layers=gate.layers, suite_digest=state.suite_digest or "",
+        prompts=result.metrics.prompts, measured=datetime.now(UTC).isoformat(),
+        method=f"{by}: {label}", self_noise=families,
+        layer_rel_l2=_layer_noise(run, target, sequences),
+    )  # fmt: skip
+
+
+def _keep(run: RunContext, target: SideTarget, noise: ModelNoise) -> str:
+    """Write `noise` as `target`'s record; the key it was written at."""
+    golden, deployment = run.options.golden, target.deployment
+    if golden is None or deployment is None:
+        raise ValueError("no golden store, or not a revision: nowhere to keep noise")
+    store = store_from_spec(golden.store, environ=run.options.environ)
+    return put_noise(store, run.api.namespace, deployment, noise)
+
+
+def _families(table: dict[NoiseFamily, FamilyNoise]) -> str:
+    return ", ".join(f"{k.value} {v.upper:.3g}" for k, v in table.items())
+
+
+def measure_baseline_noise(run: RunContext, state: RunState) -> None:
+    """Before the limits: the baseline revision's self noise, measured now and kept when
+    none is kept and this check's limits use self noise (`CalibrationNeed.uses_self_noise`),
+    so that `plan_limits` reads it like any kept record. Measured once per revision: a
+    record kept (by a Passed check, `infergate parity calibrate --store`, or an earlier
+    attempt) is never measured again, and a store that cannot say whether it keeps one is
+    not written to. A failure leaves the check under the limits it would have had (static,
+    or Inconclusive where the profile needs a calibration), and the log says why."""
+    baseline = need(state.sides, "the sides")[0]
+    gate, metas = need(state.gate, "the gate"), need(state.metas, "the metadata")
+    revision = baseline.revision
+    if run.options.golden is None or revision is None or baseline.deployment is None:
+        return
+    if not calibration_need(gate.profile, metas[1].dtype, gate.layers).uses_self_noise:
+        return
     try:
-        with ExitStack() as stack:
-            channels = run.connector.open(
-                candidate, stack, run.options.request_timeout, overhead.RequestLog()
-            )
-            drive_suite(
-                suite.prompts,
-                lambda prompt: measure_prompt(prompt, channels, channels, settings),
-                feed,
-                concurrency=concurrency,
-            )
-        result = comparison.finalize()
-        report = pair_report(label, result.model_dump(mode="json", by_alias=True), signed)
-        noise = ModelNoise(
-            revision=candidate.revision, model=meta_c.model, engine=meta_c.engine,
-            dtype=meta_c.dtype, layers=gate.layers, suite_digest=state.suite_digest or "",
-            prompts=result.metrics.prompts, measured=datetime.now(UTC).isoformat(),
-            method=f"runner after check {run.name} Passed: {label}",
-            self_noise=family_noise([report]),
-            layer_rel_l2=_layer_noise(run, candidate, sequences),
-        )  # fmt: skip
-        store = store_from_spec(run.options.golden.store, environ=run.options.environ)
-        key = put_noise(store, run.api.namespace, candidate.deployment, noise)
+        if _read_noise(run, baseline) is not None:
+            return
+    except _UNREADABLE as err:
+        say(f"self noise of baseline revision {revision} not measured: the store cannot say "
+            f"whether it keeps one ({err})")  # fmt: skip
+        return
+    say(f"no noise kept for baseline revision {revision}: measuring it now, for this check")
+    by = f"runner for check {run.name}, measured before its limits (none was kept)"
+    try:
+        noise = self_noise(run, state, baseline, metas[0], by)
+        key = _keep(run, baseline, noise)
+    except Exception as err:  # noqa: BLE001 - the check goes on under its limits; the log says why
+        say(f"self noise of baseline revision {revision} not measured or not kept: {err}; "
+            "this check's limits do without it")  # fmt: skip
+        return
+    say(f"self noise of baseline revision {revision} measured now for this check, kept at "
+        f"{key}: {_families(noise.self_noise)}")  # fmt: skip
+
+
+def measure_self_noise(run: RunContext, state: RunState) -> None:
+    """After a Passed check kept its records: the candidate against itself, kept as its
+    noise, with this check's own pair as an expected change's noise where it is one
+    (`_change_pair`), in one record."""
+    golden, verdict = state.golden, state.verdict
+    if run.options.golden is None or not golden or not golden.get("stored"):
+        return
+    if verdict is None or verdict.status is not VerdictStatus.PASSED or state.stopped_early:
+        return
+    candidate = need(state.sides, "the sides")[1]
+    if candidate.revision is None or candidate.deployment is None:
+        return
+    changes = _change_pair(run, state)
+    by = f"runner after check {run.name} Passed"
+    try:
+        noise = self_noise(run, state, candidate, need(state.metas, "the metadata")[1], by)
+        noise = noise.model_copy(update={"changes": changes})
+        key = _keep(run, candidate, noise)
     except Exception as err:  # noqa: BLE001 - the verdict stands; the log says why
         say(f"self noise of revision {candidate.revision} not measured: {err}")
         return
-    families = ", ".join(f"{k.value} {v.upper:.3g}" for k, v in noise.self_noise.items())
-    say(f"self noise of revision {candidate.revision} kept at {key}: {families}")
+    say(f"self noise of revision {candidate.revision} kept at {key}: "
+        f"{_families(noise.self_noise)}")  # fmt: skip
+    for change, table in changes.items():
+        say(f"'{change}' noise of revision {candidate.revision} kept from this check's own "
+            f"pair: {_families(table)}")  # fmt: skip
+
+
+def _change_pair(run: RunContext, state: RunState) -> dict[str, dict[NoiseFamily, FamilyNoise]]:
+    """This Passed check's own comparison as the noise of the expected change from the
+    baseline's dtype, for the candidate's record (`changes["dtype <baseline dtype>"]`,
+    where `parity.calibrated` looks up a dtype-change check's pair and a bf16 kernel
+    check's envelope), when the check is that pair: profile dtype-change, the same
+    weights, nothing but the dtype changed (`calibration.kept.change_pair_refusal`).
+    Its families come by the calibration's own path (`calibration.kept.change_noise`).
+
+    Safe to keep: the pair is a physical measurement of the same weights under the same
+    two dtypes, what `infergate parity calibrate --also-dtype` records in process, here
+    through the serving engines on a suite whose check Passed. A bf16 kernel check
+    takes it as its envelope, which only ever tightens a static limit
+    (`parity.calibrated.ENVELOPE_CAP_NOTE`); a later dtype-change check between the same
+    two dtypes of the same weights is judged against the noise of exactly that change.
+    """
+    gate = need(state.gate, "the gate")
+    if gate.profile is not ProfileName.DTYPE_CHANGE:
+        return {}
+    meta_b, meta_c = need(state.metas, "the metadata")
+    result = need(state.result, "the result")
+    key = change_key(meta_b.dtype)
+    refused = change_pair_refusal(meta_b, meta_c, result.thresholds.confidence)
+    if refused is not None:
+        say(f"this check's pair not kept as the '{key}' noise of the candidate: {refused}")
+        return {}
+    # No signed measures: no noise family reads them (`parity.noise_families`).
+    label = f"{meta_b.dtype} vs {meta_c.dtype}, check {run.name}"
+    table = change_noise(label, result.model_dump(mode="json", by_alias=True))
+    return {key: table} if table else {}

@@ -42,7 +42,7 @@ class RunState:
     spec: ParityCheckSpec | None = None
     """The validated spec (`read_check`)."""
     suite: Suite | None = None
-    """The prompts to measure (`load_suite`; `plan_gate` may settle it to a few)."""
+    """The prompts to measure (`load_suite`; `plan_limits` may settle it to a few)."""
     suite_digest: str | None = None
     """The content digest of the whole suite as loaded, which the verdict names (`load_suite`)."""
     started: float = 0.0
@@ -56,13 +56,13 @@ class RunState:
     metas: tuple[RecordMeta, RecordMeta] | None = None
     """Both sides' record metadata, the runner's fingerprints merged in (`plan_gate`)."""
     gate: Gate | None = None
-    """Profile, thresholds and disabled checks (`plan_gate`)."""
+    """Profile, thresholds and disabled checks (`plan_gate`; `plan_limits` sets its limits)."""
     limits: DerivedLimits | None = None
-    """The limits' provenance: measured noise x k, static or explicit (`plan_gate`)."""
+    """The limits' provenance: measured noise x k, static or explicit (`plan_limits`)."""
     comparison: ParityComparison | None = None
-    """The comparison the drive feeds (`plan_gate`)."""
+    """The comparison the drive feeds (`plan_limits`)."""
     stopped_early: str | None = None
-    """Why fewer prompts than the suite's are measured (`plan_gate`)."""
+    """Why fewer prompts than the suite's are measured (`plan_limits`)."""
     recorder: GoldenRecorder | None = None
     """Stages both sides' records for the golden store (`start_recording`)."""
     references: dict[str, list[int]] = field(default_factory=dict)

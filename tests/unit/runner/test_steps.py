@@ -30,7 +30,7 @@ from infergate.runner.modes import GOLDEN_BASELINE, SUITE_CHECK, steps_for
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState
 from infergate.runner.status_writer import api_failure
-from infergate.runner.steps.gate import SETTLED_PROMPTS, plan_gate
+from infergate.runner.steps.gate import SETTLED_PROMPTS, plan_gate, plan_limits
 from infergate.runner.steps.golden import start_recording, use_golden_baseline
 from infergate.runner.steps.judge import judge
 from infergate.runner.steps.load import measure_load
@@ -105,7 +105,7 @@ def test_resolve_refuses_a_side_whose_configmap_someone_else_made() -> None:
 
 def test_the_gate_settles_the_suite_when_the_fingerprints_already_fail() -> None:
     """Sides whose weights differ fail before any prompt: the gate step keeps a few
-    prompts, for the report's figures, and says why."""
+    prompts, for the report's figures, and says why (once its limits are set)."""
     spec = ParityCheckSpec.model_validate(spec_fields())
     state = RunState(
         spec=spec,
@@ -116,6 +116,7 @@ def test_the_gate_settles_the_suite_when_the_fingerprints_already_fail() -> None
     )
     load_suite(run_on(FakeApi()), state)
     plan_gate(run_on(FakeApi()), state)
+    plan_limits(run_on(FakeApi()), state)
     assert state.gate is not None
     assert state.gate.profile is ProfileName.DTYPE_CHANGE
     assert state.suite is not None

@@ -4,7 +4,9 @@ In the order a suite check runs them (`runner.modes` composes them per mode):
 
     start     read the check, load the suite, mark it Running
     resolve   resolve the sides (or the candidate beside a golden record), check health
-    gate      fingerprints, profile and thresholds, the comparison, a settled suite
+    gate      fingerprints, profile and thresholds; then (after the baseline's noise is
+              measured where none is kept: `runner.noise`) the limits, the comparison,
+              a settled suite
     golden    open a golden baseline; stage records; commit them after the verdict
     drive     measure the suite into the comparison, with the runner's overhead
     judge     finalize the result, the regression test, the verdict

@@ -2,10 +2,12 @@
 
 Each side's record metadata carries what the runner asks of it (suite digest and
 sampling, `run_fingerprints`) merged with what the side reports; the profile and its
-thresholds follow from both (`parity.profiles.plan_gate`), then from the baseline
-revision's own measured noise where it is kept (`runner.noise.derived_limits`). When
-the runs' config or fingerprints already fail the check, only a few prompts are
-measured: no prompt can make it pass, and a few give the report its figures.
+thresholds follow from both (`plan_gate`, by `parity.profiles.plan_gate`), then its
+limits from the baseline revision's own measured noise where it is kept (`plan_limits`,
+by `runner.noise.derived_limits`; a suite check measures it between the two when none is
+kept: `runner.noise.measure_baseline_noise`). When the runs' config or fingerprints
+already fail the check, only a few prompts are measured: no prompt can make it pass, and
+a few give the report its figures.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ its first request."""
 
 
 def plan_gate(run: RunContext, state: RunState) -> None:
-    """Both sides' metadata, the gate, the comparison to feed, and the prompts to measure."""
+    """Both sides' metadata and the gate: the profile and its static thresholds."""
     spec, suite = need(state.spec, "the spec"), need(state.suite, "the suite")
     baseline, candidate = need(state.sides, "the sides")
     asked = run_fingerprints(
@@ -59,6 +61,15 @@ def plan_gate(run: RunContext, state: RunState) -> None:
         )
     except profiles.ProfileChoiceError as err:
         raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
+    state.metas, state.gate = (meta_b, meta_c), gate
+
+
+def plan_limits(run: RunContext, state: RunState) -> None:
+    """The gate's limits from the baseline's kept noise, the comparison to feed, and the
+    prompts to measure."""
+    spec, suite = need(state.spec, "the spec"), need(state.suite, "the suite")
+    baseline = need(state.sides, "the sides")[0]
+    gate, (meta_b, meta_c) = need(state.gate, "the gate"), need(state.metas, "the metadata")
     limits = derived_limits(run, gate, (meta_b, meta_c), baseline, spec.effective_thresholds())
     gate = with_limits(gate, limits)
     for line in provenance_lines(limits):
@@ -74,8 +85,7 @@ def plan_gate(run: RunContext, state: RunState) -> None:
     )
     say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
     say(f"limits: {gate.limits.describe()}")
-    state.metas, state.gate, state.comparison = (meta_b, meta_c), gate, comparison
-    state.limits = limits
+    state.gate, state.comparison, state.limits = gate, comparison, limits
     state.suite, state.stopped_early = settled_suite(comparison, suite)
 
 
