@@ -76,7 +76,7 @@ def check_regression(
     for label, now, before, allowed in rates:
         if allowed is None or now is None or before is None or not now.total or not before.total:
             continue
-        high = _rate_change_upper(now, before, confidence)
+        high = rate_change_upper(now, before, confidence)
         regressed = high < -allowed
         found.append(Regression(
             metric=label, previous=before.value, current=now.value, bound=high, allowed=allowed,
@@ -101,7 +101,7 @@ def check_regression(
         if now_mean.value is None or before_mean.value is None:
             continue
         increase = now_mean.value - before_mean.value
-        low = _mean_change_lower(now_mean, before_mean, confidence)
+        low = mean_change_lower(now_mean, before_mean, confidence)
         if low is None:
             found.append(Regression(
                 metric=label, previous=before_mean.value, current=now_mean.value, bound=None,
@@ -120,7 +120,7 @@ def check_regression(
     return found
 
 
-def _rate_change_upper(now: Rate, before: Rate, confidence: float) -> float:
+def rate_change_upper(now: Rate, before: Rate, confidence: float) -> float:
     """One-sided upper bound of now - before: clustered for step rates, Newcombe otherwise."""
     if now.stderr is not None and before.stderr is not None and now.value is not None:
         assert before.value is not None  # noqa: S101 - total > 0 on both sides
@@ -132,7 +132,7 @@ def _rate_change_upper(now: Rate, before: Rate, confidence: float) -> float:
     return high
 
 
-def _mean_change_lower(now: Mean, before: Mean, confidence: float) -> float | None:
+def mean_change_lower(now: Mean, before: Mean, confidence: float) -> float | None:
     """One-sided lower bound of now - before from the two prompt-clustered errors.
 
     A standard error of exactly 0 (every prompt agreed) is 0, not unknown; None (a single
