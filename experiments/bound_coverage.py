@@ -472,7 +472,7 @@ def main(replicates: int = 2000) -> None:
             f"Command: `python experiments/bound_coverage.py {replicates}` (PYTHONPATH=operator);"
             " the same figures on every run (fixed seeds); tests/unit/parity/"
             'test_bound_coverage.py checks the "after" column at 400 replicates, within 5 '
-            "points of nominal."
+            "points of nominal, on every row but the sensitivity ones."
         ),
     ]
     out = Path(__file__).with_name("BOUND_COVERAGE.md")
