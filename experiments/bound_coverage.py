@@ -16,7 +16,9 @@ suite. Values have a prompt-level random effect and heavy-tailed positions:
   same prompt-level rate (no change; the drop is 0);
 - a long-prompt ratio (KL or hidden, far over near): log-normal per long prompt, sigma 0.3;
 - a rate over prompts (token match, unexplained forks): each prompt Bernoulli at 10%
-  (the profiles' limit on unexplained forks).
+  (the profiles' limit on unexplained forks);
+- the long-prompt failure rate (`longSeqDivergenceRate`): each of the 4 long prompts fails
+  with probability 0.5, the profiles' limit (Wilson over 4: exactly 1 - 0.5^4 = 93.75%).
 
 Decode bounds (`parity.decode`: each prompt's mean over its generated steps before the
 first fork, the prompts weighing the same): 38 prompts of 16 generated steps (the demo's
@@ -101,6 +103,8 @@ MISS_RATE, CONCENTRATION = 0.015, 20.0
 NEAR, FAR, BEYOND_8K = 1024, 4546, 450
 """Positions of a long prompt's 0-1K bucket, from 4K on, and 8K+ (8.6K tokens)."""
 FORK_RATE = 0.1
+LONG_FAILURE_RATE = 0.5
+"""The profiles' maxLongSeqDivergenceRate: a true rate at the limit the bound decides at."""
 
 COUNTS = np.asarray([SHORT_POSITIONS] * SHORT + [LONG_POSITIONS] * LONG)
 _TOTAL_SIGMA = math.sqrt(BETWEEN**2 + WITHIN**2)
@@ -396,6 +400,14 @@ def regression_prompt_rate_upper(rng: np.random.Generator, _before: bool) -> tup
     return (covered, covered)
 
 
+def long_rate_upper(rng: np.random.Generator, _before: bool) -> tuple[bool, bool]:
+    """Wilson over the 4 long prompts, as before and after (unchanged)."""
+    failed = int(rng.binomial(LONG, LONG_FAILURE_RATE))
+    found = Estimate.wilson(failed, LONG, CONFIDENCE, "long prompts")
+    covered = found.upper is not None and found.upper >= LONG_FAILURE_RATE
+    return (covered, covered)
+
+
 @dataclass(frozen=True)
 class Bound:
     name: str
@@ -417,6 +429,8 @@ BOUNDS: tuple[Bound, ...] = (
           long_ratio_upper, 7),
     Bound("rate over prompts upper, Wilson (tokenMatchRate, fork rates)", 0.95,
           prompt_rate_upper, 8),
+    Bound("long-prompt failure rate upper, Wilson over 4 (longSeqDivergenceRate)", 0.95,
+          long_rate_upper, 16),
     Bound("decode self delta upper (decodeSelfDelta)", 0.95, decode_self_upper, 9),
     Bound("decode excess upper (decodeExcess)", 0.95, decode_excess_upper, 10),
     Bound("regression: mean rise lower (mean KL, hidden relative L2 mean)", 0.95,
