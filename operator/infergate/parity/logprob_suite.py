@@ -139,7 +139,6 @@ class LogprobAccumulator:
             return None
         kl = np.concatenate(self.kl_values) if self.kl_values else np.zeros(0)
         mean_kl = _mean(self.kl_sums, self.kl_counts)
-        same_stderr = _mean([float(s) for s in self.same], self.same_totals).stderr
         dp_total = sum(self.dp_counts)
         dp_mean = sum(self.dp_sums) / dp_total if dp_total else None
         dp_rms = math.sqrt(sum(self.dp_squares) / dp_total) if dp_total else None
@@ -150,12 +149,7 @@ class LogprobAccumulator:
             mean_kl=mean_kl,
             kl_p99=float(np.quantile(kl, 0.99, method="higher")) if kl.size else None,
             kl_max=float(kl.max()) if kl.size else None,
-            same_top_rate=Rate.of(
-                sum(self.same),
-                sum(self.same_totals),
-                stderr=same_stderr,
-                clusters=sum(1 for t in self.same_totals if t),
-            ),
+            same_top_rate=Rate.over_steps(self.same, self.same_totals),
             delta_p_mean=dp_mean,
             delta_p_rms=dp_rms,
             delta_p_max_abs=self.dp_max_abs if dp_total else None,

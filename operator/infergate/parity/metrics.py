@@ -7,6 +7,7 @@ verdict (`verdict.py`) is computed from it and the thresholds, and the report
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Final, Literal
 
@@ -17,6 +18,7 @@ from pydantic import Field
 from infergate.parity.calibrated import DerivedLimits
 from infergate.parity.limits import LimitSource
 from infergate.parity.power import ControlResult
+from infergate.parity.prompt_bounds import clustered_bounds
 from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
 from infergate.parity.wire import WireModel
@@ -50,10 +52,22 @@ class Rate(WireModel):
         "a prompt); None for rates over prompts.",
     )
     clusters: int | None = None
+    prompt_mean: float | None = Field(
+        default=None,
+        description="For rates over steps: the mean of per-prompt rates, each prompt weighing "
+        "the same, which `stderr` is the error of (what the regression test compares); None "
+        "for rates over prompts and in records made before it was kept.",
+    )
 
     @classmethod
     def of(
-        cls, successes: int, total: int, *, stderr: float | None = None, clusters: int | None = None
+        cls,
+        successes: int,
+        total: int,
+        *,
+        stderr: float | None = None,
+        clusters: int | None = None,
+        prompt_mean: float | None = None,
     ) -> Rate:
         low, high = wilson_interval(successes, total)
         return cls(
@@ -64,7 +78,18 @@ class Rate(WireModel):
             high=high,
             stderr=stderr,
             clusters=clusters,
+            prompt_mean=prompt_mean,
         )
+
+    @classmethod
+    def over_steps(cls, successes: Sequence[int], totals: Sequence[int]) -> Rate:
+        """A rate over the steps of the suite's prompts (`successes[i]` of `totals[i]`): the
+        pooled share, and the mean of per-prompt rates with its prompt-clustered error."""
+        found = clustered_bounds([float(s) for s in successes], totals, DEFAULT_CONFIDENCE)
+        return cls.of(
+            sum(successes), sum(totals), stderr=found.stderr, clusters=found.clusters,
+            prompt_mean=found.value,
+        )  # fmt: skip
 
 
 class Mean(WireModel):

@@ -18,9 +18,8 @@ from infergate.parity.metrics import (
     SurvivalPoint,
     TokenMetrics,
 )
-from infergate.parity.prompt_bounds import clustered_bounds, clustered_rate_bounds
+from infergate.parity.prompt_bounds import clustered_rate_bounds
 from infergate.parity.stats import kaplan_meier
-from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 from infergate.parity.tokens import TokenComparison
 
 
@@ -35,12 +34,9 @@ def token_metrics(tokens: Sequence[TokenComparison]) -> TokenMetrics:
     if None not in judged:
         legit = Rate.of(sum(1 for j in judged if j), len(judged))
     gaps = np.asarray([t.logprob_gap for t in diverged if t.logprob_gap is not None])
-    agreed = [t.agreed for t in tokens]
-    lengths = [t.length for t in tokens]
-    agreement_se = _step_rate_stderr(agreed, lengths)
     return TokenMetrics(
         match_rate=Rate.of(len(tokens) - len(diverged), len(tokens)),
-        agreement=Rate.of(sum(agreed), sum(lengths), stderr=agreement_se, clusters=len(tokens)),
+        agreement=Rate.over_steps([t.agreed for t in tokens], [t.length for t in tokens]),
         first_divergence=FirstDivergence(
             prompts=len(tokens),
             diverged=len(diverged),
@@ -109,7 +105,3 @@ def _early_fork_rate(
         elif t.length >= limit or (fork is not None and fork >= limit):
             observed += 1
     return Estimate.wilson(early, observed, confidence, "prompts")
-
-
-def _step_rate_stderr(hits: list[int], totals: list[int]) -> float | None:
-    return clustered_bounds([float(h) for h in hits], totals, DEFAULT_CONFIDENCE).stderr

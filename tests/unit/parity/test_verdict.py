@@ -18,10 +18,14 @@ import pytest
 from infergate.parity.compare import compare_sources
 from infergate.parity.fingerprints import FingerprintExpectation
 from infergate.parity.long_prompts import ratio_floor
-from infergate.parity.metrics import ParityMetrics, ParityResult
+from infergate.parity.metrics import ParityMetrics, ParityResult, Rate
 from infergate.parity.profiles import ProfileChoiceError, plan_gate, suggest_profile
 from infergate.parity.record import ParityRecord, PromptRecord, TopLogprobs
-from infergate.parity.regression import check_regression, regression_comparable
+from infergate.parity.regression import (
+    check_regression,
+    rate_change_upper,
+    regression_comparable,
+)
 from infergate.parity.thresholds import ProfileName, RegressionTolerance, Thresholds
 from infergate.parity.verdict import Verdict, VerdictStatus, decide
 
@@ -611,6 +615,36 @@ def test_large_drop_in_same_top_rate_is_a_regression() -> None:
     found = check_regression(current, previous, RegressionTolerance(), _thresholds())
     same = next(r for r in found if r.metric == "same-top-token rate")
     assert same.regressed
+
+
+def test_a_step_rate_change_is_judged_on_prompt_means_not_the_pooled_share() -> None:
+    # Nine short prompts and one long one carrying most steps; the long one loses 10 points.
+    totals = [60] * 9 + [1000]
+    previous = Rate.over_steps(totals, totals)
+    current = Rate.over_steps([60] * 9 + [900], totals)
+    assert current.value == pytest.approx(1440 / 1540)  # the pooled share fell 6.5 points
+    assert current.prompt_mean == pytest.approx(0.99)  # one prompt of ten fell 10 points
+    high = rate_change_upper(current, previous, 0.95)
+    assert high is not None
+    # t (9 df) x the error of ten prompt rates above the 1-point fall of their mean.
+    assert high == pytest.approx(-0.01 + 1.833 * 0.01, abs=1e-3)
+    # An allowance of 2 points: the pooled share's 6.5-point fall alone would have regressed.
+    assert high > -0.02
+
+
+def test_a_step_rate_recorded_without_its_prompt_mean_is_not_judged() -> None:
+    previous = _metrics()
+    current = _metrics(_kl_shift(-5.0))
+    assert previous.logprobs is not None
+    old_rate = previous.logprobs.same_top_rate.model_copy(update={"prompt_mean": None})
+    old = previous.model_copy(
+        update={"logprobs": previous.logprobs.model_copy(update={"same_top_rate": old_rate})}
+    )
+    found = check_regression(current, old, RegressionTolerance(), _thresholds())
+    same = next(r for r in found if r.metric == "same-top-token rate")
+    assert same.bound is None
+    assert not same.regressed
+    assert "not judged" in same.message
 
 
 def _thresholds() -> Thresholds:
