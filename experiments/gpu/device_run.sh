@@ -7,11 +7,14 @@
 #   call 1:  bash .whl/device_run.sh start 555   # installs, starts the run, waits 555 s
 #   call 2:  bash .whl/device_run.sh wait 580    # at once (the machine is kept 30 s idle)
 #
+# `start 555 depth` runs trained_depth.py instead (the depth rule on trained models at
+# 2-28 layers; ~5.5 min of training, its json saved after every depth), the same way.
+#
 # `start` runs the experiment in its own session (setsid), so it goes on between calls;
 # each call copies the log and the partial table (saved after every side and every
 # judged row) to $OUT. Training (150 s) + 17 sides (~25 s each) + judging is ~12 min.
 set -u
-mode=${1:?prepare ROOT | start [seconds] | wait [seconds]}
+mode=${1:?prepare ROOT | start [seconds] [gate|depth] | wait [seconds]}
 case $mode in
 prepare)
     root=${2:?ROOT}; here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,9 +37,14 @@ start)
     # The code runs from a copy: the next call's sync may rewrite the carried folder.
     rm -rf /tmp/tgtcode /tmp/tgt && mkdir -p /tmp/tgtcode /tmp/tgt
     cp -r .whl/gpu .whl/operator /tmp/tgtcode/
-    (cd /tmp/tgtcode && setsid nohup bash -c 'PYTHONPATH=/tmp/site:/tmp/tgtcode/operator PYTHONUNBUFFERED=1 \
-        python3 gpu/trained_gate_table.py --work /tmp/tgt --out /tmp/tgt/table.json \
-        --train-seconds 150 --record-until 100000; echo $? > /tmp/tgt/rc' \
+    case ${3:-gate} in
+    gate) run="gpu/trained_gate_table.py --work /tmp/tgt --out /tmp/tgt/table.json"
+        run+=" --train-seconds 150 --record-until 100000" ;;
+    depth) run="gpu/trained_depth.py --work /tmp/tgt --out /tmp/tgt/table.json" ;;
+    *) echo "unknown experiment ${3}" >&2; exit 2 ;;
+    esac
+    (cd /tmp/tgtcode && setsid nohup bash -c "PYTHONPATH=/tmp/site:/tmp/tgtcode/operator PYTHONUNBUFFERED=1 \
+        python3 $run; echo \$? > /tmp/tgt/rc" \
         > /tmp/tgt/log 2>&1 < /dev/null &)
     exec bash "$root/.whl/device_run.sh" wait "${2:-555}"
     ;;

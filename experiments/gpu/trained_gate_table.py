@@ -164,7 +164,8 @@ def config(args: argparse.Namespace) -> Qwen2Config:
 def train(
     args: argparse.Namespace, stream: torch.Tensor
 ) -> tuple[Qwen2ForCausalLM, dict[str, Any]]:
-    """Train from a fixed seed for `args.train_seconds` of wall clock."""
+    """Train from a fixed seed for `args.train_seconds` of wall clock, or for
+    `args.train_steps` steps where that is set (the schedule then runs on steps)."""
     device = args.device
     torch.manual_seed(args.seed)
     cfg = config(args)
@@ -184,8 +185,9 @@ def train(
     began = time.perf_counter()
     losses: list[tuple[int, float, float, int]] = []
     step, tokens, ema = 0, 0, None
+    steps = getattr(args, "train_steps", 0)  # trained_depth.py: a fixed number of steps
     while True:
-        frac = (time.perf_counter() - began) / args.train_seconds
+        frac = step / steps if steps else (time.perf_counter() - began) / args.train_seconds
         if frac >= 1:
             break
         long_phase = frac >= 1 - args.long_fraction
