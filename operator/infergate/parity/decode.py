@@ -44,11 +44,23 @@ from infergate.parity.prompt_bounds import clustered_bounds, per_prompt_bounds
 from infergate.parity.record import PromptRecord, TeacherForced, TopLogprobs
 
 DECODE_NOISE: Final = 5.2e-3
-"""Benign decode-path noise (nats): the upper 95% bound of the mean |decode - prefill|
-logprob of the generated tokens, each prompt weighing the same, of vLLM 0.32 CPU in
-bfloat16 on the fixture model (36 prompts of ~110 tokens, 16 output tokens: 576 steps;
-value 5.2e-6, largest single step 2.9e-3). Source: experiments/DECODE_NOISE.md, measured
-by the demo's calibration records (`make demo-flow`, then `experiments/decode_noise.py`).
+"""Benign decode-path noise (nats): an upper 95% bound of the mean |decode - prefill|
+logprob of the generated tokens, each prompt weighing the same. Sources
+(experiments/DECODE_NOISE.md):
+
+- first, vLLM 0.32 CPU in bfloat16 on the fixture model (36 prompts, 576 steps; value
+  5.2e-6, largest single step 2.9e-3, all non-zero steps in one prompt). That 5.2e-3 was
+  a studentized-bootstrap bound driven by the one prompt; since the bootstrap bound is held
+  to the range of the prompt means, the same engine's records give 1.4e-7 (the demo's
+  calibration, 12 prompts): the CPU no longer supports the figure;
+- what it stands on now: the H100 A/A at 28 layers (transformers, batch 1 against 4, fp32
+  and bf16, 64 prompts; experiments/GPU_GATE_TABLE.md), 5.0e-3, within 4% of it.
+
+Not tightened to the GPU figure's own depth: the static limit scales from 2 layers, so at
+28 layers it is 0.058, 3.9x k x 5.0e-3; vLLM's GPU decode path (paged attention, CUDA
+graphs, its own kernels for decode and prefill) is not measured (vLLM does not fit the
+device machine), and a limit tightened on transformers alone could fail it benignly. A
+revision's own kept noise replaces the figure where measured (`parity.calibrated`).
 Both decode limits are k (3, linear: a logprob difference) x this figure: the excess
 because a side whose decode path is its prefill (our adapters) against one whose is not
 (vLLM) shows that side's own decode-vs-prefill noise as excess."""

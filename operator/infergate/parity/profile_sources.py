@@ -56,8 +56,9 @@ _FORK_BF16 = (
 _ILLEGIT = f"{_LEGIT}; ours: under 10% of prompts with an unexplained fork"
 
 _DECODE = (
-    "k 3 x the decode-vs-prefill noise of vLLM bf16 on the fixture (mean |delta| upper "
-    "bound 5.2e-3 nats over 36 prompts, experiments/DECODE_NOISE.md)"
+    "k 3 x 5.2e-3 nats of decode-vs-prefill noise (mean |delta| upper bound): first vLLM bf16 "
+    "CPU on the fixture, now standing on the H100 A/A at 28 layers (5.0e-3); vLLM's GPU "
+    "decode path unmeasured (experiments/DECODE_NOISE.md)"
 )
 
 _BF16 = {
