@@ -23,8 +23,13 @@ in every family; fitted exponents: relative L2 P99 0.29 (rule 0.5), 1 - cosine P
 (rule 1), mean KL and KL P99 0.0 (rule 1), bootstrap 95% bounds under the rule's. At 28
 layers measured/projected was 0.56 (relative L2), 0.32 (1 - cosine), 0.08 (KL); the
 width-768 trained 28-layer model of experiments/GPU_GATE_TABLE.md likewise had relative L2
-P99 0.0116 against 0.066 projected. So a depth-scaled static limit is safe but loose for
-a trained model; its own calibration (the bf16-vs-fp32 envelope) tightens it.
+P99 0.0116 against 0.066 projected. On the H100 at that width (raw:
+experiments/gpu_trained_depth.json; 550 steps a depth, held-out loss 3.5-3.7, 8K-token
+prompts) the same holds more strongly: exponents 0.12 (relative L2), 0.24 (1 - cosine),
+0.04 (mean KL), 0.00 (same-top miss); at 28 layers measured/projected 0.37, 0.14, 0.08,
+0.28, and relative L2 P99 0.0118 (the gate table's model: 0.0116). So a depth-scaled
+static limit is safe but loose for a trained model; its own calibration (the
+bf16-vs-fp32 envelope) tightens it.
 
 Where this is an extrapolation: the anchor is one architecture at random init, bf16 and
 fp16 rounding; trained weights, other dtypes (fp8, quantised kernels) and other
