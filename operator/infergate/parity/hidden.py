@@ -30,9 +30,12 @@ from infergate.parity.metrics import (
     Mean,
     bucket_of,
 )
-from infergate.parity.prompt_bounds import clustered_bounds, clustered_quantile_bounds
+from infergate.parity.prompt_bounds import (
+    clustered_bounds,
+    clustered_error,
+    clustered_quantile_bounds,
+)
 from infergate.parity.record import ParityInputError
-from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 
 LOG_NORM_RATIO_CLIP = 50.0
 """|log norm ratio| is clipped here: a zero-norm row on one side stays a finite, huge error."""
@@ -304,7 +307,7 @@ class HiddenStateAccumulator:
         parts: list[NDArray[np.floating]], valid: list[NDArray[np.bool_]], counts: list[int]
     ) -> Mean:
         sums = [float(p[v].sum(dtype=np.float64)) for p, v in zip(parts, valid, strict=True)]
-        found = clustered_bounds(sums, counts, DEFAULT_CONFIDENCE)
+        found = clustered_error(sums, counts)
         return Mean(
             value=found.value, stderr=found.stderr, count=sum(counts), clusters=found.clusters
         )

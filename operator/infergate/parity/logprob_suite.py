@@ -26,10 +26,10 @@ from infergate.parity.metrics import (
 )
 from infergate.parity.prompt_bounds import (
     clustered_bounds,
+    clustered_error,
     clustered_quantile_bounds,
     clustered_rate_bounds,
 )
-from infergate.parity.thresholds import DEFAULT_CONFIDENCE
 
 _BUCKETS = len(POSITION_BUCKETS)
 
@@ -224,7 +224,7 @@ class LogprobAccumulator:
 
 
 def _mean(sums: list[float], counts: list[int]) -> Mean:
-    estimate = clustered_bounds(sums, counts, DEFAULT_CONFIDENCE)
+    estimate = clustered_error(sums, counts)
     return Mean(
         value=estimate.value,
         stderr=estimate.stderr,

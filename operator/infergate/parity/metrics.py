@@ -18,7 +18,7 @@ from pydantic import Field
 from infergate.parity.calibrated import DerivedLimits
 from infergate.parity.limits import LimitSource
 from infergate.parity.power import ControlResult
-from infergate.parity.prompt_bounds import clustered_bounds
+from infergate.parity.prompt_bounds import clustered_error
 from infergate.parity.stats import wilson_bounds, wilson_interval
 from infergate.parity.thresholds import DEFAULT_CONFIDENCE, Thresholds
 from infergate.parity.wire import WireModel
@@ -85,7 +85,7 @@ class Rate(WireModel):
     def over_steps(cls, successes: Sequence[int], totals: Sequence[int]) -> Rate:
         """A rate over the steps of the suite's prompts (`successes[i]` of `totals[i]`): the
         pooled share, and the mean of per-prompt rates with its prompt-clustered error."""
-        found = clustered_bounds([float(s) for s in successes], totals, DEFAULT_CONFIDENCE)
+        found = clustered_error([float(s) for s in successes], totals)
         return cls.of(
             sum(successes), sum(totals), stderr=found.stderr, clusters=found.clusters,
             prompt_mean=found.value,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -75,6 +75,21 @@ class ClusteredEstimate:
     upper: float | None
 
 
+def clustered_error(sums: Sequence[float], counts: Sequence[int]) -> ClusteredEstimate:
+    """The mean of per-prompt means (sums[i] / counts[i]) and its standard error over
+    prompts, without bounds (lower and upper None): what a suite's `Mean` or step `Rate`
+    keeps, at no bootstrap's cost. A single prompt has no error (None)."""
+    n = np.asarray(counts, dtype=np.int64)
+    count = int(n[n > 0].sum())
+    clusters = int(prompt_means(sums, counts).size)
+    mean, stderr = clustered_mean(sums, counts)
+    if mean is None:
+        return ClusteredEstimate(None, None, 0, 0, None, None)
+    if clusters < 2 or not math.isfinite(stderr):
+        return ClusteredEstimate(mean, None, clusters, count, None, None)
+    return ClusteredEstimate(mean, stderr, clusters, count, None, None)
+
+
 def clustered_bounds(
     sums: Sequence[float], counts: Sequence[int], confidence: float
 ) -> ClusteredEstimate:
@@ -83,17 +98,11 @@ def clustered_bounds(
     A single prompt gives no bound (None). A standard error of exactly 0 (every prompt
     agrees) gives bounds equal to the mean: no spread was observed, so none is invented.
     """
-    n = np.asarray(counts, dtype=np.int64)
-    count = int(n[n > 0].sum())
-    means = prompt_means(sums, counts)
-    clusters = int(means.size)
-    mean, stderr = clustered_mean(sums, counts)
-    if mean is None:
-        return ClusteredEstimate(None, None, 0, 0, None, None)
-    if clusters < 2 or not math.isfinite(stderr):
-        return ClusteredEstimate(mean, None, clusters, count, None, None)
-    low, high = _mean_bounds(means, mean, stderr, confidence)
-    return ClusteredEstimate(mean, stderr, clusters, count, low, high)
+    found = clustered_error(sums, counts)
+    if found.value is None or found.stderr is None:
+        return found
+    low, high = _mean_bounds(prompt_means(sums, counts), found.value, found.stderr, confidence)
+    return replace(found, lower=low, upper=high)
 
 
 def _mean_bounds(
