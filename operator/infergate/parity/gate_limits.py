@@ -1,5 +1,6 @@
-"""A gate's limits from the baseline revision's kept noise: the one derivation the
-runner (`runner.noise.derived_limits`) and `infergate parity compare --noise` judge by."""
+"""A gate's limits from the baseline revision's kept noise: the one derivation the runner
+(`runner.steps.gate.plan_limits`, a shadow check) and `infergate parity compare --noise`
+judge by."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ def noise_limits(
     """The gate's limits from the baseline revision's kept noise (k x noise,
     `parity.calibrated.derive_limits`), or its static ones, with their provenance and
     whether the check needs a calibration it has not got. The one derivation the runner
-    (`runner.noise.derived_limits`) and `infergate parity compare --noise` both judge by;
-    keys set in `explicit` stay as set."""
+    (`runner.steps.gate.plan_limits`, a shadow check) and `infergate parity compare
+    --noise` both judge by; keys set in `explicit` stay as set."""
     return derive_limits(
         gate.thresholds,
         need=calibration_need(gate.profile, candidate_dtype, gate.layers),

@@ -1,11 +1,12 @@
 """The model's own noise in a run: read for the limits, measured where it is missing.
 
-`derived_limits` reads the baseline revision's noise record from the golden store (when
-the operator keeps one) and derives the check's limits from it
-(`parity.calibrated.derive_limits`). A revision's noise is measured by driving it through
-the suite again against itself at another concurrency (self against self, each prompt
-scored along the first answer's sequence), the pair compared with every check off
-(`self_noise`), and kept beside its golden records (`golden.noise`):
+The baseline revision's noise record is read from the golden store (when the operator
+keeps one) once per run (`baseline_noise`; a shadow check: `derived_limits`), and the
+check's limits are derived from it (`parity.gate_limits.noise_limits`). A revision's
+noise is measured by driving it through the suite again against itself at another
+concurrency (self against self, each prompt scored along the first answer's sequence),
+the pair compared with every check off (`self_noise`), and kept beside its golden
+records (`golden.noise`):
 
 - before a suite check's limits, for its baseline revision when none is kept and the
   check's limits use self noise (`measure_baseline_noise`): the first revision of a
@@ -73,6 +74,14 @@ def _read_noise(run: RunContext, target: SideTarget) -> ModelNoise | None:
         return None
     store = store_from_spec(golden.store, environ=run.options.environ)
     return get_noise(store, run.api.namespace, target.deployment, target.revision)
+
+
+def baseline_noise(run: RunContext, state: RunState) -> ModelNoise | None:
+    """The baseline revision's noise record (`kept_noise`), read from the store once per
+    run: the measurement step, the limits and a failed check's localisation all take it."""
+    if state.baseline_noise is None:
+        state.baseline_noise = (kept_noise(run, need(state.sides, "the sides")[0]),)
+    return state.baseline_noise[0]
 
 
 def derived_limits(
@@ -182,11 +191,12 @@ def _families(table: dict[NoiseFamily, FamilyNoise]) -> str:
 def measure_baseline_noise(run: RunContext, state: RunState) -> None:
     """Before the limits: the baseline revision's self noise, measured now and kept when
     none is kept and this check's limits use self noise (`CalibrationNeed.uses_self_noise`),
-    so that `plan_limits` reads it like any kept record. Measured once per revision: a
-    record kept (by a Passed check, `infergate parity calibrate --store`, or an earlier
-    attempt) is never measured again, and a store that cannot say whether it keeps one is
-    not written to. A failure leaves the check under the limits it would have had (static,
-    or Inconclusive where the profile needs a calibration), and the log says why."""
+    and handed to `plan_limits` as any kept record is (`baseline_noise`, read once per
+    run). Measured once per revision: a record kept (by a Passed check, `infergate parity
+    calibrate --store`, or an earlier attempt) is never measured again, and a store that
+    cannot say whether it keeps one is not written to. A failure leaves the check under
+    the limits it would have had (static, or Inconclusive where the profile needs a
+    calibration), and the log says why."""
     baseline = need(state.sides, "the sides")[0]
     gate, metas = need(state.gate, "the gate"), need(state.metas, "the metadata")
     revision = baseline.revision
@@ -195,11 +205,13 @@ def measure_baseline_noise(run: RunContext, state: RunState) -> None:
     if not calibration_need(gate.profile, metas[1].dtype, gate.layers).uses_self_noise:
         return
     try:
-        if _read_noise(run, baseline) is not None:
-            return
+        found = _read_noise(run, baseline)
     except _UNREADABLE as err:
         say(f"self noise of baseline revision {revision} not measured: the store cannot say "
             f"whether it keeps one ({err})")  # fmt: skip
+        return
+    state.baseline_noise = (found,)
+    if found is not None:
         return
     say(f"no noise kept for baseline revision {revision}: measuring it now, for this check")
     by = f"runner for check {run.name}, measured before its limits (none was kept)"
@@ -210,6 +222,7 @@ def measure_baseline_noise(run: RunContext, state: RunState) -> None:
         say(f"self noise of baseline revision {revision} not measured or not kept: {err}; "
             "this check's limits do without it")  # fmt: skip
         return
+    state.baseline_noise = (noise,)
     say(f"self noise of baseline revision {revision} measured now for this check, kept at "
         f"{key}: {_families(noise.self_noise)}")  # fmt: skip
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from infergate.api.common import ConfigMapKeyReference
 from infergate.api.parity_check import ParityCheckSpec
-from infergate.parity.calibrated import DerivedLimits
+from infergate.parity.calibrated import DerivedLimits, ModelNoise
 from infergate.parity.compare import ParityComparison
 from infergate.parity.metrics import ParityResult
 from infergate.parity.profiles import Gate
@@ -59,6 +59,9 @@ class RunState:
     """Profile, thresholds and disabled checks (`plan_gate`; `plan_limits` sets its limits)."""
     limits: DerivedLimits | None = None
     """The limits' provenance: measured noise x k, static or explicit (`plan_limits`)."""
+    baseline_noise: tuple[ModelNoise | None] | None = None
+    """The baseline revision's noise record once the store was read, in a 1-tuple (None
+    inside: none kept); None until then (`runner.noise.baseline_noise`)."""
     comparison: ParityComparison | None = None
     """The comparison the drive feeds (`plan_limits`)."""
     stopped_early: str | None = None

@@ -135,6 +135,26 @@ def test_a_kept_record_is_not_measured_again(
     assert _calibration(api).startswith("self noise of toy (test,")
 
 
+def test_the_baseline_record_is_read_once_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measurement step and the limits take the same record: one read of the store."""
+    import infergate.runner.noise as noise_module
+
+    put_noise(_store(tmp_path), "llm", "qwen", _noise(2e-6))
+    reads: list[str] = []
+
+    def counted(store: Any, namespace: str, deployment: str, revision: str) -> Any:
+        reads.append(revision)
+        return get_noise(store, namespace, deployment, revision)
+
+    monkeypatch.setattr(noise_module, "get_noise", counted)
+    api = _cluster("bf16-kernel", ("bfloat16", "bfloat16"))
+    assert run_check(api, "check", options(tmp_path), connector=_engines().connector()) == 0
+    assert reads == [STABLE]
+    assert _calibration(api).startswith("self noise of toy (test,")
+
+
 def test_a_profile_whose_limits_take_no_self_noise_measures_none(tmp_path: Path) -> None:
     """A dtype-change check is judged by the change's own pair, never by self noise:
     measuring the baseline would change nothing in it."""

@@ -4,7 +4,7 @@ Each side's record metadata carries what the runner asks of it (suite digest and
 sampling, `run_fingerprints`) merged with what the side reports; the profile and its
 thresholds follow from both (`plan_gate`, by `parity.profiles.plan_gate`), then its
 limits from the baseline revision's own measured noise where it is kept (`plan_limits`,
-by `runner.noise.derived_limits`; a suite check measures it between the two when none is
+by `runner.noise.baseline_noise`; a suite check measures it between the two when none is
 kept: `runner.noise.measure_baseline_noise`). When the runs' config or fingerprints
 already fail the check, only a few prompts are measured: no prompt can make it pass, and
 a few give the report its figures.
@@ -21,11 +21,11 @@ from infergate.parity import profiles
 from infergate.parity.calibrated import provenance_lines
 from infergate.parity.compare import ParityComparison
 from infergate.parity.fingerprints import merge_fingerprints, run_fingerprints
-from infergate.parity.gate_limits import with_limits
+from infergate.parity.gate_limits import noise_limits, with_limits
 from infergate.parity.record import RecordMeta
 from infergate.plan import reasons
 from infergate.runner.context import CheckEndedError, RunContext, say
-from infergate.runner.noise import derived_limits
+from infergate.runner.noise import baseline_noise
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
 from infergate.suite import Suite
@@ -68,9 +68,10 @@ def plan_limits(run: RunContext, state: RunState) -> None:
     """The gate's limits from the baseline's kept noise, the comparison to feed, and the
     prompts to measure."""
     spec, suite = need(state.spec, "the spec"), need(state.suite, "the suite")
-    baseline = need(state.sides, "the sides")[0]
     gate, (meta_b, meta_c) = need(state.gate, "the gate"), need(state.metas, "the metadata")
-    limits = derived_limits(run, gate, (meta_b, meta_c), baseline, spec.effective_thresholds())
+    limits = noise_limits(
+        gate, meta_c.dtype, baseline_noise(run, state), spec.effective_thresholds()
+    )
     gate = with_limits(gate, limits)
     for line in provenance_lines(limits):
         say(f"limits: {line}")

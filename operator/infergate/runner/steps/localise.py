@@ -10,7 +10,7 @@ from __future__ import annotations
 from infergate.parity.verdict import VerdictStatus
 from infergate.runner.context import RunContext, say
 from infergate.runner.layers import LayerReport, localise_failure
-from infergate.runner.noise import kept_noise
+from infergate.runner.noise import baseline_noise
 from infergate.runner.state import RunState, need
 
 
@@ -41,5 +41,5 @@ def _layer_report(run: RunContext, state: RunState) -> LayerReport:
         state.references,
         run.connector.layers,
         timeout=run.options.request_timeout,
-        noise=kept_noise(run, need(state.sides, "the sides")[0]),
+        noise=baseline_noise(run, state),
     )
