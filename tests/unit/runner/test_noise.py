@@ -24,17 +24,23 @@ from .test_run import BASE_URL, CAND_URL, PROBE_URL, cluster, status
 STABLE, CANARY = "aaaaaaaaaa", "bbbbbbbbbb"
 
 
+def _toy(layers: int | None, **kw: Any) -> ToyEngine:
+    """A toy engine that reports `layers` as its depth (None: no depth)."""
+    engine = ToyEngine(**kw)
+    if layers is not None:
+        engine.fingerprints["model_config.num_hidden_layers"] = layers
+    return engine
+
+
 def _engines(layers: int | None = None) -> Any:
     from .fakes import ToyConnector
 
-    def toy(**kw: Any) -> ToyEngine:
-        engine = ToyEngine(**kw)
-        if layers is not None:
-            engine.fingerprints["model_config.num_hidden_layers"] = layers
-        return engine
-
     return ToyConnector(
-        {BASE_URL: toy(adapter=False), PROBE_URL: toy(adapter=False), CAND_URL: toy()}
+        {
+            BASE_URL: _toy(layers, adapter=False),
+            PROBE_URL: _toy(layers, adapter=False),
+            CAND_URL: _toy(layers),
+        }
     )
 
 

@@ -30,9 +30,9 @@ from infergate.parity.record import RecordMeta
 from infergate.parity.thresholds import ProfileName
 from infergate.runner.run import EXIT_DONE, run_check
 
-from .fakes import FakeApi, ToyConnector, ToyEngine
+from .fakes import FakeApi, ToyConnector
 from .test_golden import options
-from .test_noise import CANARY, STABLE, _noise, _result, _store
+from .test_noise import CANARY, STABLE, _noise, _result, _store, _toy
 from .test_run import (
     BASE_IP,
     BASE_URL,
@@ -73,19 +73,12 @@ def _cluster(
 
 def _engines(layers: int | None = None, **candidate: Any) -> ToyConnector:
     """Toy engines: vLLM-like sides with their probes, or adapters; `layers` deep."""
-
-    def toy(**kw: Any) -> ToyEngine:
-        engine = ToyEngine(**kw)
-        if layers is not None:
-            engine.fingerprints["model_config.num_hidden_layers"] = layers
-        return engine
-
     return ToyConnector(
         {
-            BASE_URL: toy(adapter=False),
-            PROBE_URL: toy(adapter=False),
-            CAND_URL: toy(adapter=False, **candidate),
-            CAND_PROBE_URL: toy(adapter=False, **candidate),
+            BASE_URL: _toy(layers, adapter=False),
+            PROBE_URL: _toy(layers, adapter=False),
+            CAND_URL: _toy(layers, adapter=False, **candidate),
+            CAND_PROBE_URL: _toy(layers, adapter=False, **candidate),
         }
     )
 
