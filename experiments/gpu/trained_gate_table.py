@@ -335,34 +335,40 @@ def record_all(
     return timings
 
 
-def main() -> None:  # noqa: PLR0915 - one experiment's steps, in order
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The device, the model's shape, its training and its text: what this script and
+    trained_depth.py share (each adds its depth, training length and suites)."""
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=20261207)
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--intermediate", type=int, default=2048)
-    parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--gqa", type=int, default=6, help="query heads per key-value head")
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--lr", type=float, default=8e-4)
     parser.add_argument("--warmup", type=int, default=60)
-    parser.add_argument("--train-seconds", type=float, default=190)
     parser.add_argument("--train-seq", type=int, default=1024)
     parser.add_argument("--batch-tokens", type=int, default=32768)
     parser.add_argument("--long-fraction", type=float, default=0.25)
     parser.add_argument("--max-files", type=int, default=60000)
     parser.add_argument("--max-chars", type=int, default=120_000_000)
     parser.add_argument("--tokenizer-chars", type=int, default=12_000_000)
+    parser.add_argument("--short-tokens", type=int, default=128)
+    parser.add_argument("--long-tokens", type=int, default=8192)
+
+
+def main() -> None:  # noqa: PLR0915 - one experiment's steps, in order
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    model_arguments(parser)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--layers", type=int, default=28)
+    parser.add_argument("--train-seconds", type=float, default=190)
     parser.add_argument("--short", type=int, default=60)
     parser.add_argument("--long", type=int, default=4)
     parser.add_argument("--cal-short", type=int, default=60)
     parser.add_argument("--cal-long", type=int, default=4)
-    parser.add_argument("--short-tokens", type=int, default=128)
-    parser.add_argument("--long-tokens", type=int, default=8192)
     parser.add_argument(
         "--record-until",
         type=float,
