@@ -326,3 +326,23 @@ def test_the_envelope_only_tightens_a_static_limit() -> None:
     assert derived.thresholds.max_hidden_rel_l2_p99 == pytest.approx(K_LINEAR * 0.004)
     kl = next(p for p in derived.provenance if p.key == "max_mean_kl")
     assert "tighter than k x the envelope, and stays" in kl.note
+
+
+@pytest.mark.parametrize("profile", [ProfileName.BF16_KERNEL, ProfileName.GPU_TO_ASCEND_BF16])
+def test_a_record_keeping_only_a_change_pair_is_not_a_self_calibration(
+    profile: ProfileName,
+) -> None:
+    """A Passed dtype-change check (or `calibrate --also-dtype` without an A/A) keeps a
+    record whose self noise is empty: a deep model's check that needs its self noise
+    stays Inconclusive on it, and its limits are not loosened by an empty table."""
+    pair = _with_pair("bfloat16", "float32", klMean=6e-5).model_copy(update={"self_noise": {}})
+    layers = DEEPEST_MEASURED_LAYERS + 8
+    deep = calibration_need(profile, "bfloat16", layers)
+    derived = derive_limits(TIGHT, need=deep, noise=pair, layers=layers, static_layers=layers)
+    assert derived.inconclusive is not None
+    assert "no self noise measured for the baseline's revision" in derived.calibration
+    assert "dtype float32" in derived.calibration
+    assert derived.thresholds.max_decode_excess == TIGHT.max_decode_excess
+    enveloped = profile is ProfileName.BF16_KERNEL
+    kl = next(p for p in derived.provenance if p.key == "max_mean_kl")
+    assert kl.source == ("measured" if enveloped else "static")
