@@ -169,10 +169,9 @@ class Runner(KubeModel):
     """CPU and memory of the runner container."""
     active_deadline_seconds: int = Field(default=3600, ge=60, le=RUNNER_DEADLINE_MAX)
     """Seconds the runner Job may run before it is stopped (the check then ends in Error).
-    Budget for more than the suite once: a baseline revision with no noise kept is driven
-    through the suite again before its first check whose limits read self noise
-    (bf16-kernel, gpu-to-ascend-bf16), and a Passed check with golden records drives its
-    candidate again to keep its noise (docs/golden-records.md)."""
+    Budget for more than the suite once: a baseline revision with no self noise kept is
+    driven through the suite twice more before its first check whose limits read self noise
+    (bf16-kernel, gpu-to-ascend-bf16), to measure and keep it (docs/golden-records.md)."""
     backoff_limit: int = Field(default=1, ge=0, le=10)
     """Retries of a failed runner pod before the check ends in Error."""
     concurrency: int = Field(default=RUNNER_CONCURRENCY_DEFAULT, ge=1, le=RUNNER_CONCURRENCY_MAX)

@@ -2,10 +2,11 @@
 
 One small JSON per revision, `noise/<namespace>/<deployment>/<revision>.json` (a
 `parity.calibrated.ModelNoise`), written when the revision's A/A noise is measured (the
-runner, after a Passed check makes it stable, or before the first check whose baseline
-it is; or `infergate parity calibrate --store`) and read by every later check whose
-baseline is that revision. The same key in a
-directory (PVC) store and in S3. Retention leaves it alone: it is a few hundred bytes,
+runner, before the first check whose baseline it is and whose limits read it, or
+`infergate parity calibrate --store`) or an expected change's pair is kept (the runner,
+after a Passed dtype-change check of one set of weights makes it stable), and read by
+every later check whose baseline is that revision. The same key in a directory (PVC)
+store and in S3. Retention leaves it alone: it is a few hundred bytes,
 and it stays meaningful as long as the revision can be a baseline. A newer measurement
 of the same revision replaces the older.
 """

@@ -26,7 +26,7 @@ from infergate.parity.thresholds import Thresholds
 from infergate.plan.check.status import Judgement
 from infergate.runner import status_writer
 from infergate.runner.context import CheckEndedError, RetryableRunError, RunContext, say
-from infergate.runner.noise import derived_limits, measure_baseline_noise, measure_self_noise
+from infergate.runner.noise import derived_limits, keep_change_pair, measure_baseline_noise
 from infergate.runner.shadow import ShadowError, run_shadow
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
@@ -51,13 +51,13 @@ Step = Callable[[RunContext, RunState], None]
 
 SUITE_CHECK: tuple[Step, ...] = (
     load_suite, mark_running, resolve_sides, check_health, plan_gate, measure_baseline_noise,
-    plan_limits, start_recording, drive, judge, record_golden, measure_self_noise, localise,
+    plan_limits, start_recording, drive, judge, record_golden, keep_change_pair, localise,
 )  # fmt: skip
-"""Both sides live: measure the suite; a Passed check keeps both sides' records and the
-candidate's own noise (self against self at another concurrency) beside them. A baseline
-revision with no noise kept has its own measured first, once both sides answer and
-before the limits are derived from it (the first revision of a deployment: no check
-made it stable)."""
+"""Both sides live: measure the suite; a Passed check keeps both sides' records (and, a
+dtype change of one set of weights, its own pair as the candidate's expected-change
+noise). A baseline revision with no self noise kept has it measured first, when the
+check's limits read it, once both sides answer and before the limits are derived from
+it; nothing is driven after the verdict, so promotion never waits on a measurement."""
 
 GOLDEN_BASELINE: tuple[Step, ...] = (
     load_suite, mark_running, resolve_candidate, use_golden_baseline, check_health, plan_gate,

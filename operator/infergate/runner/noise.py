@@ -8,13 +8,20 @@ concurrency (self against self, each prompt scored along the first answer's sequ
 the pair compared with every check off (`self_noise`), and kept beside its golden
 records (`golden.noise`):
 
-- before a suite check's limits, for its baseline revision when none is kept and the
-  check's limits use self noise (`measure_baseline_noise`): the first revision of a
-  deployment is never a candidate, so no Passed check measured it; its first canary
-  check measures it, keeps it and is judged by it;
-- after a check Passed and its records were kept, for the candidate about to become
-  stable (`measure_self_noise`); a Passed dtype-change check of one set of weights keeps
-  its own comparison in the same record as that expected change's noise (`_change_pair`).
+- before a suite check's limits, for its baseline revision when no self noise of it is
+  kept and the check's limits use self noise (`measure_baseline_noise`): the stable
+  revision is measured by the first check that needs it, on the engines that check
+  drives anyway, and is judged by it;
+- never on the promotion path: a Passed check drives nothing more. A Passed
+  dtype-change check of one set of weights keeps its own comparison in the candidate's
+  record as that expected change's noise (`keep_change_pair`), which takes no request.
+
+Why the first need and not the promotion: measuring a candidate when it Passed held its
+promotion for a whole suite driven twice more (245 s of a 478 s demo step on the
+serialised MindFormers side, against 137 s for the check itself), for a record that only
+a later bf16-kernel or gpu-to-ascend check reads; a revision never judged under those
+profiles (dtype changes, strict, cross-framework) never pays it, and one that is pays
+it once, before the limits that read it.
 
 A measurement or store that fails never changes anything else: the run says so and goes
 on (a check whose baseline was not measured, under the limits it would have had).
@@ -192,11 +199,13 @@ def measure_baseline_noise(run: RunContext, state: RunState) -> None:
     """Before the limits: the baseline revision's self noise, measured now and kept when
     none is kept and this check's limits use self noise (`CalibrationNeed.uses_self_noise`),
     and handed to `plan_limits` as any kept record is (`baseline_noise`, read once per
-    run). Measured once per revision: a record kept (by a Passed check, `infergate parity
-    calibrate --store`, or an earlier attempt) is never measured again, and a store that
-    cannot say whether it keeps one is not written to. A failure leaves the check under
-    the limits it would have had (static, or Inconclusive where the profile needs a
-    calibration), and the log says why."""
+    run). Measured once per revision: a record with self noise (`infergate parity
+    calibrate --store`, or an earlier check) is never measured again; one that keeps only
+    an expected change's pair (`keep_change_pair`) is measured, and its pair stays. Not
+    measured when the runs' config or fingerprints already fail the check
+    (`RunState.settled`), nor when the store cannot say whether it keeps one. A failure
+    leaves the check under the limits it would have had (static, or Inconclusive where
+    the profile needs a calibration), and the log says why."""
     baseline = need(state.sides, "the sides")[0]
     gate, metas = need(state.gate, "the gate"), need(state.metas, "the metadata")
     revision = baseline.revision
@@ -211,12 +220,18 @@ def measure_baseline_noise(run: RunContext, state: RunState) -> None:
             f"whether it keeps one ({err})")  # fmt: skip
         return
     state.baseline_noise = (found,)
-    if found is not None:
+    if found is not None and found.self_noise:
         return
-    say(f"no noise kept for baseline revision {revision}: measuring it now, for this check")
+    if state.settled:
+        say(f"self noise of baseline revision {revision} not measured: {state.settled}, and "
+            "no limit can turn that into a pass")  # fmt: skip
+        return
+    say(f"no self noise kept for baseline revision {revision}: measuring it now, for this check")
     by = f"runner for check {run.name}, measured before its limits (none was kept)"
     try:
         noise = self_noise(run, state, baseline, metas[0], by)
+        if found is not None:  # a record of an expected change's pair alone: it stays
+            noise = noise.model_copy(update={"changes": found.changes})
         key = _keep(run, baseline, noise)
     except Exception as err:  # noqa: BLE001 - the check goes on under its limits; the log says why
         say(f"self noise of baseline revision {revision} not measured or not kept: {err}; "
@@ -227,10 +242,12 @@ def measure_baseline_noise(run: RunContext, state: RunState) -> None:
         f"{key}: {_families(noise.self_noise)}")  # fmt: skip
 
 
-def measure_self_noise(run: RunContext, state: RunState) -> None:
-    """After a Passed check kept its records: the candidate against itself, kept as its
-    noise, with this check's own pair as an expected change's noise where it is one
-    (`_change_pair`), in one record."""
+def keep_change_pair(run: RunContext, state: RunState) -> None:
+    """After a Passed check kept its records: its own comparison, where it is an expected
+    change's pair (`_change_pair`), in the candidate's noise record, beside any self noise
+    kept there. Nothing is driven: the candidate's self noise is measured by the first
+    check that needs it (`measure_baseline_noise`). A store that cannot say what it keeps
+    is not written to."""
     golden, verdict = state.golden, state.verdict
     if run.options.golden is None or not golden or not golden.get("stored"):
         return
@@ -240,19 +257,39 @@ def measure_self_noise(run: RunContext, state: RunState) -> None:
     if candidate.revision is None or candidate.deployment is None:
         return
     changes = _change_pair(run, state)
-    by = f"runner after check {run.name} Passed"
-    try:
-        noise = self_noise(run, state, candidate, need(state.metas, "the metadata")[1], by)
-        noise = noise.model_copy(update={"changes": changes})
-        key = _keep(run, candidate, noise)
-    except Exception as err:  # noqa: BLE001 - the verdict stands; the log says why
-        say(f"self noise of revision {candidate.revision} not measured: {err}")
+    if not changes:
         return
-    say(f"self noise of revision {candidate.revision} kept at {key}: "
-        f"{_families(noise.self_noise)}")  # fmt: skip
+    try:
+        found = _read_noise(run, candidate)
+        record = _pair_record(run, state, changes) if found is None else found.model_copy(
+            update={"changes": {**found.changes, **changes}}
+        )  # fmt: skip
+        key = _keep(run, candidate, record)
+    except Exception as err:  # noqa: BLE001 - the verdict stands; the log says why
+        say(f"this check's pair not kept for revision {candidate.revision}: {err}")
+        return
     for change, table in changes.items():
-        say(f"'{change}' noise of revision {candidate.revision} kept from this check's own "
-            f"pair: {_families(table)}")  # fmt: skip
+        say(f"'{change}' noise of revision {candidate.revision} kept at {key} from this "
+            f"check's own pair: {_families(table)}")  # fmt: skip
+
+
+def _pair_record(
+    run: RunContext, state: RunState, changes: dict[str, dict[NoiseFamily, FamilyNoise]]
+) -> ModelNoise:
+    """A new record of the candidate holding this check's pair alone: no self noise until
+    a check measures it (`parity.calibrated` does not take an empty one as measured)."""
+    meta_b, meta_c = need(state.metas, "the metadata")
+    candidate = need(state.sides, "the sides")[1]
+    return ModelNoise(
+        revision=candidate.revision, model=meta_c.model, engine=meta_c.engine,
+        dtype=meta_c.dtype, layers=need(state.gate, "the gate").layers,
+        suite_digest=state.suite_digest or "",
+        prompts=need(state.result, "the result").metrics.prompts,
+        measured=datetime.now(UTC).isoformat(),
+        method=f"runner after check {run.name} Passed: its {meta_b.dtype} vs {meta_c.dtype} "
+        "pair; self noise not measured yet",
+        self_noise={}, changes=changes,
+    )  # fmt: skip
 
 
 def _change_pair(run: RunContext, state: RunState) -> dict[str, dict[NoiseFamily, FamilyNoise]]:

@@ -57,6 +57,9 @@ class RunState:
     """Both sides' record metadata, the runner's fingerprints merged in (`plan_gate`)."""
     gate: Gate | None = None
     """Profile, thresholds and disabled checks (`plan_gate`; `plan_limits` sets its limits)."""
+    settled: str | None = None
+    """What already fails the check before any prompt (config or fingerprints the profile
+    does not allow to differ), in words; None: nothing (`plan_gate`)."""
     limits: DerivedLimits | None = None
     """The limits' provenance: measured noise x k, static or explicit (`plan_limits`)."""
     baseline_noise: tuple[ModelNoise | None] | None = None

@@ -19,8 +19,11 @@ DEEP = {"model_config.num_hidden_layers": 36}
 """Deeper than the 28 layers the static limits' depth rule was measured at."""
 
 
-def _noise(path: Path, kl_mean: float, *, dtype: str = "float32", layers: int = 2) -> str:
-    """A kept record of a float32 stable: A/A noise, and bfloat16 on the same weights."""
+def _noise(
+    path: Path, kl_mean: float, *, dtype: str = "float32", layers: int = 2, aa: bool = False
+) -> str:
+    """A kept record of a float32 stable: bfloat16 on the same weights, and with `aa` its
+    A/A noise (the same table)."""
     family = {
         NoiseFamily.KL_MEAN: FamilyNoise(
             upper=kl_mean, observed=kl_mean / 2, bounded=True, pairs=["bf16-vs-fp32"]
@@ -30,7 +33,7 @@ def _noise(path: Path, kl_mean: float, *, dtype: str = "float32", layers: int = 
     noise = ModelNoise(
         model="tiny-qwen", engine="vllm", dtype=dtype, layers=layers, suite_digest="suite-0",
         prompts=36, measured="2026-12-07T00:00:00+00:00", method="test",
-        self_noise={}, changes={f"dtype {other}": family},
+        self_noise=family if aa else {}, changes={f"dtype {other}": family},
     )  # fmt: skip
     path.write_text(noise.model_dump_json(by_alias=True))
     return str(path)
@@ -128,7 +131,13 @@ def test_a_deep_model_without_noise_is_inconclusive(
     assert document["status"] == "Inconclusive"
     reasons = document["verdict"]["reasons"]
     assert any("calibration needed: the model has 36 layers" in r for r in reasons)
-    noise = _noise(tmp_path / "noise.json", 1e-6, layers=36)
+    # A record keeping the bf16 envelope alone leaves the families it does not cover
+    # (decode) on static limits extrapolated past 28 layers: still Inconclusive.
+    pair = _noise(tmp_path / "pair.json", 1e-6, layers=36)
+    code, document = _compare(baseline, candidate, tmp_path / "pair-only.json", "--noise", pair)
+    assert code == 3
+    assert any("no self noise measured" in r for r in document["verdict"]["reasons"])
+    noise = _noise(tmp_path / "noise.json", 1e-6, layers=36, aa=True)
     code, document = _compare(baseline, candidate, tmp_path / "calibrated.json", "--noise", noise)
     assert code == 0
     assert document["status"] == "Passed"

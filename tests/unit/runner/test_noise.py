@@ -1,5 +1,5 @@
-"""The model's own noise in a run: kept after a Passed check, read back as the next check's
-limits, and Inconclusive when a profile needs a calibration that is not kept."""
+"""The model's own noise in a run: never measured after a Passed check, read back as the
+next check's limits, and Inconclusive when a profile needs a calibration that is not kept."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from infergate.runner.report_store import read_report
 from infergate.runner.run import EXIT_DONE, run_check
 
 from .fakes import ToyEngine
-from .test_golden import options
+from .test_golden import FAST, options
 from .test_run import BASE_URL, CAND_URL, PROBE_URL, cluster, status
 
 STABLE, CANARY = "aaaaaaaaaa", "bbbbbbbbbb"
@@ -63,19 +63,23 @@ def _noise(kl: float, change: str | None = None) -> ModelNoise:
     )  # fmt: skip
 
 
-def test_a_passed_check_keeps_the_candidates_own_noise_beside_its_records(tmp_path: Path) -> None:
+def test_a_passed_check_drives_nothing_after_its_verdict(tmp_path: Path) -> None:
+    """Promotion never waits on a measurement: a Passed check that keeps its records asks
+    the candidate no more than a check that keeps none, and keeps no self noise for it
+    (the first check that needs it measures it, as its baseline:
+    test_noise_measured.py)."""
+    kept_engines, plain_engines = _engines(), _engines()
     api = cluster()
-    assert run_check(api, "check", options(tmp_path), connector=_engines().connector()) == EXIT_DONE
+    assert run_check(api, "check", options(tmp_path), connector=kept_engines.connector()) == 0
     assert status(api)["phase"] == "Passed"
-    noise = get_noise(_store(tmp_path), "llm", "qwen", CANARY)
-    assert noise is not None
-    assert noise.prompts == 32
-    assert "self vs self at concurrency 1 (the check ran 2)" in noise.method
-    # The toy engine is deterministic: its A/A noise is exactly zero, every family measured.
-    assert noise.self_noise[NoiseFamily.KL_MEAN].upper == 0.0
-    assert noise.self_noise[NoiseFamily.HIDDEN_REL_L2].upper == 0.0
-    assert 0.0 < noise.self_noise[NoiseFamily.SAME_TOP].upper < 0.01  # Wilson bound of 0 misses
-    assert get_noise(_store(tmp_path), "llm", "qwen", STABLE) is None
+    assert status(api)["golden"]["stored"] is True
+    plain = cluster()
+    assert run_check(plain, "check", FAST, connector=plain_engines.connector()) == EXIT_DONE
+    assert status(plain)["phase"] == "Passed"
+    asked = kept_engines.engines[CAND_URL].completions
+    assert asked == plain_engines.engines[CAND_URL].completions
+    assert asked > 0
+    assert get_noise(_store(tmp_path), "llm", "qwen", CANARY) is None
 
 
 def test_the_baselines_kept_noise_sets_the_limits_and_the_report_says_how(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Noise the runner measures where none is kept: the baseline revision's own before a
-check's limits, and a Passed dtype-change check's pair as that expected change's noise.
+"""Noise the runner measures where none is kept: the baseline revision's own before the
+first check whose limits read it, and a Passed dtype-change check's pair as that expected
+change's noise (kept without driving anything after the verdict).
 
 The first revision of a deployment is never a candidate, so no Passed check measured it:
 its first canary check measures it, keeps it, and is judged by it, once. A store that
@@ -53,21 +54,35 @@ DEEP = DEEPEST_MEASURED_LAYERS + 2
 positive control is still seen under those limits scaled there."""
 
 
+NEXT = "cccccccccc"
+"""The revision after CANARY, once CANARY is stable."""
+
+
 def _cluster(
-    profile: str, dtypes: tuple[str, str], engine: str = "vllm", name: str = "check"
-) -> FakeApi:
-    """Two revisions of one deployment, `dtypes` (baseline, candidate), one `engine`."""
+    profile: str, dtypes: tuple[str, str], engine: str = "vllm", name: str = "check",
+    revisions: tuple[str, str] = (STABLE, CANARY),
+) -> FakeApi:  # fmt: skip
+    """Two `revisions` (stable, canary) of one deployment, `dtypes` (baseline, candidate),
+    one `engine`."""
+    stable, canary = revisions
     api = FakeApi()
     api.deployments["qwen"] = {
         "metadata": {"name": "qwen", "uid": "uid-qwen"},
-        "status": {"stableRevision": STABLE, "revisions": [{"hash": STABLE}, {"hash": CANARY}]},
+        "status": {"stableRevision": stable, "revisions": [{"hash": stable}, {"hash": canary}]},
     }
-    api.add_revision("qwen", STABLE, engine=engine, dtype=dtypes[0], ip=BASE_IP)
-    api.add_revision("qwen", CANARY, engine=engine, dtype=dtypes[1], ip=CAND_IP)
+    api.add_revision("qwen", stable, engine=engine, dtype=dtypes[0], ip=BASE_IP)
+    api.add_revision("qwen", canary, engine=engine, dtype=dtypes[1], ip=CAND_IP)
     if engine == "vllm":
         api.add_probe(name, "baseline", PROBE_IP)
         api.add_probe(name, "candidate", CAND_PROBE_IP)
-    api.add_check(name, spec(profile=profile))
+    api.add_check(
+        name,
+        spec(
+            profile=profile,
+            baseline={"inferenceDeploymentRef": {"name": "qwen"}, "revision": stable},
+            candidate={"inferenceDeploymentRef": {"name": "qwen"}, "revision": canary},
+        ),
+    )
     return api
 
 
@@ -156,6 +171,23 @@ def test_a_profile_whose_limits_take_no_self_noise_measures_none(tmp_path: Path)
     assert get_noise(_store(tmp_path), "llm", "qwen", STABLE) is None
 
 
+def test_a_check_its_fingerprints_already_fail_measures_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The candidate's config differs where a bf16 kernel change may not: the check
+    Fails whatever its limits, so the baseline's missing noise is not measured for it."""
+    api = _cluster("bf16-kernel", ("bfloat16", "bfloat16"))
+    connector = _engines(layers=DEEP)
+    connector.engines[CAND_URL].fingerprints["model_config.rms_norm_eps"] = 1e-5
+    connector.engines[CAND_PROBE_URL].fingerprints["model_config.rms_norm_eps"] = 1e-5
+    assert run_check(api, "check", options(tmp_path), connector=connector.connector()) == 0
+    assert status(api)["phase"] == "Failed"
+    log = capsys.readouterr().out
+    assert f"self noise of baseline revision {STABLE} not measured: the runs' config" in log
+    assert "measuring it now" not in log
+    assert get_noise(_store(tmp_path), "llm", "qwen", STABLE) is None
+
+
 def test_a_store_that_fails_leaves_the_check_without_it_and_says_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,11 +213,14 @@ def test_a_store_that_fails_leaves_the_check_without_it_and_says_why(
     assert get_noise(_store(tmp_path), "llm", "qwen", STABLE) is None
 
 
-def test_a_passed_dtype_change_of_one_set_of_weights_keeps_its_pair(tmp_path: Path) -> None:
+def test_a_passed_dtype_change_of_one_set_of_weights_keeps_its_pair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """float32 -> bfloat16 on the same weights and engine Passed: the candidate's record
     keeps the check's own pair as `dtype float32`, the change back to its baseline's
-    dtype, beside its self noise; a later bf16 kernel check against that revision finds
-    it as its envelope."""
+    dtype, with no self noise (nothing is driven after the verdict); a later bf16 kernel
+    check against that revision finds it as its envelope, measures the self noise it
+    lacks before its limits, and keeps both in one record."""
     api = _cluster("dtype-change", ("float32", "bfloat16"))
     connector = _engines(shift=-1e-3).connector()
     assert run_check(api, "check", options(tmp_path), connector=connector) == EXIT_DONE
@@ -193,7 +228,8 @@ def test_a_passed_dtype_change_of_one_set_of_weights_keeps_its_pair(tmp_path: Pa
     kept = get_noise(_store(tmp_path), "llm", "qwen", CANARY)
     assert kept is not None
     assert kept.dtype == "bfloat16"
-    assert kept.self_noise  # measured as before, in the same record
+    assert kept.self_noise == {}
+    assert "self noise not measured yet" in kept.method
     pair = kept.changes["dtype float32"]
     assert set(pair) <= ENVELOPE_FAMILIES  # the decode families are the candidate's own
     assert pair[NoiseFamily.KL_MEAN].upper > 0
@@ -210,6 +246,20 @@ def test_a_passed_dtype_change_of_one_set_of_weights_keeps_its_pair(tmp_path: Pa
     assert kl.source == "measured"
     assert kl.noise == pair[NoiseFamily.KL_MEAN].upper
     assert ENVELOPE_SOURCE in kl.note
+
+    # CANARY is stable now; the next check, a bf16 kernel change, reads its record.
+    capsys.readouterr()
+    later = _cluster("bf16-kernel", ("bfloat16", "bfloat16"), revisions=(CANARY, NEXT))
+    assert run_check(later, "check", options(tmp_path), connector=_engines().connector()) == 0
+    assert status(later)["phase"] == "Passed"
+    assert f"no self noise kept for baseline revision {CANARY}: measuring it" in (
+        capsys.readouterr().out
+    )
+    both = get_noise(_store(tmp_path), "llm", "qwen", CANARY)
+    assert both is not None
+    assert both.self_noise
+    assert both.changes == kept.changes
+    assert _calibration(later).startswith("'dtype float32' pair of fixture as the bf16 envelope")
 
 
 def _unweighed() -> ToyConnector:
@@ -250,16 +300,13 @@ def test_no_pair_is_kept_unless_the_check_is_one_set_of_weights_under_two_dtypes
 ) -> None:
     """Another profile keeps no pair (silently); a dtype-change check whose weights are
     not shown to be the same, or whose engines differ too, keeps none, and the log says
-    why. The candidate's self noise is kept regardless."""
+    why. Nothing is kept for the candidate then."""
     cluster_api = api()
     assert (
         run_check(cluster_api, "check", options(tmp_path), connector=connector().connector()) == 0
     )
     assert status(cluster_api)["phase"] == "Passed"
-    kept = get_noise(_store(tmp_path), "llm", "qwen", CANARY)
-    assert kept is not None
-    assert kept.self_noise
-    assert kept.changes == {}
+    assert get_noise(_store(tmp_path), "llm", "qwen", CANARY) is None
     log = capsys.readouterr().out
     if why is None:
         assert "this check's pair not kept" not in log

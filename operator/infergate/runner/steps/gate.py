@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from infergate.api.parity_check import ParityCheckSpec
 from infergate.parity import profiles
 from infergate.parity.calibrated import provenance_lines
 from infergate.parity.compare import ParityComparison
@@ -62,6 +63,7 @@ def plan_gate(run: RunContext, state: RunState) -> None:
     except profiles.ProfileChoiceError as err:
         raise CheckEndedError(reasons.CHECK_INVALID, str(err)) from err
     state.metas, state.gate = (meta_b, meta_c), gate
+    state.settled = settled_reason(_comparison(spec, gate, (meta_b, meta_c)))
 
 
 def plan_limits(run: RunContext, state: RunState) -> None:
@@ -75,33 +77,51 @@ def plan_limits(run: RunContext, state: RunState) -> None:
     gate = with_limits(gate, limits)
     for line in provenance_lines(limits):
         say(f"limits: {line}")
-    comparison = ParityComparison(
-        meta_b,
-        meta_c,
-        gate.thresholds,
-        gate.expected_differences,
-        disabled=gate.disabled,
-        fingerprints=spec.fingerprints,
-        limits=gate.limits,
-    )
+    comparison = _comparison(spec, gate, (meta_b, meta_c))
     say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
     say(f"limits: {gate.limits.describe()}")
     state.gate, state.comparison, state.limits = gate, comparison, limits
     state.suite, state.stopped_early = settled_suite(comparison, suite)
 
 
+def _comparison(
+    spec: ParityCheckSpec, gate: profiles.Gate, metas: tuple[RecordMeta, RecordMeta]
+) -> ParityComparison:
+    """The comparison of the two sides under `gate` (its thresholds as they stand)."""
+    return ParityComparison(
+        metas[0],
+        metas[1],
+        gate.thresholds,
+        gate.expected_differences,
+        disabled=gate.disabled,
+        fingerprints=spec.fingerprints,
+        limits=gate.limits,
+    )
+
+
+def settled_reason(comparison: ParityComparison) -> str | None:
+    """What already fails `comparison` before any prompt, in words (None: nothing)."""
+    settled = comparison.failed_before_prompts()
+    if not settled:
+        return None
+    first = settled[0]
+    return (
+        f"the runs' config or fingerprints already fail the check ({first.check.value}: "
+        f"{first.detail})"
+    )
+
+
 def settled_suite(comparison: ParityComparison, suite: Suite) -> tuple[Suite, str | None]:
     """The prompts to measure, and why fewer than the suite's when the runs' config or
     fingerprints already fail the check (a few short prompts then, for the report)."""
-    settled = comparison.failed_before_prompts()
-    if not settled or len(suite.prompts) <= SETTLED_PROMPTS:
+    settled = settled_reason(comparison)
+    if settled is None or len(suite.prompts) <= SETTLED_PROMPTS:
         return suite, None
     short = suite.select(long=False, limit=SETTLED_PROMPTS)
     chosen = short if short.prompts else suite.select(limit=SETTLED_PROMPTS)
     why = (
-        f"the runs' config or fingerprints already fail the check ({settled[0].check.value}: "
-        f"{settled[0].detail}); {len(chosen.prompts)} of {len(suite.prompts)} prompts "
-        "measured, for the report's figures only"
+        f"{settled}; {len(chosen.prompts)} of {len(suite.prompts)} prompts measured, for the "
+        "report's figures only"
     )
     say(why)
     return chosen, why
