@@ -125,7 +125,8 @@ def check_lines(check: Mapping[str, Any]) -> list[str]:
     progress = status.get("progress") or {}
     parts = [f"  check:    {name}  {phase}"]
     if progress:
-        parts.append(f"{progress.get('done', 0)}/{progress.get('total', 0)} prompts")
+        measuring = " (baseline noise)" if progress.get("stage") == "BaselineNoise" else ""
+        parts.append(f"{progress.get('done', 0)}/{progress.get('total', 0)} prompts{measuring}")
     if status.get("profile"):
         parts.append(f"profile {status['profile']}")
     sides = [

@@ -16,6 +16,16 @@ from infergate.api.shadow import ShadowStatus
 from infergate.parity.thresholds import ProfileName
 
 
+class ProgressStage(StrEnum):
+    """What the runner drives the suite for."""
+
+    SUITE = "Suite"
+    """The check itself: both sides."""
+    BASELINE_NOISE = "BaselineNoise"
+    """The baseline revision against itself, its own noise measured before the limits
+    (none kept, and the profile's limits read it: docs/golden-records.md)."""
+
+
 class Progress(KubeModel):
     """How far the runner is through the suite."""
 
@@ -23,6 +33,9 @@ class Progress(KubeModel):
     """Prompts finished on both sides."""
     total: int = Field(ge=0)
     """Prompts in the suite."""
+    stage: ProgressStage | None = None
+    """What the prompts are driven for: Suite (the check) or BaselineNoise (the baseline
+    revision's own noise, measured first when none is kept). Unset: Suite."""
 
 
 class Comparison(StrEnum):

@@ -174,6 +174,7 @@ PARITY_CHECK = ResourceKind(
         _column("Passed", ".status.verdict.passed", "Whether the candidate passed.", "boolean"),
         _AGE,
         _column("Profile", ".status.profile", "Tolerance profile in effect.", priority=1),
+        _column("Stage", ".status.progress.stage", "Suite or BaselineNoise.", priority=1),
         _column("Done", ".status.progress.done", "Prompts finished.", "integer", priority=1),
         _column("Total", ".status.progress.total", "Prompts in the suite.", "integer", priority=1),
     ),

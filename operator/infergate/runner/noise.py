@@ -29,9 +29,11 @@ on (a check whose baseline was not measured, under the limits it would have had)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
 
+from infergate.api.check_status import ProgressStage
 from infergate.calibration.kept import change_key, change_noise, change_pair_refusal
 from infergate.calibration.noise import pair_report, signed_prompt_measures
 from infergate.golden.config import store_from_spec
@@ -58,6 +60,7 @@ from infergate.runner.drive import DriveSettings, drive_suite, measure_prompt
 from infergate.runner.layers import can_probe_layers, layer_noise, open_layer_probe
 from infergate.runner.sides import SideTarget
 from infergate.runner.state import RunState, need
+from infergate.runner.status_writer import progress_writer
 
 _UNREADABLE = (GoldenError, OSError, ValueError)
 """What reading the store may raise: it is down, or what it keeps is not a noise record."""
@@ -131,12 +134,14 @@ def noise_concurrency(run_concurrency: int, prompts: int) -> int:
 
 
 def self_noise(
-    run: RunContext, state: RunState, target: SideTarget, meta: RecordMeta, by: str
-) -> ModelNoise:
+    run: RunContext, state: RunState, target: SideTarget, meta: RecordMeta, by: str, *,
+    progress: Callable[[int], None] | None = None,
+) -> ModelNoise:  # fmt: skip
     """`target` (a revision, `meta` its record metadata) against itself at another
     concurrency, compared with every check off: its noise record, whose method names `by`
-    (who measured it). Raises whatever stops the measurement, and `ValueError` when no
-    family was measured (a record without self noise would stand for a calibration)."""
+    (who measured it); `progress` is told each prompt done. Raises whatever stops the
+    measurement, and `ValueError` when no family was measured (a record without self
+    noise would stand for a calibration)."""
     spec, suite = need(state.spec, "the spec"), need(state.suite, "the suite")
     gate = need(state.gate, "the gate")
     off = Thresholds(max_divergence_logprob_gap=gate.thresholds.max_divergence_logprob_gap)
@@ -167,6 +172,7 @@ def self_noise(
             lambda prompt: measure_prompt(prompt, channels, channels, settings),
             feed,
             concurrency=concurrency,
+            progress=progress,
         )
     result = comparison.finalize()
     report = pair_report(label, result.model_dump(mode="json", by_alias=True), signed)
@@ -229,7 +235,9 @@ def measure_baseline_noise(run: RunContext, state: RunState) -> None:
     say(f"no self noise kept for baseline revision {revision}: measuring it now, for this check")
     by = f"runner for check {run.name}, measured before its limits (none was kept)"
     try:
-        noise = self_noise(run, state, baseline, metas[0], by)
+        total = len(need(state.suite, "the suite").prompts)
+        stage = progress_writer(run, state, total, ProgressStage.BASELINE_NOISE)
+        noise = self_noise(run, state, baseline, metas[0], by, progress=stage)
         if found is not None:  # a record of an expected change's pair alone: it stays
             noise = noise.model_copy(update={"changes": found.changes})
         key = _keep(run, baseline, noise)

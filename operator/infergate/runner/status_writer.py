@@ -12,9 +12,11 @@ differently later retries; a refusal (forbidden, not found, invalid) ends the ch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from infergate.api.check_status import ProgressStage
 from infergate.api.common import ConfigMapKeyReference
 from infergate.errors import (
     ConflictError,
@@ -112,14 +114,32 @@ def _start_time(run: RunContext, state: RunState) -> dict[str, str]:
     return {"startTime": run.clock().strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-def show_progress(run: RunContext, state: RunState, done: int, total: int) -> None:
-    """The progress field (`done` of `total`) and a log line."""
-    say(f"progress {done}/{total}")
-    updated = api_call(
-        lambda: run.api.patch_check_status(run.name, {"progress": {"done": done, "total": total}})
-    )
+def show_progress(
+    run: RunContext, state: RunState, done: int, total: int,
+    stage: ProgressStage = ProgressStage.SUITE,
+) -> None:  # fmt: skip
+    """The progress field (`done` of `total`, driven for `stage`) and a log line."""
+    say(f"progress {done}/{total}" + ("" if stage is ProgressStage.SUITE else f" ({stage.value})"))
+    fields = {"progress": {"done": done, "total": total, "stage": stage.value}}
+    updated = api_call(lambda: run.api.patch_check_status(run.name, fields))
     if updated:
         state.check = updated
+
+
+def progress_writer(
+    run: RunContext, state: RunState, total: int, stage: ProgressStage = ProgressStage.SUITE
+) -> Callable[[int], None]:
+    """A `drive_suite` progress callback: `show_progress` at most once per
+    `progress_interval`, and always at the last prompt."""
+    last_write = 0.0
+
+    def progress(done: int) -> None:
+        nonlocal last_write
+        if done == total or time.monotonic() - last_write >= run.options.progress_interval:
+            last_write = time.monotonic()
+            show_progress(run, state, done, total, stage)
+
+    return progress
 
 
 def finish(run: RunContext, fields: Mapping[str, Any]) -> bool:

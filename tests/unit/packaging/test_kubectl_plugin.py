@@ -122,6 +122,12 @@ def test_a_running_check_shows_its_progress() -> None:
     assert lines == [expected]
 
 
+def test_a_check_measuring_its_baseline_noise_says_so() -> None:
+    progress = {"done": 3, "total": 40, "stage": "BaselineNoise"}
+    lines = check_lines(_check({"phase": "Running", "progress": progress}))
+    assert lines == ["  check:    qwen-3f2a9c1d0e  Running  3/40 prompts (baseline noise)"]
+
+
 def test_a_failed_check_shows_each_reason_with_value_limit_and_prompts() -> None:
     lines = check_lines(
         _check(

@@ -123,6 +123,13 @@ def test_the_first_revision_is_measured_before_its_first_check_and_judges_it(
     assert _calibration(api).startswith("self noise of fixture (runner for check check, measured")
     log = capsys.readouterr().out
     assert f"self noise of baseline revision {STABLE} measured now for this check" in log
+    # `kubectl get paritycheck -o wide` shows what the prompts are driven for meanwhile.
+    stages = [w["progress"] for w in api.status_writes if "stage" in w.get("progress", {})]
+    total = stages[-1]["total"]
+    assert {"done": total, "total": total, "stage": "BaselineNoise"} in stages
+    assert stages[-1] == {"done": total, "total": total, "stage": "Suite"}
+    first_suite = next(i for i, p in enumerate(stages) if p["stage"] == "Suite")
+    assert all(p["stage"] == "BaselineNoise" for p in stages[:first_suite])
 
     # The next check against the same baseline finds it kept: it is not measured again.
     again = _cluster("bf16-kernel", ("bfloat16", "bfloat16"))

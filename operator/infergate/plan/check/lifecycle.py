@@ -114,6 +114,8 @@ def _deadline_message(check: ObservedParityCheck) -> str:
     where = f"phase {phase}"
     if progress:
         where += f", {progress.get('done')}/{progress.get('total')} prompts done"
+        if progress.get("stage") == "BaselineNoise":
+            where += " measuring the baseline revision's own noise"
     if waiting:
         where += f", last: {waiting}"
     return (

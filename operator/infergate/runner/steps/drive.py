@@ -28,7 +28,7 @@ from infergate.runner.drive import (
     measure_prompt,
 )
 from infergate.runner.state import RunState, need
-from infergate.runner.status_writer import show_progress
+from infergate.runner.status_writer import progress_writer
 from infergate.suite import PromptSpec
 
 
@@ -58,13 +58,7 @@ def _drive(run: RunContext, state: RunState) -> None:
         max_hidden_positions=spec.hidden_states.max_positions_per_prompt,
     )
     total = len(suite.prompts)
-    last_write = 0.0
-
-    def progress(done: int) -> None:
-        nonlocal last_write
-        if done == total or time.monotonic() - last_write >= run.options.progress_interval:
-            last_write = time.monotonic()
-            show_progress(run, state, done, total)
+    progress = progress_writer(run, state, total)
 
     def feed(base: PromptRecord, cand: PromptRecord) -> None:
         state.references[base.prompt_id] = [

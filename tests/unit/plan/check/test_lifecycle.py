@@ -735,3 +735,14 @@ def test_a_vllm_side_without_mounted_weights_gets_no_stand_in_and_no_port_for_it
     started = decide(state(check(), children=[probe(ready=True)]))
     manifest = next(m for m in started.create if m["kind"] == "NetworkPolicy")
     assert all(("TCP", 8002) not in ports for _, ports in _egress(manifest))
+
+
+def test_a_deadline_met_while_measuring_the_baseline_says_so() -> None:
+    """The runner measured the baseline revision's own noise first (none was kept): the
+    Error says the prompts were driven for that, not for the check."""
+    progress = {"done": 5, "total": 8, "stage": "BaselineNoise"}
+    body = check(status={"phase": "Running", "progress": progress})
+    plan = decide(state(body, minutes=10, children=[job()]))
+    assert plan.terminal is not None
+    message = plan.terminal["verdict"]["reasons"][0]["message"]
+    assert "5/8 prompts done measuring the baseline revision's own noise" in message
