@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infergate_dev.localcluster import controlplane, prometheus
+from infergate_dev.localcluster.executor import ownership
 from infergate_dev.localcluster.executor.container import kill_leftovers
 from infergate_dev.localcluster.layout import (
     K8S_VERSION,
@@ -106,6 +107,9 @@ def _down(args: argparse.Namespace) -> int:
     if layout.pods.exists():
         for pod_dir in layout.pods.iterdir():
             leftovers += kill_leftovers(pod_dir)
+    # And those of pods whose dir is gone already (Ray's, whose workers run in groups of
+    # their own), found by their marks (executor/ownership.py).
+    leftovers += ownership.kill_owned(layout.pods)
     if args.purge:
         controlplane.down(layout, purge=True)
     print(

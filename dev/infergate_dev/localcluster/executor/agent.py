@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 from infergate.jsontypes import JSON
 from infergate_dev.localcluster import nodes
-from infergate_dev.localcluster.executor import dns, endpoints, images, nodeset
+from infergate_dev.localcluster.executor import dns, endpoints, images, nodeset, ownership
 from infergate_dev.localcluster.executor.container import kill_leftovers, now_rfc3339
 from infergate_dev.localcluster.executor.pod import PodRunner, Site
 from infergate_dev.localcluster.executor.volumes import remove_pod_dir
@@ -314,6 +314,11 @@ class Executor:
                     del self.runners[uid]
 
     def run(self) -> None:
+        # What still runs of a previous executor's pods (one killed before it stopped
+        # them) would hold their ports against the containers this one starts again.
+        left = ownership.kill_owned(self.site.pods_root)
+        if left:
+            log.info("killed %d processes left by a previous executor's pods", left)
         self.register_nodes()
         threading.Thread(target=self.heartbeat, name="heartbeat", daemon=True).start()
         while not self.stopping.is_set():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infergate.jsontypes import JSON
-from infergate_dev.localcluster.executor import probes
+from infergate_dev.localcluster.executor import ownership, probes
 from infergate_dev.localcluster.executor.volumes import Mount, ensure_mount_point
+
+log = logging.getLogger("infergate.executor")
 
 # The launcher starts from a bare environment (the container's own is applied at its
 # exec), so it finds this package by its source folder, installed or not.
@@ -59,12 +62,22 @@ class ContainerProcess:
     next_restart_at: float = 0.0
     probe_state: dict[str, _ProbeState] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    namespace: ownership.HeldNamespace | None = None
+    """The container's own mount namespace, held from once its command runs until what
+    is left in it is killed: it finds the processes that lost their environment mark."""
 
     @property
     def name(self) -> str:
         return str(self.spec["name"])
 
+    @property
+    def mark(self) -> str:
+        """What every process of this container carries in its environment (ownership)."""
+        return ownership.container_mark(self.pod_dir, self.name)
+
     def start(self, argv: list[str], env: dict[str, str], mounts: list[Mount]) -> None:
+        # Last, so the spec's own env cannot drop it.
+        env = {**env, ownership.MARK: self.mark}
         for mount in mounts:
             ensure_mount_point(mount)
         spec_file = self.pod_dir / f"{self.name}.launch.json"
@@ -115,12 +128,15 @@ class ContainerProcess:
         self.probe_state = {}
 
     def poll(self) -> int | None:
-        """The exit code once the process has ended (128+n for signal n)."""
+        """The exit code once the process has ended (128+n for signal n). What else of the
+        container still runs then is killed: a container ends with its main process."""
         if self.popen is None:
             return None
         code = self.popen.poll()
         if code is None:
+            self._hold_namespace()
             return None
+        self._kill_rest()
         return 128 - code if code < 0 else code
 
     def record_exit(self, code: int) -> None:
@@ -141,6 +157,7 @@ class ContainerProcess:
         process group killed those workers at once, mid-request, which no kubelet does."""
         if self.popen is None:
             return
+        self._hold_namespace()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.popen.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -149,6 +166,7 @@ class ContainerProcess:
         # started outlives it.
         _signal_group(self.popen.pid, signal.SIGKILL)
         self.popen.wait(timeout=10)
+        self._kill_rest()
         code = self.popen.returncode
         self.record_exit(128 - code if code < 0 else code)
 
@@ -157,10 +175,29 @@ class ContainerProcess:
         no drain of the requests in flight."""
         if self.popen is None:
             return
+        self._hold_namespace()
         _signal_group(self.popen.pid, signal.SIGKILL)
         self.popen.wait(timeout=10)
+        self._kill_rest()
         code = self.popen.returncode
         self.record_exit(128 - code if code < 0 else code)
+
+    def _hold_namespace(self) -> None:
+        if self.namespace is None and self.popen is not None:
+            self.namespace = ownership.hold_namespace(self.popen.pid)
+
+    def _kill_rest(self) -> None:
+        """SIGKILL what is left of the container outside its process group (Ray's workers
+        run in groups of their own) or after its main process ended on its own (Ray's
+        daemons outlive the `ray start` that started them), as a runtime empties the
+        container's cgroup."""
+        held = frozenset([self.namespace.name]) if self.namespace is not None else frozenset()
+        killed = ownership.kill_owned(Path(self.mark), held)
+        if self.namespace is not None:
+            self.namespace.release()
+            self.namespace = None
+        if killed:
+            log.info("container %s: killed %d processes left outside its group", self.mark, killed)
 
     def run_probes(self, pod_ip: str) -> bool:
         """Run the probes that are due; False when liveness (or startup) says restart."""
@@ -226,7 +263,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def kill_leftovers(pod_dir: Path) -> int:
-    """Kill container processes recorded under a pod dir whose executor is gone."""
+    """Kill the container processes of a pod dir whose executor is gone: those recorded
+    there and every process marked as the pod's (ownership), in whatever group."""
     killed = 0
     for pid_file in pod_dir.glob("*.pid"):
         try:
@@ -238,4 +276,4 @@ def kill_leftovers(pod_dir: Path) -> int:
             _signal_group(pid, signal.SIGKILL)
             killed += 1
         pid_file.unlink(missing_ok=True)
-    return killed
+    return killed + ownership.kill_owned(pod_dir)
