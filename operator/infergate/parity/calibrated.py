@@ -273,20 +273,15 @@ def _noise_set(
     if noise is None:
         return None, "none kept for the baseline's revision"
     if need.kind in (NeedKind.SELF, NeedKind.ENVELOPE):
-        if not noise.self_noise:
-            # A record may keep an expected change's pair alone (a Passed dtype-change
-            # check, or `calibrate --also-dtype` without an A/A): no self noise is not
-            # a calibration of it, so a profile that needs one stays Inconclusive.
+        # A record may keep an expected change's pair alone (a Passed dtype-change check,
+        # or `calibrate --also-dtype` without an A/A): an empty self noise is no
+        # calibration, so a profile that needs one stays Inconclusive.
+        table = noise.self_noise or None
+        if table is None:
             kept = ", ".join(sorted(noise.changes)) or "nothing"
             said = f"no self noise measured for the baseline's revision (its record keeps: {kept})"
-            if envelope is not None:
-                families = ", ".join(sorted(ENVELOPE_FAMILIES))
-                said = (
-                    f"'{envelope[0]}' pair of {noise.model} as the bf16 envelope for {families}; "
-                    f"{said}, so static limits for the rest"
-                )
-            return None, said
-        said = f"self noise of {noise.model} ({noise.method}, {noise.measured})"
+        else:
+            said = f"self noise of {noise.model} ({noise.method}, {noise.measured})"
         if envelope is not None:
             families = ", ".join(sorted(ENVELOPE_FAMILIES))
             said = (
@@ -295,7 +290,7 @@ def _noise_set(
             )
         elif need.kind is NeedKind.ENVELOPE:
             said += "; no bfloat16-vs-float32 pair kept to bound a bf16 kernel change"
-        return noise.self_noise, said
+        return table, said
     found = noise.changes.get(need.change or "")
     if found is None:
         kept = ", ".join(sorted(noise.changes)) or "none"
