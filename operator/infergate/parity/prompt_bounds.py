@@ -80,14 +80,11 @@ def clustered_error(sums: Sequence[float], counts: Sequence[int]) -> ClusteredEs
     prompts, without bounds (lower and upper None): what a suite's `Mean` or step `Rate`
     keeps, at no bootstrap's cost. A single prompt has no error (None)."""
     n = np.asarray(counts, dtype=np.int64)
-    count = int(n[n > 0].sum())
-    clusters = int(prompt_means(sums, counts).size)
     mean, stderr = clustered_mean(sums, counts)
     if mean is None:
         return ClusteredEstimate(None, None, 0, 0, None, None)
-    if clusters < 2 or not math.isfinite(stderr):
-        return ClusteredEstimate(mean, None, clusters, count, None, None)
-    return ClusteredEstimate(mean, stderr, clusters, count, None, None)
+    error = stderr if math.isfinite(stderr) else None  # inf: a single prompt
+    return ClusteredEstimate(mean, error, int((n > 0).sum()), int(n[n > 0].sum()), None, None)
 
 
 def clustered_bounds(
