@@ -81,7 +81,7 @@ def plan_limits(run: RunContext, state: RunState) -> None:
     say(f"profile {gate.profile.value} ({gate.reason}); {len(suite.prompts)} prompts")
     say(f"limits: {gate.limits.describe()}")
     state.gate, state.comparison, state.limits = gate, comparison, limits
-    state.suite, state.stopped_early = settled_suite(comparison, suite)
+    state.suite, state.stopped_early = settled_suite(state.settled, suite)
 
 
 def _comparison(
@@ -100,7 +100,9 @@ def _comparison(
 
 
 def settled_reason(comparison: ParityComparison) -> str | None:
-    """What already fails `comparison` before any prompt, in words (None: nothing)."""
+    """What already fails `comparison` before any prompt, in words (None: nothing). The
+    config and fingerprint findings do not depend on the limits, so the gate's static
+    comparison (`plan_gate`) says it for the check."""
     settled = comparison.failed_before_prompts()
     if not settled:
         return None
@@ -111,10 +113,10 @@ def settled_reason(comparison: ParityComparison) -> str | None:
     )
 
 
-def settled_suite(comparison: ParityComparison, suite: Suite) -> tuple[Suite, str | None]:
+def settled_suite(settled: str | None, suite: Suite) -> tuple[Suite, str | None]:
     """The prompts to measure, and why fewer than the suite's when the runs' config or
-    fingerprints already fail the check (a few short prompts then, for the report)."""
-    settled = settled_reason(comparison)
+    fingerprints already fail the check (`settled`, `settled_reason`'s words): a few short
+    prompts then, for the report."""
     if settled is None or len(suite.prompts) <= SETTLED_PROMPTS:
         return suite, None
     short = suite.select(long=False, limit=SETTLED_PROMPTS)
