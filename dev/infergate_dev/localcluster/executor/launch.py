@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from infergate_dev.localcluster.executor.ownership import MOUNT_NS
+from infergate_dev.localcluster.executor.ownership import MOUNT_NS, mount_namespace
 
 # mount(2) flags (linux/mount.h).
 _MS_RDONLY = 1
@@ -41,13 +41,6 @@ def _mount(source_fd: int, target: str, read_only: bool) -> None:
         _sys_mount(None, target, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
 
 
-def _mount_namespace(pid: int | None = None) -> str | None:
-    try:
-        return str(Path(f"/proc/{pid or 'self'}/ns/mnt").readlink())
-    except OSError:
-        return None
-
-
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     # Every source is opened before the first mount: a group pod's private /tmp, mounted
@@ -60,8 +53,8 @@ def main(spec_path: str) -> None:
     os.chdir(spec.get("cwd") or "/")
     argv: list[str] = spec["argv"]
     env: dict[str, str] = spec["env"]
-    own_ns = _mount_namespace()
-    if own_ns is not None and own_ns != _mount_namespace(os.getppid()):
+    own_ns = mount_namespace()
+    if own_ns is not None and own_ns != mount_namespace(os.getppid()):
         # Started under `unshare --mount`: this namespace is the container's alone, and
         # marks its processes even where they overwrite their environment (ownership).
         env = {**env, MOUNT_NS: own_ns}

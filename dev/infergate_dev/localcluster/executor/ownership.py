@@ -143,7 +143,8 @@ def hold_namespace(pid: int) -> HeldNamespace | None:
     return HeldNamespace(fd, name)
 
 
-def _mount_ns(pid: int | str) -> str | None:
+def mount_namespace(pid: int | str = "self") -> str | None:
+    """The mount namespace `pid` is in, as its /proc link names it (None: unreadable)."""
     try:
         return str(Path(f"/proc/{pid}/ns/mnt").readlink())
     except OSError:
@@ -156,7 +157,7 @@ def _seen(pid: int) -> Seen | None:
         environ = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         environ = b""
-    mount_ns = _mount_ns(pid)
+    mount_ns = mount_namespace(pid)
     return Seen(environ, mount_ns) if environ or mount_ns else None
 
 
@@ -201,7 +202,7 @@ def kill_owned(scope: Path, held: frozenset[str] = frozenset()) -> int:
     """SIGKILL every process of `scope` (see `owned_pids`), as a container runtime kills
     what is left in a container's cgroup; how many were killed."""
     scope = scope.resolve()
-    own_ns = _mount_ns("self")
+    own_ns = mount_namespace()
     killed: set[int] = set()
     for _ in range(_ROUNDS):
         table = process_table()
