@@ -11,7 +11,7 @@ from typing import Any
 
 from infergate_dev.localcluster import controlplane, prometheus
 from infergate_dev.localcluster.executor import ownership
-from infergate_dev.localcluster.executor.container import kill_leftovers
+from infergate_dev.localcluster.executor.container import kill_recorded
 from infergate_dev.localcluster.layout import (
     K8S_VERSION,
     K8S_VERSION_ENV,
@@ -106,9 +106,10 @@ def _down(args: argparse.Namespace) -> int:
     leftovers = 0
     if layout.pods.exists():
         for pod_dir in layout.pods.iterdir():
-            leftovers += kill_leftovers(pod_dir)
-    # And those of pods whose dir is gone already (Ray's, whose workers run in groups of
-    # their own), found by their marks (executor/ownership.py).
+            leftovers += kill_recorded(pod_dir)
+    # Then every process marked as any pod's, in one pass over the process table: those
+    # outside their recorded groups (Ray's workers) and those of pods whose dir is gone
+    # already (executor/ownership.py).
     leftovers += ownership.kill_owned(layout.pods)
     if args.purge:
         controlplane.down(layout, purge=True)

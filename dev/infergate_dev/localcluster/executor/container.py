@@ -265,6 +265,12 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 def kill_leftovers(pod_dir: Path) -> int:
     """Kill the container processes of a pod dir whose executor is gone: those recorded
     there and every process marked as the pod's (ownership), in whatever group."""
+    return kill_recorded(pod_dir) + ownership.kill_owned(pod_dir)
+
+
+def kill_recorded(pod_dir: Path) -> int:
+    """Kill the process groups of the containers recorded under a pod dir (its pid files),
+    where each is still the process recorded."""
     killed = 0
     for pid_file in pod_dir.glob("*.pid"):
         try:
@@ -276,4 +282,4 @@ def kill_leftovers(pod_dir: Path) -> int:
             _signal_group(pid, signal.SIGKILL)
             killed += 1
         pid_file.unlink(missing_ok=True)
-    return killed + ownership.kill_owned(pod_dir)
+    return killed
