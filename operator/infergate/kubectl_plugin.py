@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from infergate.api.check_status import ProgressStage
 from infergate.commands import control, golden
 from infergate.errors import InfergateError, NotFoundError
 from infergate.jsontypes import JSON
@@ -125,7 +126,8 @@ def check_lines(check: Mapping[str, Any]) -> list[str]:
     progress = status.get("progress") or {}
     parts = [f"  check:    {name}  {phase}"]
     if progress:
-        measuring = " (baseline noise)" if progress.get("stage") == "BaselineNoise" else ""
+        noise = progress.get("stage") == ProgressStage.BASELINE_NOISE
+        measuring = " (baseline noise)" if noise else ""
         parts.append(f"{progress.get('done', 0)}/{progress.get('total', 0)} prompts{measuring}")
     if status.get("profile"):
         parts.append(f"profile {status['profile']}")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from infergate.api.check_status import ProgressStage
 from infergate.api.enums import CheckPhase, ConditionStatus
 from infergate.jsontypes import JSON
 from infergate.plan import reasons
@@ -114,7 +115,7 @@ def _deadline_message(check: ObservedParityCheck) -> str:
     where = f"phase {phase}"
     if progress:
         where += f", {progress.get('done')}/{progress.get('total')} prompts done"
-        if progress.get("stage") == "BaselineNoise":
+        if progress.get("stage") == ProgressStage.BASELINE_NOISE:
             where += " measuring the baseline revision's own noise"
     if waiting:
         where += f", last: {waiting}"
